@@ -1,0 +1,373 @@
+//! Energon's index for a folder of shards (FORMAT.md §5): a `.tar.idx` next to every shard and
+//! `.nv-meta/index.sqlite`, byte-for-byte and row-for-row what `energon prepare` writes.
+//!
+//! Shards are scanned in parallel (headers only, seeking over data); one thread writes the
+//! sqlite rows in shard order while the next shards are scanned. Everything is written under a
+//! temporary name and renamed only when every shard was read and every key is unique, so a
+//! failure leaves no index behind.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use rayon::prelude::*;
+use rusqlite::Connection;
+
+use crate::error::{io, Error, Result};
+use crate::tar::SampleReader;
+
+/// Part names reported for a dataset, at most (as Energon's `prepare`).
+const MAX_PART_NAMES: usize = 50;
+
+/// One sample's row in `samples`.
+pub struct SampleRow {
+    pub key: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// One member's row in `sample_parts`.
+pub struct PartRow {
+    pub sample_index: u64,
+    pub name: String,
+    pub data_offset: u64,
+    pub size: u64,
+}
+
+/// Everything the index needs from one shard.
+pub struct ShardScan {
+    pub samples: Vec<SampleRow>,
+    pub parts: Vec<PartRow>,
+    /// Offset of the end-of-archive block: the last `.tar.idx` entry.
+    pub end: u64,
+}
+
+impl ShardScan {
+    /// The `.tar.idx` contents: sample offsets and the end offset, native-endian u64.
+    pub fn idx_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity((self.samples.len() + 1) * 8);
+        for s in &self.samples {
+            out.extend_from_slice(&s.offset.to_ne_bytes());
+        }
+        out.extend_from_slice(&self.end.to_ne_bytes());
+        out
+    }
+}
+
+/// Reads the headers of one shard.
+pub fn scan_shard(path: &Path) -> Result<ShardScan> {
+    let mut reader = SampleReader::open(path, false)?;
+    let mut samples: Vec<SampleRow> = Vec::new();
+    let mut parts = Vec::new();
+    while let Some(sample) = reader.next_sample()? {
+        let index = samples.len() as u64;
+        if let Some(prev) = samples.last_mut() {
+            prev.size = sample.offset - prev.offset;
+        }
+        for part in sample.parts {
+            parts.push(PartRow {
+                sample_index: index,
+                name: part.name,
+                data_offset: part.data_offset,
+                size: part.size,
+            });
+        }
+        samples.push(SampleRow {
+            key: sample.key,
+            offset: sample.offset,
+            size: 0,
+        });
+    }
+    let end = reader.end_offset().expect("reader stops only at the end block");
+    if let Some(last) = samples.last_mut() {
+        last.size = end - last.offset;
+    }
+    Ok(ShardScan {
+        samples,
+        parts,
+        end,
+    })
+}
+
+/// A 128-bit fingerprint of a key: collisions are out of reach even for billions of keys, and
+/// it costs far less memory than the keys.
+fn fingerprint(key: &str) -> u128 {
+    let mut a = DefaultHasher::new();
+    key.hash(&mut a);
+    let mut b = DefaultHasher::new();
+    (0x5eed_u32, key).hash(&mut b);
+    ((a.finish() as u128) << 64) | b.finish() as u128
+}
+
+/// Finds keys seen in more than one place, naming both shards.
+#[derive(Default)]
+pub struct KeyRegistry {
+    seen: HashMap<u128, u32>,
+}
+
+impl KeyRegistry {
+    pub fn add(&mut self, key: &str, shard: u32, names: &[String]) -> Result<()> {
+        if let Some(&first) = self.seen.get(&fingerprint(key)) {
+            let second = &names[shard as usize];
+            let first = &names[first as usize];
+            return Err(Error::DuplicateKey {
+                key: key.to_string(),
+                first: first.clone(),
+                second: if first == second {
+                    format!("{second} again (its members are not contiguous)")
+                } else {
+                    second.clone()
+                },
+            });
+        }
+        self.seen.insert(fingerprint(key), shard);
+        Ok(())
+    }
+}
+
+/// What `build_index` found.
+pub struct IndexSummary {
+    /// (relative shard path, sample count), in the order given.
+    pub shards: Vec<(String, u64)>,
+    /// Distinct part names, at most 50.
+    pub part_names: BTreeSet<String>,
+}
+
+const SCHEMA: &[&str] = &[
+    // Energon 7.4.1's exact statements (flavors/webdataset/indexing.py).
+    "CREATE TABLE IF NOT EXISTS samples (
+                    tar_file_id INTEGER NOT NULL,
+                    sample_key TEXT NOT NULL UNIQUE,
+                    sample_index INTEGER NOT NULL,
+                    byte_offset INTEGER,
+                    byte_size INTEGER
+                )",
+    "CREATE TABLE IF NOT EXISTS sample_parts (
+                    tar_file_id INTEGER,
+                    sample_index INTEGER,
+                    part_name TEXT,
+                    content_byte_offset INTEGER,
+                    content_byte_size INTEGER
+                )",
+];
+
+const INDEXES: &[&str] = &[
+    "CREATE INDEX IF NOT EXISTS idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index)",
+    "CREATE INDEX IF NOT EXISTS idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset)",
+    "CREATE INDEX IF NOT EXISTS idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size)",
+];
+
+struct SqliteSink {
+    db: Connection,
+}
+
+impl SqliteSink {
+    fn create(path: &Path) -> Result<Self> {
+        let _ = fs::remove_file(path);
+        let db = Connection::open(path)?;
+        // Built under a temporary name and renamed at the end: no journal needed.
+        db.execute_batch(
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; \
+             PRAGMA locking_mode = EXCLUSIVE; PRAGMA cache_size = -262144; \
+             PRAGMA temp_store = MEMORY; PRAGMA threads = 4; BEGIN;",
+        )?;
+        for stmt in SCHEMA {
+            db.execute(stmt, [])?;
+        }
+        Ok(Self { db })
+    }
+
+    fn insert(&mut self, tar_file_id: u32, scan: &ShardScan) -> Result<()> {
+        let mut samples = self.db.prepare_cached(
+            "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) \
+             VALUES (?, ?, ?, ?, ?)",
+        )?;
+        for (i, s) in scan.samples.iter().enumerate() {
+            samples.execute((tar_file_id, &s.key, i as i64, s.offset as i64, s.size as i64))?;
+        }
+        let mut parts = self.db.prepare_cached(
+            "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) \
+             VALUES (?, ?, ?, ?, ?)",
+        )?;
+        for p in &scan.parts {
+            parts.execute((
+                tar_file_id,
+                p.sample_index as i64,
+                &p.name,
+                p.data_offset as i64,
+                p.size as i64,
+            ))?;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<()> {
+        for stmt in INDEXES {
+            self.db.execute(stmt, [])?;
+        }
+        self.db.execute_batch("COMMIT;")?;
+        self.db.close().map_err(|(_, e)| Error::Sqlite(e))
+    }
+}
+
+fn tmp_name(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
+/// Indexes `shards` (paths relative to `root`, in `tar_file_id` order): writes every
+/// `<shard>.idx` and, when `sqlite` is given, that database file.
+pub fn build_index(
+    root: &Path,
+    shards: &[String],
+    sqlite: Option<&Path>,
+) -> Result<IndexSummary> {
+    if shards.is_empty() {
+        return Err(Error::Dataset(format!(
+            "no .tar shards found in {}",
+            root.display()
+        )));
+    }
+    let idx_paths: Vec<PathBuf> = shards
+        .iter()
+        .map(|s| root.join(format!("{s}.idx")))
+        .collect();
+    let sqlite_tmp = sqlite.map(tmp_name);
+    let result = build_into_tmp(root, shards, &idx_paths, sqlite_tmp.as_deref());
+    let mut finals: Vec<(PathBuf, PathBuf)> = idx_paths
+        .iter()
+        .map(|p| (tmp_name(p), p.clone()))
+        .collect();
+    if let (Some(tmp), Some(path)) = (sqlite_tmp, sqlite) {
+        finals.push((tmp, path.to_path_buf()));
+    }
+    match result {
+        Ok(summary) => {
+            for (tmp, path) in &finals {
+                fs::rename(tmp, path).map_err(io(path))?;
+            }
+            Ok(summary)
+        }
+        Err(e) => {
+            for (tmp, _) in &finals {
+                let _ = fs::remove_file(tmp);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn build_into_tmp(
+    root: &Path,
+    shards: &[String],
+    idx_paths: &[PathBuf],
+    sqlite_tmp: Option<&Path>,
+) -> Result<IndexSummary> {
+    let chunk = (rayon::current_num_threads() * 4).max(4);
+    let ids: Vec<usize> = (0..shards.len()).collect();
+    let (send, receive) = mpsc::sync_channel::<Vec<(usize, ShardScan)>>(2);
+
+    std::thread::scope(|scope| {
+        // The consumer: key checks and sqlite rows, strictly in shard order.
+        let consumer = scope.spawn(move || -> Result<IndexSummary> {
+            let mut sink = sqlite_tmp.map(SqliteSink::create).transpose()?;
+            let mut keys = KeyRegistry::default();
+            let mut summary = IndexSummary {
+                shards: Vec::with_capacity(shards.len()),
+                part_names: BTreeSet::new(),
+            };
+            for batch in receive {
+                for (id, scan) in batch {
+                    for s in &scan.samples {
+                        keys.add(&s.key, id as u32, shards)?;
+                    }
+                    if summary.part_names.len() < MAX_PART_NAMES {
+                        for p in &scan.parts {
+                            if summary.part_names.len() < MAX_PART_NAMES {
+                                summary.part_names.insert(p.name.clone());
+                            }
+                        }
+                    }
+                    if let Some(sink) = sink.as_mut() {
+                        sink.insert(id as u32, &scan)?;
+                    }
+                    summary.shards.push((shards[id].clone(), scan.samples.len() as u64));
+                }
+            }
+            if let Some(sink) = sink {
+                sink.finish()?;
+            }
+            Ok(summary)
+        });
+
+        // The producer: parallel header scans, each writing its own `.tar.idx.tmp`.
+        let produced = (|| -> Result<()> {
+            for group in ids.chunks(chunk) {
+                let scans: Vec<(usize, ShardScan)> = group
+                    .par_iter()
+                    .map(|&id| {
+                        let scan = scan_shard(&root.join(&shards[id]))?;
+                        let tmp = tmp_name(&idx_paths[id]);
+                        fs::write(&tmp, scan.idx_bytes()).map_err(io(&tmp))?;
+                        Ok((id, scan))
+                    })
+                    .collect::<Result<_>>()?;
+                if send.send(scans).is_err() {
+                    break; // the consumer stopped on an error; it reports it
+                }
+            }
+            Ok(())
+        })();
+        drop(send);
+        let consumed = consumer.join().expect("index writer thread panicked");
+        produced?;
+        consumed
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tar::ShardWriter;
+
+    #[test]
+    fn idx_points_at_samples_and_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(dir.path(), 10, "", 0).unwrap();
+        for i in 0..3 {
+            let key = format!("{i:010}");
+            w.write(&key, &[("txt", vec![b'x'; 700]), ("json", b"{}".to_vec())])
+                .unwrap();
+        }
+        w.close().unwrap();
+        let scan = scan_shard(&dir.path().join("000000.tar")).unwrap();
+        // Each sample: header + 2 data blocks, then header + 1 data block = 2560 bytes.
+        let offsets: Vec<u64> = scan.samples.iter().map(|s| s.offset).collect();
+        assert_eq!(offsets, vec![0, 2560, 5120]);
+        assert_eq!(scan.end, 7680);
+        assert_eq!(scan.parts.len(), 6);
+        assert_eq!(scan.parts[1].data_offset, 1536 + 512);
+        assert!(scan.samples.iter().all(|s| s.size == 2560));
+    }
+
+    #[test]
+    fn duplicate_keys_across_shards_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        for (n, first) in [(0u64, 0u64), (1, 1)] {
+            let mut w = ShardWriter::new(dir.path(), 10, "", n).unwrap();
+            for i in first..first + 2 {
+                w.write(&format!("k{i}"), &[("txt", b"a")]).unwrap();
+            }
+            w.close().unwrap();
+        }
+        let shards = vec!["000000.tar".to_string(), "000001.tar".to_string()];
+        let err = build_index(dir.path(), &shards, None).err().unwrap();
+        let msg = err.to_string();
+        assert!(msg.contains("\"k1\"") && msg.contains("000000.tar") && msg.contains("000001.tar"), "{msg}");
+        assert!(!dir.path().join("000000.tar.idx").exists());
+        assert!(!dir.path().join("000000.tar.idx.tmp").exists());
+    }
+}

@@ -1,0 +1,10 @@
+//! shardcook's native core: WebDataset tar shards, Energon indexes, and (with the `python`
+//! feature) the thin PyO3 layer that exposes them as `shardcook._native`.
+
+pub mod check;
+pub mod error;
+pub mod index;
+pub mod tar;
+
+#[cfg(feature = "python")]
+mod py;

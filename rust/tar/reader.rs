@@ -1,0 +1,334 @@
+//! A streaming tar reader that walks members the way Python's `tarfile` (and so Energon) does,
+//! but refuses to paper over damage: a truncated or corrupt shard is an error naming the byte
+//! offset, never a silently shorter shard.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use super::header::{self, Parsed};
+use super::names;
+use super::{padded, BLOCK};
+use crate::error::{io, Error, Result};
+
+/// Largest GNU long-name or PAX header we accept; real ones are a few hundred bytes.
+const MAX_EXTENDED_HEADER: u64 = 1 << 20;
+
+/// One member as Energon sees it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub name: String,
+    /// Offset of the member's first header block (its long-name/PAX header when it has one).
+    pub offset: u64,
+    /// Offset of the member's data.
+    pub data_offset: u64,
+    pub size: u64,
+    pub regular: bool,
+}
+
+/// Reads the members of one tar file in order.
+pub struct TarReader {
+    path: PathBuf,
+    file: BufReader<File>,
+    len: u64,
+    pos: u64,
+    /// Where the next header starts: just past the data of the last member returned.
+    next_start: u64,
+    end: Option<u64>,
+}
+
+impl TarReader {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(io(path))?;
+        let len = file.metadata().map_err(io(path))?.len();
+        Ok(Self {
+            path: path.to_path_buf(),
+            file: BufReader::with_capacity(1 << 16, file),
+            len,
+            pos: 0,
+            next_start: 0,
+            end: None,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Offset of the end-of-archive block, once the reader has reached it.
+    pub fn end_offset(&self) -> Option<u64> {
+        self.end
+    }
+
+    fn fail<T>(&self, offset: u64, reason: impl Into<String>) -> Result<T> {
+        Err(Error::Shard {
+            path: self.path.clone(),
+            offset,
+            reason: reason.into(),
+        })
+    }
+
+    fn seek_to(&mut self, offset: u64) -> Result<()> {
+        if offset != self.pos {
+            let delta = offset as i64 - self.pos as i64;
+            self.file
+                .seek_relative(delta)
+                .map_err(io(&self.path))?;
+            self.pos = offset;
+        }
+        Ok(())
+    }
+
+    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.seek_to(offset)?;
+        self.file.read_exact(buf).map_err(io(&self.path))?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+
+    fn read_block(&mut self, offset: u64) -> Result<[u8; 512]> {
+        if offset >= self.len {
+            return if offset == 0 {
+                self.fail(0, "empty file, not a tar shard")
+            } else {
+                self.fail(offset, "file ends without the tar end-of-archive block (truncated?)")
+            };
+        }
+        if offset + BLOCK > self.len {
+            return self.fail(offset, "truncated tar header");
+        }
+        let mut block = [0u8; 512];
+        self.read_exact_at(offset, &mut block)?;
+        Ok(block)
+    }
+
+    fn check_data(&self, entry_offset: u64, data_offset: u64, size: u64) -> Result<()> {
+        if data_offset.saturating_add(size) > self.len {
+            return self.fail(
+                entry_offset,
+                format!(
+                    "member data of {size} bytes runs past the end of the file ({} bytes; truncated?)",
+                    self.len
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn extended_data(&mut self, offset: u64, data_offset: u64, size: u64) -> Result<Vec<u8>> {
+        if size > MAX_EXTENDED_HEADER {
+            return self.fail(offset, format!("extended header of {size} bytes is implausible"));
+        }
+        self.check_data(offset, data_offset, size)?;
+        let mut data = vec![0u8; size as usize];
+        self.read_exact_at(data_offset, &mut data)?;
+        Ok(data)
+    }
+
+    /// The next member, or `None` at the end-of-archive block. The reader is left at the
+    /// member's data.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        if self.end.is_some() {
+            return Ok(None);
+        }
+        let start = self.next_start;
+        let mut offset = start;
+        let mut long_name: Option<Vec<u8>> = None;
+        let mut pax_size: Option<u64> = None;
+        loop {
+            let block = self.read_block(offset)?;
+            let raw = match header::parse(&block) {
+                Ok(Parsed::End) => {
+                    if offset != start {
+                        return self.fail(offset, "extended header is not followed by a member");
+                    }
+                    self.end = Some(offset);
+                    return Ok(None);
+                }
+                Ok(Parsed::Header(raw)) => raw,
+                Err(reason) if offset == 0 => {
+                    return self.fail(0, format!("not a tar file ({reason})"))
+                }
+                Err(reason) => return self.fail(offset, reason),
+            };
+            let data_offset = offset + BLOCK;
+            match raw.typeflag {
+                header::GNU_LONGNAME | header::GNU_LONGLINK => {
+                    let data = self.extended_data(offset, data_offset, raw.size)?;
+                    if raw.typeflag == header::GNU_LONGNAME {
+                        let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+                        long_name = Some(data[..end].to_vec());
+                    }
+                    offset = data_offset + padded(raw.size);
+                }
+                header::PAX_LOCAL | header::PAX_SOLARIS => {
+                    let data = self.extended_data(offset, data_offset, raw.size)?;
+                    let (path, size) = header::parse_pax(&data)
+                        .or_else(|reason| self.fail(offset, reason))?;
+                    if path.is_some() {
+                        long_name = path;
+                    }
+                    pax_size = size.or(pax_size);
+                    offset = data_offset + padded(raw.size);
+                }
+                header::PAX_GLOBAL => {
+                    // Global records hold defaults such as comments; they name no member.
+                    self.check_data(offset, data_offset, raw.size)?;
+                    offset = data_offset + padded(raw.size);
+                }
+                header::GNU_SPARSE => {
+                    return self.fail(offset, "GNU sparse members are not supported")
+                }
+                _ => {
+                    let size = pax_size.unwrap_or(raw.size);
+                    let has_data = raw.has_data();
+                    let regular = header::is_regular(raw.typeflag);
+                    let name_bytes = match long_name {
+                        Some(n) => n,
+                        None if !raw.prefix.is_empty() => {
+                            [raw.prefix.as_slice(), b"/", raw.name.as_slice()].concat()
+                        }
+                        None => raw.name,
+                    };
+                    let Ok(mut name) = String::from_utf8(name_bytes) else {
+                        return self.fail(start, "member name is not valid UTF-8");
+                    };
+                    if raw.typeflag == b'5' {
+                        name.truncate(name.trim_end_matches('/').len());
+                    }
+                    let data_size = if has_data { size } else { 0 };
+                    self.check_data(start, data_offset, data_size)?;
+                    self.next_start = data_offset + padded(data_size);
+                    self.seek_to(data_offset)?;
+                    return Ok(Some(Entry {
+                        name,
+                        offset: start,
+                        data_offset,
+                        size: data_size,
+                        regular,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Reads the data of the entry just returned by `next_entry`.
+    pub fn read_data(&mut self, entry: &Entry) -> Result<Vec<u8>> {
+        let mut data = vec![0u8; entry.size as usize];
+        self.read_exact_at(entry.data_offset, &mut data)?;
+        Ok(data)
+    }
+}
+
+/// A member that belongs to a sample.
+#[derive(Debug, Clone)]
+pub struct Part {
+    pub name: String,
+    pub data_offset: u64,
+    pub size: u64,
+    /// The member's bytes, when the reader was asked for them.
+    pub data: Option<Vec<u8>>,
+}
+
+/// Contiguous members that share a key (Energon's grouping).
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub key: String,
+    /// Offset of the first header of the sample's first member: the `.tar.idx` entry.
+    pub offset: u64,
+    pub parts: Vec<Part>,
+}
+
+/// Groups the members of a tar into samples exactly as `energon prepare` does: regular files
+/// only, `__…__` metadata skipped, names split by `split_name`, a new sample whenever the key
+/// changes. Member names that could escape their folder are refused.
+pub struct SampleReader {
+    tar: TarReader,
+    with_data: bool,
+    pending: Option<(String, Part, u64)>,
+}
+
+impl SampleReader {
+    pub fn open(path: &Path, with_data: bool) -> Result<Self> {
+        Ok(Self {
+            tar: TarReader::open(path)?,
+            with_data,
+            pending: None,
+        })
+    }
+
+    /// Offset of the end-of-archive block, once every sample has been read.
+    pub fn end_offset(&self) -> Option<u64> {
+        self.tar.end_offset()
+    }
+
+    /// The next member that belongs to a sample: (key, part, header offset).
+    fn next_part(&mut self) -> Result<Option<(String, Part, u64)>> {
+        while let Some(entry) = self.tar.next_entry()? {
+            if !entry.regular {
+                continue;
+            }
+            if names::escapes(&entry.name) {
+                return Err(Error::Shard {
+                    path: self.tar.path().to_path_buf(),
+                    offset: entry.offset,
+                    reason: format!(
+                        "member name {:?} is absolute or contains '..'; refusing it",
+                        entry.name
+                    ),
+                });
+            }
+            if names::is_meta(&entry.name) {
+                continue;
+            }
+            let Some((key, part)) = names::split_name(&entry.name) else {
+                continue;
+            };
+            let data = if self.with_data {
+                Some(self.tar.read_data(&entry)?)
+            } else {
+                None
+            };
+            let part = Part {
+                name: part.to_string(),
+                data_offset: entry.data_offset,
+                size: entry.size,
+                data,
+            };
+            return Ok(Some((key.to_string(), part, entry.offset)));
+        }
+        Ok(None)
+    }
+
+    pub fn next_sample(&mut self) -> Result<Option<Sample>> {
+        let first = match self.pending.take() {
+            Some(p) => p,
+            None => match self.next_part()? {
+                Some(p) => p,
+                None => return Ok(None),
+            },
+        };
+        let (key, part, offset) = first;
+        let mut sample = Sample {
+            key,
+            offset,
+            parts: vec![part],
+        };
+        while let Some((key, part, offset)) = self.next_part()? {
+            if key != sample.key {
+                self.pending = Some((key, part, offset));
+                break;
+            }
+            sample.parts.push(part);
+        }
+        Ok(Some(sample))
+    }
+}
+
+impl Iterator for SampleReader {
+    type Item = Result<Sample>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_sample().transpose()
+    }
+}

@@ -1,0 +1,194 @@
+//! The deterministic shard writer (FORMAT.md §2): every member a regular file, mode 0644,
+//! uid/gid 0, mtime 0; a shard is written under `.shardcook/tmp/`, fsync'd, then renamed, so a
+//! file with a final name is always complete.
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::header::{self, PAX_LOCAL, REGULAR};
+use super::{names, padded, BLOCK};
+use crate::error::{io, Error, Result};
+
+/// Where shards are written before they get their final name.
+pub const TMP_DIR: &str = ".shardcook/tmp";
+
+struct OpenShard {
+    name: String,
+    tmp_path: PathBuf,
+    out: BufWriter<File>,
+    count: u64,
+}
+
+/// Writes samples into numbered shards of `shard_size` samples each.
+pub struct ShardWriter {
+    dir: PathBuf,
+    shard_size: u64,
+    prefix: String,
+    next_shard: u64,
+    current: Option<OpenShard>,
+    written: Vec<(String, u64)>,
+    keys: HashSet<String>,
+}
+
+const ZEROS: [u8; 1024] = [0; 1024];
+
+impl ShardWriter {
+    /// Shards are named `{prefix}{n:06}.tar`, starting at `first_shard`.
+    pub fn new(dir: &Path, shard_size: u64, prefix: &str, first_shard: u64) -> Result<Self> {
+        if shard_size == 0 {
+            return Err(Error::Dataset("shard_size must be at least 1".into()));
+        }
+        if prefix.contains('/') {
+            return Err(Error::InvalidName(format!(
+                "shard name prefix {prefix:?} may not contain '/'"
+            )));
+        }
+        let tmp = dir.join(TMP_DIR);
+        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            shard_size,
+            prefix: prefix.to_string(),
+            next_shard: first_shard,
+            current: None,
+            written: Vec::new(),
+            keys: HashSet::new(),
+        })
+    }
+
+    /// Appends one sample; `parts` are written in the order given.
+    pub fn write<B: AsRef<[u8]>>(&mut self, key: &str, parts: &[(&str, B)]) -> Result<()> {
+        names::check_key(key)?;
+        if parts.is_empty() {
+            return Err(Error::InvalidName(format!(
+                "sample {key:?} has no parts; give at least one"
+            )));
+        }
+        for (i, (part, _)) in parts.iter().enumerate() {
+            names::check_part(key, part)?;
+            if parts[..i].iter().any(|(p, _)| p == part) {
+                return Err(Error::InvalidName(format!(
+                    "sample {key:?} has part {part:?} twice"
+                )));
+            }
+        }
+        if self.keys.contains(key) {
+            return Err(Error::InvalidName(format!(
+                "sample key {key:?} was already written; keys must be unique across the dataset"
+            )));
+        }
+        if self.current.is_none() {
+            self.open_next()?;
+        }
+        let shard = self.current.as_mut().expect("a shard is open");
+        let path = &shard.tmp_path;
+        for (part, data) in parts {
+            let name = format!("{key}.{part}");
+            write_member(&mut shard.out, &name, data.as_ref()).map_err(io(path))?;
+        }
+        shard.count += 1;
+        self.keys.insert(key.to_string());
+        if shard.count == self.shard_size {
+            self.finish_current()?;
+        }
+        Ok(())
+    }
+
+    fn open_next(&mut self) -> Result<()> {
+        let name = format!("{}{:06}.tar", self.prefix, self.next_shard);
+        self.next_shard += 1;
+        let final_path = self.dir.join(&name);
+        if final_path.exists() {
+            return Err(Error::Dataset(format!(
+                "{} already exists; write into an empty folder or remove it first",
+                final_path.display()
+            )));
+        }
+        let tmp_path = self.dir.join(TMP_DIR).join(&name);
+        let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
+        self.current = Some(OpenShard {
+            name,
+            tmp_path,
+            out: BufWriter::with_capacity(1 << 20, file),
+            count: 0,
+        });
+        Ok(())
+    }
+
+    fn finish_current(&mut self) -> Result<()> {
+        let Some(mut shard) = self.current.take() else {
+            return Ok(());
+        };
+        let tmp = shard.tmp_path.clone();
+        shard.out.write_all(&ZEROS).map_err(io(&tmp))?;
+        let file = shard
+            .out
+            .into_inner()
+            .map_err(|e| Error::Io {
+                path: tmp.clone(),
+                source: e.into_error(),
+            })?;
+        file.sync_all().map_err(io(&tmp))?;
+        let final_path = self.dir.join(&shard.name);
+        fs::rename(&tmp, &final_path).map_err(io(&final_path))?;
+        if let Ok(dir) = File::open(&self.dir) {
+            let _ = dir.sync_all(); // persist the rename; not all filesystems allow it
+        }
+        self.written.push((shard.name, shard.count));
+        Ok(())
+    }
+
+    /// Completes the open shard and returns every shard written, with its sample count.
+    pub fn close(&mut self) -> Result<Vec<(String, u64)>> {
+        self.finish_current()?;
+        Ok(self.written.clone())
+    }
+
+    /// Drops the shard being written, leaving finished shards in place.
+    pub fn abort(&mut self) {
+        if let Some(shard) = self.current.take() {
+            drop(shard.out);
+            let _ = fs::remove_file(&shard.tmp_path);
+        }
+    }
+
+    pub fn samples_in_open_shard(&self) -> u64 {
+        self.current.as_ref().map_or(0, |s| s.count)
+    }
+}
+
+impl Drop for ShardWriter {
+    /// A writer dropped without `close` leaves no partial shard behind.
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+/// One member: a PAX header first when the name does not fit in 100 bytes.
+fn write_member(out: &mut impl Write, name: &str, data: &[u8]) -> std::io::Result<()> {
+    let bytes = name.as_bytes();
+    let short: &[u8] = if bytes.len() <= 100 {
+        bytes
+    } else {
+        let pax = header::pax_path(name);
+        out.write_all(&header::build(b"././@PaxHeader", pax.len() as u64, PAX_LOCAL))?;
+        write_padded(out, &pax)?;
+        // The ustar name field keeps a truncated copy, as tarfile does.
+        let mut cut = 100;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        &bytes[..cut]
+    };
+    out.write_all(&header::build(short, data.len() as u64, REGULAR))?;
+    write_padded(out, data)
+}
+
+fn write_padded(out: &mut impl Write, data: &[u8]) -> std::io::Result<()> {
+    out.write_all(data)?;
+    let pad = (padded(data.len() as u64) - data.len() as u64) as usize;
+    debug_assert!(pad < BLOCK as usize);
+    out.write_all(&ZEROS[..pad])
+}

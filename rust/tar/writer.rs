@@ -106,7 +106,8 @@ impl ShardWriter {
                 final_path.display()
             )));
         }
-        let tmp_path = self.dir.join(TMP_DIR).join(&name);
+        // Not ending in .tar, so Energon never mistakes a half-written shard for a shard.
+        let tmp_path = self.dir.join(TMP_DIR).join(format!("{name}.partial"));
         let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
         self.current = Some(OpenShard {
             name,

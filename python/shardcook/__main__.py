@@ -1,0 +1,5 @@
+"""`python -m shardcook` (what torchrun runs)."""
+
+from shardcook.cli import main
+
+main()

@@ -1,0 +1,5 @@
+"""Placeholder replaced below."""
+
+
+def validate(directory, *, encoding=None, deep=False):
+    raise NotImplementedError

@@ -1,0 +1,35 @@
+//! The PyO3 layer: argument conversion and GIL release only. Errors become the Python classes
+//! of `shardcook.errors`, so Python code catches one hierarchy rooted at `ShardcookError`.
+
+use pyo3::prelude::*;
+
+use crate::error::Error;
+
+mod shards;
+
+/// Raises `e` as the matching `shardcook.errors` class.
+pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
+    let class = match &e {
+        Error::Io { .. } => "ShardcookIOError",
+        Error::Shard { .. } => "ShardError",
+        Error::InvalidName(_) => "InvalidNameError",
+        Error::DuplicateKey { .. } => "DuplicateKeyError",
+        Error::Dataset(_) => "DatasetError",
+        Error::Sqlite(_) => "ShardcookError",
+    };
+    let message = e.to_string();
+    match py
+        .import("shardcook.errors")
+        .and_then(|m| m.getattr(class))
+        .and_then(|c| c.call1((message.clone(),)))
+    {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => pyo3::exceptions::PyRuntimeError::new_err(message),
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    shards::register(m)?;
+    Ok(())
+}

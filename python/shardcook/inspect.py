@@ -1,0 +1,143 @@
+"""`shardcook info`: what a dataset holds, read from its metadata and one sample; no torch, no
+Energon import, so it is fast and works on CrudeWebdataset datasets where `energon info` fails."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import braceexpand
+import yaml
+
+from shardcook import _native
+from shardcook.errors import DatasetError
+from shardcook.finalize import META
+from shardcook.tensorinfo import tensor_info
+
+
+@dataclass
+class SplitSummary:
+    shards: int
+    samples: int
+
+
+@dataclass
+class DatasetSummary:
+    """The facts people ask about a dataset."""
+
+    directory: str
+    dataset_type: str
+    subflavors: dict[str, Any]
+    samples: int
+    shards: int
+    splits: dict[str, SplitSummary]
+    #: Part name to a description: `dtype[shape]` for tensors, else its size in bytes.
+    parts: dict[str, str] = field(default_factory=dict)
+    bytes_on_disk: int = 0
+
+    @property
+    def bytes_per_sample(self) -> float:
+        return self.bytes_on_disk / self.samples if self.samples else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["bytes_per_sample"] = round(self.bytes_per_sample, 1)
+        return d
+
+    def lines(self) -> list[str]:
+        flavors = ", ".join(f"{k}={v}" for k, v in self.subflavors.items()) or "none"
+        out = [
+            f"dataset:     {self.directory}",
+            f"type:        {self.dataset_type} (subflavors: {flavors})",
+            f"samples:     {self.samples:,} in {self.shards:,} shards",
+        ]
+        for name, s in self.splits.items():
+            out.append(f"  {name + ':':<10} {s.samples:,} samples in {s.shards:,} shards")
+        out.append(
+            f"size:        {_human(self.bytes_on_disk)} on disk, "
+            f"{_human(self.bytes_per_sample)} per sample"
+        )
+        if self.parts:
+            out.append("parts of the first sample:")
+            out.extend(f"  {name:<26} {desc}" for name, desc in self.parts.items())
+        return out
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def read_metadata(root: Path) -> tuple[dict[str, int], dict[str, list[str]], dict[str, Any]]:
+    """(shard counts, split name to shard list, dataset.yaml), raising DatasetError with the fix."""
+    meta = root / META
+    info_path = meta / ".info.json"
+    if not info_path.is_file():
+        raise DatasetError(f"{root} has no {META}/.info.json; run `shardcook finalize {root}` first")
+    try:
+        counts = json.loads(info_path.read_text())["shard_counts"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DatasetError(f"{info_path} does not parse ({e}); rebuild it with `shardcook finalize --force`") from None
+    splits: dict[str, list[str]] = {}
+    split_path = meta / "split.yaml"
+    if split_path.is_file():
+        loaded = yaml.safe_load(split_path.read_text()) or {}
+        for name, patterns in (loaded.get("split_parts") or {}).items():
+            splits[name] = [s for p in patterns or [] for s in braceexpand.braceexpand(p)]
+    ds_path = meta / "dataset.yaml"
+    dataset = yaml.safe_load(ds_path.read_text()) if ds_path.is_file() else {}
+    return counts, splits, dataset if isinstance(dataset, dict) else {}
+
+
+def describe_parts(parts: dict[str, bytes]) -> dict[str, str]:
+    """`dtype[shape]` for tensor parts, else the size in bytes."""
+    out = {}
+    for name, data in parts.items():
+        info = tensor_info(data, name)
+        out[name] = str(info) if info else f"{len(data):,} bytes"
+    return out
+
+
+def summarize(
+    root: Path,
+    counts: dict[str, int],
+    splits: dict[str, list[str]],
+    dataset: dict[str, Any],
+) -> DatasetSummary:
+    split_summaries = {
+        name: SplitSummary(len(shards), sum(counts.get(s, 0) for s in shards))
+        for name, shards in splits.items()
+    }
+    bytes_on_disk = sum((root / s).stat().st_size for s in counts if (root / s).is_file())
+    parts: dict[str, str] = {}
+    for shard in counts:
+        if counts[shard] and (root / shard).is_file():
+            try:
+                _, first = next(iter(_native.read_shard(root / shard)))
+                parts = describe_parts(first)
+            except Exception:  # a damaged shard: validate reports it, info just shows less
+                parts = {}
+            break
+    module, cls = dataset.get("__module__", "?"), dataset.get("__class__", "?")
+    return DatasetSummary(
+        directory=str(root),
+        dataset_type=f"{module}.{cls}",
+        subflavors=dict(dataset.get("subflavors") or {}),
+        samples=sum(counts.values()),
+        shards=len(counts),
+        splits=split_summaries,
+        parts=parts,
+        bytes_on_disk=bytes_on_disk,
+    )
+
+
+def info(directory: str | Path) -> DatasetSummary:
+    """Summarizes a finalized dataset from its metadata and its first sample."""
+    root = Path(directory)
+    counts, splits, dataset = read_metadata(root)
+    return summarize(root, counts, splits, dataset)

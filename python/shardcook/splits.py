@@ -1,0 +1,182 @@
+"""Train/val/test splits by whole shard, computed exactly as `energon prepare` does, but checked
+before anything is written: a bad ratio, a pattern that matches nothing or an empty train split is
+an error instead of a silently broken dataset."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import braceexpand
+
+from shardcook.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SPLIT_NAMES = ("train", "val", "test")
+
+
+@dataclass
+class Splits:
+    """Shard names per split, in Energon's order, and warnings worth showing."""
+
+    parts: dict[str, list[str]]
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_ratio(text: str | Sequence[float]) -> tuple[float, float, float]:
+    """Parses `0.8,0.1,0.1` (or a sequence) into three non-negative numbers with a positive sum."""
+    try:
+        values = [float(x) for x in (text.split(",") if isinstance(text, str) else text)]
+    except (TypeError, ValueError):
+        values = []
+    if len(values) != 3 or any(v < 0 or v != v for v in values) or sum(values) <= 0:
+        raise ConfigError(
+            f"invalid split {text!r}: give three non-negative numbers with a positive sum for "
+            "train,val,test, e.g. 0.8,0.1,0.1 or 8,1,1"
+        )
+    return values[0], values[1], values[2]
+
+
+def split_by_ratio(
+    shards: Sequence[str], ratio: Sequence[float], shuffle_seed: int | None = None
+) -> Splits:
+    """Cuts the shard list at `int(n * cumulative_ratio)`, as `energon prepare --split-ratio`."""
+    ratio = parse_ratio(ratio)
+    total = sum(ratio)
+    normalized = [r / total for r in ratio]
+    order = list(shards)
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(order)
+    parts: dict[str, list[str]] = {}
+    cumulative, start = 0.0, 0
+    for name, r in zip(SPLIT_NAMES, normalized):
+        cumulative += r
+        end = int(len(order) * cumulative)
+        parts[name] = order[start:end]
+        start = end
+    splits = Splits(parts)
+    if not parts["train"]:
+        need = next(n for n in range(1, 10**6) if int(n * normalized[0]) >= 1)
+        raise ConfigError(
+            f"the train split would be empty: {len(order)} shard(s) with train ratio "
+            f"{normalized[0]:.3g} need at least {need} shards; write smaller shards "
+            "(a lower --shard-size) or raise the train ratio"
+        )
+    for name, r in zip(SPLIT_NAMES[1:], normalized[1:]):
+        if r > 0 and not parts[name]:
+            splits.warnings.append(
+                f"the {name} split is empty: {len(order)} shard(s) are too few for a {name} "
+                f"ratio of {r:.3g}; Energon will find no {name} data"
+            )
+    return splits
+
+
+def expand_pattern(pattern: str) -> list[re.Pattern[str]]:
+    """Brace-expands a split pattern and compiles each expansion, as Energon does.
+
+    Brace expansion treats a backslash as an escape and removes it, so `\\.` in a pattern
+    reaches the regex as `.`; that is Energon's behaviour and we keep it.
+    """
+    try:
+        expansions = list(braceexpand.braceexpand(pattern))
+    except Exception as e:  # braceexpand raises plain exceptions on unbalanced ranges
+        raise ConfigError(f"split pattern {pattern!r} cannot be brace-expanded: {e}") from None
+    compiled = []
+    for text in expansions:
+        try:
+            compiled.append(re.compile(text))
+        except re.error as e:
+            raise ConfigError(
+                f"split pattern {pattern!r} expands to {text!r}, which is not a valid regular "
+                f"expression ({e})"
+            ) from None
+    return compiled
+
+
+def split_by_patterns(shards: Sequence[str], patterns: Mapping[str, str]) -> Splits:
+    """Assigns shards to splits by `re.match` of each brace expansion, as Energon does."""
+    if not patterns:
+        raise ConfigError("give at least one split pattern, e.g. train:'train-.*'")
+    parts: dict[str, list[str]] = {}
+    for name, pattern in patterns.items():
+        compiled = expand_pattern(pattern)
+        parts[name] = [s for s in shards if any(p.match(s) for p in compiled)]
+        if not parts[name]:
+            raise ConfigError(
+                f"split pattern {name}:{pattern!r} matches none of the {len(shards)} shards "
+                f"(e.g. {shards[0]!r}); patterns are matched from the start of the shard path "
+                "after brace expansion, which also removes backslashes"
+            )
+    splits = Splits(parts)
+    covered = {s for names in parts.values() for s in names}
+    uncovered = [s for s in shards if s not in covered]
+    if uncovered:
+        splits.warnings.append(
+            f"{len(uncovered)} shard(s) are in no split (e.g. {uncovered[0]!r}); no loader will "
+            "read them"
+        )
+    return splits
+
+
+def parse_split_parts(items: Sequence[str]) -> dict[str, str]:
+    """Parses CLI `NAME:PATTERN` items."""
+    parts: dict[str, str] = {}
+    for item in items:
+        name, sep, pattern = item.partition(":")
+        if not sep or not name or not pattern:
+            raise ConfigError(f"--split-parts {item!r} must look like NAME:PATTERN, e.g. train:'train-.*'")
+        parts[name] = pattern
+    return parts
+
+
+_number = re.compile(r"\d+")
+
+
+def collapse(names: Sequence[str]) -> list[str]:
+    """Order-keeping brace collapse of shard names (Energon's `bracecollapse.collapse` with
+    `keep_order=True`): runs of names that differ in one number, counting up by one with the same
+    width, become `prefix{first..last}suffix`."""
+
+    def tokenize(s: str) -> tuple[list[str], list[str]]:
+        return _number.split(s), _number.findall(s)
+
+    out: list[str] = []
+    i = 0
+    while i < len(names):
+        lits0, nums0 = tokenize(names[i])
+        if not nums0:
+            out.append(names[i])
+            i += 1
+            continue
+        slot, prev, end = -1, nums0, i
+        j = i + 1
+        while j < len(names):
+            lits1, nums1 = tokenize(names[j])
+            if lits1 != lits0 or len(nums1) != len(nums0):
+                break
+            diff = [k for k, (a, b) in enumerate(zip(prev, nums1)) if int(a) != int(b)]
+            if len(diff) != 1:
+                break
+            k = diff[0]
+            if len(nums1[k]) != len(prev[k]) or (slot != -1 and slot != k):
+                break
+            if int(nums1[k]) != int(prev[k]) + 1:
+                break
+            slot, prev, end = k, nums1, j
+            j += 1
+        if end > i:
+            pieces = []
+            for k, lit in enumerate(lits0[:-1]):
+                pieces.append(lit)
+                pieces.append(f"{{{nums0[k]}..{prev[k]}}}" if k == slot else nums0[k])
+            pieces.append(lits0[-1])
+            out.append("".join(pieces))
+            i = end + 1
+        else:
+            out.append(names[i])
+            i += 1
+    return out

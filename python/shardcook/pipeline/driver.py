@@ -1,0 +1,169 @@
+"""One whole run, shared by `raw` and `encode`: setup checks, planning, this rank's units,
+gathering, report and manifest, finalize (rank 0)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from shardcook.config import RunConfig
+from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.pipeline import report as rep
+from shardcook.pipeline.plan import plan_units, units_for_rank
+from shardcook.pipeline.progress import check_output, clear_output, clear_tmp, write_json_atomic
+from shardcook.pipeline.run import Processor, RunStats, run_units
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[[str, int], None]]:
+    """Yields an `on_progress(kind, n)` callback driving rich bars (a no-op when disabled)."""
+    if not enabled:
+        yield lambda kind, n: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    class Rate(TextColumn):
+        def render(self, task):  # images/s for the samples bar
+            speed = task.finished_speed or task.speed
+            return super().render(task) if speed is None else f"{speed:,.1f}/s"
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  Rate(""), TimeElapsedColumn(), TimeRemainingColumn(),
+                  transient=False) as bar:
+        tasks = {"unit": bar.add_task("units", total=units),
+                 "samples": bar.add_task("inputs", total=samples)}
+        yield lambda kind, n: bar.advance(tasks[kind], n)
+
+
+def _setup(cfg: RunConfig, manifest: dict) -> None:
+    """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
+    out = Path(cfg.output.output_dir)
+    check_output(out)
+    if cfg.output.overwrite:
+        clear_output(out)
+        check_output(out)
+    else:
+        rep.check_resume(out, manifest)
+    clear_tmp(out)
+    write_json_atomic(rep.manifest_path(out), manifest)
+
+
+def run_pipeline(
+    cfg: RunConfig,
+    *,
+    encoding: str,
+    make_processor: Callable[[RunConfig], Processor],
+    batch_size: int = 32,
+    manifest_extra: dict | None = None,
+    backend: str = "gloo",
+) -> dict | None:
+    """Runs the whole pipeline on this process's rank; returns the report on rank 0.
+
+    Raises:
+        ConfigError: bad setup, before any work (on every rank).
+        DatasetError: units missing after all ranks finished, or finalize/validate failed.
+    """
+    from shardcook import distributed
+    from shardcook.sources import open_source
+
+    t_start = time.perf_counter()
+    dist = distributed.init(backend)
+    try:
+        error: str | None = None
+        source = None
+        try:
+            source = open_source(cfg)
+            manifest = rep.new_manifest(cfg, encoding, source.describe(), len(source),
+                                        manifest_extra)
+        except ConfigError as e:
+            error = str(e)
+        errors = dist.gather(error)
+        error = next((e for e in errors if e), None)
+        if error is None and dist.is_main:
+            try:
+                _setup(cfg, manifest)
+            except ConfigError as e:
+                error = str(e)
+        error = dist.broadcast(error)
+        if error is not None:
+            raise ConfigError(error)
+        assert source is not None
+        processor = make_processor(cfg)
+
+        out = Path(cfg.output.output_dir)
+        units = plan_units(len(source), cfg.output.shard_size)
+        mine = units_for_rank(units, dist.rank, dist.world_size)
+        show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
+        with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
+            stats = run_units(out, source, mine, processor, batch_size=batch_size,
+                              on_progress=on_progress)
+        all_stats: list[RunStats] = dist.gather(stats)
+        result: dict | None = None
+        failure: ShardcookError | None = None
+        if dist.is_main:
+            try:
+                result = _finish(cfg, out, units, manifest, all_stats, dist.world_size,
+                                 encoding, t_start)
+            except ShardcookError as e:
+                failure = e
+        error = dist.broadcast(None if failure is None else str(failure))
+        if failure is not None:
+            raise failure
+        if error is not None:
+            raise DatasetError(error)
+        return result
+    finally:
+        dist.close()
+
+
+def _finish(cfg: RunConfig, out: Path, units, manifest: dict, all_stats: list[RunStats],
+            world_size: int, encoding: str, t_start: float) -> dict:
+    records, missing = rep.collect(out, units)
+    if missing:
+        raise DatasetError(
+            f"{len(missing)} work unit(s) are not finished (e.g. unit {missing[0]}); "
+            "rerun the same command to complete them."
+        )
+    stages: dict[str, float] = {}
+    for s in all_stats:
+        for k, v in s.stage_seconds.items():
+            stages[k] = stages.get(k, 0.0) + v
+    inputs_this_run = sum(s.inputs for s in all_stats)
+
+    def report(finalize_seconds: float | None) -> dict:
+        return rep.build_report(
+            records, encoding=encoding, num_inputs=manifest["num_inputs"],
+            wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,
+            world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
+            inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds)
+
+    result = report(None)
+    rep.write_outputs(out, rep.finish_manifest(manifest, result), result)
+    if cfg.output.finalize:
+        if not result["shards"]:
+            raise DatasetError(
+                f"every input was skipped, so {out} holds no shards to finalize; "
+                f"see {rep.report_path(out)} for the reasons."
+            )
+        from shardcook.finalize import finalize
+
+        t0 = time.perf_counter()
+        finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
+        result = report(time.perf_counter() - t0)
+        rep.write_outputs(out, rep.finish_manifest(manifest, result), result)
+    if not cfg.output.quiet:
+        print("\n".join(rep.summary_lines(result, out)), file=sys.stderr)
+    return result

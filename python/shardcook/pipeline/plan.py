@@ -1,0 +1,46 @@
+"""Work units (FORMAT.md §4): consecutive runs of `shard_size` inputs; unit u becomes shard u."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def sample_key(index: int) -> str:
+    """The key of input `index`."""
+    return f"{index:010d}"
+
+
+def shard_name(unit: int) -> str:
+    """The shard file of work unit `unit`."""
+    return f"{unit:06d}.tar"
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Inputs start <= i < stop, written to shard `name`."""
+
+    unit: int
+    start: int
+    stop: int
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.unit)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def plan_units(num_inputs: int, shard_size: int) -> list[WorkUnit]:
+    """All work units for `num_inputs` inputs."""
+    if shard_size < 1:
+        raise ValueError("shard_size must be at least 1")
+    return [
+        WorkUnit(u, a, min(a + shard_size, num_inputs))
+        for u, a in enumerate(range(0, num_inputs, shard_size))
+    ]
+
+
+def units_for_rank(units: list[WorkUnit], rank: int, world_size: int) -> list[WorkUnit]:
+    """The units rank `rank` of `world_size` takes: u % world_size == rank."""
+    return [w for w in units if w.unit % world_size == rank]

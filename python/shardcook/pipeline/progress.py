@@ -1,0 +1,100 @@
+"""Per-unit progress markers in `.shardcook/progress/` (resume) and the output folder's setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from shardcook.errors import ConfigError
+
+OURS = ".shardcook"
+PROGRESS = "progress"
+TMP = "tmp"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Writes JSON to `path` via a fsync'd temporary file and a rename: all or nothing."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def marker_path(out: Path, unit: int) -> Path:
+    return out / OURS / PROGRESS / f"{unit:06d}.json"
+
+
+def write_marker(out: Path, unit: int, record: dict) -> None:
+    """Records a finished unit (after its shard got its final name)."""
+    write_json_atomic(marker_path(out, unit), record)
+
+
+def read_marker(out: Path, unit: int) -> dict | None:
+    """The unit's record if the unit is done (marker readable and its shard present), else None."""
+    path = marker_path(out, unit)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    shard = record.get("shard")
+    if shard is not None and not (out / shard).is_file():
+        return None
+    return record
+
+
+def is_ours(out: Path) -> bool:
+    """True when `out` is missing, empty, or holds a shardcook run (its manifest or only `.shardcook/`)."""
+    if not out.exists():
+        return True
+    entries = [e for e in os.listdir(out)]
+    if not entries:
+        return True
+    if (out / OURS / "manifest.json").is_file():
+        return True
+    return entries == [OURS]
+
+
+def check_output(out: Path) -> None:
+    """Raises ConfigError unless `out` can be created and written and holds nothing foreign."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output-dir {str(out)!r} is a file; name a folder.")
+    if not is_ours(out):
+        raise ConfigError(
+            f"Output folder {str(out)!r} holds files that are not a shardcook dataset; "
+            "choose a new or empty folder."
+        )
+    try:
+        (out / OURS / PROGRESS).mkdir(parents=True, exist_ok=True)
+        probe = out / OURS / f".probe{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            f"Output folder {str(out)!r} is not writable ({e.strerror or e}); "
+            "choose a folder you can write to."
+        ) from None
+
+
+def clear_output(out: Path) -> None:
+    """Removes what a previous shardcook run wrote (shards, indexes, metadata, progress)."""
+    if not out.is_dir():
+        return
+    for p in sorted(out.rglob("*.tar")) + sorted(out.rglob("*.tar.idx")):
+        p.unlink()
+    for d in (out / ".nv-meta", out / OURS):
+        if d.exists():
+            shutil.rmtree(d)
+
+
+def clear_tmp(out: Path) -> None:
+    """Drops partial shards left by a killed run."""
+    tmp = out / OURS / TMP
+    if tmp.is_dir():
+        for p in tmp.iterdir():
+            if p.is_file():
+                p.unlink()

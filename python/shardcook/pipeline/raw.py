@@ -1,0 +1,113 @@
+"""`raw`: images decoded, oriented, resized/cropped and re-encoded by the Rust image core, written
+with their captions and meta.json (FORMAT.md §3, raw)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from shardcook.config import RunConfig
+from shardcook.pipeline.run import Loaded, Outcome
+
+DECODE_ERROR = "decode_error"
+TOO_LARGE = "too_large"
+TOO_SMALL = "too_small"
+ENCODE_ERROR = "encode_error"
+
+
+def classify_error(message: str) -> str:
+    """The skip reason for an image-core error message."""
+    text = message.lower()
+    if "too large" in text or "pixels" in text or "limit" in text:
+        return TOO_LARGE
+    return DECODE_ERROR
+
+
+def meta_json(source: str, orig_size, crop, size) -> bytes:
+    """meta.json bytes, deterministic: {"source", "orig_size", "crop", "size"}."""
+    return json.dumps(
+        {"source": source, "orig_size": [int(x) for x in orig_size],
+         "crop": [int(x) for x in crop], "size": [int(x) for x in size]},
+        ensure_ascii=False,
+    ).encode("utf-8")
+
+
+class RawProcessor:
+    """Turns loaded inputs into (image, txt, meta.json) parts."""
+
+    def __init__(self, cfg: RunConfig):
+        from shardcook import imaging  # the Rust image core
+
+        self.imaging = imaging
+        self.image = cfg.image
+        self.workers = cfg.image.workers or os.cpu_count() or 1
+        self.stage_seconds = {"preprocess": 0.0, "encode": 0.0}
+        self._pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+
+    def _encode(self, pixels) -> bytes:
+        i = self.image
+        return self.imaging.encode_image(pixels, format=i.image_format, quality=i.image_quality)
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]:
+        i = self.image
+        outcomes: list[Outcome | None] = [None] * len(batch)
+        todo = []
+        for n, loaded in enumerate(batch):
+            reason = loaded.item.skip or loaded.skip
+            if reason is not None:
+                outcomes[n] = Outcome(loaded.item, skip=reason, detail=loaded.detail)
+            else:
+                todo.append(n)
+        t0 = time.perf_counter()
+        results = self.imaging.preprocess(
+            [batch[n].image for n in todo], size=i.image_size, mode=i.resize_mode,
+            max_size=i.max_size, max_pixels=i.max_pixels, workers=self.workers,
+        ) if todo else []
+        t1 = time.perf_counter()
+        self.stage_seconds["preprocess"] += t1 - t0
+        keep = []
+        for n, r in zip(todo, results):
+            item = batch[n].item
+            if r.error is not None or r.pixels is None:
+                message = r.error or "no pixels"
+                outcomes[n] = Outcome(item, skip=classify_error(message), detail=message)
+            elif min(r.orig_size) < i.min_size:
+                outcomes[n] = Outcome(
+                    item, skip=TOO_SMALL,
+                    detail=f"short side {min(r.orig_size)} < --min-size {i.min_size}")
+            else:
+                keep.append((n, r))
+        pixels = [r.pixels for _, r in keep]
+        encoded = list(self._pool.map(self._try_encode, pixels)) if self._pool else [
+            self._try_encode(p) for p in pixels]
+        self.stage_seconds["encode"] += time.perf_counter() - t1
+        for (n, r), data in zip(keep, encoded):
+            item = batch[n].item
+            if isinstance(data, str):
+                outcomes[n] = Outcome(item, skip=ENCODE_ERROR, detail=data)
+                continue
+            h, w = r.pixels.shape[:2]
+            parts = [
+                (i.image_format, data),
+                ("txt", (item.caption or "").encode("utf-8")),
+                ("meta.json", meta_json(item.source, r.orig_size, r.crop, (h, w))),
+            ]
+            outcomes[n] = Outcome(item, parts=parts)
+        return outcomes  # type: ignore[return-value]
+
+    def _try_encode(self, pixels):
+        try:
+            return self._encode(pixels)
+        except Exception as e:  # noqa: BLE001 - any encode failure skips just this image
+            return str(e) or type(e).__name__
+
+
+def run_raw(cfg: RunConfig) -> dict | None:
+    """`shardcook raw`: the whole run for this rank; returns report.json's content on rank 0."""
+    from shardcook.pipeline.driver import run_pipeline
+
+    workers = cfg.image.workers or os.cpu_count() or 1
+    return run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
+                        batch_size=max(16, 4 * workers))

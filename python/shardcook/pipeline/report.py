@@ -1,0 +1,183 @@
+"""manifest.json (FORMAT.md §6), report.json and the end-of-run summary."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from shardcook.config import RunConfig, output_affecting
+from shardcook.errors import ConfigError
+from shardcook.pipeline.plan import WorkUnit
+from shardcook.pipeline.progress import OURS, read_marker, write_json_atomic
+
+FORMAT_VERSION = 1
+
+
+def manifest_path(out: Path) -> Path:
+    return out / OURS / "manifest.json"
+
+
+def report_path(out: Path) -> Path:
+    return out / OURS / "report.json"
+
+
+def new_manifest(cfg: RunConfig, encoding: str, source: dict, num_inputs: int,
+                 extra: dict | None = None) -> dict:
+    """The manifest written before any work: what is being made (counts filled in at the end)."""
+    from shardcook import __version__
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "shardcook_version": __version__,
+        "encoding": encoding,
+        "config": cfg.to_dict(),
+        "source": source,
+        "num_inputs": num_inputs,
+        "num_samples": None,
+        "num_skipped": None,
+        "shards": None,
+        "complete": False,
+    }
+    manifest.update(extra or {})
+    return manifest
+
+
+def _flat(config: dict) -> dict:
+    cfg = RunConfig()
+    for section, values in config.items():
+        sec = getattr(cfg, section, None)
+        if sec is None:
+            continue
+        for k, v in values.items():
+            if hasattr(sec, k):
+                setattr(sec, k, v)
+    return output_affecting(cfg)
+
+
+def compare_manifest(old: dict, new: dict) -> list[str]:
+    """The differences between an earlier run's manifest and this run's, as `name: old -> new`."""
+    diffs = []
+    if old.get("encoding") != new.get("encoding"):
+        diffs.append(f"encoding: {old.get('encoding')} -> {new.get('encoding')}")
+    a, b = _flat(old.get("config") or {}), _flat(new["config"])
+    for key in b:
+        if a.get(key) != b[key]:
+            diffs.append(f"{key}: {a.get(key)!r} -> {b[key]!r}")
+    if old.get("num_inputs") != new.get("num_inputs"):
+        diffs.append(f"number of inputs: {old.get('num_inputs')} -> {new.get('num_inputs')}")
+    compared = ("config", "encoding", "num_inputs", "num_samples", "num_skipped", "shards",
+                "complete", "shardcook_version", "format_version")
+    for key, value in new.items():
+        if key not in compared and old.get(key) != value:
+            diffs.append(f"{key}: {old.get(key)!r} -> {value!r}")
+    return diffs
+
+
+def check_resume(out: Path, manifest: dict) -> None:
+    """Raises ConfigError if `out` holds a run made with different options."""
+    path = manifest_path(out)
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ConfigError(
+            f"{str(path)!r} is unreadable; rerun with --overwrite to start over."
+        ) from None
+    diffs = compare_manifest(old, manifest)
+    if diffs:
+        raise ConfigError(
+            f"Output folder {str(out)!r} holds a run made with different options "
+            f"({'; '.join(diffs)}); rerun with the same options to resume, or add --overwrite."
+        )
+
+
+def collect(out: Path, units: list[WorkUnit]) -> tuple[list[dict], list[int]]:
+    """(records of the finished units, numbers of the units that are not finished)."""
+    records, missing = [], []
+    for unit in units:
+        rec = read_marker(out, unit.unit)
+        if rec is None:
+            missing.append(unit.unit)
+        else:
+            records.append(rec)
+    return records, missing
+
+
+def build_report(records: list[dict], *, encoding: str, num_inputs: int, wall_seconds: float,
+                 stage_seconds: dict[str, float], world_size: int, units_resumed: int,
+                 inputs_this_run: int, finalize_seconds: float | None) -> dict:
+    """report.json: counts, every skip with its reason, shards, timings."""
+    skipped = [s for r in records for s in r["skipped"]]
+    by_reason = Counter(s["reason"] for s in skipped)
+    written = sum(r["written"] for r in records)
+    shards = {r["shard"]: r["written"] for r in records if r["shard"] is not None}
+    stages = dict(stage_seconds)
+    if finalize_seconds is not None:
+        stages["finalize"] = finalize_seconds
+    return {
+        "encoding": encoding,
+        "num_inputs": num_inputs,
+        "num_written": written,
+        "num_skipped": num_inputs - written,
+        "num_ignored_files": sum(1 for s in skipped if s["key"] is None),
+        "skipped_by_reason": dict(sorted(by_reason.items())),
+        "empty_captions": sum(r["empty_captions"] for r in records),
+        "num_shards": len(shards),
+        "shards": dict(sorted(shards.items())),
+        "units": {"total": len(records), "resumed": units_resumed,
+                  "this_run": len(records) - units_resumed},
+        "world_size": world_size,
+        "wall_seconds": round(wall_seconds, 3),
+        "inputs_this_run": inputs_this_run,
+        "inputs_per_second": round(inputs_this_run / wall_seconds, 2) if wall_seconds > 0 else None,
+        "stage_seconds": {k: round(v, 3) for k, v in sorted(stages.items())},
+        "skipped": skipped,
+    }
+
+
+def finish_manifest(manifest: dict, report: dict) -> dict:
+    done = dict(manifest)
+    done.update(num_samples=report["num_written"], num_skipped=report["num_skipped"],
+                shards=report["shards"], complete=True)
+    return done
+
+
+def write_outputs(out: Path, manifest: dict, report: dict) -> None:
+    write_json_atomic(report_path(out), report)
+    write_json_atomic(manifest_path(out), manifest)
+
+
+def summary_lines(report: dict, out: Path) -> list[str]:
+    """The human summary printed at the end of a run."""
+    lines = [
+        f"{report['encoding']} dataset in {out}",
+        f"  inputs:  {report['num_inputs']:,}",
+        f"  written: {report['num_written']:,} samples in {report['num_shards']:,} shards",
+        f"  skipped: {report['num_skipped']:,} inputs"
+        + (f", {report['num_ignored_files']:,} extra files ignored"
+           if report["num_ignored_files"] else ""),
+    ]
+    for reason, n in report["skipped_by_reason"].items():
+        lines.append(f"    {reason}: {n:,}")
+    if report["empty_captions"]:
+        lines.append(f"  empty captions (kept): {report['empty_captions']:,}")
+    units = report["units"]
+    if units["resumed"]:
+        lines.append(f"  resumed: {units['resumed']:,} of {units['total']:,} units were already done")
+    rate = report["inputs_per_second"]
+    lines.append(
+        f"  time: {report['wall_seconds']:.2f} s"
+        + (f", {rate:,.1f} inputs/s" if rate else "")
+        + (f" on {report['world_size']} ranks" if report["world_size"] > 1 else "")
+    )
+    stages = ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items())
+    if stages:
+        lines.append(f"  stages (summed over threads and ranks): {stages}")
+    return lines
+
+
+def as_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False)

@@ -1,0 +1,218 @@
+"""The bounded prefetch -> process -> write loop over this rank's work units, with resume.
+
+A reader thread pulls each unit's items from the source and loads their bytes into a bounded
+queue; the main thread hands batches to a `Processor` (raw: decode/resize/encode; encode: GPU
+models) and writes the results in input order with one `ShardWriter` per unit. After a unit's
+shard has its final name, a progress marker records the unit; a unit with a marker is skipped on
+the next run. Memory is bounded by `prefetch` batches of `batch_size` items.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from shardcook._native import ShardWriter
+from shardcook.pipeline.plan import WorkUnit
+from shardcook.pipeline.progress import read_marker, write_marker
+from shardcook.sources.base import Item, Source
+
+UNREADABLE_IMAGE = "unreadable_image"
+
+
+@dataclass
+class Loaded:
+    """An item with its image bytes read (None when `item.skip` or `skip` is set)."""
+
+    item: Item
+    image: bytes | None = None
+    skip: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class Outcome:
+    """What became of one input: its parts to write, or why it was skipped."""
+
+    item: Item
+    parts: list[tuple[str, bytes]] | None = None
+    skip: str | None = None
+    detail: str | None = None
+
+
+class Processor(Protocol):
+    """Turns loaded inputs into sample parts, one outcome per input, in order."""
+
+    stage_seconds: dict[str, float]
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]: ...
+
+
+@dataclass
+class RunStats:
+    """What this rank did in this run."""
+
+    units_total: int = 0
+    units_resumed: int = 0
+    units_written: int = 0
+    inputs: int = 0
+    written: int = 0
+    skipped: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def load(item: Item) -> Loaded:
+    """Reads an item's image bytes; an unreadable file becomes a skip."""
+    if item.skip is not None:
+        return Loaded(item)
+    try:
+        return Loaded(item, item.image_bytes())
+    except OSError as e:
+        return Loaded(item, skip=UNREADABLE_IMAGE, detail=e.strerror or str(e))
+
+
+def skip_record(key: str | None, source: str, reason: str, detail: str | None = None,
+                **extra) -> dict:
+    rec = {"key": key, "source": source, "reason": reason}
+    if detail:
+        rec["detail"] = detail
+    rec.update(extra)
+    return rec
+
+
+_END = object()
+
+
+def _reader(source: Source, units: list[WorkUnit], batch_size: int, q: queue.Queue,
+            stop: threading.Event, seconds: list[float]) -> None:
+    """Puts ("batch", unit, [Loaded]) and ("end", unit, None) on `q`; exceptions are forwarded."""
+    try:
+        for unit in units:
+            batch: list[Loaded] = []
+            t0 = time.perf_counter()
+            for item in source.items(unit.start, unit.stop):
+                batch.append(load(item))
+                if len(batch) == batch_size:
+                    seconds[0] += time.perf_counter() - t0
+                    q.put(("batch", unit, batch))
+                    if stop.is_set():
+                        return
+                    batch, t0 = [], time.perf_counter()
+            seconds[0] += time.perf_counter() - t0
+            if batch:
+                q.put(("batch", unit, batch))
+            q.put(("end", unit, None))
+            if stop.is_set():
+                return
+        q.put((_END, None, None))
+    except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+        q.put(("error", None, e))
+
+
+def _batches(source: Source, units: list[WorkUnit], batch_size: int,
+             prefetch: int, seconds: list[float]) -> Iterator[tuple[str, WorkUnit, object]]:
+    q: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
+    stop = threading.Event()
+    t = threading.Thread(target=_reader, args=(source, units, batch_size, q, stop, seconds),
+                         name="shardcook-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, unit, payload = q.get()
+            if kind is _END:
+                return
+            if kind == "error":
+                raise payload  # type: ignore[misc]
+            yield kind, unit, payload
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a reader waiting on a full queue
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
+def run_units(
+    out: Path,
+    source: Source,
+    units: list[WorkUnit],
+    processor: Processor,
+    *,
+    batch_size: int = 32,
+    prefetch: int = 2,
+    on_progress: Callable[[str, int], None] | None = None,
+) -> RunStats:
+    """Processes and writes every unit in `units` that is not already done.
+
+    Args:
+        on_progress: called with ("unit", 1) per finished unit and ("samples", n) per batch.
+    """
+    stats = RunStats(units_total=len(units))
+    pending = []
+    for unit in units:
+        if read_marker(out, unit.unit) is not None:
+            stats.units_resumed += 1
+            if on_progress:
+                on_progress("unit", 1)
+                on_progress("samples", len(unit))
+        else:
+            pending.append(unit)
+    read_seconds = [0.0]
+    write_seconds = 0.0
+    writer: ShardWriter | None = None
+    record: dict = {}
+    try:
+        for kind, unit, payload in _batches(source, pending, batch_size, prefetch, read_seconds):
+            if writer is None:
+                writer = ShardWriter(out, shard_size=max(len(unit), 1), first_shard=unit.unit)
+                record = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
+                          "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
+                          "skipped": []}
+            if kind == "batch":
+                outcomes = processor.process(payload)  # type: ignore[arg-type]
+                t0 = time.perf_counter()
+                for o in outcomes:
+                    record["inputs"] += 1
+                    for ex in o.item.extras:
+                        record["skipped"].append(
+                            skip_record(None, ex.source, ex.reason, used=ex.used,
+                                        input_key=o.item.key))
+                    if o.parts is None:
+                        record["skipped"].append(
+                            skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))
+                        continue
+                    writer.write(o.item.key, o.parts)
+                    record["written"] += 1
+                    if o.item.caption == "":
+                        record["empty_captions"] += 1
+                write_seconds += time.perf_counter() - t0
+                if on_progress:
+                    on_progress("samples", len(outcomes))
+            else:  # end of unit
+                t0 = time.perf_counter()
+                shards = writer.close()
+                writer = None
+                if shards:
+                    record["shard"] = shards[0][0]
+                write_marker(out, unit.unit, record)
+                write_seconds += time.perf_counter() - t0
+                stats.units_written += 1
+                stats.inputs += record["inputs"]
+                stats.written += record["written"]
+                stats.skipped += record["inputs"] - record["written"]
+                if on_progress:
+                    on_progress("unit", 1)
+    finally:
+        if writer is not None:
+            writer.abort()
+    stage = Counter({"read": read_seconds[0], "write": write_seconds})
+    stage.update(processor.stage_seconds)
+    stats.stage_seconds = dict(stage)
+    return stats

@@ -1,0 +1,97 @@
+"""What every source yields: `Item`s in a fixed order, and the `Source` interface."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+# Skip reasons a source itself can decide (the image stage adds its own).
+MISSING_CAPTION = "missing_caption"
+CAPTION_NOT_UTF8 = "caption_not_utf8"
+MISSING_IMAGE = "missing_image"
+DUPLICATE_IMAGE = "duplicate_image"
+DUPLICATE_CAPTION = "duplicate_caption"
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An input file that was found but not used (e.g. a second image for one stem)."""
+
+    source: str
+    reason: str
+    used: str
+
+
+@dataclass
+class Item:
+    """One input: its position, where it came from, its image and caption.
+
+    Attributes:
+        index: position in the source's deterministic order; the sample key is f"{index:010d}".
+        source: where the input came from (a path, `dataset[split][row]`, `tar:key`).
+        image: the encoded image bytes, or None when `image_path` names a file to read.
+        image_path: a file holding the image, when `image` is None.
+        caption: the caption, or None when it is missing or unreadable (then `skip` says why).
+        skip: a reason this input cannot be used, when the source already knows it.
+        extras: files belonging to this input's stem that were not used, reported as skipped.
+    """
+
+    index: int
+    source: str
+    image: bytes | None = None
+    image_path: str | None = None
+    caption: str | None = None
+    skip: str | None = None
+    extras: tuple[Extra, ...] = field(default_factory=tuple)
+
+    @property
+    def key(self) -> str:
+        return f"{self.index:010d}"
+
+    def image_bytes(self) -> bytes:
+        """The image's bytes, read from `image_path` when needed."""
+        if self.image is not None:
+            return self.image
+        assert self.image_path is not None
+        return Path(self.image_path).read_bytes()
+
+
+class Source(Protocol):
+    """A deterministic, lazily read sequence of inputs."""
+
+    def __len__(self) -> int:
+        """Number of inputs (after --max-samples)."""
+
+    def items(self, start: int, stop: int) -> Iterator[Item]:
+        """Yields the items with start <= index < stop, in order, reading only those."""
+
+    def describe(self) -> dict:
+        """A JSON-safe description for manifest.json."""
+
+
+def decode_caption(raw: bytes) -> tuple[str | None, str | None]:
+    """UTF-8 caption bytes -> (caption, None), or (None, skip reason) if they are not UTF-8."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, CAPTION_NOT_UTF8
+    return clean_caption(text), None
+
+
+def clean_caption(text: str) -> str:
+    """Strips a BOM and surrounding whitespace (trailing newlines of caption files)."""
+    return text.lstrip("\ufeff").strip()
+
+
+def dotted_get(obj, path: str):
+    """obj["a"]["b"] for path "a.b" (list indices as numbers); raises KeyError if absent."""
+    for part in path.split("."):
+        if isinstance(obj, dict):
+            obj = obj[part]
+        elif isinstance(obj, (list, tuple)) and part.isdigit() and int(part) < len(obj):
+            obj = obj[int(part)]
+        else:
+            raise KeyError(path)
+    return obj

@@ -1,0 +1,163 @@
+"""A Hugging Face dataset (hub, `save_to_disk` folder, or parquet/json/csv files), in row order."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shardcook.errors import ConfigError
+from shardcook.sources.base import (
+    MISSING_CAPTION,
+    MISSING_IMAGE,
+    Item,
+    clean_caption,
+    decode_caption,
+    dotted_get,
+)
+
+CAPTION_NAMES = ("caption", "text", "prompt", "captions", "txt", "description", "alt_text",
+                 "sentence", "title")
+IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
+FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv",
+                 ".arrow": "arrow"}
+CHUNK = 64
+
+
+def load(name: str, split: str, data_files: list[str] | None = None):
+    """Opens one split as a memory-mapped `datasets.Dataset` (nothing is read into memory)."""
+    import datasets
+
+    path = Path(name)
+    try:
+        if path.is_dir() and any((path / f).exists() for f in ("state.json", "dataset_dict.json")):
+            ds = datasets.load_from_disk(str(path))
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise ConfigError(
+                        f"Dataset {name!r} has no split {split!r} (it has {', '.join(ds)}); "
+                        "check --hf-split."
+                    )
+                ds = ds[split]
+            return ds
+        if path.is_file() and path.suffix.lower() in FILE_BUILDERS:
+            return datasets.load_dataset(FILE_BUILDERS[path.suffix.lower()],
+                                         data_files=[str(path)], split=split)
+        if path.suffix.lower() in FILE_BUILDERS and not path.exists():
+            raise ConfigError(f"Hugging Face data file {name!r} does not exist; check --hf-dataset.")
+        return datasets.load_dataset(name, data_files=data_files, split=split)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds, all mean "cannot load"
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(
+            f"Hugging Face dataset {name!r} (split {split!r}) could not be loaded: {first}"
+        ) from None
+
+
+def _root(path: str) -> str:
+    return path.split(".", 1)[0]
+
+
+def detect_columns(features: dict[str, Any], image_column: str | None,
+                   caption_column: str | None) -> tuple[str, str]:
+    """(image column, caption column): the named ones, checked, or detected from the features."""
+    import datasets
+
+    names = list(features)
+    if image_column is None:
+        typed = [n for n in names if isinstance(features[n], datasets.Image)]
+        named = [n for n in IMAGE_NAMES if n in features]
+        image_column = (typed or named or [None])[0]
+        if image_column is None:
+            raise ConfigError(
+                f"No image column found among {', '.join(names)}; name it with --image-column."
+            )
+    elif _root(image_column) not in features:
+        raise ConfigError(
+            f"--image-column {image_column!r} is not a column (columns: {', '.join(names)})."
+        )
+    if caption_column is None:
+        lowered = {n.lower(): n for n in names}
+        caption_column = next((lowered[c] for c in CAPTION_NAMES if c in lowered), None)
+        if caption_column is None:
+            raise ConfigError(
+                f"No caption column found among {', '.join(names)}; name it with --caption-column."
+            )
+    elif _root(caption_column) not in features:
+        raise ConfigError(
+            f"--caption-column {caption_column!r} is not a column (columns: {', '.join(names)})."
+        )
+    return image_column, caption_column
+
+
+class HuggingFaceSource:
+    """Inputs = the rows of one split, in row order; images stay encoded (decode=False)."""
+
+    def __init__(self, name: str, split: str = "train", data_files: list[str] | None = None,
+                 max_samples: int | None = None, image_column: str | None = None,
+                 caption_column: str | None = None):
+        import datasets
+
+        ds = load(name, split, data_files)
+        self.image_column, self.caption_column = detect_columns(
+            ds.features, image_column, caption_column)
+        roots = list(dict.fromkeys([_root(self.image_column), _root(self.caption_column)]))
+        ds = ds.select_columns(roots)
+        img_root = _root(self.image_column)
+        if isinstance(ds.features[img_root], datasets.Image):
+            ds = ds.cast_column(img_root, datasets.Image(decode=False))
+        if len(ds) == 0:
+            raise ConfigError(f"Hugging Face dataset {name!r} split {split!r} has no rows.")
+        self.ds = ds
+        self.name, self.split = name, split
+        self.num_found = len(ds)
+        self._len = min(len(ds), max_samples) if max_samples is not None else len(ds)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def describe(self) -> dict:
+        return {"type": "huggingface", "dataset": self.name, "split": self.split,
+                "image_column": self.image_column, "caption_column": self.caption_column}
+
+    def items(self, start: int, stop: int) -> Iterator[Item]:
+        start, stop = max(start, 0), min(stop, self._len)
+        for a in range(start, stop, CHUNK):
+            rows = self.ds[a:min(a + CHUNK, stop)]
+            n = len(next(iter(rows.values())))
+            for j in range(n):
+                row = {k: v[j] for k, v in rows.items()}
+                yield self._item(a + j, row)
+
+    def _item(self, index: int, row: dict) -> Item:
+        source = f"{self.name}[{self.split}][{index}]"
+        try:
+            image = dotted_get(row, self.image_column)
+        except KeyError:
+            image = None
+        image_bytes, image_path = None, None
+        if isinstance(image, dict):
+            image_bytes, image_path = image.get("bytes"), image.get("path")
+        elif isinstance(image, (bytes, bytearray)):
+            image_bytes = bytes(image)
+        elif isinstance(image, str) and image:
+            image_path = image
+        if image_bytes is None and (not image_path or not os.path.isfile(image_path)):
+            return Item(index, source, skip=MISSING_IMAGE)
+        try:
+            caption = dotted_get(row, self.caption_column)
+        except KeyError:
+            caption = None
+        skip = None
+        if isinstance(caption, (list, tuple)) and caption and isinstance(caption[0], str):
+            caption = caption[0]
+        if isinstance(caption, bytes):
+            caption, skip = decode_caption(caption)
+        elif isinstance(caption, str):
+            caption = clean_caption(caption)
+        else:
+            caption, skip = None, MISSING_CAPTION
+        return Item(index, source, image=image_bytes, image_path=image_path, caption=caption,
+                    skip=skip)

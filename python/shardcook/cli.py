@@ -147,5 +147,66 @@ def info(
     typer.echo(json.dumps(summary.to_dict(), indent=2) if as_json else "\n".join(summary.lines()))
 
 
+# ---- `shardcook raw` (issue 4) -------------------------------------------------------------
+# Options mirror shardcook.config (YAML key = option name with `_`); an option given on the
+# command line beats the --config file, which beats the defaults shown here.
+_SRC, _OUT, _IMG, _FMT = "Source", "Output", "Image", "Data format"
+
+
+@app.command()
+def raw(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")] = None,
+    print_config: Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")] = False,
+    source_type: Annotated[str, typer.Option(help="directory, huggingface or webdataset.", rich_help_panel=_SRC)] = "directory",
+    input_dir: Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=_SRC)] = None,
+    hf_dataset: Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
+    hf_split: Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)] = "train",
+    hf_data_files: Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)] = None,
+    input_path: Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=_SRC)] = None,
+    max_samples: Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)] = None,
+    image_column: Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)] = None,
+    caption_column: Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=_FMT)] = None,
+    output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
+    shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)] = 1000,
+    split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)] = "1,0,0",
+    finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)] = True,
+    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)] = False,
+    image_size: Annotated[int, typer.Option(help="Target side (crop, stretch).", rich_help_panel=_IMG)] = 1024,
+    resize_mode: Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=_IMG)] = "crop",
+    max_size: Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=_IMG)] = 1024,
+    image_format: Annotated[str, typer.Option(help="jpg, png or webp.", rich_help_panel=_IMG)] = "jpg",
+    image_quality: Annotated[int, typer.Option(help="JPEG/WebP quality 1-100.", rich_help_panel=_IMG)] = 95,
+    min_size: Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=_IMG)] = 0,
+    workers: Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)] = None,
+) -> None:
+    """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
+    finalized Energon shards. Resumable; runs under torchrun."""
+    from click.core import ParameterSource
+
+    from shardcook.config import resolve
+
+    names = [n for n in ctx.params if n not in ("config", "print_config")]
+    explicit = {
+        n for n in names
+        if ctx.get_parameter_source(n) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    }
+    try:
+        cfg = resolve({n: ctx.params[n] for n in names}, explicit, config)
+    except ShardcookError as e:
+        _fail(e)
+    if print_config:
+        typer.echo(cfg.to_yaml(), nl=False)
+        raise typer.Exit()
+    from shardcook.pipeline.raw import run_raw
+
+    try:
+        run_raw(cfg)
+    except ShardcookError as e:
+        _fail(e)
+# ---- end of `shardcook raw` ----------------------------------------------------------------
+
+
 def main() -> None:
     app()

@@ -1,0 +1,61 @@
+"""The Energon side of shardcook: what a Megatron training loop imports to read our datasets.
+
+Importing this package imports torch and megatron-energon.
+
+Example:
+    >>> from shardcook.energon import get_diffusion_loader
+    >>> train_iter = get_diffusion_loader("data/flux", batch_size=8)
+    >>> batch = next(train_iter)     # DiffusionBatch: latents [8, 16, 128, 128], ...
+"""
+
+from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
+from shardcook.energon.cookers import cook_preencoded_diffusion, cook_raw_images, load_tensor
+from shardcook.energon.errors import (
+    EmptyLoaderError,
+    NotCheckpointableError,
+    SampleDecodeError,
+    UnsafeSampleError,
+)
+from shardcook.energon.loader import (
+    EnergonDataloader,
+    MegatronDataloaderWrapper,
+    dataset_encoding,
+    get_diffusion_loader,
+    task_encoder_for,
+)
+from shardcook.energon.samples import (
+    DiffusionBatch,
+    DiffusionSample,
+    RawImageBatch,
+    RawImageSample,
+)
+from shardcook.energon.task_encoders import (
+    DiffusionTaskEncoder,
+    EncodedDiffusionTaskEncoder,
+    RawDiffusionTaskEncoder,
+)
+
+__all__ = [
+    "BlendEntry",
+    "DiffusionBatch",
+    "DiffusionSample",
+    "DiffusionTaskEncoder",
+    "EmptyLoaderError",
+    "EncodedDiffusionTaskEncoder",
+    "EnergonDataloader",
+    "MegatronDataloaderWrapper",
+    "NotCheckpointableError",
+    "RawDiffusionTaskEncoder",
+    "RawImageBatch",
+    "RawImageSample",
+    "SampleDecodeError",
+    "UnsafeSampleError",
+    "cook_preencoded_diffusion",
+    "cook_raw_images",
+    "dataset_encoding",
+    "get_diffusion_loader",
+    "load_tensor",
+    "parse_blend_entry",
+    "task_encoder_for",
+    "write_blend",
+]

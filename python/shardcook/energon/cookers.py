@@ -1,0 +1,224 @@
+"""Energon cookers: turn a crude webdataset sample (part name -> bytes) into a typed sample.
+
+Both cookers expect raw bytes, i.e. a task encoder whose ``decoder`` is ``None``. ``.pth`` parts
+are loaded with ``torch.load(..., weights_only=True)``, so a shard holding a malicious pickle is
+refused with `UnsafeSampleError` and never runs code.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import pickle
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from megatron.energon import basic_sample_keys, stateless
+
+from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
+from shardcook.energon.samples import DiffusionSample, RawImageSample
+
+__all__ = [
+    "IMAGE_PARTS",
+    "ImageFormat",
+    "cook_preencoded_diffusion",
+    "cook_raw_images",
+    "load_tensor",
+    "raw_images_cooker",
+]
+
+#: Image part names a raw sample may carry, in the order they are looked for.
+IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
+
+#: How `cook_raw_images` returns images: uint8 CHW tensors or RGB PIL images.
+ImageFormat = Literal["tensor", "pil"]
+
+
+def _key(sample: dict) -> str:
+    return str(sample.get("__key__", "<unknown key>"))
+
+
+def _part_bytes(sample: dict, part: str) -> bytes:
+    """Returns the raw bytes of `part`, with a clear error when it is missing or pre-decoded."""
+    try:
+        data = sample[part]
+    except KeyError:
+        parts = sorted(k for k in sample if not k.startswith("__"))
+        raise SampleDecodeError(
+            f"sample {_key(sample)!r} has no part {part!r} (it has: {', '.join(parts)})"
+        ) from None
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise SampleDecodeError(
+            f"sample {_key(sample)!r}: part {part!r} arrived already decoded "
+            f"({type(data).__name__}); set the task encoder's `decoder = None` so shardcook "
+            "reads raw bytes and loads .pth parts safely"
+        )
+    return bytes(data)
+
+
+def load_tensor(data: bytes, *, key: str, part: str) -> torch.Tensor:
+    """Loads one `torch.save`d tensor without running any pickled code.
+
+    Args:
+        data: The bytes of the `.pth` part.
+        key: The sample key, for error messages.
+        part: The part name, for error messages.
+
+    Returns:
+        The tensor, on CPU, with its stored dtype.
+
+    Raises:
+        UnsafeSampleError: The bytes hold pickled objects other than tensors (for example a
+            malicious `__reduce__`); nothing was executed.
+        SampleDecodeError: The bytes are not a `torch.save` file or do not hold a single tensor.
+    """
+    try:
+        obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        m = re.search(r"Unsupported (?:global: GLOBAL \S+|operand \d+)", str(e))
+        raise UnsafeSampleError(
+            f"sample {key!r}: part {part!r} is not plain tensor data and was refused without "
+            f"running it (torch.load weights_only=True"
+            + (f": {m.group(0)})" if m else ")")
+        ) from None
+    except Exception as e:  # truncated zip, not a torch file, ...
+        raise SampleDecodeError(
+            f"sample {key!r}: part {part!r} is not a readable torch.save file: {e}"
+        ) from e
+    if not isinstance(obj, torch.Tensor):
+        raise SampleDecodeError(
+            f"sample {key!r}: part {part!r} holds a {type(obj).__name__}, expected one tensor"
+        )
+    return obj
+
+
+def _text(sample: dict, part: str) -> str:
+    try:
+        return _part_bytes(sample, part).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SampleDecodeError(f"sample {_key(sample)!r}: part {part!r} is not UTF-8: {e}") from e
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    a, b = value
+    return int(a), int(b)
+
+
+def _meta_fields(sample: dict) -> dict[str, Any]:
+    """Reads the optional `meta.json` part into the sample's meta fields."""
+    if "meta.json" not in sample:
+        return {}
+    try:
+        meta = json.loads(_part_bytes(sample, "meta.json"))
+        if not isinstance(meta, dict):
+            raise TypeError(f"expected a JSON object, got {type(meta).__name__}")
+        return {
+            "source": None if meta.get("source") is None else str(meta["source"]),
+            "orig_size": _pair(meta.get("orig_size")),
+            "crop": _pair(meta.get("crop")),
+            "size": _pair(meta.get("size")),
+        }
+    except (ValueError, TypeError) as e:
+        if isinstance(e, SampleDecodeError):
+            raise
+        raise SampleDecodeError(f"sample {_key(sample)!r}: part 'meta.json' is invalid: {e}") from e
+
+
+@stateless
+def cook_preencoded_diffusion(sample: dict) -> DiffusionSample:
+    """Cooks a pre-encoded crude sample into a `DiffusionSample`.
+
+    Args:
+        sample: The crude sample from a `CrudeWebdataset` read with `decoder = None`: the parts
+            `latents.pth`, `prompt_embeds.pth`, `pooled_prompt_embeds.pth`, `caption.txt` and
+            optionally `meta.json`, as bytes, plus Energon's `__key__`-style fields.
+
+    Returns:
+        The sample, keeping Energon's basic sample keys (key, restore key, subflavors, sources).
+
+    Raises:
+        UnsafeSampleError: A `.pth` part holds a pickle beyond plain tensors.
+        SampleDecodeError: A part is missing or unreadable.
+    """
+    key = _key(sample)
+    return DiffusionSample(
+        **basic_sample_keys(sample),
+        latents=load_tensor(_part_bytes(sample, "latents.pth"), key=key, part="latents.pth"),
+        prompt_embeds=load_tensor(
+            _part_bytes(sample, "prompt_embeds.pth"), key=key, part="prompt_embeds.pth"
+        ),
+        pooled_prompt_embeds=load_tensor(
+            _part_bytes(sample, "pooled_prompt_embeds.pth"),
+            key=key,
+            part="pooled_prompt_embeds.pth",
+        ),
+        caption=_text(sample, "caption.txt"),
+        **_meta_fields(sample),
+    )
+
+
+def _decode_image(data: bytes, *, key: str, part: str) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        raise SampleDecodeError(f"sample {key!r}: part {part!r} is not a readable image: {e}") from e
+
+
+@stateless
+def cook_raw_images(sample: dict, *, image_format: ImageFormat = "tensor") -> RawImageSample:
+    """Cooks a raw crude sample (`jpg|png|webp`, `txt`, `meta.json`) into a `RawImageSample`.
+
+    Args:
+        sample: The crude sample, read with `decoder = None` (parts as bytes).
+        image_format: `"tensor"` for a `uint8` `[3, H, W]` tensor, `"pil"` for an RGB PIL image.
+
+    Returns:
+        The sample, keeping Energon's basic sample keys.
+
+    Raises:
+        SampleDecodeError: No image part, an undecodable image, or a missing caption.
+    """
+    key = _key(sample)
+    part = next((p for p in IMAGE_PARTS if p in sample), None)
+    if part is None:
+        parts = sorted(k for k in sample if not k.startswith("__"))
+        raise SampleDecodeError(
+            f"sample {key!r} has no image part ({'|'.join(IMAGE_PARTS)}); it has: "
+            f"{', '.join(parts)}"
+        )
+    img = _decode_image(_part_bytes(sample, part), key=key, part=part)
+    if image_format == "tensor":
+        image: Any = torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).contiguous()
+    elif image_format == "pil":
+        image = img
+    else:
+        raise ValueError(f"image_format must be 'tensor' or 'pil', not {image_format!r}")
+    return RawImageSample(
+        **basic_sample_keys(sample),
+        image=image,
+        caption=_text(sample, "txt"),
+        **_meta_fields(sample),
+    )
+
+
+def raw_images_cooker(image_format: ImageFormat = "tensor") -> Callable[[dict], RawImageSample]:
+    """Returns `cook_raw_images` bound to `image_format`, still marked stateless for Energon.
+
+    Args:
+        image_format: `"tensor"` (default) or `"pil"`.
+    """
+    if image_format not in ("tensor", "pil"):
+        raise ValueError(f"image_format must be 'tensor' or 'pil', not {image_format!r}")
+    if image_format == "tensor":
+        return cook_raw_images
+    return stateless(functools.partial(cook_raw_images, image_format=image_format))

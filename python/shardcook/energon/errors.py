@@ -1,0 +1,21 @@
+"""Errors raised by the loader side (`shardcook.energon`), rooted at `ShardcookError`."""
+
+from shardcook.errors import ShardcookError
+
+__all__ = ["EmptyLoaderError", "NotCheckpointableError", "SampleDecodeError", "UnsafeSampleError"]
+
+
+class SampleDecodeError(ShardcookError, ValueError):
+    """A sample's part is missing or its bytes cannot be decoded; the message names the key."""
+
+
+class UnsafeSampleError(SampleDecodeError):
+    """A `.pth` part holds pickled objects beyond plain tensors; it was refused, never run."""
+
+
+class EmptyLoaderError(ShardcookError, RuntimeError):
+    """A loader yielded no batch in a whole pass, so cycling it would spin forever."""
+
+
+class NotCheckpointableError(ShardcookError, TypeError):
+    """The wrapped loader has no `save_state_rank`/`restore_state_rank`."""

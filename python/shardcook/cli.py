@@ -183,14 +183,12 @@ def raw(
 ) -> None:
     """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
     finalized Energon shards. Resumable; runs under torchrun."""
-    from click.core import ParameterSource
-
     from shardcook.config import resolve
 
     names = [n for n in ctx.params if n not in ("config", "print_config")]
     explicit = {
         n for n in names
-        if ctx.get_parameter_source(n) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
     }
     try:
         cfg = resolve({n: ctx.params[n] for n in names}, explicit, config)

@@ -1,0 +1,134 @@
+"""Helpers for the `shardcook raw` tests: input photos, running the CLI, reading back."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "camera",
+          "hubble_deep_field", "colorwheel")
+
+
+def photo(i: int) -> np.ndarray:
+    """A real photo from scikit-image (cycled), RGB uint8; odd rounds are flipped so repeats differ."""
+    import skimage.data
+
+    arr = getattr(skimage.data, PHOTOS[i % len(PHOTOS)])()
+    if arr.ndim == 2:
+        arr = np.stack([arr] * 3, axis=-1)
+    arr = arr[..., :3]
+    return arr[:, ::-1] if (i // len(PHOTOS)) % 2 else arr
+
+
+def generated(i: int, hw=(96, 128)) -> np.ndarray:
+    """A deterministic generated image (gradients and noise)."""
+    rng = np.random.default_rng(i)
+    y, x = np.mgrid[0:hw[0], 0:hw[1]]
+    base = np.stack([x * 255 // hw[1], y * 255 // hw[0], (x + y) % 256], axis=-1)
+    return (base + rng.integers(0, 40, size=base.shape)).clip(0, 255).astype(np.uint8)
+
+
+def encode(arr: np.ndarray, fmt: str = "jpg") -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format={"jpg": "JPEG", "png": "PNG", "webp": "WEBP",
+                                           "bmp": "BMP", "tif": "TIFF", "gif": "GIF"}[fmt])
+    return buf.getvalue()
+
+
+def make_folder(root: Path, n: int, *, layout: str = "images+captions", photos: int = 4,
+                fmts=("jpg", "png", "webp")) -> Path:
+    """n inputs: the first `photos` are real photos, the rest generated; captions for all."""
+    img_dir = root / "images" if layout == "images+captions" else root
+    cap_dir = root / "captions" if layout == "images+captions" else root
+    img_dir.mkdir(parents=True, exist_ok=True)
+    cap_dir.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        fmt = fmts[i % len(fmts)]
+        arr = photo(i) if i < photos else generated(i)
+        (img_dir / f"{i:04d}.{fmt}").write_bytes(encode(arr, fmt))
+        (cap_dir / f"{i:04d}.txt").write_text(f"caption number {i}\n", encoding="utf-8")
+    return root
+
+
+def run_cli(*args: str, env_extra: dict | None = None, check: bool = True,
+            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Runs `python -m shardcook ARGS` (or PREFIX... -m shardcook ARGS) and returns the result."""
+    env = dict(os.environ, **(env_extra or {}))
+    cmd = [*prefix, "-m", "shardcook", *args] if prefix else [sys.executable, "-m", "shardcook",
+                                                               *args]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=300)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / ".shardcook" / "report.json").read_text())
+
+
+def manifest(out: Path) -> dict:
+    return json.loads((out / ".shardcook" / "manifest.json").read_text())
+
+
+def shard_hashes(out: Path) -> dict[str, str]:
+    """sha256 of every shard and .tar.idx, by name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.glob("*.tar")) + sorted(out.glob("*.tar.idx"))}
+
+
+def energon_read(out: Path) -> list[dict]:
+    """Every train sample through Energon's own loader: [{key, txt, image(np), meta}], by key."""
+    from dataclasses import dataclass
+
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        WorkerConfig,
+        basic_sample_keys,
+        get_loader,
+        get_train_dataset,
+        stateless,
+    )
+    from megatron.energon.flavors.base_dataset import Sample
+
+    @dataclass
+    class RawSample(Sample):
+        txt: str
+        image: bytes
+        meta: dict
+
+    @stateless
+    def cook(crude: dict) -> RawSample:
+        part = next(p for p in ("jpg", "png", "webp") if p in crude)
+        return RawSample(**basic_sample_keys(crude), txt=crude["txt"].decode("utf-8"),
+                         image=bytes(crude[part]), meta=json.loads(crude["meta.json"]))
+
+    class TE(DefaultTaskEncoder):
+        decoder = None
+        cookers = (Cooker(cook),)
+
+        def batch(self, samples):
+            return samples
+
+    n = sum(json.loads((out / ".nv-meta" / ".info.json").read_text())["shard_counts"].values())
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = get_train_dataset(str(out), batch_size=1, worker_config=wc, task_encoder=TE(),
+                           shuffle_buffer_size=None, max_samples_per_sequence=None,
+                           repeat=False)
+    seen = {}
+    for batch in get_loader(ds):
+        for s in batch:
+            key = s.__key__.rsplit("/", 1)[-1]
+            seen[key] = {"key": key, "txt": s.txt, "meta": s.meta,
+                         "image": np.asarray(Image.open(io.BytesIO(s.image)).convert("RGB"))}
+        if len(seen) >= n:
+            break
+    return [seen[k] for k in sorted(seen)]

@@ -85,7 +85,7 @@ def shard_hashes(out: Path) -> dict[str, str]:
 
 
 def energon_read(out: Path) -> list[dict]:
-    """Every train sample through Energon's own loader: [{key, txt, image(np), meta}], by key."""
+    """Every sample of every split through Energon's own loader: [{key, txt, image(np), meta}], by key."""
     from dataclasses import dataclass
 
     from megatron.energon import (
@@ -94,7 +94,7 @@ def energon_read(out: Path) -> list[dict]:
         WorkerConfig,
         basic_sample_keys,
         get_loader,
-        get_train_dataset,
+        get_val_dataset,
         stateless,
     )
     from megatron.energon.flavors.base_dataset import Sample
@@ -118,17 +118,21 @@ def energon_read(out: Path) -> list[dict]:
         def batch(self, samples):
             return samples
 
-    n = sum(json.loads((out / ".nv-meta" / ".info.json").read_text())["shard_counts"].values())
+    import yaml
+
+    splits = yaml.safe_load((out / ".nv-meta" / "split.yaml").read_text())["split_parts"]
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = get_train_dataset(str(out), batch_size=1, worker_config=wc, task_encoder=TE(),
-                           shuffle_buffer_size=None, max_samples_per_sequence=None,
-                           repeat=False)
     seen = {}
-    for batch in get_loader(ds):
-        for s in batch:
-            key = s.__key__.rsplit("/", 1)[-1]
-            seen[key] = {"key": key, "txt": s.txt, "meta": s.meta,
-                         "image": np.asarray(Image.open(io.BytesIO(s.image)).convert("RGB"))}
-        if len(seen) >= n:
-            break
+    for split, shards in splits.items():
+        if not shards:
+            continue
+        # the val loader reads a split once, in order, without shuffling
+        ds = get_val_dataset(str(out), split_part=split, batch_size=1, worker_config=wc,
+                             task_encoder=TE())
+        for batch in get_loader(ds):
+            for s in batch:
+                key = s.__key__.rsplit("/", 1)[-1]
+                assert key not in seen, f"{key} read twice"
+                seen[key] = {"key": key, "txt": s.txt, "meta": s.meta, "split": split,
+                             "image": np.asarray(Image.open(io.BytesIO(s.image)).convert("RGB"))}
     return [seen[k] for k in sorted(seen)]

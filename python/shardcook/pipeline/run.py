@@ -171,6 +171,9 @@ def run_units(
     try:
         for kind, unit, payload in _batches(source, pending, batch_size, prefetch, read_seconds):
             if writer is None:
+                # a shard without a marker was cut off before its unit was recorded: redo it
+                for stale in (out / unit.name, out / f"{unit.name}.idx"):
+                    stale.unlink(missing_ok=True)
                 writer = ShardWriter(out, shard_size=max(len(unit), 1), first_shard=unit.unit)
                 record = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
                           "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,

@@ -1,0 +1,35 @@
+"""`torchrun --nproc_per_node=2 -m shardcook raw` writes the same bytes as one process."""
+
+from __future__ import annotations
+
+import sys
+
+from _raw_helpers import make_folder, report, run_cli, shard_hashes
+
+
+def test_torchrun_two_ranks_match_one_process(tmp_path):
+    src = make_folder(tmp_path / "in", 23, photos=6)
+    (src / "images" / "0005.jpg").write_bytes(b"broken")  # a skip on one rank
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = ["raw", "--input-dir", str(src), "--shard-size", "3", "--image-size", "48",
+              "--split", "0.75,0.25,0", "--workers", "1", "--quiet"]
+    run_cli(*common, "--output-dir", str(one))
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2")
+    r = run_cli(*common, "--output-dir", str(two), prefix=torchrun)
+    assert "Traceback" not in r.stderr
+    assert report(two)["world_size"] == 2
+    assert report(one)["world_size"] == 1
+    hashes = shard_hashes(two)
+    assert len(hashes) == 2 * 8  # 8 shards and their .tar.idx
+    assert hashes == shard_hashes(one)
+    for name in (".info.json", "split.yaml", "dataset.yaml"):
+        assert (two / ".nv-meta" / name).read_bytes() == (one / ".nv-meta" / name).read_bytes()
+    for key in ("num_inputs", "num_written", "skipped_by_reason", "shards"):
+        assert report(two)[key] == report(one)[key]
+    assert [(s["key"], s["reason"]) for s in report(two)["skipped"]] == [
+        (s["key"], s["reason"]) for s in report(one)["skipped"]]
+    assert ("0000000005", "decode_error") in [(s["key"], s["reason"])
+                                              for s in report(one)["skipped"]]
+    # every rank did its own units: (u % 2 == rank)
+    assert report(two)["units"] == {"total": 8, "resumed": 0, "this_run": 8}

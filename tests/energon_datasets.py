@@ -1,9 +1,8 @@
 """Builders of small shardcook datasets for the `shardcook.energon` tests and benchmark.
 
-Shards are written with `shardcook.ShardWriter`; Energon metadata comes from `prepare()`, which
-runs Energon's own preparation (the code `energon prepare --split-ratio 1,0,0 --sample-type
-CrudeWebdataset` runs) and then sets the `encoding` subflavor as FORMAT.md section 5 asks.
-Switching to `shardcook.finalize` is the one line marked below.
+Shards are written with `shardcook.ShardWriter`; Energon metadata comes from `prepare()`, i.e.
+`shardcook.finalize` (which writes what `energon prepare` writes, plus the `encoding`
+subflavor, and validates).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import shardcook
 import torch
-import yaml
 
 #: Small shapes (FORMAT.md section 3 layout, tiny sizes).
 C, L, D_T5, D_CLIP = 16, 16, 32, 24
@@ -64,18 +62,7 @@ def encoded_parts(key: str, latent_hw: tuple[int, int], *, seed: int,
 
 def prepare(path: Path, encoding: str) -> None:
     """Writes Energon's metadata for a folder of shards, with `subflavors: {encoding: ...}`."""
-    # One-line switch once shardcook.finalize lands:
-    # shardcook.finalize(path, encoding=encoding, split=(1, 0, 0)); return
-    from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
-
-    tars = sorted(str(p.relative_to(path)) for p in path.glob("**/*.tar"))
-    BaseWebdatasetFactory.prepare_dataset(
-        path, tars, split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
-        shuffle_seed=None, workers=1,
-    )
-    doc = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset",
-           "subflavors": {"encoding": encoding}}
-    (path / ".nv-meta" / "dataset.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shardcook.finalize(path, encoding=encoding, split=(1, 0, 0))
 
 
 def make_encoded_dataset(path: Path, n: int, *, shard_size: int = 8,

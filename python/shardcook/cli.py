@@ -206,5 +206,25 @@ def raw(
 # ---- end of `shardcook raw` ----------------------------------------------------------------
 
 
+# ---- `shardcook blend` (logic in shardcook.energon.blend) ---------------------------------
+@app.command()
+def blend(
+    out: Annotated[Path, typer.Argument(help="The metadataset .yaml to write.", show_default=False)],
+    datasets: Annotated[
+        list[str], typer.Argument(help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)
+    ],
+    split: Annotated[str, typer.Option(help="The split part the blend defines and reads.")] = "train",
+) -> None:
+    """Write an Energon MetadatasetV2 .yaml that mixes datasets by sampling weight."""
+    from shardcook.energon.blend import write_blend
+
+    try:
+        path = write_blend(out, datasets, split=split)
+    except ShardcookError as e:
+        _fail(e)
+    typer.echo(f"wrote {path}")
+# ---- end of `shardcook blend` --------------------------------------------------------------
+
+
 def main() -> None:
     app()

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Self
+
 from shardcook.energon.errors import EmptyLoaderError, NotCheckpointableError
 
 __all__ = [
@@ -48,11 +50,14 @@ class MegatronDataloaderWrapper:
         self.loader = loader
         self.passes_completed = 0
         self._iterator: Iterator[Any] | None = None
+        self._closed = False
 
     def __iter__(self) -> MegatronDataloaderWrapper:
         return self
 
     def __next__(self) -> Any:
+        if self._closed:
+            raise RuntimeError("This MegatronDataloaderWrapper was closed; build a new one.")
         if self._iterator is None:
             self._iterator = iter(self.loader)
         try:
@@ -77,6 +82,24 @@ class MegatronDataloaderWrapper:
                 f"{type(self.loader).__name__} yielded no batch in a whole pass, so it cannot be "
                 f"cycled.{hint}"
             ) from None
+
+    def close(self) -> None:
+        """Ends the current pass, which stops the loader's worker processes promptly.
+
+        Energon and torch otherwise stop workers only when the loader is garbage collected,
+        which can take many seconds. The wrapper cannot be iterated after `close()`.
+        """
+        iterator, self._iterator = self._iterator, None
+        self._closed = True
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __len__(self) -> int:
         """The wrapped loader's length (batches per pass, per rank), when it has one."""

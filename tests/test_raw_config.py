@@ -140,3 +140,50 @@ def test_reference_config_lists_every_field():
         for key, value in values.items():
             if key not in ("input_dir", "output_dir"):
                 assert value == defaults[section][key], f"{section}.{key}"
+
+
+def test_example_configs_run(tmp_path, monkeypatch):
+    """Every file in configs/ runs as written (inputs created where it expects them)."""
+    import json
+    import pathlib
+
+    import datasets
+    from _raw_helpers import encode, generated, make_folder, photo
+    from shardcook import ShardWriter, validate
+    from shardcook.cli import app
+    from typer.testing import CliRunner
+
+    configs = pathlib.Path(__file__).parents[1] / "configs"
+    monkeypatch.chdir(tmp_path)
+    make_folder(tmp_path / "tests-data" / "photos", 3, photos=3)
+    datasets.Dataset.from_dict({
+        "image": [{"bytes": encode(photo(i), "png"), "path": None} for i in range(3)],
+        "text": [f"t{i}" for i in range(3)],
+    }).cast_column("image", datasets.Image()).save_to_disk("tests-data/hf-photos")
+    with ShardWriter(tmp_path / "tests-data" / "wds", shard_size=2) as w:
+        for i in range(3):
+            w.write(f"k{i}", {"jpg": encode(generated(i), "jpg"),
+                              "json": json.dumps({"caption": f"j{i}"}).encode()})
+    names = sorted(p.name for p in configs.glob("*.yaml"))
+    assert names == ["directory.yaml", "huggingface.yaml", "reference.yaml", "webdataset.yaml"]
+    for name in names:
+        cfg = yaml.safe_load((configs / name).read_text())
+        # one input per shard, so the example splits have shards to cut
+        r = CliRunner().invoke(app, ["raw", "--config", str(configs / name), "--quiet",
+                                     "--shard-size", "1"])
+        assert r.exit_code == 0, (name, r.output)
+        out = tmp_path / cfg["output"]["output_dir"]
+        assert validate(out).ok, name
+        rep = json.loads((out / ".shardcook" / "report.json").read_text())
+        assert rep["num_written"] == 3, (name, rep)
+
+
+def test_split_that_finalize_would_refuse_fails_before_work(tmp_path):
+    from _raw_helpers import make_folder
+
+    make_folder(tmp_path / "in", 3, photos=0)
+    out = tmp_path / "out"
+    r = run_cli("raw", "--input-dir", str(tmp_path / "in"), "--output-dir", str(out),
+                "--split", "0.5,0.5,0", check=False)
+    assert r.returncode == 2 and "train split would be empty" in r.stderr
+    assert not out.exists()

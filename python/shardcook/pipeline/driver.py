@@ -88,6 +88,11 @@ def run_pipeline(
             source = open_source(cfg)
             manifest = rep.new_manifest(cfg, encoding, source.describe(), len(source),
                                         manifest_extra)
+            if cfg.output.finalize:  # a split finalize would refuse fails now, not after the work
+                from shardcook.splits import split_by_ratio
+
+                planned = plan_units(len(source), cfg.output.shard_size)
+                split_by_ratio([u.name for u in planned], cfg.output.split)
         except ConfigError as e:
             error = str(e)
         errors = dist.gather(error)

@@ -98,6 +98,7 @@ def test_yaml_not_a_mapping_and_missing_file(tmp_path):
     (["--image-size", "0"], "--image-size"),
     (["--min-size", "-1"], "--min-size"),
     (["--max-samples", "-2"], "--max-samples"),
+    (["--max-samples", "0"], "--max-samples"),
     (["--workers", "0"], "--workers"),
 ])
 def test_bad_option_values_end_before_any_work(tmp_path, args, needle):

@@ -246,8 +246,8 @@ def check(cfg: RunConfig) -> None:
             f"--source-type {s.source_type} needs --{need.replace('_', '-')} "
             f"(or source.{need} in the config)."
         )
-    if s.max_samples is not None and s.max_samples < 0:
-        raise ConfigError(f"--max-samples must be 0 or more, not {s.max_samples}.")
+    if s.max_samples is not None and s.max_samples < 1:
+        raise ConfigError(f"--max-samples must be at least 1, not {s.max_samples}.")
     if not o.output_dir:
         raise ConfigError("--output-dir is required (or output.output_dir in the config).")
     if o.shard_size < 1:

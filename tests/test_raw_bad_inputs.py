@@ -148,8 +148,15 @@ def test_huggingface_bad_setup(tmp_path):
     out = tmp_path / "out"
     base = ["--source-type", "huggingface", "--hf-dataset", str(tmp_path / "hf"),
             "--output-dir", str(out)]
-    _expect_setup_error(base, "No image column", tmp_path)
-    _expect_setup_error([*base, "--image-column", "pixels"], "No caption column", tmp_path)
-    _expect_setup_error([*base, "--image-column", "pixels", "--caption-column", "meta.text"],
-                        "--caption-column", tmp_path)
+    from shardcook.cli import app
+    from typer.testing import CliRunner
+
+    # in-process (importing `datasets` once): the same CLI, same exit code and message
+    for extra, needle in [([], "No image column"),
+                          (["--image-column", "pixels"], "No caption column"),
+                          (["--image-column", "pixels", "--caption-column", "meta.text"],
+                           "--caption-column")]:
+        r = CliRunner().invoke(app, ["raw", *base, *extra])
+        assert r.exit_code == 2, r.output
+        assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not out.exists()

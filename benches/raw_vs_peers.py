@@ -145,13 +145,13 @@ def run_img2dataset(exe: str, photos: Path, out: Path, workers: int) -> tuple[fl
     out.parent.mkdir(parents=True, exist_ok=True)
     urls = out.parent / "urls.txt"
     paths = sorted(p for p in photos.iterdir() if p.suffix in (".jpg", ".png", ".webp"))
-    urls.write_text("".join(f"file://{p}\n" for p in paths))
+    urls.write_text("".join(f"file://{p}\n" for p in paths))  # its local-file input
     return _timed([exe, "--url_list", str(urls), "--input_format", "txt", "--output_folder",
                    str(out), "--output_format", "webdataset", "--image_size", str(SIZE),
                    "--resize_mode", "center_crop", "--encode_format", "jpg", "--encode_quality",
                    str(QUALITY), "--processes_count", str(workers), "--thread_count",
-                   str(2 * workers), "--number_sample_per_shard", "1000", "--disallowed_header_directives", "[]",
-                   "--enable_wandb", "False"])
+                   str(2 * workers), "--number_sample_per_shard", "1000", "--enable_wandb", "False"],
+                  env=dict(os.environ, NO_ALBUMENTATIONS_UPDATE="1"))
 
 
 def count_tar_samples(out: Path, part: str = ".jpg") -> int:

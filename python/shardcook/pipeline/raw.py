@@ -19,10 +19,7 @@ ENCODE_ERROR = "encode_error"
 
 def classify_error(message: str) -> str:
     """The skip reason for an image-core error message."""
-    text = message.lower()
-    if "too large" in text or "pixels" in text or "limit" in text:
-        return TOO_LARGE
-    return DECODE_ERROR
+    return TOO_LARGE if "too large" in message.lower() else DECODE_ERROR
 
 
 def meta_json(source: str, orig_size, crop, size) -> bytes:

@@ -33,3 +33,18 @@ def test_torchrun_two_ranks_match_one_process(tmp_path):
                                               for s in report(one)["skipped"]]
     # every rank did its own units: (u % 2 == rank)
     assert report(two)["units"] == {"total": 8, "resumed": 0, "this_run": 8}
+
+
+def test_plan_units_and_rank_assignment():
+    from shardcook.pipeline.plan import plan_units, sample_key, units_for_rank
+
+    units = plan_units(10, 4)
+    assert [(u.unit, u.start, u.stop, u.name) for u in units] == [
+        (0, 0, 4, "000000.tar"), (1, 4, 8, "000001.tar"), (2, 8, 10, "000002.tar")]
+    assert sample_key(42) == "0000000042"
+    assert plan_units(0, 4) == []
+    for world in (1, 2, 3, 5):
+        taken = [u.unit for r in range(world) for u in units_for_rank(plan_units(23, 2), r, world)]
+        assert sorted(taken) == list(range(12))  # every unit exactly once
+        assert all(u.unit % world == 1 for u in units_for_rank(plan_units(23, 2), 1, world)
+                   ) or world == 1

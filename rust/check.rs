@@ -30,7 +30,9 @@ pub struct ShardReport {
 /// Compares the `.tar.idx` on disk with a fresh scan, entry by entry.
 fn idx_problems(name: &str, idx_path: &Path, expected: &[u8]) -> Vec<String> {
     let Ok(found) = std::fs::read(idx_path) else {
-        return vec![format!("{name}: the index file {name}.idx is missing; run `shardcook finalize --force`")];
+        return vec![format!(
+            "{name}: the index file {name}.idx is missing; run `shardcook finalize --force`"
+        )];
     };
     if found == expected {
         return vec![];
@@ -55,7 +57,10 @@ fn idx_problems(name: &str, idx_path: &Path, expected: &[u8]) -> Vec<String> {
 /// Verifies shards (relative to `root`) against their `.tar.idx` files and expected counts, and
 /// checks that keys are unique across all of them. Returns one report per shard, then the
 /// dataset-wide problems.
-pub fn verify_shards(root: &Path, shards: &[(String, Option<u64>)]) -> (Vec<ShardReport>, Vec<String>) {
+pub fn verify_shards(
+    root: &Path,
+    shards: &[(String, Option<u64>)],
+) -> (Vec<ShardReport>, Vec<String>) {
     let scans: Vec<_> = shards
         .par_iter()
         .map(|(name, _)| scan_shard(&root.join(name)))

@@ -80,7 +80,9 @@ pub fn scan_shard(path: &Path) -> Result<ShardScan> {
             size: 0,
         });
     }
-    let end = reader.end_offset().expect("reader stops only at the end block");
+    let end = reader
+        .end_offset()
+        .expect("reader stops only at the end block");
     if let Some(last) = samples.last_mut() {
         last.size = end - last.offset;
     }
@@ -185,7 +187,13 @@ impl SqliteSink {
              VALUES (?, ?, ?, ?, ?)",
         )?;
         for (i, s) in scan.samples.iter().enumerate() {
-            samples.execute((tar_file_id, &s.key, i as i64, s.offset as i64, s.size as i64))?;
+            samples.execute((
+                tar_file_id,
+                &s.key,
+                i as i64,
+                s.offset as i64,
+                s.size as i64,
+            ))?;
         }
         let mut parts = self.db.prepare_cached(
             "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) \
@@ -220,11 +228,7 @@ fn tmp_name(path: &Path) -> PathBuf {
 
 /// Indexes `shards` (paths relative to `root`, in `tar_file_id` order): writes every
 /// `<shard>.idx` and, when `sqlite` is given, that database file.
-pub fn build_index(
-    root: &Path,
-    shards: &[String],
-    sqlite: Option<&Path>,
-) -> Result<IndexSummary> {
+pub fn build_index(root: &Path, shards: &[String], sqlite: Option<&Path>) -> Result<IndexSummary> {
     if shards.is_empty() {
         return Err(Error::Dataset(format!(
             "no .tar shards found in {}",
@@ -237,10 +241,8 @@ pub fn build_index(
         .collect();
     let sqlite_tmp = sqlite.map(tmp_name);
     let result = build_into_tmp(root, shards, &idx_paths, sqlite_tmp.as_deref());
-    let mut finals: Vec<(PathBuf, PathBuf)> = idx_paths
-        .iter()
-        .map(|p| (tmp_name(p), p.clone()))
-        .collect();
+    let mut finals: Vec<(PathBuf, PathBuf)> =
+        idx_paths.iter().map(|p| (tmp_name(p), p.clone())).collect();
     if let (Some(tmp), Some(path)) = (sqlite_tmp, sqlite) {
         finals.push((tmp, path.to_path_buf()));
     }
@@ -294,7 +296,9 @@ fn build_into_tmp(
                     if let Some(sink) = sink.as_mut() {
                         sink.insert(id as u32, &scan)?;
                     }
-                    summary.shards.push((shards[id].clone(), scan.samples.len() as u64));
+                    summary
+                        .shards
+                        .push((shards[id].clone(), scan.samples.len() as u64));
                 }
             }
             if let Some(sink) = sink {
@@ -366,7 +370,10 @@ mod tests {
         let shards = vec!["000000.tar".to_string(), "000001.tar".to_string()];
         let err = build_index(dir.path(), &shards, None).err().unwrap();
         let msg = err.to_string();
-        assert!(msg.contains("\"k1\"") && msg.contains("000000.tar") && msg.contains("000001.tar"), "{msg}");
+        assert!(
+            msg.contains("\"k1\"") && msg.contains("000000.tar") && msg.contains("000001.tar"),
+            "{msg}"
+        );
         assert!(!dir.path().join("000000.tar.idx").exists());
         assert!(!dir.path().join("000000.tar.idx.tmp").exists());
     }

@@ -149,7 +149,10 @@ impl PyShardReader {
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<(String, Bound<'py, PyDict>)>> {
         let reader = &mut self.inner;
-        let Some(sample) = py.detach(|| reader.next_sample()).map_err(|e| to_py(py, e))? else {
+        let Some(sample) = py
+            .detach(|| reader.next_sample())
+            .map_err(|e| to_py(py, e))?
+        else {
             return Ok(None);
         };
         let parts = PyDict::new(py);

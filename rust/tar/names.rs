@@ -86,7 +86,10 @@ mod tests {
     #[test]
     fn split_like_energon() {
         assert_eq!(split_name("0001.jpg"), Some(("0001", "jpg")));
-        assert_eq!(split_name("0001.latents.pth"), Some(("0001", "latents.pth")));
+        assert_eq!(
+            split_name("0001.latents.pth"),
+            Some(("0001", "latents.pth"))
+        );
         assert_eq!(split_name("a.b/c.d"), Some(("a.b/c", "d")));
         assert_eq!(split_name("dir/.hidden"), Some(("dir/", "hidden")));
         assert_eq!(split_name("a/b/.x"), Some(("a/b/", "x")));

@@ -71,9 +71,7 @@ impl TarReader {
     fn seek_to(&mut self, offset: u64) -> Result<()> {
         if offset != self.pos {
             let delta = offset as i64 - self.pos as i64;
-            self.file
-                .seek_relative(delta)
-                .map_err(io(&self.path))?;
+            self.file.seek_relative(delta).map_err(io(&self.path))?;
             self.pos = offset;
         }
         Ok(())
@@ -91,7 +89,10 @@ impl TarReader {
             return if offset == 0 {
                 self.fail(0, "empty file, not a tar shard")
             } else {
-                self.fail(offset, "file ends without the tar end-of-archive block (truncated?)")
+                self.fail(
+                    offset,
+                    "file ends without the tar end-of-archive block (truncated?)",
+                )
             };
         }
         if offset + BLOCK > self.len {
@@ -117,7 +118,10 @@ impl TarReader {
 
     fn extended_data(&mut self, offset: u64, data_offset: u64, size: u64) -> Result<Vec<u8>> {
         if size > MAX_EXTENDED_HEADER {
-            return self.fail(offset, format!("extended header of {size} bytes is implausible"));
+            return self.fail(
+                offset,
+                format!("extended header of {size} bytes is implausible"),
+            );
         }
         self.check_data(offset, data_offset, size)?;
         let mut data = vec![0u8; size as usize];
@@ -163,8 +167,8 @@ impl TarReader {
                 }
                 header::PAX_LOCAL | header::PAX_SOLARIS => {
                     let data = self.extended_data(offset, data_offset, raw.size)?;
-                    let (path, size) = header::parse_pax(&data)
-                        .or_else(|reason| self.fail(offset, reason))?;
+                    let (path, size) =
+                        header::parse_pax(&data).or_else(|reason| self.fail(offset, reason))?;
                     if path.is_some() {
                         long_name = path;
                     }

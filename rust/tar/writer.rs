@@ -124,13 +124,10 @@ impl ShardWriter {
         };
         let tmp = shard.tmp_path.clone();
         shard.out.write_all(&ZEROS).map_err(io(&tmp))?;
-        let file = shard
-            .out
-            .into_inner()
-            .map_err(|e| Error::Io {
-                path: tmp.clone(),
-                source: e.into_error(),
-            })?;
+        let file = shard.out.into_inner().map_err(|e| Error::Io {
+            path: tmp.clone(),
+            source: e.into_error(),
+        })?;
         file.sync_all().map_err(io(&tmp))?;
         let final_path = self.dir.join(&shard.name);
         fs::rename(&tmp, &final_path).map_err(io(&final_path))?;
@@ -174,7 +171,11 @@ fn write_member(out: &mut impl Write, name: &str, data: &[u8]) -> std::io::Resul
         bytes
     } else {
         let pax = header::pax_path(name);
-        out.write_all(&header::build(b"././@PaxHeader", pax.len() as u64, PAX_LOCAL))?;
+        out.write_all(&header::build(
+            b"././@PaxHeader",
+            pax.len() as u64,
+            PAX_LOCAL,
+        ))?;
         write_padded(out, &pax)?;
         // The ustar name field keeps a truncated copy, as tarfile does.
         let mut cut = 100;

@@ -146,6 +146,28 @@ def test_two_ranks_together_see_every_sample_once_per_epoch(encoded):
         assert sorted(counts) == encoded.keys and set(counts.values()) == {1}
 
 
+def test_rank_and_world_size_come_from_torch_distributed(encoded):
+    """An initialised process group (torch's in-process "fake" backend, rank 1 of 2) sets the
+    rank; explicit arguments still win."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def keys(**kw):
+        w = get_diffusion_loader(encoded.path, batch_size=4, num_workers=0, repeat=False,
+                                 shuffle_buffer_size=None, **kw)
+        return w.loader.worker_config, sorted(k for b in w.loader for k in b.__key__)
+
+    dist.init_process_group("fake", rank=1, world_size=2, store=FakeStore())
+    try:
+        config, from_dist = keys()
+        _, explicit_0 = keys(rank=0, world_size=2)
+    finally:
+        dist.destroy_process_group()
+    assert (config.rank, config.world_size) == (1, 2)
+    assert from_dist == keys(rank=1, world_size=2)[1]
+    assert sorted(from_dist + explicit_0) == encoded.keys
+
+
 def test_rank_and_world_size_must_come_together(encoded):
     from shardcook.errors import ConfigError
 

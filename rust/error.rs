@@ -30,6 +30,9 @@ pub enum Error {
     /// A dataset-level problem that is not about one file's bytes (no shards, already indexed).
     #[error("{0}")]
     Dataset(String),
+    /// An image that cannot be decoded, resized or encoded, or an image option that is wrong.
+    #[error("{0}")]
+    Image(String),
     #[error("index.sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
 }

@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod error;
+pub mod image;
 pub mod index;
 pub mod tar;
 

@@ -48,3 +48,35 @@ def verify_shards(
     root: _Path, shards: list[tuple[str, int | None]]
 ) -> tuple[list[tuple[str, int | None, list[str]]], list[str]]:
     """Rescans shards and compares them with their `.tar.idx` and expected counts."""
+
+# Image core (rust/py/imaging.rs); the public face is shardcook.imaging.
+
+def preprocess_batch(
+    inputs: list[Union[_Bytes, _Path]],
+    *,
+    size: int = 1024,
+    mode_name: str = "crop",
+    max_size: int = 1024,
+    buckets: list[tuple[int, int]] | None = None,
+    filter: str = "lanczos3",
+    max_pixels: int = 178_956_970,
+    workers: int | None = None,
+) -> list[tuple[object | None, str | None, tuple[int, int] | None, tuple[int, int] | None]]:
+    """Decodes, orients and resizes a batch in parallel; (pixels HxWx3 uint8, error, orig_size (h, w), crop (top, left)) per input."""
+
+def image_geometry(
+    width: int,
+    height: int,
+    *,
+    size: int = 1024,
+    mode_name: str = "crop",
+    max_size: int = 1024,
+    buckets: list[tuple[int, int]] | None = None,
+) -> tuple[tuple[int, int], tuple[float, float, float, float], tuple[int, int]]:
+    """((width, height), (left, top, right, bottom), (crop_top, crop_left)) of a mode."""
+
+def default_buckets(size: int) -> list[tuple[int, int]]:
+    """The built-in buckets (width, height) for `size`."""
+
+def encode_image(pixels: object, format: str = "jpg", quality: int = 95) -> bytes:
+    """Encodes an HxWx3 uint8 array as jpg, png or (lossy) webp."""

@@ -30,3 +30,8 @@ class DatasetError(ShardcookError):
 
 class ConfigError(ShardcookError, ValueError):
     """An option or configuration value is wrong; the message says what to change."""
+
+
+class ImageError(ShardcookError, ValueError):
+    """An image option is wrong, or an image cannot be encoded (bad images in a batch are
+    reported per item by `shardcook.imaging.preprocess`, not raised)."""

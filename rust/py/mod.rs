@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 use crate::error::Error;
 
+mod imaging;
 mod shards;
 
 /// Raises `e` as the matching `shardcook.errors` class.
@@ -15,6 +16,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::InvalidName(_) => "InvalidNameError",
         Error::DuplicateKey { .. } => "DuplicateKeyError",
         Error::Dataset(_) => "DatasetError",
+        Error::Image(_) => "ImageError",
         Error::Sqlite(_) => "ShardcookError",
     };
     let message = e.to_string();
@@ -31,5 +33,6 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     shards::register(m)?;
+    imaging::register(m)?;
     Ok(())
 }

@@ -1,0 +1,263 @@
+//! The image core: bytes in, oriented RGB pixels of a training size out.
+//!
+//! One image goes: sniff → header (size, EXIF orientation; `max_pixels` checked before any
+//! pixel is allocated) → geometry of the mode in the oriented frame → the source box mapped to
+//! the stored frame → decode (JPEG: DCT-domain 1/2–1/8 scale, rows below the box never decoded)
+//! → resample the box to the target → orient the small result. Plain Rust; the Python face is
+//! `rust/py/imaging.rs` and `python/shardcook/imaging.py`.
+
+pub mod decode;
+pub mod encode;
+pub mod geometry;
+pub mod orient;
+pub mod resize;
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rayon::prelude::*;
+
+pub use decode::{Format, Header};
+pub use encode::encode;
+pub use geometry::{default_buckets, geometry, Geometry, Mode, SourceBox};
+pub use resize::Filter;
+
+use crate::error::{Error, Result};
+
+/// Pillow's default decompression-bomb limit.
+pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
+
+/// Everything `preprocess` needs besides the bytes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub mode: Mode,
+    pub filter: Filter,
+    pub max_pixels: u64,
+}
+
+/// One preprocessed image.
+#[derive(Debug, Clone)]
+pub struct Processed {
+    /// Packed RGB8, `height` rows of `width` pixels.
+    pub pixels: Vec<u8>,
+    pub width: u32,
+    pub height: u32,
+    /// (h, w) after orientation.
+    pub orig_size: (u32, u32),
+    /// (top, left) of the source box in target coordinates.
+    pub crop: (u32, u32),
+}
+
+/// The largest JPEG DCT scale denominator (1, 2, 4, 8) that still leaves at least twice the
+/// target resolution inside the box (`bw`×`bh` source pixels to `tw`×`th`).
+pub fn jpeg_denom(bw: f64, bh: f64, tw: u32, th: u32) -> u32 {
+    [8u32, 4, 2]
+        .into_iter()
+        .find(|&k| bw / k as f64 >= 2.0 * tw as f64 && bh / k as f64 >= 2.0 * th as f64)
+        .unwrap_or(1)
+}
+
+/// Decodes, orients, and resamples one image.
+pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
+    let mut plan_out = None;
+    let plan = |h: &Header| -> Result<decode::Request> {
+        let (ow, oh) = h.orientation.oriented_size(h.width, h.height);
+        let g = geometry(ow, oh, &options.mode)?;
+        let stored = h.orientation.box_to_stored(g.source, h.width, h.height);
+        let (tw, th) = h.orientation.oriented_size(g.width, g.height); // target, stored frame
+        let mut request = decode::Request {
+            denom: 1,
+            rows: None,
+        };
+        if h.format == Format::Jpeg {
+            request.denom = jpeg_denom(stored.width, stored.height, tw, th);
+            // Rows below the box plus the kernel's reach are never needed.
+            let scaled_h = (h.height as f64 / request.denom as f64).ceil();
+            let fy = scaled_h / h.height as f64;
+            let reach = options.filter.support() * (stored.height * fy / th as f64).max(1.0);
+            let bottom = ((stored.top + stored.height) * fy + reach).ceil() + 1.0;
+            if bottom < scaled_h {
+                request.rows = Some(bottom as u32);
+            }
+        }
+        plan_out = Some((g, stored, tw, th, (ow, oh)));
+        Ok(request)
+    };
+    let (header, px) = decode::decode(data, options.max_pixels, plan)?;
+    let (g, stored, tw, th, (ow, oh)) = plan_out.expect("plan ran before decoding");
+    // The box in decoded pixels (the decode may be scaled by 1/2..1/8).
+    let fx = px.full_width as f64 / header.width as f64;
+    let fy = px.full_height as f64 / header.height as f64;
+    let scaled = SourceBox {
+        left: stored.left * fx,
+        top: stored.top * fy,
+        width: stored.width * fx,
+        height: stored.height * fy,
+    };
+    let out = resize::resize(&px.rgb, px.width, px.height, scaled, tw, th, options.filter)?;
+    drop(px);
+    let pixels = header.orientation.apply(out, tw as usize, th as usize);
+    Ok(Processed {
+        pixels,
+        width: g.width,
+        height: g.height,
+        orig_size: (oh, ow),
+        crop: g.crop,
+    })
+}
+
+/// [`preprocess_one`] that turns a panic anywhere below into an error value.
+pub fn preprocess_guarded(data: &[u8], options: &Options) -> Result<Processed> {
+    match catch_unwind(AssertUnwindSafe(|| preprocess_one(data, options))) {
+        Ok(r) => r,
+        Err(_) => Err(Error::Image(
+            "internal error while decoding this image (please report it)".into(),
+        )),
+    }
+}
+
+/// A rayon pool with `workers` threads, built once per distinct count.
+pub fn pool(workers: usize) -> Result<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let workers = workers.max(1);
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = pools.get(&workers) {
+        return Ok(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("shardcook-image-{i}"))
+        .build()
+        .map_err(|e| Error::Image(format!("cannot start {workers} image threads: {e}")))?;
+    let p = Arc::new(p);
+    pools.insert(workers, p.clone());
+    Ok(p)
+}
+
+/// Where an input's bytes come from.
+pub enum Input<'a> {
+    Bytes(&'a [u8]),
+    Path(std::path::PathBuf),
+}
+
+/// Preprocesses a batch in parallel on `workers` threads, one result per input, in order.
+pub fn preprocess_batch(
+    inputs: &[Input<'_>],
+    options: &Options,
+    workers: usize,
+) -> Result<Vec<Result<Processed>>> {
+    let run = |input: &Input<'_>| match input {
+        Input::Bytes(b) => preprocess_guarded(b, options),
+        Input::Path(p) => match std::fs::read(p) {
+            Ok(b) => preprocess_guarded(&b, options),
+            Err(e) => Err(Error::Image(format!("cannot read {}: {e}", p.display()))),
+        },
+    };
+    if workers <= 1 || inputs.len() <= 1 {
+        return Ok(inputs.iter().map(run).collect());
+    }
+    Ok(pool(workers)?.install(|| inputs.par_iter().map(run).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(mode: Mode) -> Options {
+        Options {
+            mode,
+            filter: Filter::Lanczos3,
+            max_pixels: DEFAULT_MAX_PIXELS,
+        }
+    }
+
+    /// A smooth gradient image, width×height, as packed RGB.
+    fn gradient(w: u32, h: u32) -> Vec<u8> {
+        (0..h)
+            .flat_map(|y| (0..w).flat_map(move |x| [(x * 255 / w) as u8, (y * 255 / h) as u8, 128]))
+            .collect()
+    }
+
+    fn psnr(a: &[u8], b: &[u8]) -> f64 {
+        let mse = a
+            .iter()
+            .zip(b)
+            .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+            .sum::<f64>()
+            / a.len() as f64;
+        10.0 * (255.0f64 * 255.0 / mse.max(1e-10)).log10()
+    }
+
+    #[test]
+    fn round_trips_every_encoder_through_every_mode() {
+        let (w, h) = (640, 480);
+        let rgb = gradient(w, h);
+        for format in ["jpg", "png", "webp"] {
+            let bytes = encode(&rgb, w, h, format, 95).unwrap();
+            for mode in [
+                Mode::Crop { size: 128 },
+                Mode::Stretch { size: 64 },
+                Mode::Variable { max_size: 256 },
+                Mode::Bucket {
+                    buckets: default_buckets(256),
+                },
+            ] {
+                let p = preprocess_one(&bytes, &options(mode.clone())).unwrap();
+                let g = geometry(w, h, &mode).unwrap();
+                assert_eq!((p.width, p.height), (g.width, g.height));
+                assert_eq!(p.pixels.len(), (p.width * p.height * 3) as usize);
+                assert_eq!(p.orig_size, (h, w));
+                // Compare with resizing the undecoded pixels directly.
+                let want =
+                    resize::resize(&rgb, w, h, g.source, g.width, g.height, Filter::Lanczos3)
+                        .unwrap();
+                let q = psnr(&p.pixels, &want);
+                assert!(q > 38.0, "{format} {mode:?}: {q:.1} dB");
+            }
+        }
+    }
+
+    #[test]
+    fn large_jpeg_decodes_scaled_and_stays_faithful() {
+        let (w, h) = (2048, 1536);
+        let rgb = gradient(w, h);
+        let jpg = encode(&rgb, w, h, "jpg", 95).unwrap();
+        assert_eq!(jpeg_denom(1536.0, 1536.0, 128, 128), 4);
+        assert_eq!(jpeg_denom(1536.0, 1536.0, 1024, 1024), 1);
+        let p = preprocess_one(&jpg, &options(Mode::Crop { size: 128 })).unwrap();
+        let g = geometry(w, h, &Mode::Crop { size: 128 }).unwrap();
+        let want = resize::resize(&rgb, w, h, g.source, 128, 128, Filter::Lanczos3).unwrap();
+        assert!(psnr(&p.pixels, &want) > 38.0);
+    }
+
+    #[test]
+    fn errors_never_panic_and_batches_keep_order() {
+        let good = encode(&gradient(32, 32), 32, 32, "png", 90).unwrap();
+        let truncated = &good[..good.len() / 2];
+        let inputs = [
+            Input::Bytes(&good),
+            Input::Bytes(b""),
+            Input::Bytes(truncated),
+            Input::Path("/nonexistent/x.jpg".into()),
+        ];
+        let out = preprocess_batch(&inputs, &options(Mode::Crop { size: 16 }), 2).unwrap();
+        assert!(out[0].is_ok());
+        assert!(out[1].as_ref().unwrap_err().to_string().contains("empty"));
+        assert!(out[2].is_err());
+        assert!(out[3]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
+        let tight = Options {
+            max_pixels: 1000,
+            ..options(Mode::Crop { size: 16 })
+        };
+        let e = preprocess_one(&good, &tight).unwrap_err().to_string();
+        assert_eq!(e, "image too large: 32×32 (more than max_pixels=1000)");
+    }
+}

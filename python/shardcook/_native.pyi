@@ -52,7 +52,7 @@ def verify_shards(
 # Image core (rust/py/imaging.rs); the public face is shardcook.imaging.
 
 def preprocess_batch(
-    inputs: list[Union[_Bytes, _Path]],
+    inputs: list[_Bytes | _Path],
     *,
     size: int = 1024,
     mode_name: str = "crop",

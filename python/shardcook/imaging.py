@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 from shardcook import _native
 
@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
-    "MODES",
-    "FILTERS",
     "DEFAULT_MAX_PIXELS",
+    "FILTERS",
+    "MODES",
     "Geometry",
     "ImageResult",
     "default_buckets",
@@ -48,10 +48,10 @@ class ImageResult:
         crop: (top, left) of the source box in target coordinates (None on error).
     """
 
-    pixels: Optional[np.ndarray]
-    error: Optional[str]
-    orig_size: Optional[tuple[int, int]]
-    crop: Optional[tuple[int, int]]
+    pixels: np.ndarray | None
+    error: str | None
+    orig_size: tuple[int, int] | None
+    crop: tuple[int, int] | None
 
     @property
     def ok(self) -> bool:
@@ -92,7 +92,7 @@ def geometry(
     mode: Mode = "crop",
     size: int = 1024,
     max_size: int = 1024,
-    buckets: Optional[Sequence[tuple[int, int]]] = None,
+    buckets: Sequence[tuple[int, int]] | None = None,
 ) -> Geometry:
     """Computes target size, source box and crop of `mode` for an oriented `width`×`height` image.
 
@@ -116,10 +116,10 @@ def preprocess(
     size: int = 1024,
     mode: Mode = "crop",
     max_size: int = 1024,
-    buckets: Optional[Sequence[tuple[int, int]]] = None,
+    buckets: Sequence[tuple[int, int]] | None = None,
     filter: str = "lanczos3",
     max_pixels: int = DEFAULT_MAX_PIXELS,
-    workers: Optional[int] = None,
+    workers: int | None = None,
 ) -> list[ImageResult]:
     """Decodes, orients and resizes a batch of images in parallel.
 

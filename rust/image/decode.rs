@@ -115,6 +115,21 @@ pub fn decode(
         check(h)?;
         plan(h)
     };
+    // PNG: the size sits at a fixed place in IHDR; refuse a giant before the decoder starts.
+    if let (Format::Png, Some(ihdr)) = (format, data.get(12..24)) {
+        if &ihdr[..4] == b"IHDR" {
+            let w = u32::from_be_bytes([ihdr[4], ihdr[5], ihdr[6], ihdr[7]]);
+            let h = u32::from_be_bytes([ihdr[8], ihdr[9], ihdr[10], ihdr[11]]);
+            if w != 0 && h != 0 {
+                check(&Header {
+                    format,
+                    width: w,
+                    height: h,
+                    orientation: Orientation::NORMAL,
+                })?;
+            }
+        }
+    }
     // Bytes a decoder may allocate: the pixels at 16 bits × 4 channels, plus slack.
     let max_alloc = max_pixels.saturating_mul(8).saturating_add(1 << 24);
     match format {

@@ -270,3 +270,17 @@ def test_malicious_samples_are_skipped_by_default_and_the_rest_load(evil_dataset
     assert sorted(keys) == [f"{i:010d}" for i in (0, 1, 3, 4, 6, 7)]
     assert not any(t.exists() for t in targets)
     assert "refused without running it" in capsys.readouterr().out
+
+
+def test_validation_split_reads_in_order_and_cycles(tmp_path):
+    root = tmp_path / "splits"
+    with shardcook.ShardWriter(str(root), shard_size=5) as w:
+        for i in range(20):
+            w.write(f"{i:010d}", encoded_parts(f"{i:010d}", (4, 4), seed=i))
+    shardcook.finalize(root, encoding="preencoded", split=(0.5, 0.5, 0))
+    w = get_diffusion_loader(root, batch_size=4, num_workers=0, split="val")
+    first = [k for b in w.loader for k in b.__key__]
+    assert first == [f"{i:010d}" for i in range(10, 20)]
+    again = [k for _ in range(3) for k in next(w).__key__]
+    assert again == first
+    assert next(w).__key__ == first[:4] and w.passes_completed == 1

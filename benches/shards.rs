@@ -38,7 +38,10 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(SAMPLES));
     g.bench_function("write 1000 samples", |b| {
-        b.iter_with_setup(tempfile::tempdir, |dir| write_dataset(dir.path(), 1))
+        b.iter_with_setup(
+            || tempfile::tempdir().unwrap(),
+            |dir| write_dataset(dir.path(), 1),
+        )
     });
 
     let dir = tempfile::tempdir().unwrap();

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 use super::header::{self, PAX_LOCAL, REGULAR};
 use super::{names, padded, BLOCK};
@@ -28,9 +29,15 @@ pub struct ShardWriter {
     prefix: String,
     next_shard: u64,
     current: Option<OpenShard>,
+    /// Completed shards being fsync'd and renamed in the background, oldest first, so the next
+    /// shard is written while the disk flushes the last one.
+    syncing: Vec<JoinHandle<Result<(String, u64)>>>,
     written: Vec<(String, u64)>,
     keys: HashSet<String>,
 }
+
+/// Shards allowed to be in flight to the disk at once; more waits for the oldest.
+const MAX_SYNCING: usize = 2;
 
 const ZEROS: [u8; 1024] = [0; 1024];
 
@@ -53,6 +60,7 @@ impl ShardWriter {
             prefix: prefix.to_string(),
             next_shard: first_shard,
             current: None,
+            syncing: Vec::new(),
             written: Vec::new(),
             keys: HashSet::new(),
         })
@@ -128,19 +136,36 @@ impl ShardWriter {
             path: tmp.clone(),
             source: e.into_error(),
         })?;
-        file.sync_all().map_err(io(&tmp))?;
-        let final_path = self.dir.join(&shard.name);
-        fs::rename(&tmp, &final_path).map_err(io(&final_path))?;
-        if let Ok(dir) = File::open(&self.dir) {
-            let _ = dir.sync_all(); // persist the rename; not all filesystems allow it
+        let dir = self.dir.clone();
+        let (name, count) = (shard.name, shard.count);
+        self.syncing.push(std::thread::spawn(move || {
+            file.sync_all().map_err(io(&tmp))?;
+            let final_path = dir.join(&name);
+            fs::rename(&tmp, &final_path).map_err(io(&final_path))?;
+            if let Ok(dir) = File::open(&dir) {
+                let _ = dir.sync_all(); // persist the rename; not all filesystems allow it
+            }
+            Ok((name, count))
+        }));
+        if self.syncing.len() > MAX_SYNCING {
+            self.join_oldest()?;
         }
-        self.written.push((shard.name, shard.count));
+        Ok(())
+    }
+
+    fn join_oldest(&mut self) -> Result<()> {
+        let handle = self.syncing.remove(0);
+        let done = handle.join().expect("shard sync thread panicked")?;
+        self.written.push(done);
         Ok(())
     }
 
     /// Completes the open shard and returns every shard written, with its sample count.
     pub fn close(&mut self) -> Result<Vec<(String, u64)>> {
         self.finish_current()?;
+        while !self.syncing.is_empty() {
+            self.join_oldest()?;
+        }
         Ok(self.written.clone())
     }
 
@@ -149,6 +174,10 @@ impl ShardWriter {
         if let Some(shard) = self.current.take() {
             drop(shard.out);
             let _ = fs::remove_file(&shard.tmp_path);
+        }
+        // Completed shards still become final: they are whole.
+        for handle in self.syncing.drain(..) {
+            let _ = handle.join();
         }
     }
 

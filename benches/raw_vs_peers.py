@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument("--img2dataset", default=shutil.which("img2dataset"),
                     help="the img2dataset executable (skipped when absent)")
     ap.add_argument("--rss-only", action="store_true")
-    ap.add_argument("--rss-sizes", default="1000,10000")
+    ap.add_argument("--rss-sizes", default="1000,10000", help="'' to skip the RSS runs")
     ap.add_argument("--rss-pool", type=int, default=200,
                     help="distinct photos the RSS runs cycle through (hard links)")
     args = ap.parse_args()
@@ -225,13 +225,16 @@ def main() -> None:
         for name, rate in results.items():
             if name != "shardcook raw":
                 print(f"shardcook raw / {name}: {base / rate:.2f}x")
+    sizes = [int(x) for x in args.rss_sizes.split(",") if x.strip()]
+    if not sizes:
+        return
     pool = work / f"photos-pool-{args.rss_pool}"
     if not (pool / ".info.json").is_file():
         shutil.rmtree(pool, ignore_errors=True)
         (pool / ".info.json").parent.mkdir(parents=True, exist_ok=True)
         info = make_photos(pool, args.rss_pool)
         (pool / ".info.json").write_text(json.dumps(info))
-    for n in (int(x) for x in args.rss_sizes.split(",")):
+    for n in sizes:
         wall, rss = rss_at(pool, n, work, args.workers)
         print(f"shardcook raw, {n:>6} inputs: peak RSS {rss} MiB ({n / wall:.1f} images/s)")
 

@@ -48,3 +48,19 @@ def test_plan_units_and_rank_assignment():
         assert sorted(taken) == list(range(12))  # every unit exactly once
         assert all(u.unit % world == 1 for u in units_for_rank(plan_units(23, 2), 1, world)
                    ) or world == 1
+
+
+def test_torchrun_bad_setup_stops_every_rank(tmp_path):
+    """Rank 0 finds the problem (a different earlier run); every rank stops with its sentence."""
+    src = make_folder(tmp_path / "in", 4, photos=0)
+    out = tmp_path / "out"
+    base = ["raw", "--input-dir", str(src), "--output-dir", str(out), "--shard-size", "1",
+            "--quiet", "--no-finalize"]
+    run_cli(*base, "--image-size", "32")
+    before = shard_hashes(out)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2")
+    r = run_cli(*base, "--image-size", "48", prefix=torchrun, check=False)
+    assert r.returncode != 0
+    assert r.stderr.count("holds a run made with different options (image_size: 32 -> 48)") == 2
+    assert shard_hashes(out) == before

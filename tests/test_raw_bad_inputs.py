@@ -160,3 +160,24 @@ def test_huggingface_bad_setup(tmp_path):
         assert r.exit_code == 2, r.output
         assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not out.exists()
+
+
+def test_variable_mode_keeps_aspect_and_skips_images_too_small_for_it(tmp_path):
+    from shardcook.config import resolve
+    from shardcook.pipeline.raw import run_raw
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.png").write_bytes(encode(generated(1, (300, 200)), "png"))
+    (src / "b.png").write_bytes(encode(generated(2, (8, 600)), "png"))  # < 16 px high
+    for stem in "ab":
+        (src / f"{stem}.txt").write_text(stem)
+    out = tmp_path / "out"
+    run_raw(resolve({"input_dir": str(src), "output_dir": str(out), "resize_mode": "variable",
+                     "max_size": 128, "quiet": True}, set()))
+    rep = report(out)
+    assert [(s["key"], s["reason"]) for s in rep["skipped"]] == [("0000000001", "too_small")]
+    (got,) = energon_read(out)
+    h, w = got["image"].shape[:2]
+    assert max(h, w) <= 128 and h > w and h % 16 == 0 and w % 16 == 0
+    assert got["meta"]["size"] == [h, w] and got["meta"]["orig_size"] == [300, 200]

@@ -19,7 +19,12 @@ ENCODE_ERROR = "encode_error"
 
 def classify_error(message: str) -> str:
     """The skip reason for an image-core error message."""
-    return TOO_LARGE if "too large" in message.lower() else DECODE_ERROR
+    text = message.lower()
+    if "too large" in text:
+        return TOO_LARGE
+    if "too small" in text:  # e.g. `variable` mode and an image under 16 px
+        return TOO_SMALL
+    return DECODE_ERROR
 
 
 def meta_json(source: str, orig_size, crop, size) -> bytes:

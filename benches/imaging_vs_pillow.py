@@ -87,10 +87,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    p.add_argument("--copies", type=int, default=3, help="batch = this many copies of the 8")
     args = p.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",")})
     print(
-        f"cores: {os.cpu_count()}; images per batch: {2 * len(SIZES_MP)} "
+        f"cores: {os.cpu_count()}; images per batch: {args.copies} x {2 * len(SIZES_MP)} "
         f"({', '.join(f'{w}x{h}' for w, h in SIZES_MP)}, landscape+portrait)"
     )
     print(
@@ -98,7 +99,7 @@ def main() -> None:
         f"{'ratio':>6} {'ours Nthr/1thr':>15}"
     )
     for fmt in ("JPEG", "PNG", "WEBP"):
-        data = corpus(fmt)
+        data = corpus(fmt) * args.copies
         for size in (256, 1024):
             base = None
             for t in threads:

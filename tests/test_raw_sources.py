@@ -102,6 +102,21 @@ def test_huggingface_save_to_disk_detects_columns_and_reads_lazily(tmp_path):
         HuggingFaceSource(str(tmp_path / "dd"), "validation")
 
 
+def test_huggingface_nested_image_feature(tmp_path):
+    import datasets
+
+    pixels = generated(3, (24, 32))
+    features = datasets.Features({"data": {"img": datasets.Image(), "cap": datasets.Value("string")}})
+    ds = datasets.Dataset.from_dict(
+        {"data": [{"img": {"bytes": encode(pixels, "png"), "path": None}, "cap": "deep"}]},
+        features=features)
+    ds.save_to_disk(str(tmp_path / "hf"))
+    src = HuggingFaceSource(str(tmp_path / "hf"), image_column="data.img", caption_column="data.cap")
+    (item,) = src.items(0, 1)
+    assert item.caption == "deep" and item.skip is None
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(item.image)).convert("RGB")), pixels)
+
+
 def test_huggingface_parquet_binary_images_missing_values(tmp_path):
     import datasets
 

@@ -144,6 +144,12 @@ class HuggingFaceSource:
             image_bytes = bytes(image)
         elif isinstance(image, str) and image:
             image_path = image
+        elif hasattr(image, "save"):  # a PIL image (an Image feature nested in a struct)
+            import io
+
+            buf = io.BytesIO()
+            image.save(buf, format="PNG")
+            image_bytes = buf.getvalue()
         if image_bytes is None and (not image_path or not os.path.isfile(image_path)):
             return Item(index, source, skip=MISSING_IMAGE)
         try:

@@ -27,8 +27,12 @@ CHUNK = 64
 
 def load(name: str, split: str, data_files: list[str] | None = None):
     """Opens one split as a memory-mapped `datasets.Dataset` (nothing is read into memory)."""
+    import sys
+
     import datasets
 
+    if not sys.stderr.isatty():  # no bars in logs
+        datasets.disable_progress_bars()
     path = Path(name)
     try:
         if path.is_dir() and any((path / f).exists() for f in ("state.json", "dataset_dict.json")):

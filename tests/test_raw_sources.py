@@ -203,7 +203,8 @@ def _check_read_back(out, expected_captions: dict[str, str], size: int):
 def test_directory_end_to_end(tmp_path):
     from shardcook.pipeline.raw import run_raw
 
-    make_folder(tmp_path / "in", 10, photos=4)
+    # every format the image core decodes, each through the whole pipeline
+    make_folder(tmp_path / "in", 10, photos=4, fmts=("jpg", "png", "webp", "bmp", "gif", "tif"))
     out = tmp_path / "out"
     result = run_raw(_cfg(input_dir=str(tmp_path / "in"), output_dir=str(out), shard_size=4,
                           split="0.5,0.5,0"))

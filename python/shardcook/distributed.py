@@ -59,8 +59,12 @@ def env_rank_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def init(backend: str = "gloo", timeout_s: float = 3600.0) -> Dist:
-    """Joins the torchrun process group when WORLD_SIZE > 1 (gloo for CPU work, nccl for GPU)."""
+def init(backend: str = "gloo", timeout_s: float = 7 * 24 * 3600.0) -> Dist:
+    """Joins the torchrun process group when WORLD_SIZE > 1 (gloo for CPU work, nccl for GPU).
+
+    The timeout is long on purpose: the only collectives are at the start and at the end, and a
+    rank whose units were all done before a resume waits there for the others' whole run.
+    """
     rank, world = env_rank_world()
     if world <= 1:
         return Dist(0, 1)

@@ -101,6 +101,8 @@ def make_case(case: str) -> tuple[bytes, np.ndarray | None]:
     im = Image.fromarray(rgb)
     if case in ("jpeg", "jpeg_big"):
         return save(im, "JPEG", quality=92), None
+    if case == "jpeg_big_portrait":  # the rows below the box are never decoded
+        return save(im.transpose(Image.TRANSPOSE), "JPEG", quality=92), None
     if case == "jpeg_progressive":
         return save(im, "JPEG", quality=92, progressive=True), None
     if case == "jpeg_gray":
@@ -145,7 +147,7 @@ def make_case(case: str) -> tuple[bytes, np.ndarray | None]:
 
 
 CASES = [
-    "jpeg", "jpeg_big", "jpeg_progressive", "jpeg_gray", "jpeg_cmyk",
+    "jpeg", "jpeg_big", "jpeg_big_portrait", "jpeg_progressive", "jpeg_gray", "jpeg_cmyk",
     *[f"jpeg_exif{o}" for o in range(1, 9)],
     "png", "png_exif6", "png16_rgb", "png16_gray", "png_palette_trns", "png_rgba",
     "png_interlaced", "webp", "webp_lossless", "webp_alpha", "webp_exif8", "gif", "bmp", "tiff",

@@ -34,8 +34,10 @@ def best_of(runs: int, fn) -> float:
 def row(name: str, n: int, ours: float, peer: float, target: float) -> None:
     ratio = peer / ours
     verdict = "meets" if ratio >= target else "MISSES"
-    print(f"{name:<44} ours {n / ours:>12,.0f}/s   peer {n / peer:>10,.0f}/s   "
-          f"ratio {ratio:6.1f}x  ({verdict} {target:g}x)")
+    print(
+        f"{name:<44} ours {n / ours:>12,.0f}/s   peer {n / peer:>10,.0f}/s   "
+        f"ratio {ratio:6.1f}x  ({verdict} {target:g}x)"
+    )
 
 
 def sample_parts(i: int) -> dict[str, bytes]:
@@ -44,7 +46,6 @@ def sample_parts(i: int) -> dict[str, bytes]:
 
 def bench_write(out: Path, n: int) -> None:
     import webdataset as wds
-
     from shardcook import ShardWriter
 
     data = [(f"{i:010d}", sample_parts(i)) for i in range(n)]
@@ -99,7 +100,6 @@ def fresh_copy(src: Path, dst: Path) -> Path:
 
 def bench_index(src: Path, out: Path, n: int) -> None:
     from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
-
     from shardcook import build_index
 
     shards = sorted(p.name for p in src.glob("*.tar"))
@@ -109,9 +109,11 @@ def bench_index(src: Path, out: Path, n: int) -> None:
 
     def peer():
         BaseWebdatasetFactory.prepare_dataset(
-            fresh_copy(src, out / "i-energon"), shards,
+            fresh_copy(src, out / "i-energon"),
+            shards,
             split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
-            shuffle_seed=None, workers=os.cpu_count(),
+            shuffle_seed=None,
+            workers=os.cpu_count(),
         )
 
     row("build_index (vs energon prepare_dataset)", n, best_of(3, ours), best_of(2, peer), 20)
@@ -127,16 +129,22 @@ def bench_scale(out: Path, n: int) -> None:
             for i in range(n):
                 w.write(f"{i:010d}", {"txt": b"a small caption", "json": b'{"w": 64}'})
     for sqlite in (False, True):
-        seconds = best_of(1, lambda: build_index(d, sqlite=sqlite, force=True))
+        seconds = best_of(1, lambda sqlite=sqlite: build_index(d, sqlite=sqlite, force=True))
         target = "  (target >= 200,000/s)" if sqlite else ""
-        print(f"index {n:,} samples, sqlite={sqlite!s:<5}                 "
-              f"{n / seconds:>12,.0f} samples/s in {seconds:.1f} s{target}")
+        print(
+            f"index {n:,} samples, sqlite={sqlite!s:<5}                 "
+            f"{n / seconds:>12,.0f} samples/s in {seconds:.1f} s{target}"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--samples", type=int, default=20_000, help="samples for write/count/index")
-    parser.add_argument("--scale", type=int, default=1_000_000, help="samples for the scale run (0: skip)")
+    parser.add_argument(
+        "--scale", type=int, default=1_000_000, help="samples for the scale run (0: skip)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,23 +14,31 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from shardcook import ShardWriter
 
 ENERGON = [sys.executable, "-m", "megatron.energon.cli.main"]
 
 
-def write_shards(directory: Path, n_shards: int, per_shard: int, parts=None, start: int = 0) -> None:
+def write_shards(
+    directory: Path, n_shards: int, per_shard: int, parts=None, start: int = 0
+) -> None:
     """`n_shards` shards of `per_shard` samples; parts default to a caption and a small json."""
     with ShardWriter(directory, shard_size=per_shard) as w:
         for i in range(start, start + n_shards * per_shard):
-            w.write(f"{i:010d}", parts(i) if parts else {
-                "txt": f"caption {i}".encode(),
-                "json": json.dumps({"i": i}).encode(),
-            })
+            w.write(
+                f"{i:010d}",
+                parts(i)
+                if parts
+                else {
+                    "txt": f"caption {i}".encode(),
+                    "json": json.dumps({"i": i}).encode(),
+                },
+            )
 
 
-def tarfile_shard(path: Path, members: list[tuple[str, bytes | None]], fmt=tarfile.PAX_FORMAT) -> None:
+def tarfile_shard(
+    path: Path, members: list[tuple[str, bytes | None]], fmt=tarfile.PAX_FORMAT
+) -> None:
     """A shard written by Python's tarfile; a member with data None is a directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w", format=fmt) as tar:
@@ -47,8 +55,19 @@ def tarfile_shard(path: Path, members: list[tuple[str, bytes | None]], fmt=tarfi
 def energon_prepare(directory: Path, *args: str) -> subprocess.CompletedProcess:
     """Runs `energon prepare --non-interactive` (the reference implementation)."""
     return subprocess.run(
-        [*ENERGON, "prepare", "--non-interactive", "--sample-type", "CrudeWebdataset", *args, str(directory)],
-        capture_output=True, text=True, timeout=300,
+        [
+            *ENERGON,
+            "prepare",
+            "--non-interactive",
+            "--sample-type",
+            "CrudeWebdataset",
+            *args,
+            str(directory),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 

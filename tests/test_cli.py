@@ -11,8 +11,11 @@ from conftest import write_shards
 
 def shardcook(*args, check=False):
     return subprocess.run(
-        [sys.executable, "-m", "shardcook", *map(str, args)], capture_output=True, text=True,
-        timeout=300, check=check,
+        [sys.executable, "-m", "shardcook", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=check,
     )
 
 

@@ -8,10 +8,8 @@ import logging
 
 import pytest
 import yaml
-
-from shardcook import ConfigError, DatasetError, build_index, finalize
-
 from conftest import write_shards
+from shardcook import ConfigError, DatasetError, build_index, finalize
 
 
 def nothing_written(d):
@@ -74,9 +72,16 @@ def test_exclude_leaves_shards_out_and_validate_knows(tmp_path):
 
 
 def test_dataset_yaml_for_our_encodings_keeps_user_subflavors(tmp_path):
-    write_shards(tmp_path, 1, 2, parts=lambda i: {
-        "jpg": b"j", "txt": b"t", "meta.json": b"{}",
-    })
+    write_shards(
+        tmp_path,
+        1,
+        2,
+        parts=lambda i: {
+            "jpg": b"j",
+            "txt": b"t",
+            "meta.json": b"{}",
+        },
+    )
     meta = tmp_path / ".nv-meta"
     meta.mkdir()
     (meta / "dataset.yaml").write_text(
@@ -106,7 +111,9 @@ def test_finalize_fails_when_samples_lack_their_encodings_parts(tmp_path):
 def test_sample_type_and_field_map(tmp_path):
     write_shards(tmp_path, 1, 2)
     result = finalize(
-        tmp_path, sample_type="CaptioningSample", field_map={"image": "jpg", "caption": "txt"},
+        tmp_path,
+        sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"},
         validate=False,
     )
     assert result.dataset_yaml["__class__"] == "CaptioningSample"

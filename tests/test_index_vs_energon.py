@@ -6,10 +6,8 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-
-from shardcook import DuplicateKeyError, build_index, finalize
-
 from conftest import assert_same_index, energon_prepare, tarfile_shard, write_shards
+from shardcook import DuplicateKeyError, build_index, finalize
 
 
 def test_our_shards_with_ratio_split(tmp_path, twin):
@@ -32,7 +30,10 @@ def test_foreign_tars_with_long_names_metadata_folders_and_nesting(tmp_path, twi
         members = [("__meta__/info.json", b"{}"), ("folder", None)]
         for i in range(3):
             key = f"{long}{shard}_{i}"
-            members += [(f"folder/{key}.jpg", b"j" * (shard * 300 + i)), (f"folder/{key}.txt", b"t")]
+            members += [
+                (f"folder/{key}.jpg", b"j" * (shard * 300 + i)),
+                (f"folder/{key}.txt", b"t"),
+            ]
         if shard == 0:  # a sample with key __info__ (Energon does not skip it), so only once
             members.append(("__info__.json", b'{"shard": 0}'))
         tarfile_shard(ours / f"part{shard // 2}" / f"shard-{shard:03d}.tar", members, fmt)
@@ -61,15 +62,23 @@ def test_split_patterns_with_braces_and_backslashes(tmp_path, twin):
     # Brace expansion removes the backslash, so `\.` reaches the regex as `.`: kept as Energon has it.
     patterns = {"train": "0000{00..03}\\.tar", "val": "00000[45].tar"}
     build_index(ours, split_parts=patterns)
-    ref = energon_prepare(theirs, *[a for n, p in patterns.items() for a in ("--split-parts", f"{n}:{p}")])
+    ref = energon_prepare(
+        theirs, *[a for n, p in patterns.items() for a in ("--split-parts", f"{n}:{p}")]
+    )
     assert ref.returncode == 0, ref.stdout + ref.stderr
     assert_same_index(ours, theirs)
 
 
 def test_energon_loader_reads_every_sample_of_our_index(tmp_path):
     from megatron.energon import (
-        Cooker, DefaultTaskEncoder, Sample, WorkerConfig, basic_sample_keys, get_loader,
-        get_val_dataset, stateless,
+        Cooker,
+        DefaultTaskEncoder,
+        Sample,
+        WorkerConfig,
+        basic_sample_keys,
+        get_loader,
+        get_val_dataset,
+        stateless,
     )
     from megatron.energon.edataclass import edataclass
 
@@ -83,7 +92,7 @@ def test_energon_loader_reads_every_sample_of_our_index(tmp_path):
 
     class Encoder(DefaultTaskEncoder):
         decoder = None
-        cookers = [Cooker(cook)]
+        cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
 
         def batch(self, samples):
             return samples
@@ -92,7 +101,10 @@ def test_energon_loader_reads_every_sample_of_our_index(tmp_path):
     write_shards(ours, n_shards=3, per_shard=4)
     finalize(ours, validate=False)
     dataset = get_val_dataset(
-        ours, split_part="train", batch_size=1, task_encoder=Encoder(),
+        ours,
+        split_part="train",
+        batch_size=1,
+        task_encoder=Encoder(),
         worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
     )
     seen = {s.__key__: s.caption for batch in get_loader(dataset) for s in batch}
@@ -107,7 +119,11 @@ def test_duplicate_keys_are_refused_like_energon_but_clearly(tmp_path, twin):
     theirs = twin(ours)
     with pytest.raises(DuplicateKeyError) as e:
         build_index(ours)
-    assert "0000000001" in str(e.value) and "000000.tar" in str(e.value) and "000002.tar" in str(e.value)
+    assert (
+        "0000000001" in str(e.value)
+        and "000000.tar" in str(e.value)
+        and "000002.tar" in str(e.value)
+    )
     assert not list(ours.glob("*.idx")) and not (ours / ".nv-meta" / ".info.json").exists()
     ref = energon_prepare(theirs, "--split-ratio", "1,0,0")
     assert ref.returncode == 1 and "duplicate" in ref.stdout.lower()

@@ -10,7 +10,6 @@ import pytest
 import webdataset as wds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from shardcook import InvalidNameError, ShardWriter, count_samples, read_shard
 
 keys = st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9_-]{0,20}", fullmatch=True).filter(
@@ -19,11 +18,15 @@ keys = st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9_-]{0,20}", fullmatch=True).filter
 part_names = st.from_regex(r"[a-z][a-z0-9_]{0,8}(\.[a-z0-9]{1,5}){0,2}", fullmatch=True)
 samples = st.lists(
     st.tuples(keys, st.dictionaries(part_names, st.binary(max_size=1500), min_size=1, max_size=4)),
-    min_size=1, max_size=12, unique_by=lambda s: s[0],
+    min_size=1,
+    max_size=12,
+    unique_by=lambda s: s[0],
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=samples, shard_size=st.integers(1, 5))
 def test_round_trip_through_tarfile_webdataset_and_read_shard(tmp_path_factory, data, shard_size):
     out = tmp_path_factory.mktemp("rt")
@@ -93,9 +96,8 @@ def test_accepts_bytes_like_values_in_order(tmp_path):
     ],
 )
 def test_bad_names_are_refused_with_the_reason(tmp_path, key, parts, message):
-    with ShardWriter(tmp_path) as w:
-        with pytest.raises(InvalidNameError, match=message):
-            w.write(key, parts)
+    with ShardWriter(tmp_path) as w, pytest.raises(InvalidNameError, match=message):
+        w.write(key, parts)
 
 
 def test_duplicate_key_in_one_writer_is_refused(tmp_path):
@@ -106,17 +108,15 @@ def test_duplicate_key_in_one_writer_is_refused(tmp_path):
 
 
 def test_non_bytes_part_is_a_type_error(tmp_path):
-    with ShardWriter(tmp_path) as w:
-        with pytest.raises(TypeError, match="not bytes"):
-            w.write("k", {"txt": "a str"})
+    with ShardWriter(tmp_path) as w, pytest.raises(TypeError, match="not bytes"):
+        w.write("k", {"txt": "a str"})
 
 
 def test_an_exception_inside_with_leaves_no_partial_shard(tmp_path):
-    with pytest.raises(RuntimeError):
-        with ShardWriter(tmp_path, shard_size=2) as w:
-            for i in range(3):
-                w.write(f"k{i}", {"txt": b"x"})
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), ShardWriter(tmp_path, shard_size=2) as w:
+        for i in range(3):
+            w.write(f"k{i}", {"txt": b"x"})
+        raise RuntimeError("boom")
     assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["000000.tar"]
     assert not list((tmp_path / ".shardcook" / "tmp").iterdir())
 
@@ -130,6 +130,5 @@ def test_first_shard_and_prefix_name_the_shards(tmp_path):
 
 def test_refuses_to_overwrite_an_existing_shard(tmp_path):
     (tmp_path / "000000.tar").write_bytes(b"")
-    with ShardWriter(tmp_path) as w:
-        with pytest.raises(Exception, match="already exists"):
-            w.write("a", {"txt": b"1"})
+    with ShardWriter(tmp_path) as w, pytest.raises(Exception, match="already exists"):
+        w.write("a", {"txt": b"1"})

@@ -6,25 +6,26 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-
-from shardcook import ShardError, ShardWriter, count_samples, read_shard
-
 from conftest import tarfile_shard
+from shardcook import ShardError, ShardWriter, count_samples, read_shard
 
 
 def test_grouping_and_skipping_match_energon(tmp_path):
     shard = tmp_path / "s.tar"
-    tarfile_shard(shard, [
-        ("__meta__", b"m"),                 # skipped: metadata
-        ("__meta__/x.json", b"m"),          # skipped: inside a metadata folder
-        ("dir", None),                      # skipped: not a regular file
-        ("__info__.json", b"{}"),           # a sample with key __info__, as in Energon
-        ("a.jpg", b"1"),
-        ("a.txt", b"2"),
-        ("noext", b"3"),                    # skipped: no part name
-        ("b.latents.pth", b"4"),
-        ("sub/c.txt", b"5"),                # key with its folder
-    ])
+    tarfile_shard(
+        shard,
+        [
+            ("__meta__", b"m"),  # skipped: metadata
+            ("__meta__/x.json", b"m"),  # skipped: inside a metadata folder
+            ("dir", None),  # skipped: not a regular file
+            ("__info__.json", b"{}"),  # a sample with key __info__, as in Energon
+            ("a.jpg", b"1"),
+            ("a.txt", b"2"),
+            ("noext", b"3"),  # skipped: no part name
+            ("b.latents.pth", b"4"),
+            ("sub/c.txt", b"5"),  # key with its folder
+        ],
+    )
     assert list(read_shard(shard)) == [
         ("__info__", {"json": b"{}"}),
         ("a", {"jpg": b"1", "txt": b"2"}),
@@ -66,9 +67,9 @@ def damaged(tmp_path, how):
     elif how == "not a tar":
         data = bytearray(b"GIF89a" + b"\x01" * 1000)
     elif how == "truncated in data":
-        data = data[:2048 + 100]  # inside the second member's data
+        data = data[: 2048 + 100]  # inside the second member's data
     elif how == "truncated at a header":
-        data = data[:1536 + 100]
+        data = data[: 1536 + 100]
     elif how == "no end block":
         data = data[: 3 * 1536]
     elif how == "bad checksum":

@@ -8,11 +8,9 @@ import shutil
 
 import pytest
 import torch
-
+from conftest import write_shards
 from shardcook import ShardWriter, finalize, validate
 from shardcook.inspect import info
-
-from conftest import write_shards
 
 
 def encoded_parts(i):
@@ -26,8 +24,9 @@ def encoded_parts(i):
         "prompt_embeds.pth": pth(torch.zeros(8, 32, dtype=torch.bfloat16)),
         "pooled_prompt_embeds.pth": pth(torch.zeros(24, dtype=torch.bfloat16)),
         "caption.txt": f"caption {i}".encode(),
-        "meta.json": json.dumps({"source": f"img{i}.jpg", "orig_size": [64, 64], "crop": [0, 0],
-                                 "size": [32, 32]}).encode(),
+        "meta.json": json.dumps(
+            {"source": f"img{i}.jpg", "orig_size": [64, 64], "crop": [0, 0], "size": [32, 32]}
+        ).encode(),
     }
 
 
@@ -45,7 +44,9 @@ def test_a_sound_dataset_validates_with_a_summary(dataset):
     s = report.summary
     assert (s.samples, s.shards, s.subflavors) == (12, 4, {"encoding": "preencoded"})
     assert {n: (x.shards, x.samples) for n, x in s.splits.items()} == {
-        "train": (2, 6), "val": (1, 3), "test": (1, 3)
+        "train": (2, 6),
+        "val": (1, 3),
+        "test": (1, 3),
     }
     assert s.parts["latents.pth"] == "bfloat16[16, 4, 4]"
     assert s.parts["pooled_prompt_embeds.pth"] == "bfloat16[24]"
@@ -82,7 +83,9 @@ def corrupt(d, how):
         finalize_info = json.loads((d / ".nv-meta" / ".info.json").read_text())
         finalize_info["shard_counts"]["000004.tar"] = 1
         (d / ".nv-meta" / ".info.json").write_text(json.dumps(finalize_info))
-        (d / "000004.tar.idx").write_bytes((0).to_bytes(8, "little") + (4608 * 2).to_bytes(8, "little"))
+        (d / "000004.tar.idx").write_bytes(
+            (0).to_bytes(8, "little") + (4608 * 2).to_bytes(8, "little")
+        )
 
 
 @pytest.mark.parametrize(
@@ -132,4 +135,6 @@ def test_deep_finds_a_pth_that_is_not_a_tensor(tmp_path):
     write_shards(d, n_shards=1, per_shard=3, parts=parts)
     finalize(d, encoding="preencoded")
     report = validate(d, deep=True)
-    assert report.problems == ["000000.tar: sample 0000000002 part latents.pth is not a plain saved tensor"]
+    assert report.problems == [
+        "000000.tar: sample 0000000002 part latents.pth is not a plain saved tensor"
+    ]

@@ -2,10 +2,12 @@
 
 from collections.abc import Iterable, Iterator, Mapping
 from os import PathLike
-from typing import Union
+from typing import TypeAlias
 
-_Path = Union[str, PathLike[str]]
-_Bytes = Union[bytes, bytearray, memoryview]
+from typing_extensions import Self
+
+_Path: TypeAlias = str | PathLike[str]
+_Bytes: TypeAlias = bytes | bytearray | memoryview
 
 class ShardWriter:
     """Writes samples into numbered, deterministic tar shards (`{prefix}{n:06d}.tar`).
@@ -17,9 +19,7 @@ class ShardWriter:
     def __init__(
         self, directory: _Path, *, shard_size: int = 1000, prefix: str = "", first_shard: int = 0
     ) -> None: ...
-    def write(
-        self, key: str, parts: Union[Mapping[str, _Bytes], Iterable[tuple[str, _Bytes]]]
-    ) -> None:
+    def write(self, key: str, parts: Mapping[str, _Bytes] | Iterable[tuple[str, _Bytes]]) -> None:
         """Appends one sample; parts are written in the order given."""
     def close(self) -> list[tuple[str, int]]:
         """Completes the open shard; returns every shard written with its sample count."""
@@ -27,8 +27,10 @@ class ShardWriter:
         """Drops the shard being written; finished shards stay."""
     @property
     def directory(self) -> str: ...
-    def __enter__(self) -> "ShardWriter": ...
-    def __exit__(self, exc_type: object, exc_value: object = None, traceback: object = None) -> bool: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, exc_type: object, exc_value: object = None, traceback: object = None
+    ) -> bool: ...
 
 class ShardReader(Iterator[tuple[str, dict[str, bytes]]]):
     def __next__(self) -> tuple[str, dict[str, bytes]]: ...

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -56,18 +56,18 @@ Dir = Annotated[Path, typer.Argument(help="The dataset folder.", show_default=Fa
 def finalize(
     directory: Dir,
     encoding: Annotated[
-        Optional[str], typer.Option(help="preencoded or raw (default: from the manifest).")
+        str | None, typer.Option(help="preencoded or raw (default: from the manifest).")
     ] = None,
     split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.")] = "1,0,0",
     split_parts: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--split-parts", help="NAME:PATTERN, repeatable; replaces --split."),
     ] = None,
     shuffle_seed: Annotated[
-        Optional[int], typer.Option(help="Shuffle shards with this seed before cutting splits.")
+        int | None, typer.Option(help="Shuffle shards with this seed before cutting splits.")
     ] = None,
     exclude: Annotated[
-        Optional[list[str]], typer.Option(help="Leave out shards whose path matches, repeatable.")
+        list[str] | None, typer.Option(help="Leave out shards whose path matches, repeatable.")
     ] = None,
     force: Annotated[bool, typer.Option(help="Rebuild an already indexed folder.")] = False,
     sqlite: Annotated[
@@ -112,7 +112,7 @@ def finalize(
 def validate(
     directory: Dir,
     encoding: Annotated[
-        Optional[str], typer.Option(help="preencoded or raw (default: from dataset.yaml).")
+        str | None, typer.Option(help="preencoded or raw (default: from dataset.yaml).")
     ] = None,
     deep: Annotated[bool, typer.Option(help="Read every sample, not one per split.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,

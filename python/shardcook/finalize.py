@@ -69,7 +69,9 @@ def list_shards(directory: Path, exclude: Sequence[str] = ()) -> list[str]:
         try:
             patterns.append(re.compile(pattern))
         except re.error as e:
-            raise ConfigError(f"--exclude {pattern!r} is not a valid regular expression ({e})") from None
+            raise ConfigError(
+                f"--exclude {pattern!r} is not a valid regular expression ({e})"
+            ) from None
     return [n for n in names if not any(p.search(n) for p in patterns)]
 
 
@@ -114,7 +116,9 @@ def build_index(
         )
     shards = list_shards(root, exclude)
     if not shards:
-        raise DatasetError(f"no .tar shards found in {root}" + (" after --exclude" if exclude else ""))
+        raise DatasetError(
+            f"no .tar shards found in {root}" + (" after --exclude" if exclude else "")
+        )
     # Check the split arguments before writing anything.
     if split_parts:
         split_by_patterns(shards, split_parts)
@@ -137,8 +141,10 @@ def build_index(
             "shards: remove them or leave them out with --exclude"
         )
 
-    splits = split_by_patterns(shards, split_parts) if split_parts else split_by_ratio(
-        shards, split, shuffle_seed
+    splits = (
+        split_by_patterns(shards, split_parts)
+        if split_parts
+        else split_by_ratio(shards, split, shuffle_seed)
     )
     for warning in splits.warnings:
         log.warning(warning)
@@ -153,8 +159,12 @@ def build_index(
     (root / OURS).mkdir(exist_ok=True)
     _write_json(
         root / OURS / FINALIZE_RECORD,
-        {"exclude": list(exclude), "split": list(split) if not split_parts else None,
-         "split_parts": dict(split_parts) if split_parts else None, "shuffle_seed": shuffle_seed},
+        {
+            "exclude": list(exclude),
+            "split": list(split) if not split_parts else None,
+            "split_parts": dict(split_parts) if split_parts else None,
+            "shuffle_seed": shuffle_seed,
+        },
     )
     seconds = time.perf_counter() - start
     return IndexResult(root, counts, splits.parts, part_names, splits.warnings, seconds)
@@ -241,8 +251,13 @@ def finalize(
         root, encoding=encoding, sample_type=sample_type, field_map=field_map, subflavors=subflavors
     )
     index = build_index(
-        root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-        exclude=exclude, sqlite=sqlite, force=force,
+        root,
+        split=split,
+        split_parts=split_parts,
+        shuffle_seed=shuffle_seed,
+        exclude=exclude,
+        sqlite=sqlite,
+        force=force,
     )
     tmp = root / META / "dataset.yaml.tmp"
     tmp.write_text(yaml.safe_dump(content, sort_keys=False))

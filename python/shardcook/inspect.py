@@ -12,7 +12,7 @@ import braceexpand
 import yaml
 
 from shardcook import _native
-from shardcook.errors import DatasetError
+from shardcook.errors import DatasetError, ShardcookError
 from shardcook.finalize import META
 from shardcook.tensorinfo import tensor_info
 
@@ -78,11 +78,15 @@ def read_metadata(root: Path) -> tuple[dict[str, int], dict[str, list[str]], dic
     meta = root / META
     info_path = meta / ".info.json"
     if not info_path.is_file():
-        raise DatasetError(f"{root} has no {META}/.info.json; run `shardcook finalize {root}` first")
+        raise DatasetError(
+            f"{root} has no {META}/.info.json; run `shardcook finalize {root}` first"
+        )
     try:
         counts = json.loads(info_path.read_text())["shard_counts"]
     except (ValueError, KeyError, TypeError) as e:
-        raise DatasetError(f"{info_path} does not parse ({e}); rebuild it with `shardcook finalize --force`") from None
+        raise DatasetError(
+            f"{info_path} does not parse ({e}); rebuild it with `shardcook finalize --force`"
+        ) from None
     splits: dict[str, list[str]] = {}
     split_path = meta / "split.yaml"
     if split_path.is_file():
@@ -115,12 +119,12 @@ def summarize(
     }
     bytes_on_disk = sum((root / s).stat().st_size for s in counts if (root / s).is_file())
     parts: dict[str, str] = {}
-    for shard in counts:
-        if counts[shard] and (root / shard).is_file():
+    for shard, count in counts.items():
+        if count and (root / shard).is_file():
             try:
                 _, first = next(iter(_native.read_shard(root / shard)))
                 parts = describe_parts(first)
-            except Exception:  # a damaged shard: validate reports it, info just shows less
+            except (ShardcookError, StopIteration):  # damaged: validate reports it
                 parts = {}
             break
     module, cls = dataset.get("__module__", "?"), dataset.get("__class__", "?")

@@ -5,6 +5,7 @@ an error instead of a silently broken dataset."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,7 @@ def parse_ratio(text: str | Sequence[float]) -> tuple[float, float, float]:
         values = [float(x) for x in (text.split(",") if isinstance(text, str) else text)]
     except (TypeError, ValueError):
         values = []
-    if len(values) != 3 or any(v < 0 or v != v for v in values) or sum(values) <= 0:
+    if len(values) != 3 or any(v < 0 or math.isnan(v) for v in values) or sum(values) <= 0:
         raise ConfigError(
             f"invalid split {text!r}: give three non-negative numbers with a positive sum for "
             "train,val,test, e.g. 0.8,0.1,0.1 or 8,1,1"
@@ -83,7 +84,7 @@ def expand_pattern(pattern: str) -> list[re.Pattern[str]]:
     """
     try:
         expansions = list(braceexpand.braceexpand(pattern))
-    except Exception as e:  # braceexpand raises plain exceptions on unbalanced ranges
+    except ValueError as e:  # UnbalancedBracesError
         raise ConfigError(f"split pattern {pattern!r} cannot be brace-expanded: {e}") from None
     compiled = []
     for text in expansions:
@@ -128,7 +129,9 @@ def parse_split_parts(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         name, sep, pattern = item.partition(":")
         if not sep or not name or not pattern:
-            raise ConfigError(f"--split-parts {item!r} must look like NAME:PATTERN, e.g. train:'train-.*'")
+            raise ConfigError(
+                f"--split-parts {item!r} must look like NAME:PATTERN, e.g. train:'train-.*'"
+            )
         parts[name] = pattern
     return parts
 

@@ -21,9 +21,15 @@ class TensorInfo:
 
 
 _STORAGE_DTYPES = {
-    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
-    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
     "BoolStorage": "bool",
 }
 
@@ -68,6 +74,6 @@ def tensor_info(data: bytes, part: str) -> TensorInfo | None:
                 pkl = next(n for n in z.namelist() if n.endswith("/data.pkl"))
                 obj = _TensorUnpickler(io.BytesIO(z.read(pkl))).load()
             return obj if isinstance(obj, TensorInfo) else None
-    except Exception:
+    except Exception:  # noqa: BLE001 (arbitrary bytes can fail anywhere in zip/pickle/numpy)
         return None
     return None

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from shardcook import _native
-from shardcook.errors import DatasetError
+from shardcook.errors import DatasetError, ShardcookError
 from shardcook.finalize import FINALIZE_RECORD, META, OURS, list_shards
 from shardcook.inspect import DatasetSummary, read_metadata, summarize
 from shardcook.tensorinfo import tensor_info
@@ -25,7 +25,11 @@ log = logging.getLogger(__name__)
 #: The parts every sample of an encoding must have (FORMAT.md §3); a tuple means one of them.
 REQUIRED_PARTS: dict[str, list[str | tuple[str, ...]]] = {
     "preencoded": [
-        "latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt", "meta.json"
+        "latents.pth",
+        "prompt_embeds.pth",
+        "pooled_prompt_embeds.pth",
+        "caption.txt",
+        "meta.json",
     ],
     "raw": [("jpg", "png", "webp"), "txt", "meta.json"],
 }
@@ -86,10 +90,14 @@ def _check_metadata_files(root: Path, problems: list[str]) -> None:
             continue
         key = "__class__" if name == "dataset.yaml" else "split_parts"
         if not isinstance(loaded, dict) or key not in loaded:
-            problems.append(f"{META}/{name} has no {key!r}; run `shardcook finalize --force {root}`")
+            problems.append(
+                f"{META}/{name} has no {key!r}; run `shardcook finalize --force {root}`"
+            )
 
 
-def _load_one_per_split(root: Path, splits: dict[str, list[str]], encoding: str | None) -> list[str]:
+def _load_one_per_split(
+    root: Path, splits: dict[str, list[str]], encoding: str | None
+) -> list[str]:
     """Loads the first sample of each non-empty split through Energon, raw bytes only (no
     unpickling), and checks it has the parts its encoding needs."""
     from megatron.energon import (
@@ -116,7 +124,7 @@ def _load_one_per_split(root: Path, splits: dict[str, list[str]], encoding: str 
 
     class PartNamesEncoder(DefaultTaskEncoder):
         decoder = None
-        cookers = [Cooker(cook)]
+        cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
 
         def batch(self, samples):
             return samples
@@ -140,7 +148,7 @@ def _load_one_per_split(root: Path, splits: dict[str, list[str]], encoding: str 
                     task_encoder=PartNamesEncoder(),
                 )
                 sample = next(iter(get_loader(dataset)))[0]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (any failure inside Energon is the finding)
             problems.append(f"Energon cannot load the {split} split: {type(e).__name__}: {e}")
             continue
         missing = missing_parts(set(sample.parts), encoding)
@@ -163,8 +171,10 @@ def _deep_check(root: Path, shards: list[str], encoding: str | None) -> list[str
                     problems.append(f"{shard}: sample {key} lacks {', '.join(missing)}")
                 for name, data in parts.items():
                     if name.endswith(".pth") and tensor_info(data, name) is None:
-                        problems.append(f"{shard}: sample {key} part {name} is not a plain saved tensor")
-        except Exception as e:
+                        problems.append(
+                            f"{shard}: sample {key} part {name} is not a plain saved tensor"
+                        )
+        except ShardcookError as e:
             problems.append(str(e))
     return problems
 
@@ -199,7 +209,11 @@ def validate(
 
     present = set(list_shards(root, _excluded_patterns(root)))
     listed = [s for s in counts if (root / s).is_file()]
-    problems += [f"shard {s} is listed in .info.json but missing" for s in counts if s not in present and not (root / s).is_file()]
+    problems += [
+        f"shard {s} is listed in .info.json but missing"
+        for s in counts
+        if s not in present and not (root / s).is_file()
+    ]
     problems += [
         f"shard {s} is not listed in .info.json; run `shardcook finalize --force {root}` to index it"
         for s in sorted(present - set(counts))
@@ -211,7 +225,9 @@ def validate(
     for split, shards in splits.items():
         unknown = [s for s in shards if s not in counts]
         if unknown:
-            problems.append(f"split {split} names {len(unknown)} shard(s) not in .info.json, e.g. {unknown[0]}")
+            problems.append(
+                f"split {split} names {len(unknown)} shard(s) not in .info.json, e.g. {unknown[0]}"
+            )
 
     report.summary = summarize(root, counts, splits, dataset)
     if not problems:

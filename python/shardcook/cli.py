@@ -206,6 +206,52 @@ def raw(
 # ---- end of `shardcook raw` ----------------------------------------------------------------
 
 
+# ---- `shardcook chatml` (issue 7; logic in shardcook.pipeline.chatml) ----------------------
+@app.command()
+def chatml(
+    input: Annotated[str | None, typer.Option("--input", help="A JSONL file: one {images|image, conversation|messages|conversations} per line; image paths relative to the file.", rich_help_panel=_SRC)] = None,
+    hf_dataset: Annotated[str | None, typer.Option(help="Or a Hugging Face dataset: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
+    hf_split: Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)] = "train",
+    hf_data_files: Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)] = None,
+    max_samples: Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)] = None,
+    image_column: Annotated[str | None, typer.Option(help="huggingface: image or image-list column (default: images or image).", rich_help_panel=_FMT)] = None,
+    conversation_column: Annotated[str | None, typer.Option(help="Conversation field/column (default: conversation, messages or conversations).", rich_help_panel=_FMT)] = None,
+    output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
+    shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard, per split.", rich_help_panel=_OUT)] = 1000,
+    val_fraction: Annotated[float, typer.Option(help="Share of samples for val, by a stable hash of the sample id.", rich_help_panel=_OUT)] = 0.01,
+    finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and check at the end.", rich_help_panel=_OUT)] = True,
+    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)] = False,
+    image_format: Annotated[str, typer.Option(help="jpg or png for one image per sample (several: always JPEG in `jpgs`).", rich_help_panel=_IMG)] = "jpg",
+    image_quality: Annotated[int, typer.Option(help="JPEG quality 1-100.", rich_help_panel=_IMG)] = 95,
+    max_pixels: Annotated[int | None, typer.Option(help="Scale larger images down to at most this many pixels, keeping the aspect ratio.", rich_help_panel=_IMG)] = None,
+    workers: Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)] = None,
+) -> None:
+    """Images and ChatML conversations (JSONL or Hugging Face) into Megatron-Bridge's Energon
+    layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs under torchrun."""
+    from shardcook.config import RunConfig
+    from shardcook.pipeline.chatml import ChatmlOptions, run_chatml
+
+    if (input is None) == (hf_dataset is None):
+        _fail(ValueError("give exactly one of --input FILE.jsonl and --hf-dataset"))
+    cfg = RunConfig()
+    s, o, i = cfg.source, cfg.output, cfg.image
+    s.source_type = "jsonl" if input is not None else "huggingface"
+    s.input_path, s.hf_dataset, s.hf_split = input, hf_dataset, hf_split
+    s.hf_data_files, s.max_samples = hf_data_files, max_samples
+    cfg.data_format.image_column = image_column
+    o.output_dir, o.shard_size, o.finalize = output_dir, shard_size, finalize
+    o.overwrite, o.quiet = overwrite, quiet
+    i.image_format, i.image_quality, i.workers = image_format, image_quality, workers
+    opts = ChatmlOptions(conversation_column=conversation_column, val_fraction=val_fraction,
+                         max_pixels=max_pixels)
+    try:
+        run_chatml(cfg, opts)
+    except ShardcookError as e:
+        _fail(e)
+# ---- end of `shardcook chatml` -------------------------------------------------------------
+
+
 # ---- `shardcook blend` (logic in shardcook.energon.blend) ---------------------------------
 @app.command()
 def blend(

@@ -13,9 +13,10 @@ from pathlib import Path
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.plan import plan_units, units_for_rank
+from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
 from shardcook.pipeline.progress import check_output, clear_output, clear_tmp, write_json_atomic
 from shardcook.pipeline.run import Processor, RunStats, run_units
+from shardcook.sources.base import Source
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,15 @@ def run_pipeline(
     batch_size: int = 32,
     manifest_extra: dict | None = None,
     backend: str = "gloo",
+    make_source: Callable[[RunConfig], Source] | None = None,
+    make_units: Callable[[Source], list[WorkUnit]] | None = None,
+    finish: Callable[[Path, dict], None] | None = None,
 ) -> dict | None:
     """Runs the whole pipeline on this process's rank; returns the report on rank 0.
+
+    `make_source`, `make_units` and `finish` replace the defaults (`open_source`, consecutive
+    units of `shard_size`, `finalize` by --split ratios) for pipelines with their own input kinds,
+    shard names and metadata (`chatml`); `finish(out, report)` runs on rank 0 after the report.
 
     Raises:
         ConfigError: bad setup, before any work (on every rank).
@@ -85,10 +93,11 @@ def run_pipeline(
         error: str | None = None
         source = None
         try:
-            source = open_source(cfg)
+            source = (make_source or open_source)(cfg)
             manifest = rep.new_manifest(cfg, encoding, source.describe(), len(source),
                                         manifest_extra)
-            if cfg.output.finalize:  # a split finalize would refuse fails now, not after the work
+            # a split finalize would refuse fails now, not after the work
+            if cfg.output.finalize and finish is None:
                 from shardcook.splits import split_by_ratio
 
                 planned = plan_units(len(source), cfg.output.shard_size)
@@ -109,7 +118,8 @@ def run_pipeline(
         processor = make_processor(cfg)
 
         out = Path(cfg.output.output_dir)
-        units = plan_units(len(source), cfg.output.shard_size)
+        units = (make_units(source) if make_units is not None
+                 else plan_units(len(source), cfg.output.shard_size))
         mine = units_for_rank(units, dist.rank, dist.world_size)
         show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
         with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
@@ -121,7 +131,7 @@ def run_pipeline(
         if dist.is_main:
             try:
                 result = _finish(cfg, out, units, manifest, all_stats, dist.world_size,
-                                 encoding, t_start)
+                                 encoding, t_start, finish)
             except ShardcookError as e:
                 failure = e
         error = dist.broadcast(None if failure is None else str(failure))
@@ -135,7 +145,8 @@ def run_pipeline(
 
 
 def _finish(cfg: RunConfig, out: Path, units, manifest: dict, all_stats: list[RunStats],
-            world_size: int, encoding: str, t_start: float) -> dict:
+            world_size: int, encoding: str, t_start: float,
+            finish: Callable[[Path, dict], None] | None = None) -> dict:
     records, missing = rep.collect(out, units)
     if missing:
         raise DatasetError(
@@ -163,10 +174,13 @@ def _finish(cfg: RunConfig, out: Path, units, manifest: dict, all_stats: list[Ru
                 f"every input was skipped, so {out} holds no shards to finalize; "
                 f"see {rep.report_path(out)} for the reasons."
             )
-        from shardcook.finalize import finalize
-
         t0 = time.perf_counter()
-        finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
+        if finish is not None:
+            finish(out, result)
+        else:
+            from shardcook.finalize import finalize
+
+            finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
         result = report(time.perf_counter() - t0)
         rep.write_outputs(out, rep.finish_manifest(manifest, result), result)
     if not cfg.output.quiet:

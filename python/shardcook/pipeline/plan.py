@@ -27,6 +27,16 @@ class WorkUnit:
     def name(self) -> str:
         return shard_name(self.unit)
 
+    @property
+    def prefix(self) -> str:
+        """The shard file prefix (`ShardWriter(prefix=...)`); chatml units override it."""
+        return ""
+
+    @property
+    def number(self) -> int:
+        """The shard number in the file name (`ShardWriter(first_shard=...)`)."""
+        return self.unit
+
     def __len__(self) -> int:
         return self.stop - self.start
 

@@ -174,7 +174,8 @@ def run_units(
                 # a shard without a marker was cut off before its unit was recorded: redo it
                 for stale in (out / unit.name, out / f"{unit.name}.idx"):
                     stale.unlink(missing_ok=True)
-                writer = ShardWriter(out, shard_size=max(len(unit), 1), first_shard=unit.unit)
+                writer = ShardWriter(out, shard_size=max(len(unit), 1), prefix=unit.prefix,
+                                     first_shard=unit.number)
                 record = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
                           "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
                           "skipped": []}

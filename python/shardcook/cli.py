@@ -272,5 +272,77 @@ def blend(
 # ---- end of `shardcook blend` --------------------------------------------------------------
 
 
+# ---- `shardcook encode` (issue 5; logic in shardcook.pipeline.encode) ----------------------
+# The same source/output/image options as `raw`, plus the `model` section; YAML keys = names.
+_MOD = "Model"
+
+
+@app.command()
+def encode(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")] = None,
+    print_config: Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")] = False,
+    hf_token_file: Annotated[Path | None, typer.Option(help="A file holding a Hugging Face token (mode 600 or 400). Else HF_TOKEN, else the saved `huggingface-cli login`.", rich_help_panel=_MOD)] = None,
+    model_path: Annotated[str, typer.Option(help="FLUX folder (vae/, text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/) or hub id.", rich_help_panel=_MOD)] = "black-forest-labs/FLUX.1-dev",
+    vae_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the VAE.", rich_help_panel=_MOD)] = None,
+    clip_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the CLIP text model (+ tokenizer).", rich_help_panel=_MOD)] = None,
+    t5_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the T5 encoder (+ tokenizer).", rich_help_panel=_MOD)] = None,
+    revision: Annotated[str | None, typer.Option(help="Hub revision of --model-path.", rich_help_panel=_MOD)] = None,
+    precision: Annotated[str, typer.Option(help="bf16, fp16 or fp32.", rich_help_panel=_MOD)] = "bf16",
+    stored_dtype: Annotated[str | None, typer.Option(help="dtype of the saved tensors (default: --precision).", rich_help_panel=_MOD)] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per encoder batch.", rich_help_panel=_MOD)] = 8,
+    t5_max_length: Annotated[int, typer.Option(help="T5 padding length (256 suits FLUX.1-schnell).", rich_help_panel=_MOD)] = 512,
+    latent_mode: Annotated[str, typer.Option(help="sample (seeded per sample key) or mode.", rich_help_panel=_MOD)] = "sample",
+    seed: Annotated[int, typer.Option(help="Seed of the latent sampling.", rich_help_panel=_MOD)] = 0,
+    device: Annotated[str | None, typer.Option(help="cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", rich_help_panel=_MOD)] = None,
+    source_type: Annotated[str, typer.Option(help="directory, huggingface or webdataset.", rich_help_panel=_SRC)] = "directory",
+    input_dir: Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=_SRC)] = None,
+    hf_dataset: Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
+    hf_split: Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)] = "train",
+    hf_data_files: Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)] = None,
+    input_path: Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=_SRC)] = None,
+    max_samples: Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)] = None,
+    image_column: Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)] = None,
+    caption_column: Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=_FMT)] = None,
+    output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
+    shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)] = 1000,
+    split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)] = "1,0,0",
+    finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)] = True,
+    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)] = False,
+    image_size: Annotated[int, typer.Option(help="Target side (crop, stretch); a multiple of 16.", rich_help_panel=_IMG)] = 1024,
+    resize_mode: Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=_IMG)] = "crop",
+    max_size: Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=_IMG)] = 1024,
+    min_size: Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=_IMG)] = 0,
+    workers: Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)] = None,
+) -> None:
+    """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
+    shards (FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun."""
+    from shardcook.config import resolve
+
+    names = [n for n in ctx.params if n not in ("config", "print_config", "hf_token_file")]
+    explicit = {
+        n for n in names
+        if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    }
+    try:
+        cfg = resolve({n: ctx.params[n] for n in names}, explicit, config)
+        from shardcook.pipeline.encode import check_model
+
+        check_model(cfg)
+    except ShardcookError as e:
+        _fail(e)
+    if print_config:
+        typer.echo(cfg.to_yaml(), nl=False)
+        raise typer.Exit()
+    from shardcook.pipeline.encode import run_encode
+
+    try:
+        run_encode(cfg, token_file=str(hf_token_file) if hf_token_file else None)
+    except ShardcookError as e:
+        _fail(e)
+# ---- end of `shardcook encode` -------------------------------------------------------------
+
+
 def main() -> None:
     app()

@@ -65,12 +65,18 @@ class ImageConfig:
 class ModelConfig:
     """The encoders (`encode` only; `raw` ignores this section)."""
 
-    model_path: str | None = None
+    model_path: str = "black-forest-labs/FLUX.1-dev"
+    vae_path: str | None = None
+    clip_path: str | None = None
+    t5_path: str | None = None
     revision: str | None = None
-    dtype: str = "bf16"
-    batch_size: int = 16
+    precision: str = "bf16"
+    stored_dtype: str | None = None
+    batch_size: int = 8
     t5_max_length: int = 512
-    device: str = "cuda"
+    latent_mode: str = "sample"
+    seed: int = 0
+    device: str | None = None
 
 
 @dataclass

@@ -1,0 +1,125 @@
+"""Batched FLUX encoding: VAE latents, T5 prompt embeddings, CLIP pooled embeddings."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shardcook.encoders.auth import resolve_token
+from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources
+from shardcook.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+log = logging.getLogger(__name__)
+
+CLIP_MAX_LENGTH = 77
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a precision name (bf16, fp16, fp32)."""
+    import torch
+
+    if name not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {name!r}.")
+    return getattr(torch, PRECISIONS[name])
+
+
+def sample_seed(seed: int, key: str) -> int:
+    """The generator seed of one sample: a hash of (seed, key), so it does not depend on batching."""
+    digest = hashlib.sha256(f"shardcook/{seed}/{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def tensor_bytes(t: torch.Tensor, dtype=None) -> bytes:
+    """`torch.save` bytes of a contiguous CPU clone of `t` (never a view into a batch)."""
+    import torch
+
+    own = t.detach().to("cpu", dtype=dtype or t.dtype).contiguous().clone()
+    buf = io.BytesIO()
+    torch.save(own, buf)
+    return buf.getvalue()
+
+
+@dataclass
+class LatentFactors:
+    scaling_factor: float
+    shift_factor: float
+    latent_channels: int
+
+
+def latent_factors(config: dict) -> LatentFactors:
+    """Scaling, shift (0 when absent) and channel count from a VAE config."""
+    return LatentFactors(float(config.get("scaling_factor", 1.0)),
+                         float(config.get("shift_factor") or 0.0),
+                         int(config.get("latent_channels", 16)))
+
+
+class FluxEncoders:
+    """The three FLUX encoders on one device.
+
+    Args:
+        latent_mode: `sample` draws z ~ N(mean, std) with a generator seeded per (seed, key);
+            `mode` takes the distribution's mode (its mean).
+    """
+
+    def __init__(self, vae, clip_tokenizer, clip, t5_tokenizer, t5, *, device, dtype,
+                 t5_max_length: int = 512, latent_mode: str = "sample", seed: int = 0):
+        factors = latent_factors(dict(vae.config))
+        self.vae, self.clip_tokenizer, self.clip = vae, clip_tokenizer, clip
+        self.t5_tokenizer, self.t5 = t5_tokenizer, t5
+        self.device, self.dtype = device, dtype
+        self.t5_max_length, self.latent_mode, self.seed = t5_max_length, latent_mode, seed
+        self.scaling_factor, self.shift_factor = factors.scaling_factor, factors.shift_factor
+
+    @classmethod
+    def load(cls, *, model_path=None, vae_path=None, clip_path=None, t5_path=None,
+             revision=None, token_file=None, precision="bf16", device="cpu",
+             t5_max_length=512, latent_mode="sample", seed=0) -> FluxEncoders:
+        """Resolves the sources and the token, then loads all three encoders."""
+        sources = resolve_sources(model_path, vae_path, clip_path, t5_path, revision)
+        token, _ = resolve_token(token_file)
+        dtype = torch_dtype(precision)
+        vae, _ = load_encoder(sources["vae"], token, dtype, device)
+        clip, clip_tok = load_encoder(sources["clip"], token, dtype, device)
+        t5, t5_tok = load_encoder(sources["t5"], token, dtype, device)
+        del token
+        return cls(vae, clip_tok, clip, t5_tok, t5, device=device, dtype=dtype,
+                   t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed)
+
+    def encode_images(self, pixels: np.ndarray | torch.Tensor, keys: list[str]) -> torch.Tensor:
+        """[B, H, W, 3] uint8 (one shape) -> scaled latents [B, C, H/8, W/8] on the device."""
+        import torch
+
+        with torch.inference_mode():
+            x = torch.as_tensor(pixels).to(self.device, non_blocking=True)
+            x = x.permute(0, 3, 1, 2).to(torch.float32).div_(127.5).sub_(1.0).to(self.dtype)
+            dist = self.vae.encode(x).latent_dist
+            if self.latent_mode == "mode":
+                z = dist.mode()
+            else:
+                noise = torch.stack([
+                    torch.randn(dist.mean.shape[1:], dtype=torch.float32, device=self.device,
+                                generator=torch.Generator(device=self.device).manual_seed(
+                                    sample_seed(self.seed, k)))
+                    for k in keys]).to(dist.mean.dtype)
+                z = dist.mean + dist.std * noise
+            return (z - self.shift_factor) * self.scaling_factor
+
+    def encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Captions -> (T5 last hidden state [B, L, D_t5], CLIP pooler output [B, D_clip])."""
+        import torch
+
+        with torch.inference_mode():
+            ids = self.t5_tokenizer(captions, padding="max_length", max_length=self.t5_max_length,
+                                    truncation=True, return_tensors="pt").input_ids
+            t5 = self.t5(ids.to(self.device), output_hidden_states=False).last_hidden_state
+            cids = self.clip_tokenizer(captions, padding="max_length", max_length=CLIP_MAX_LENGTH,
+                                       truncation=True, return_tensors="pt").input_ids
+            pooled = self.clip(cids.to(self.device), output_hidden_states=False).pooler_output
+        return t5, pooled

@@ -1,0 +1,171 @@
+"""Where each FLUX encoder comes from (a local folder or a hub id) and loading it.
+
+`--model-path` names a FLUX-layout folder or hub repo (vae/, text_encoder/ + tokenizer/,
+text_encoder_2/ + tokenizer_2/); `--vae-path`, `--clip-path` and `--t5-path` replace one encoder
+with a folder or hub repo holding that model itself (a tokenizer next to it or in `tokenizer/`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from shardcook.encoders.auth import TOKEN_WAYS, redact
+from shardcook.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "black-forest-labs/FLUX.1-dev"
+PRECISIONS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+LATENT_MODES = ("sample", "mode")
+#: encoder -> (model subfolder, tokenizer subfolder) inside a FLUX-layout folder
+FLUX_LAYOUT = {"vae": ("vae", None), "clip": ("text_encoder", "tokenizer"),
+               "t5": ("text_encoder_2", "tokenizer_2")}
+OPTION = {"vae": "--vae-path", "clip": "--clip-path", "t5": "--t5-path"}
+
+
+@dataclass(frozen=True)
+class EncoderSource:
+    """Where one encoder (and its tokenizer) is loaded from."""
+
+    name: str  # vae | clip | t5
+    source: str  # a local folder or a hub id
+    local: bool
+    subfolder: str | None
+    tokenizer_subfolder: str | None
+    revision: str | None
+    option: str  # the option that named it
+
+    def describe(self) -> dict:
+        return {"source": self.source, "local": self.local, "subfolder": self.subfolder,
+                "tokenizer_subfolder": self.tokenizer_subfolder, "revision": self.revision}
+
+
+def offline() -> bool:
+    """True when HF_HUB_OFFLINE asks for no network access."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _is_hub_id(value: str) -> bool:
+    if value.startswith((".", "/", "~")) or value.endswith("/") or os.sep in value.replace("/", ""):
+        return False
+    parts = value.split("/")
+    return 1 <= len(parts) <= 2 and all(parts)
+
+
+def _where(value: str, option: str) -> tuple[str, bool]:
+    """(source, is_local); raises ConfigError for a path that does not exist."""
+    p = Path(value).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise ConfigError(f"{option} {value!r} is a file; name a model folder or a hub id.")
+        return str(p.resolve()), True
+    if _is_hub_id(value):
+        return value, False
+    raise ConfigError(f"{option} {value!r} does not exist; name an existing model folder "
+                      "or a hub id such as black-forest-labs/FLUX.1-dev.")
+
+
+def resolve_sources(model_path: str | None, vae_path: str | None = None,
+                    clip_path: str | None = None, t5_path: str | None = None,
+                    revision: str | None = None) -> dict[str, EncoderSource]:
+    """The source of each encoder; raises ConfigError naming a missing local path."""
+    overrides = {"vae": vae_path, "clip": clip_path, "t5": t5_path}
+    base = model_path or DEFAULT_MODEL
+    base_src: tuple[str, bool] | None = None
+    out = {}
+    for name, (sub, tok_sub) in FLUX_LAYOUT.items():
+        own = overrides[name]
+        if own:
+            src, local = _where(own, OPTION[name])
+            tsub = None
+            if local and tok_sub and (Path(src) / "tokenizer").is_dir():
+                tsub = "tokenizer"
+            if local and not (Path(src) / "config.json").is_file():
+                raise ConfigError(f"{OPTION[name]} {own!r} has no config.json; name the folder "
+                                  f"that holds the {name} model itself.")
+            out[name] = EncoderSource(name, src, local, None, tsub, None, OPTION[name])
+            continue
+        if base_src is None:
+            base_src = _where(base, "--model-path")
+        src, local = base_src
+        if local:
+            for folder in (sub, tok_sub):
+                if folder and not (Path(src) / folder).is_dir():
+                    raise ConfigError(
+                        f"--model-path {base!r} has no {folder}/ folder (the FLUX layout is vae/, "
+                        f"text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/); add it or "
+                        f"give {OPTION[name]}.")
+        out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
+                                  "--model-path")
+    return out
+
+
+def _failed(src: EncoderSource, e: Exception, token: str | None) -> ConfigError:
+    first = redact(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__, token)
+    if src.local:
+        return ConfigError(f"Could not load the {src.name} encoder from {src.source!r} "
+                           f"({src.option}): {first}")
+    if offline():
+        return ConfigError(
+            f"Could not load the {src.name} encoder from the hub repo {src.source!r}: "
+            "HF_HUB_OFFLINE is set and it is not in the local cache; unset HF_HUB_OFFLINE or "
+            f"give a local folder with {src.option}.")
+    return ConfigError(
+        f"Could not download the {src.name} encoder from the hub repo {src.source!r} ({first}). "
+        "If the model is gated, accept its licence on huggingface.co and give a token in one of "
+        f"three ways: {TOKEN_WAYS[0]}; {TOKEN_WAYS[1]}; or {TOKEN_WAYS[2]}.")
+
+
+def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict:
+    kw: dict = {"local_files_only": src.local or offline()}
+    if sub:
+        kw["subfolder"] = sub
+    if not src.local:
+        kw["token"] = token
+        if src.revision:
+            kw["revision"] = src.revision
+    return kw
+
+
+def vae_config(src: EncoderSource, token: str | None) -> dict:
+    """The VAE's config.json (scaling_factor, shift_factor, latent_channels, ...)."""
+    try:
+        if src.local:
+            folder = Path(src.source) / (src.subfolder or "")
+            return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        from diffusers import AutoencoderKL
+
+        return dict(AutoencoderKL.load_config(src.source, **_kwargs(src, token, src.subfolder)))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
+        raise _failed(src, e, token) from None
+
+
+def load_encoder(src: EncoderSource, token: str | None, dtype, device):
+    """(model, tokenizer or None) for one encoder, in eval mode on `device` in `dtype`."""
+    try:
+        if src.name == "vae":
+            from diffusers import AutoencoderKL
+
+            model = AutoencoderKL.from_pretrained(src.source, torch_dtype=dtype,
+                                                  **_kwargs(src, token, src.subfolder))
+            tok = None
+        else:
+            from transformers import AutoTokenizer, CLIPTextModel, T5EncoderModel
+
+            cls = CLIPTextModel if src.name == "clip" else T5EncoderModel
+            model = cls.from_pretrained(src.source, dtype=dtype,
+                                        **_kwargs(src, token, src.subfolder))
+            tok = AutoTokenizer.from_pretrained(src.source,
+                                                **_kwargs(src, token, src.tokenizer_subfolder))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
+        raise _failed(src, e, token) from None
+    model.to(device).eval().requires_grad_(False)
+    return model, tok

@@ -1,0 +1,125 @@
+"""Tiny FLUX-layout encoders with random weights, for tests and `shardcook demo`.
+
+These are DEMO WEIGHTS, not a real model: the architectures are the real diffusers/transformers
+classes (AutoencoderKL, CLIPTextModel, T5EncoderModel) made tiny from configs, with seeded random
+weights, and tokenizers built from a small local vocabulary. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: Written into the folder so nobody mistakes it for a real model.
+LABEL = "DEMO WEIGHTS: tiny random-weight encoders built by shardcook; not a real FLUX model."
+
+#: The tiny VAE's factors (deliberately not FLUX's, so tests see they are read from the config).
+TINY_SCALING, TINY_SHIFT = 0.5, 0.25
+TINY_LATENT_CHANNELS = 4
+TINY_T5_DIM, TINY_CLIP_DIM = 32, 24
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2/CLIP's byte to printable-character table."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def _clip_tokenizer(folder: Path) -> None:
+    """A CLIP BPE tokenizer over single byte-characters (no merges)."""
+    from transformers import CLIPTokenizer
+
+    chars = list(_bytes_to_unicode().values())
+    vocab = {}
+    for c in chars:
+        vocab[c] = len(vocab)
+    for c in chars:
+        vocab[c + "</w>"] = len(vocab)
+    vocab["<|startoftext|>"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    tok = CLIPTokenizer(vocab=vocab, merges=[])
+    tok.model_max_length = 77
+    tok.save_pretrained(folder)
+
+
+def _t5_tokenizer(folder: Path) -> None:
+    """A T5-style unigram tokenizer (metaspace, </s> appended) trained on a few words."""
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+    from transformers import T5TokenizerFast
+
+    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow", "orange", "purple", "white", "black", "grey", "circle", "square", "triangle", "star", "stripe", "dot", "small", "large", "big", "photo", "picture", "image", "of", "background", "cat", "dog", "astronaut", "coffee", "rocket", "camera"]
+    corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(corpus, trainers.UnigramTrainer(
+        vocab_size=200, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"))
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))])
+    fast = T5TokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
+                           unk_token="<unk>", extra_ids=0)
+    fast.save_pretrained(folder)
+
+
+def build_tiny_flux(root: str | Path, *, seed: int = 0) -> Path:
+    """Writes tiny FLUX-layout encoders with random weights (seeded) under `root`; returns it.
+
+    Layout: vae/ (AutoencoderKL, 4 latent channels, downsampling 8, scaling 0.5, shift 0.25),
+    text_encoder/ + tokenizer/ (CLIPTextModel, hidden 24), text_encoder_2/ + tokenizer_2/
+    (T5EncoderModel, d_model 32).
+    """
+    import torch
+    from diffusers import AutoencoderKL
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=TINY_LATENT_CHANNELS,
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8, 8, 16, 16), layers_per_block=1, norm_num_groups=4,
+        sample_size=64, scaling_factor=TINY_SCALING, shift_factor=TINY_SHIFT,
+        use_quant_conv=False, use_post_quant_conv=False)
+    vae.save_pretrained(root / "vae")
+    _clip_tokenizer(root / "tokenizer")
+    from transformers import AutoTokenizer
+
+    clip_tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    clip = CLIPTextModel(CLIPTextConfig(
+        vocab_size=len(clip_tok), hidden_size=TINY_CLIP_DIM, intermediate_size=48,
+        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
+        projection_dim=TINY_CLIP_DIM, bos_token_id=clip_tok.bos_token_id,
+        eos_token_id=clip_tok.eos_token_id, pad_token_id=clip_tok.pad_token_id))
+    clip.save_pretrained(root / "text_encoder")
+    _t5_tokenizer(root / "tokenizer_2")
+    t5_tok = AutoTokenizer.from_pretrained(root / "tokenizer_2")
+    t5 = T5EncoderModel(T5Config(
+        vocab_size=len(t5_tok), d_model=TINY_T5_DIM, d_kv=8, d_ff=64, num_layers=2,
+        num_heads=4, relative_attention_num_buckets=8, is_encoder_decoder=False,
+        use_cache=False, pad_token_id=t5_tok.pad_token_id, eos_token_id=t5_tok.eos_token_id))
+    t5.save_pretrained(root / "text_encoder_2")
+    (root / "DEMO_WEIGHTS.txt").write_text(LABEL + "\n", encoding="utf-8")
+    (root / "model_index.json").write_text(json.dumps(
+        {"_class_name": "FluxPipeline", "_shardcook_note": LABEL}, indent=2), encoding="utf-8")
+    return root

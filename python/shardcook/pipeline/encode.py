@@ -1,0 +1,267 @@
+"""`encode`: images and captions through FLUX's encoders into pre-encoded samples (FORMAT.md §3).
+
+Inside each reader batch, three stages overlap through bounded look-ahead: a CPU thread decodes
+and resizes the next encoder batch (Rust image core), the calling thread runs the encoders, and a
+serializer thread turns the previous batch's tensors into `.pth` bytes. report.json's
+`stage_seconds` shows `encoder_wait` (encoders idle, waiting for pixels), `encode` and
+`serialize` (plus the tar `write` and source `read` of the shared loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from shardcook.config import RunConfig
+from shardcook.errors import ConfigError
+from shardcook.pipeline.raw import TOO_SMALL, classify_error, meta_json
+from shardcook.pipeline.run import Loaded, Outcome
+
+log = logging.getLogger(__name__)
+
+EMPTY_DIR = "empty_encodings"
+PARTS = ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
+         "meta.json")
+
+
+def check_model(cfg: RunConfig) -> None:
+    """Raises ConfigError naming the first `model`/image option `encode` cannot work with."""
+    from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
+
+    m, i = cfg.model, cfg.image
+    if m.precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, not {m.precision!r}.")
+    if m.stored_dtype is not None and m.stored_dtype not in PRECISIONS:
+        raise ConfigError(
+            f"--stored-dtype must be one of {', '.join(PRECISIONS)}, not {m.stored_dtype!r}.")
+    if m.latent_mode not in LATENT_MODES:
+        raise ConfigError(
+            f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
+    if m.batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
+    if m.t5_max_length < 1:
+        raise ConfigError(f"--t5-max-length must be at least 1, not {m.t5_max_length}.")
+    if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
+        raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
+                          f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
+
+
+def pick_device(requested: str | None) -> str:
+    """The torch device: as requested, else cuda:LOCAL_RANK when CUDA is present, else cpu."""
+    import torch
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if requested in (None, "", "auto"):
+        if torch.cuda.is_available():
+            return f"cuda:{local % torch.cuda.device_count()}"
+        log.warning("no CUDA device found: encoding on the CPU (fine for tiny models, slow for FLUX)")
+        return "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {requested} was asked for but no CUDA device is visible; "
+                              "use --device cpu or run on a GPU machine.")
+        if requested == "cuda":
+            return f"cuda:{local % torch.cuda.device_count()}"
+    return requested
+
+
+def encoder_manifest(cfg: RunConfig, token_file: str | None) -> dict:
+    """The manifest's encoder facts (FORMAT.md §6); reads only the VAE config. No token."""
+    from shardcook.encoders.auth import resolve_token
+    from shardcook.encoders.flux import latent_factors
+    from shardcook.encoders.loading import resolve_sources, vae_config
+
+    m = cfg.model
+    sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)
+    token, _ = resolve_token(token_file)
+    factors = latent_factors(vae_config(sources["vae"], token))
+    del token
+    return {
+        "encoders": {name: src.describe() for name, src in sources.items()},
+        "scaling_factor": factors.scaling_factor,
+        "shift_factor": factors.shift_factor,
+        "latent_channels": factors.latent_channels,
+        "t5_max_length": m.t5_max_length,
+        "clip_max_length": 77,
+        "precision": m.precision,
+        "stored_dtype": m.stored_dtype or m.precision,
+        "latent_mode": m.latent_mode,
+        "latent_seed": m.seed if m.latent_mode == "sample" else None,
+    }
+
+
+class EncodeProcessor:
+    """Turns loaded inputs into the five pre-encoded parts, one outcome per input, in order."""
+
+    def __init__(self, cfg: RunConfig, encoders, stored_dtype):
+        from shardcook import imaging
+
+        self.imaging, self.image, self.enc = imaging, cfg.image, encoders
+        self.batch_size = cfg.model.batch_size
+        self.stored_dtype = stored_dtype
+        self.workers = cfg.image.workers or os.cpu_count() or 1
+        self.stage_seconds = {"preprocess": 0.0, "encoder_wait": 0.0, "encode": 0.0,
+                              "serialize": 0.0}
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix="shardcook-prep")
+        self._ser = ThreadPoolExecutor(1, thread_name_prefix="shardcook-serialize")
+
+    def _prepare(self, batch: list[Loaded], idx: list[int]):
+        """Decode/resize `idx` of `batch`: ([(n, ImageResult)], {n: Outcome skip})."""
+        t0 = time.perf_counter()
+        i = self.image
+        results = self.imaging.preprocess(
+            [batch[n].image for n in idx], size=i.image_size, mode=i.resize_mode,
+            max_size=i.max_size, max_pixels=i.max_pixels, workers=self.workers)
+        good, skips = [], {}
+        for n, r in zip(idx, results):
+            item = batch[n].item
+            if r.error is not None or r.pixels is None:
+                message = r.error or "no pixels"
+                skips[n] = Outcome(item, skip=classify_error(message), detail=message)
+            elif min(r.orig_size) < i.min_size:
+                skips[n] = Outcome(item, skip=TOO_SMALL,
+                                   detail=f"short side {min(r.orig_size)} < --min-size {i.min_size}")
+            else:
+                good.append((n, r))
+        self.stage_seconds["preprocess"] += time.perf_counter() - t0
+        return good, skips
+
+    def _encode(self, batch: list[Loaded], group):
+        """One shape group on the encoders; returns CPU tensors in the stored dtype."""
+        import numpy as np
+
+        t0 = time.perf_counter()
+        items = [batch[n].item for n, _ in group]
+        pixels = np.stack([r.pixels for _, r in group])
+        lat = self.enc.encode_images(pixels, [it.key for it in items])
+        t5, pooled = self.enc.encode_text([it.caption or "" for it in items])
+        out = tuple(t.to("cpu", dtype=self.stored_dtype) for t in (lat, t5, pooled))
+        self.stage_seconds["encode"] += time.perf_counter() - t0
+        return out
+
+    def _serialize(self, batch: list[Loaded], group, tensors) -> list[tuple[int, Outcome]]:
+        from shardcook.encoders.flux import tensor_bytes
+
+        t0 = time.perf_counter()
+        lat, t5, pooled = tensors
+        done = []
+        for j, (n, r) in enumerate(group):
+            item = batch[n].item
+            h, w = r.pixels.shape[:2]
+            parts = [
+                ("latents.pth", tensor_bytes(lat[j])),
+                ("prompt_embeds.pth", tensor_bytes(t5[j])),
+                ("pooled_prompt_embeds.pth", tensor_bytes(pooled[j])),
+                ("caption.txt", (item.caption or "").encode("utf-8")),
+                ("meta.json", meta_json(item.source, r.orig_size, r.crop, (h, w))),
+            ]
+            done.append((n, Outcome(item, parts=parts)))
+        self.stage_seconds["serialize"] += time.perf_counter() - t0
+        return done
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]:
+        outcomes: list[Outcome | None] = [None] * len(batch)
+        todo = []
+        for n, loaded in enumerate(batch):
+            reason = loaded.item.skip or loaded.skip
+            if reason is not None:
+                outcomes[n] = Outcome(loaded.item, skip=reason, detail=loaded.detail)
+            else:
+                todo.append(n)
+        chunks = iter([todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)])
+        prepared: deque[Future] = deque()
+        serialized: deque[Future] = deque()
+
+        def prefetch() -> None:
+            chunk = next(chunks, None)
+            if chunk:
+                prepared.append(self._prep.submit(self._prepare, batch, chunk))
+
+        def collect(f: Future) -> None:
+            for n, o in f.result():
+                outcomes[n] = o
+
+        prefetch()
+        prefetch()  # two encoder batches of pixels ahead at most
+        while prepared:
+            t0 = time.perf_counter()
+            good, skips = prepared.popleft().result()
+            self.stage_seconds["encoder_wait"] += time.perf_counter() - t0
+            prefetch()
+            for n, o in skips.items():
+                outcomes[n] = o
+            groups: dict[tuple, list] = {}
+            for n, r in good:  # one shape per encoder batch
+                groups.setdefault(r.pixels.shape, []).append((n, r))
+            for group in groups.values():
+                tensors = self._encode(batch, group)
+                serialized.append(self._ser.submit(self._serialize, batch, group, tensors))
+                while len(serialized) > 2:
+                    collect(serialized.popleft())
+        while serialized:
+            collect(serialized.popleft())
+        return outcomes  # type: ignore[return-value]
+
+
+def write_empty_encodings(out: Path, encoders) -> None:
+    """empty_encodings/t5_empty.npy [1, L, D_t5] and clip_empty.npy [1, D_clip], float32."""
+    import numpy as np
+    import torch
+
+    t5, pooled = encoders.encode_text([""])
+    folder = out / EMPTY_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, t in (("t5_empty.npy", t5), ("clip_empty.npy", pooled)):
+        tmp = folder / f".{name}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            np.save(f, t.to("cpu", torch.float32).numpy())
+        os.replace(tmp, folder / name)
+
+
+def quiet_model_libraries() -> None:
+    """No download/loading progress bars or advice from diffusers/transformers."""
+    import diffusers
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    diffusers.utils.logging.set_verbosity_error()
+    diffusers.utils.logging.disable_progress_bar()
+
+
+def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
+    """`shardcook encode`: the whole run for this rank; returns report.json's content on rank 0.
+
+    Raises:
+        ConfigError: bad setup (options, model paths, token file), before any work.
+    """
+    check_model(cfg)
+    quiet_model_libraries()
+    from shardcook.encoders.flux import FluxEncoders, torch_dtype
+    from shardcook.pipeline.driver import run_pipeline
+
+    extra = encoder_manifest(cfg, token_file)
+    device = pick_device(cfg.model.device)
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+    m = cfg.model
+
+    def make_processor(cfg: RunConfig) -> EncodeProcessor:
+        encoders = FluxEncoders.load(
+            model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
+            t5_path=m.t5_path, revision=m.revision, token_file=token_file,
+            precision=m.precision, device=device, t5_max_length=m.t5_max_length,
+            latent_mode=m.latent_mode, seed=m.seed)
+        if int(os.environ.get("RANK", "0")) == 0:
+            write_empty_encodings(Path(cfg.output.output_dir), encoders)
+        return EncodeProcessor(cfg, encoders, torch_dtype(m.stored_dtype or m.precision))
+
+    return run_pipeline(cfg, encoding="preencoded", make_processor=make_processor,
+                        batch_size=max(4 * m.batch_size, 8), manifest_extra=extra,
+                        backend="nccl" if device.startswith("cuda") else "gloo")

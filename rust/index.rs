@@ -203,38 +203,70 @@ impl SqliteSink {
     }
 
     fn insert(&mut self, tar_file_id: u32, scan: &ShardScan) -> Result<()> {
-        let mut samples = self.db.prepare_cached(
-            "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) \
-             VALUES (?, ?, ?, ?, ?)",
+        let id = tar_file_id as i64;
+        insert_rows(
+            &self.db,
+            "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size)",
+            &scan.samples.iter().enumerate().collect::<Vec<_>>(),
+            |st, at, &(i, s)| {
+                st.raw_bind_parameter(at, id)?;
+                st.raw_bind_parameter(at + 1, s.key.as_str())?;
+                st.raw_bind_parameter(at + 2, i as i64)?;
+                st.raw_bind_parameter(at + 3, s.offset as i64)?;
+                st.raw_bind_parameter(at + 4, s.size as i64)
+            },
         )?;
-        for (i, s) in scan.samples.iter().enumerate() {
-            samples.execute((
-                tar_file_id,
-                &s.key,
-                i as i64,
-                s.offset as i64,
-                s.size as i64,
-            ))?;
-        }
-        let mut parts = self.db.prepare_cached(
-            "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) \
-             VALUES (?, ?, ?, ?, ?)",
-        )?;
-        for p in &scan.parts {
-            parts.raw_bind_parameter(1, tar_file_id)?;
-            parts.raw_bind_parameter(2, p.sample_index as i64)?;
-            parts.raw_bind_parameter(3, p.name.as_str())?;
-            parts.raw_bind_parameter(4, p.data_offset as i64)?;
-            parts.raw_bind_parameter(5, p.size as i64)?;
-            parts.raw_execute()?;
-        }
-        Ok(())
+        insert_rows(
+            &self.db,
+            "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size)",
+            &scan.parts,
+            |st, at, p| {
+                st.raw_bind_parameter(at, id)?;
+                st.raw_bind_parameter(at + 1, p.sample_index as i64)?;
+                st.raw_bind_parameter(at + 2, p.name.as_str())?;
+                st.raw_bind_parameter(at + 3, p.data_offset as i64)?;
+                st.raw_bind_parameter(at + 4, p.size as i64)
+            },
+        )
     }
 
     fn finish(self) -> Result<()> {
         self.db.execute_batch("COMMIT;")?;
         self.db.close().map_err(|(_, e)| Error::Sqlite(e))
     }
+}
+
+/// Rows per INSERT statement: one statement step per row costs more than the row itself.
+const ROWS_PER_INSERT: usize = 64;
+
+/// Inserts 5-column rows in order, many per statement; `bind` binds one row's five values
+/// starting at the given parameter index.
+fn insert_rows<R>(
+    db: &Connection,
+    head: &str,
+    rows: &[R],
+    bind: impl Fn(&mut rusqlite::Statement<'_>, usize, &R) -> rusqlite::Result<()>,
+) -> Result<()> {
+    let sql = |n: usize| format!("{head} VALUES {}", vec!["(?, ?, ?, ?, ?)"; n].join(", "));
+    let mut chunks = rows.chunks_exact(ROWS_PER_INSERT);
+    if rows.len() >= ROWS_PER_INSERT {
+        let mut full = db.prepare_cached(&sql(ROWS_PER_INSERT))?;
+        for chunk in &mut chunks {
+            for (j, row) in chunk.iter().enumerate() {
+                bind(&mut full, j * 5 + 1, row)?;
+            }
+            full.raw_execute()?;
+        }
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut st = db.prepare(&sql(rest.len()))?;
+        for (j, row) in rest.iter().enumerate() {
+            bind(&mut st, j * 5 + 1, row)?;
+        }
+        st.raw_execute()?;
+    }
+    Ok(())
 }
 
 fn tmp_name(path: &Path) -> PathBuf {

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 META = ".nv-meta"
 OURS = ".shardcook"
 ENCODINGS = ("preencoded", "raw")
+#: Encodings whose dataset.yaml names its own sample class and gets no `encoding` subflavor
+#: (chatml: Megatron-Bridge's ChatMLWebdataset).
+CLASS_ENCODINGS = ("chatml",)
 #: Where finalize records what it was asked, so `validate` knows which tars were left out on purpose.
 FINALIZE_RECORD = "finalize.json"
 
@@ -208,11 +211,11 @@ def dataset_yaml(
         out["field_map"] = dict(field_map)
     merged = dict(current.get("subflavors") or {})
     merged.update(subflavors or {})
-    if encoding is not None:
+    if encoding is not None and encoding not in CLASS_ENCODINGS:
         if encoding not in ENCODINGS:
             raise ConfigError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
         merged["encoding"] = encoding
-    if merged or "subflavors" in current:
+    if merged or "subflavors" in current or subflavors is not None:
         out["subflavors"] = merged
     return out
 

@@ -473,50 +473,34 @@ def field_map(layout: str, image_format: str) -> dict[str, str]:
     return {"imgs": imgs, "conversation": CONVERSATION_PART}
 
 
-def dataset_yaml_text(fields: dict[str, str]) -> str:
-    """`.nv-meta/dataset.yaml` as Megatron-Bridge expects it."""
-    import yaml
+def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -> list[str]:
+    """`finalize` with split parts train/val by shard name and Megatron-Bridge's dataset.yaml,
+    then a look inside each split's first sample; returns the warnings (also logged).
 
-    module, _, cls = SAMPLE_TYPE.partition(":")
-    return yaml.safe_dump({"__module__": module, "__class__": cls, "field_map": dict(fields),
-                           "subflavors": {}}, sort_keys=False)
-
-
-def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -> dict:
-    """Indexes the shards with split parts train/val by name, writes dataset.yaml, checks the
-    result; returns the check's findings {"splits", "warnings"}.
-
-    Our own `finalize`'s dataset.yaml and validation assume the CrudeWebdataset encodings; a
-    ChatML dataset names Megatron-Bridge's class, which validation cannot import, so the index
-    comes from `build_index` and the check is `check_chatml`.
+    Validation cannot load samples through Energon without Megatron-Bridge's class installed;
+    it then reads each split's first sample with our reader and says so in a warning.
 
     Raises:
-        DatasetError: no shards, or the check found problems.
+        DatasetError: no shards, or validation or the sample check found problems.
     """
-    from shardcook.finalize import META, build_index, list_shards
+    from shardcook.finalize import finalize, list_shards
 
     shards = list_shards(out)
     patterns = {s: p for s, p in SPLIT_PATTERNS.items()
                 if any(n.startswith(f"{s}-shard-") for n in shards)}
     if not patterns:
         raise DatasetError(f"{out} holds no train or val shards to finalize")
-    index = build_index(out, split_parts=patterns, sqlite=sqlite, force=True)
-    tmp = out / META / "dataset.yaml.tmp"
-    tmp.write_text(dataset_yaml_text(fields))
-    os.replace(tmp, out / META / "dataset.yaml")
-    warnings = list(index.warnings)
-    if "val" not in patterns:
-        warnings.append("no sample went to val (see --val-fraction); split.yaml has no val part")
+    result = finalize(out, encoding=ENCODING, split_parts=patterns, sample_type=SAMPLE_TYPE,
+                      field_map=fields, subflavors={}, sqlite=sqlite, force=True, validate=True)
     problems = check_chatml(out, fields)
     if problems:
         raise DatasetError(f"{out} was indexed but does not check out:\n  " + "\n  ".join(problems))
-    warnings.append(
-        "Energon's load check was skipped: the sample class "
-        f"{SAMPLE_TYPE.replace(':', '.')} (Megatron-Bridge) is not importable here; each split's "
-        "first sample was read with shardcook's reader instead")
-    for w in warnings:
+    new = ["no sample went to val (see --val-fraction); split.yaml has no val part"] if (
+        "val" not in patterns) else []
+    new += result.validation.warnings if result.validation else []
+    for w in new:
         log.warning(w)
-    return {"splits": {k: len(v) for k, v in index.splits.items()}, "warnings": warnings}
+    return list(result.index.warnings) + new
 
 
 class _BytesListUnpickler(pickle.Unpickler):

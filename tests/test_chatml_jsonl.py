@@ -19,7 +19,7 @@ from _chatml_helpers import (
     write_images,
     write_jsonl,
 )
-from _raw_helpers import report, run_cli, shard_hashes
+from _raw_helpers import photo, report, run_cli, shard_hashes
 from conftest import assert_same_index, energon_prepare
 from PIL import Image
 
@@ -228,3 +228,29 @@ def test_bad_setup_is_one_sentence(tmp_path):
                 "--val-fraction", "1", check=False)
     assert r.returncode == 2 and "--val-fraction must be" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_no_empty_shard_and_exif_orientation(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    rotated = Image.fromarray(photo(1))  # a landscape photo
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown rotated by 90°: portrait on display
+    rotated.save(src / "rot.jpg", exif=exif.tobytes())
+    stored_w, stored_h = rotated.size
+    records = [{"image": "rot.jpg", "conversation": turns(1)},
+               {"image": "rot.jpg", "conversation": turns(0)},  # skipped: its unit is empty
+               {"image": "rot.jpg", "conversation": turns(1)}]
+    jsonl = write_jsonl(src / "d.jsonl", records)
+    out = tmp_path / "out"
+    run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--shard-size", "1",
+            "--val-fraction", "0", "--max-pixels", "20000", "--quiet")
+    assert sorted(p.name for p in out.glob("*.tar")) == ["train-shard-000000.tar",
+                                                         "train-shard-000002.tar"]
+    assert yaml.safe_load((out / ".nv-meta" / "split.yaml").read_text())["split_parts"] == {
+        "train": ["train-shard-000000.tar", "train-shard-000002.tar"]}
+    parts = read_all(out)["train-000002"]
+    w, h = Image.open(io.BytesIO(parts["image.jpg"])).size
+    assert w * h <= 20000 and w * h > 18000
+    # oriented: the displayed picture is stored_h wide and stored_w high
+    assert abs(w / h - stored_h / stored_w) < 0.05 * (stored_h / stored_w)

@@ -126,6 +126,8 @@ def validate(
     else:
         for problem in report.problems:
             typer.echo(f"problem: {problem}")
+        for warning in report.warnings:
+            typer.echo(f"warning: {warning}")
         if report.summary:
             typer.echo("\n".join(report.summary.lines()))
         typer.echo("ok: the dataset is whole" if report.ok else f"{len(report.problems)} problem(s)")

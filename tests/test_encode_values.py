@@ -158,6 +158,10 @@ def test_default_precision_stores_bf16(tiny_flux, tmp_path):  # noqa: F811
     for name in ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth"):
         assert load_tensor(parts[name]).dtype == torch.bfloat16
     assert manifest(out)["stored_dtype"] == "bf16"
+    # --overwrite replaces an earlier encode run (empty_encodings/ included) with another one
+    run_in_process(encode_args(tiny_flux, src, out, "--no-finalize", "--overwrite"))
+    assert manifest(out)["stored_dtype"] == "fp32"
+    assert load_tensor(samples(out)["0000000000"]["latents.pth"]).dtype == torch.float32
     run_in_process(encode_args(tiny_flux, src, tmp_path / "o2", "--stored-dtype", "fp16",
                                "--no-finalize"))
     assert load_tensor(samples(tmp_path / "o2")["0000000001"]["latents.pth"]).dtype == torch.float16

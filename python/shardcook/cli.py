@@ -346,5 +346,23 @@ def encode(
 # ---- end of `shardcook encode` -------------------------------------------------------------
 
 
+# ---- `shardcook demo` (issue 5; logic in shardcook.demo) -----------------------------------
+@app.command()
+def demo(
+    output_dir: Annotated[Path, typer.Option(help="Where to put the demo's images, encoders and datasets.")] = Path("shardcook-demo"),
+) -> None:
+    """Try shardcook in a minute, no GPU and no network: generated images, tiny random-weight
+    encoders (demo weights, not a real model), raw + encode, finalize, validate, load."""
+    from shardcook.demo import run_demo
+
+    try:
+        result = run_demo(output_dir)
+    except ShardcookError as e:
+        _fail(e)
+    typer.echo("\n".join(result.lines))
+    typer.echo(f"done in {result.seconds:.1f} s")
+# ---- end of `shardcook demo` ---------------------------------------------------------------
+
+
 def main() -> None:
     app()

@@ -86,7 +86,7 @@ def clear_output(out: Path) -> None:
         return
     for p in sorted(out.rglob("*.tar")) + sorted(out.rglob("*.tar.idx")):
         p.unlink()
-    for d in (out / ".nv-meta", out / OURS):
+    for d in (out / ".nv-meta", out / OURS, out / "empty_encodings"):  # the last: encode's
         if d.exists():
             shutil.rmtree(d)
 

@@ -98,6 +98,16 @@ def test_damage_is_an_error_naming_file_and_offset(tmp_path, how, message, offse
         assert str(path) in str(e.value) and f"at byte {offset}" in str(e.value)
 
 
+def test_gzip_shards_get_a_clear_error(tmp_path):
+    import gzip
+
+    path = good_shard(tmp_path)
+    gz = tmp_path / "shard.tgz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(ShardError, match="gzip-compressed tar shards are not supported"):
+        count_samples(gz)
+
+
 def test_missing_file_is_an_io_error(tmp_path):
     with pytest.raises(OSError, match="nope.tar"):
         count_samples(tmp_path / "nope.tar")

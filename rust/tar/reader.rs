@@ -150,6 +150,12 @@ impl TarReader {
                     return Ok(None);
                 }
                 Ok(Parsed::Header(raw)) => raw,
+                Err(_) if offset == 0 && block.starts_with(&[0x1f, 0x8b]) => {
+                    return self.fail(
+                        0,
+                        "gzip-compressed tar shards are not supported; decompress them (gunzip)",
+                    );
+                }
                 Err(reason) if offset == 0 => {
                     return self.fail(0, format!("not a tar file ({reason})"))
                 }

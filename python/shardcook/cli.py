@@ -364,5 +364,25 @@ def demo(
 # ---- end of `shardcook demo` ---------------------------------------------------------------
 
 
+# ---- `shardcook preview` (issue 5; logic in shardcook.preview) -----------------------------
+@app.command()
+def preview(
+    directory: Dir,
+    out: Annotated[Path | None, typer.Option(help="The PNG to write (default: DIRNAME-preview.png here).")] = None,
+    count: Annotated[int, typer.Option(help="How many samples.")] = 16,
+    model_path: Annotated[str | None, typer.Option(help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
+) -> None:
+    """A contact sheet PNG of the first samples with their captions (raw: the images; encoded:
+    latents decoded by --model-path's VAE, else channels 0-2 as false colour)."""
+    from shardcook.preview import preview as run
+
+    try:
+        path = run(directory, out, count=count, model_path=model_path)
+    except ShardcookError as e:
+        _fail(e)
+    typer.echo(f"wrote {path}")
+# ---- end of `shardcook preview` ------------------------------------------------------------
+
+
 def main() -> None:
     app()

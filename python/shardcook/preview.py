@@ -1,0 +1,142 @@
+"""`shardcook preview`: a contact sheet PNG of a dataset's first samples with their captions.
+
+Raw datasets show their images. Encoded datasets show their latents decoded by a VAE when a model
+is given (`(latent / scaling) + shift`, then `vae.decode`), else the first three latent channels as
+false colour (each channel stretched to its own min..max).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+from shardcook.errors import DatasetError
+
+TILE = 192
+CAPTION_LINES = 3
+IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
+
+
+def _encoding(root: Path) -> str:
+    for path, get in ((root / ".nv-meta" / "dataset.yaml", "yaml"),
+                      (root / ".shardcook" / "manifest.json", "json")):
+        if path.is_file():
+            if get == "yaml":
+                import yaml
+
+                enc = ((yaml.safe_load(path.read_text()) or {}).get("subflavors") or {}).get(
+                    "encoding")
+            else:
+                enc = json.loads(path.read_text()).get("encoding")
+            if enc:
+                return str(enc)
+    raise DatasetError(f"{root} has no .nv-meta/dataset.yaml or .shardcook/manifest.json saying "
+                       "whether it is raw or preencoded; is it a shardcook dataset?")
+
+
+def _first_samples(root: Path, count: int) -> list[tuple[str, dict[str, bytes]]]:
+    from shardcook import read_shard
+
+    shards = sorted(root.glob("*.tar"))
+    if not shards:
+        raise DatasetError(f"{root} holds no .tar shards to preview.")
+    got = []
+    for shard in shards:
+        for key, parts in read_shard(shard):
+            got.append((key, dict(parts)))
+            if len(got) == count:
+                return got
+    return got
+
+
+def _false_colour(latent):
+    """[C, h, w] -> h*8 x w*8 RGB uint8 from channels 0..2 (fewer channels repeat)."""
+    import numpy as np
+
+    lat = latent.float().numpy()
+    ch = [lat[min(i, lat.shape[0] - 1)] for i in range(3)]
+    rgb = np.stack([(c - c.min()) / max(float(c.max() - c.min()), 1e-8) for c in ch], axis=-1)
+    rgb = (rgb * 255).round().astype(np.uint8)
+    return np.kron(rgb, np.ones((8, 8, 1), np.uint8))
+
+
+class _Decoder:
+    def __init__(self, model_path: str, manifest: dict):
+        import torch
+
+        from shardcook.pipeline.encode import quiet_model_libraries
+
+        quiet_model_libraries()
+        from shardcook.encoders.auth import resolve_token
+        from shardcook.encoders.flux import latent_factors
+        from shardcook.encoders.loading import load_encoder, resolve_sources
+
+        src = resolve_sources(model_path)["vae"]
+        token, _ = resolve_token(None)
+        self.vae, _ = load_encoder(src, token, torch.float32, "cpu")
+        del token
+        f = latent_factors(dict(self.vae.config))
+        self.scale = manifest.get("scaling_factor", f.scaling_factor)
+        self.shift = manifest.get("shift_factor", f.shift_factor)
+
+    def __call__(self, latent):
+        import torch
+
+        with torch.inference_mode():
+            z = latent.float()[None] / self.scale + self.shift
+            x = self.vae.decode(z).sample[0]
+        return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
+
+def preview(directory: str | Path, out: str | Path | None = None, *, count: int = 16,
+            model_path: str | None = None, columns: int | None = None) -> Path:
+    """Writes a contact sheet of the first `count` samples of `directory`; returns its path."""
+    import math
+
+    from PIL import Image, ImageDraw
+
+    root = Path(directory)
+    if count < 1:
+        raise DatasetError(f"--count must be at least 1, not {count}.")
+    encoding = _encoding(root)
+    rows = _first_samples(root, count)
+    manifest_path = root / ".shardcook" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    decode = _Decoder(model_path, manifest) if (model_path and encoding == "preencoded") else None
+    tiles = []
+    for key, parts in rows:
+        if encoding == "preencoded":
+            from shardcook.energon.cookers import load_tensor
+
+            latent = load_tensor(parts["latents.pth"], key=key, part="latents.pth")
+            pixels = decode(latent) if decode else _false_colour(latent)
+            img = Image.fromarray(pixels)
+            caption = parts.get("caption.txt", b"").decode("utf-8", "replace")
+        else:
+            part = next((p for p in IMAGE_PARTS if p in parts), None)
+            if part is None:
+                raise DatasetError(f"sample {key} has no image part ({', '.join(parts)}).")
+            img = Image.open(io.BytesIO(parts[part])).convert("RGB")
+            caption = parts.get("txt", b"").decode("utf-8", "replace")
+        k = TILE / max(img.size)  # fit the tile, enlarging small images (nearest: crisp)
+        img = img.resize((max(1, round(img.width * k)), max(1, round(img.height * k))),
+                         Image.Resampling.NEAREST if k >= 1 else Image.Resampling.LANCZOS)
+        tiles.append((key, img, caption))
+    cols = columns or min(len(tiles), math.ceil(math.sqrt(len(tiles))))
+    nrows = math.ceil(len(tiles) / cols)
+    line_h = 12
+    cell_h = TILE + (CAPTION_LINES + 1) * line_h + 8
+    sheet = Image.new("RGB", (cols * (TILE + 8) + 8, nrows * cell_h + 8), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for n, (key, img, caption) in enumerate(tiles):
+        x0 = 8 + (n % cols) * (TILE + 8)
+        y0 = 8 + (n // cols) * cell_h
+        sheet.paste(img, (x0 + (TILE - img.width) // 2, y0 + (TILE - img.height) // 2))
+        lines = [key] + textwrap.wrap(caption, width=TILE // 6)[:CAPTION_LINES]
+        for i, line in enumerate(lines):
+            draw.text((x0, y0 + TILE + 2 + i * line_h), line, fill=(0, 0, 0))
+    target = Path(out) if out else Path(f"{root.resolve().name}-preview.png")
+    sheet.save(target)
+    return target

@@ -95,11 +95,18 @@ impl TarReader {
                 )
             };
         }
-        if offset + BLOCK > self.len {
+        let mut block = [0u8; 512];
+        let available = (self.len - offset).min(BLOCK) as usize;
+        self.read_exact_at(offset, &mut block[..available])?;
+        if offset == 0 && block.starts_with(&[0x1f, 0x8b]) {
+            return self.fail(
+                0,
+                "gzip-compressed tar shards are not supported; decompress them (gunzip)",
+            );
+        }
+        if available < BLOCK as usize {
             return self.fail(offset, "truncated tar header");
         }
-        let mut block = [0u8; 512];
-        self.read_exact_at(offset, &mut block)?;
         Ok(block)
     }
 
@@ -150,12 +157,6 @@ impl TarReader {
                     return Ok(None);
                 }
                 Ok(Parsed::Header(raw)) => raw,
-                Err(_) if offset == 0 && block.starts_with(&[0x1f, 0x8b]) => {
-                    return self.fail(
-                        0,
-                        "gzip-compressed tar shards are not supported; decompress them (gunzip)",
-                    );
-                }
                 Err(reason) if offset == 0 => {
                     return self.fail(0, format!("not a tar file ({reason})"))
                 }

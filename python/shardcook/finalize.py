@@ -128,6 +128,7 @@ def build_index(
     else:
         split_by_ratio(shards, split, shuffle_seed)
 
+    energon_version = version("megatron-energon")  # recorded in .info.json, as Energon does
     start = time.perf_counter()
     meta.mkdir(exist_ok=True)
     sqlite_path = meta / "index.sqlite"
@@ -154,7 +155,7 @@ def build_index(
     (meta / "index.uuid").write_text(str(uuid.uuid4()))
     _write_json(
         meta / ".info.json",
-        {"energon_version": version("megatron-energon"), "shard_counts": counts},
+        {"energon_version": energon_version, "shard_counts": counts},
     )
     collapsed = {name: collapse(names) for name, names in splits.parts.items()}
     with open(meta / "split.yaml", "w") as f:

@@ -190,3 +190,40 @@ def test_bad_model_options_stop_before_work(tiny_flux, tmp_path):  # noqa: F811
         r = run_in_process(encode_args(tiny_flux, src, tmp_path / "o", *extra), expect=2)
         assert words in r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_variable_sizes_broken_images_and_groups_of_one_shape(tiny_flux, tmp_path):  # noqa: F811
+    """variable mode: each latent matches its own image size (batches grouped by shape, values
+    equal to encoding the image alone); a broken image is skipped with its reason."""
+    import numpy as np
+    from diffusers import AutoencoderKL
+    from shardcook.imaging import preprocess
+
+    src = make_folder(tmp_path / "in", 6, photos=0)
+    sizes = [(96, 128), (128, 96), (96, 128), (80, 80), (128, 96), (96, 128)]
+    for i, hw in enumerate(sizes):
+        fmt = ("jpg", "png", "webp")[i % 3]
+        (src / "images" / f"{i:04d}.{fmt}").write_bytes(encode(generated(i, hw), fmt))
+    (src / "images" / "0003.jpg").write_bytes(b"not an image")
+    out = tmp_path / "out"
+    run_in_process(encode_args(tiny_flux, src, out, "--resize-mode", "variable", "--max-size",
+                               "64", "--batch-size", "8", "--latent-mode", "mode"))
+    rep = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert rep["skipped_by_reason"] == {"decode_error": 1}
+    assert [s["key"] for s in rep["skipped"]] == ["0000000003"]
+    got = samples(out)
+    assert sorted(got) == ["0000000000", "0000000001", "0000000002", "0000000004", "0000000005"]
+    vae = AutoencoderKL.from_pretrained(tiny_flux / "vae").eval()
+    shapes = set()
+    for key, parts in got.items():
+        meta = json.loads(parts["meta.json"])
+        lat = load_tensor(parts["latents.pth"])
+        assert list(lat.shape) == [4, meta["size"][0] // 8, meta["size"][1] // 8]
+        shapes.add(tuple(lat.shape))
+        img = next((src / "images").glob(f"{int(key):04d}.*")).read_bytes()
+        px = preprocess([img], mode="variable", max_size=64)[0].pixels
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(px)).permute(2, 0, 1)[None].float() / 127.5 - 1
+            want = (vae.encode(x).latent_dist.mode()[0] - 0.25) * 0.5
+        torch.testing.assert_close(lat, want, atol=1e-4, rtol=1e-4)
+    assert shapes == {(4, 6, 8), (4, 8, 6)}

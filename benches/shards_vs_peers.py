@@ -129,7 +129,7 @@ def bench_scale(out: Path, n: int) -> None:
             for i in range(n):
                 w.write(f"{i:010d}", {"txt": b"a small caption", "json": b'{"w": 64}'})
     for sqlite in (False, True):
-        seconds = best_of(1, lambda sqlite=sqlite: build_index(d, sqlite=sqlite, force=True))
+        seconds = best_of(3, lambda sqlite=sqlite: build_index(d, sqlite=sqlite, force=True))
         target = "  (target >= 200,000/s)" if sqlite else ""
         print(
             f"index {n:,} samples, sqlite={sqlite!s:<5}                 "

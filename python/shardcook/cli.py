@@ -154,34 +154,51 @@ def info(
 # command line beats the --config file, which beats the defaults shown here.
 _SRC, _OUT, _IMG, _FMT = "Source", "Output", "Image", "Data format"
 
+# Options shared by the pipeline commands (raw, encode), declared once.
+_ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")]
+_PrintConfigOpt = Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")]
+_SourceTypeOpt = Annotated[str, typer.Option(help="directory, huggingface or webdataset.", rich_help_panel=_SRC)]
+_InputDirOpt = Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=_SRC)]
+_HfSplitOpt = Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)]
+_HfDataFilesOpt = Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)]
+_InputPathOpt = Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=_SRC)]
+_MaxSamplesOpt = Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)]
+_CaptionColumnOpt = Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=_FMT)]
+_OverwriteOpt = Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)]
+_QuietOpt = Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)]
+_ResizeModeOpt = Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=_IMG)]
+_MaxSizeOpt = Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=_IMG)]
+_MinSizeOpt = Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=_IMG)]
+_WorkersOpt = Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)]
+
 
 @app.command()
 def raw(
     ctx: typer.Context,
-    config: Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")] = None,
-    print_config: Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")] = False,
-    source_type: Annotated[str, typer.Option(help="directory, huggingface or webdataset.", rich_help_panel=_SRC)] = "directory",
-    input_dir: Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=_SRC)] = None,
+    config: _ConfigOpt = None,
+    print_config: _PrintConfigOpt = False,
+    source_type: _SourceTypeOpt = "directory",
+    input_dir: _InputDirOpt = None,
     hf_dataset: Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
-    hf_split: Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)] = "train",
-    hf_data_files: Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)] = None,
-    input_path: Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=_SRC)] = None,
-    max_samples: Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)] = None,
+    hf_split: _HfSplitOpt = "train",
+    hf_data_files: _HfDataFilesOpt = None,
+    input_path: _InputPathOpt = None,
+    max_samples: _MaxSamplesOpt = None,
     image_column: Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)] = None,
-    caption_column: Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=_FMT)] = None,
+    caption_column: _CaptionColumnOpt = None,
     output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
     shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)] = 1000,
     split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)] = "1,0,0",
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)] = True,
-    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)] = False,
+    overwrite: _OverwriteOpt = False,
+    quiet: _QuietOpt = False,
     image_size: Annotated[int, typer.Option(help="Target side (crop, stretch).", rich_help_panel=_IMG)] = 1024,
-    resize_mode: Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=_IMG)] = "crop",
-    max_size: Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=_IMG)] = 1024,
+    resize_mode: _ResizeModeOpt = "crop",
+    max_size: _MaxSizeOpt = 1024,
     image_format: Annotated[str, typer.Option(help="jpg, png or webp.", rich_help_panel=_IMG)] = "jpg",
     image_quality: Annotated[int, typer.Option(help="JPEG/WebP quality 1-100.", rich_help_panel=_IMG)] = 95,
-    min_size: Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=_IMG)] = 0,
-    workers: Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)] = None,
+    min_size: _MinSizeOpt = 0,
+    workers: _WorkersOpt = None,
 ) -> None:
     """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
     finalized Energon shards. Resumable; runs under torchrun."""
@@ -213,21 +230,21 @@ def raw(
 def chatml(
     input: Annotated[str | None, typer.Option("--input", help="A JSONL file: one {images|image, conversation|messages|conversations} per line; image paths relative to the file.", rich_help_panel=_SRC)] = None,
     hf_dataset: Annotated[str | None, typer.Option(help="Or a Hugging Face dataset: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
-    hf_split: Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)] = "train",
-    hf_data_files: Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)] = None,
-    max_samples: Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)] = None,
+    hf_split: _HfSplitOpt = "train",
+    hf_data_files: _HfDataFilesOpt = None,
+    max_samples: _MaxSamplesOpt = None,
     image_column: Annotated[str | None, typer.Option(help="huggingface: image or image-list column (default: images or image).", rich_help_panel=_FMT)] = None,
     conversation_column: Annotated[str | None, typer.Option(help="Conversation field/column (default: conversation, messages or conversations).", rich_help_panel=_FMT)] = None,
     output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
     shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard, per split.", rich_help_panel=_OUT)] = 1000,
     val_fraction: Annotated[float, typer.Option(help="Share of samples for val, by a stable hash of the sample id.", rich_help_panel=_OUT)] = 0.01,
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and check at the end.", rich_help_panel=_OUT)] = True,
-    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)] = False,
+    overwrite: _OverwriteOpt = False,
+    quiet: _QuietOpt = False,
     image_format: Annotated[str, typer.Option(help="jpg or png for one image per sample (several: always JPEG in `jpgs`).", rich_help_panel=_IMG)] = "jpg",
     image_quality: Annotated[int, typer.Option(help="JPEG quality 1-100.", rich_help_panel=_IMG)] = 95,
     max_pixels: Annotated[int | None, typer.Option(help="Scale larger images down to at most this many pixels, keeping the aspect ratio.", rich_help_panel=_IMG)] = None,
-    workers: Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)] = None,
+    workers: _WorkersOpt = None,
 ) -> None:
     """Images and ChatML conversations (JSONL or Hugging Face) into Megatron-Bridge's Energon
     layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs under torchrun."""
@@ -282,8 +299,8 @@ _MOD = "Model"
 @app.command()
 def encode(
     ctx: typer.Context,
-    config: Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")] = None,
-    print_config: Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")] = False,
+    config: _ConfigOpt = None,
+    print_config: _PrintConfigOpt = False,
     hf_token_file: Annotated[Path | None, typer.Option(help="A file holding a Hugging Face token (mode 600 or 400). Else HF_TOKEN, else the saved `huggingface-cli login`.", rich_help_panel=_MOD)] = None,
     model_path: Annotated[str, typer.Option(help="FLUX folder (vae/, text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/) or hub id.", rich_help_panel=_MOD)] = "black-forest-labs/FLUX.1-dev",
     vae_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the VAE.", rich_help_panel=_MOD)] = None,
@@ -297,26 +314,26 @@ def encode(
     latent_mode: Annotated[str, typer.Option(help="sample (seeded per sample key) or mode.", rich_help_panel=_MOD)] = "sample",
     seed: Annotated[int, typer.Option(help="Seed of the latent sampling.", rich_help_panel=_MOD)] = 0,
     device: Annotated[str | None, typer.Option(help="cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", rich_help_panel=_MOD)] = None,
-    source_type: Annotated[str, typer.Option(help="directory, huggingface or webdataset.", rich_help_panel=_SRC)] = "directory",
-    input_dir: Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=_SRC)] = None,
+    source_type: _SourceTypeOpt = "directory",
+    input_dir: _InputDirOpt = None,
     hf_dataset: Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
-    hf_split: Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=_SRC)] = "train",
-    hf_data_files: Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=_SRC)] = None,
-    input_path: Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=_SRC)] = None,
-    max_samples: Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=_SRC)] = None,
+    hf_split: _HfSplitOpt = "train",
+    hf_data_files: _HfDataFilesOpt = None,
+    input_path: _InputPathOpt = None,
+    max_samples: _MaxSamplesOpt = None,
     image_column: Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)] = None,
-    caption_column: Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=_FMT)] = None,
+    caption_column: _CaptionColumnOpt = None,
     output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
     shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)] = 1000,
     split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)] = "1,0,0",
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)] = True,
-    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=_OUT)] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=_OUT)] = False,
+    overwrite: _OverwriteOpt = False,
+    quiet: _QuietOpt = False,
     image_size: Annotated[int, typer.Option(help="Target side (crop, stretch); a multiple of 16.", rich_help_panel=_IMG)] = 1024,
-    resize_mode: Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=_IMG)] = "crop",
-    max_size: Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=_IMG)] = 1024,
-    min_size: Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=_IMG)] = 0,
-    workers: Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)] = None,
+    resize_mode: _ResizeModeOpt = "crop",
+    max_size: _MaxSizeOpt = 1024,
+    min_size: _MinSizeOpt = 0,
+    workers: _WorkersOpt = None,
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
     shards (FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError
 from shardcook.pipeline.raw import TOO_SMALL, classify_error, meta_json
-from shardcook.pipeline.run import Loaded, Outcome
+from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
 log = logging.getLogger(__name__)
 
@@ -164,14 +164,7 @@ class EncodeProcessor:
         return done
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(batch)
-        todo = []
-        for n, loaded in enumerate(batch):
-            reason = loaded.item.skip or loaded.skip
-            if reason is not None:
-                outcomes[n] = Outcome(loaded.item, skip=reason, detail=loaded.detail)
-            else:
-                todo.append(n)
+        outcomes, todo = split_skipped(batch)
         chunks = iter([todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)])
         prepared: deque[Future] = deque()
         serialized: deque[Future] = deque()

@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from shardcook.config import RunConfig
-from shardcook.pipeline.run import Loaded, Outcome
+from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
 DECODE_ERROR = "decode_error"
 TOO_LARGE = "too_large"
@@ -54,14 +54,7 @@ class RawProcessor:
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         i = self.image
-        outcomes: list[Outcome | None] = [None] * len(batch)
-        todo = []
-        for n, loaded in enumerate(batch):
-            reason = loaded.item.skip or loaded.skip
-            if reason is not None:
-                outcomes[n] = Outcome(loaded.item, skip=reason, detail=loaded.detail)
-            else:
-                todo.append(n)
+        outcomes, todo = split_skipped(batch)
         t0 = time.perf_counter()
         results = self.imaging.preprocess(
             [batch[n].image for n in todo], size=i.image_size, mode=i.resize_mode,

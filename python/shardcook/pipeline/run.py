@@ -46,6 +46,19 @@ class Outcome:
     detail: str | None = None
 
 
+def split_skipped(batch: list[Loaded]) -> tuple[list[Outcome | None], list[int]]:
+    """Outcomes for the inputs already skipped (None elsewhere), and the indices left to process."""
+    outcomes: list[Outcome | None] = [None] * len(batch)
+    todo = []
+    for n, loaded in enumerate(batch):
+        reason = loaded.item.skip or loaded.skip
+        if reason is not None:
+            outcomes[n] = Outcome(loaded.item, skip=reason, detail=loaded.detail)
+        else:
+            todo.append(n)
+    return outcomes, todo
+
+
 class Processor(Protocol):
     """Turns loaded inputs into sample parts, one outcome per input, in order."""
 

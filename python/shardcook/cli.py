@@ -170,6 +170,12 @@ _ResizeModeOpt = Annotated[str, typer.Option(help="crop, stretch, variable or bu
 _MaxSizeOpt = Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=_IMG)]
 _MinSizeOpt = Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=_IMG)]
 _WorkersOpt = Annotated[int | None, typer.Option(help="Image threads (default: all cores).", rich_help_panel=_IMG)]
+_HfDatasetOpt = Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)]
+_ImageColumnOpt = Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)]
+_OutputDirOpt = Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)]
+_ShardSizeOpt = Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)]
+_SplitOpt = Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)]
+_FinalizeOpt = Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)]
 
 
 @app.command()
@@ -179,17 +185,17 @@ def raw(
     print_config: _PrintConfigOpt = False,
     source_type: _SourceTypeOpt = "directory",
     input_dir: _InputDirOpt = None,
-    hf_dataset: Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
+    hf_dataset: _HfDatasetOpt = None,
     hf_split: _HfSplitOpt = "train",
     hf_data_files: _HfDataFilesOpt = None,
     input_path: _InputPathOpt = None,
     max_samples: _MaxSamplesOpt = None,
-    image_column: Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)] = None,
+    image_column: _ImageColumnOpt = None,
     caption_column: _CaptionColumnOpt = None,
-    output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
-    shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)] = 1000,
-    split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)] = "1,0,0",
-    finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)] = True,
+    output_dir: _OutputDirOpt = None,
+    shard_size: _ShardSizeOpt = 1000,
+    split: _SplitOpt = "1,0,0",
+    finalize: _FinalizeOpt = True,
     overwrite: _OverwriteOpt = False,
     quiet: _QuietOpt = False,
     image_size: Annotated[int, typer.Option(help="Target side (crop, stretch).", rich_help_panel=_IMG)] = 1024,
@@ -235,7 +241,7 @@ def chatml(
     max_samples: _MaxSamplesOpt = None,
     image_column: Annotated[str | None, typer.Option(help="huggingface: image or image-list column (default: images or image).", rich_help_panel=_FMT)] = None,
     conversation_column: Annotated[str | None, typer.Option(help="Conversation field/column (default: conversation, messages or conversations).", rich_help_panel=_FMT)] = None,
-    output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
+    output_dir: _OutputDirOpt = None,
     shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard, per split.", rich_help_panel=_OUT)] = 1000,
     val_fraction: Annotated[float, typer.Option(help="Share of samples for val, by a stable hash of the sample id.", rich_help_panel=_OUT)] = 0.01,
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and check at the end.", rich_help_panel=_OUT)] = True,
@@ -316,17 +322,17 @@ def encode(
     device: Annotated[str | None, typer.Option(help="cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", rich_help_panel=_MOD)] = None,
     source_type: _SourceTypeOpt = "directory",
     input_dir: _InputDirOpt = None,
-    hf_dataset: Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
+    hf_dataset: _HfDatasetOpt = None,
     hf_split: _HfSplitOpt = "train",
     hf_data_files: _HfDataFilesOpt = None,
     input_path: _InputPathOpt = None,
     max_samples: _MaxSamplesOpt = None,
-    image_column: Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=_FMT)] = None,
+    image_column: _ImageColumnOpt = None,
     caption_column: _CaptionColumnOpt = None,
-    output_dir: Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=_OUT)] = None,
-    shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)] = 1000,
-    split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)] = "1,0,0",
-    finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)] = True,
+    output_dir: _OutputDirOpt = None,
+    shard_size: _ShardSizeOpt = 1000,
+    split: _SplitOpt = "1,0,0",
+    finalize: _FinalizeOpt = True,
     overwrite: _OverwriteOpt = False,
     quiet: _QuietOpt = False,
     image_size: Annotated[int, typer.Option(help="Target side (crop, stretch); a multiple of 16.", rich_help_panel=_IMG)] = 1024,

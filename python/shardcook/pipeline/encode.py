@@ -4,7 +4,8 @@ Inside each reader batch, three stages overlap through bounded look-ahead: a CPU
 and resizes the next encoder batch (Rust image core), the calling thread runs the encoders, and a
 serializer thread turns the previous batch's tensors into `.pth` bytes. report.json's
 `stage_seconds` shows `encoder_wait` (encoders idle, waiting for pixels), `encode` and
-`serialize` (plus the tar `write` and source `read` of the shared loop).
+`serialize` (plus the source `read` and tar `write` of the shared loop's reader and writer
+threads, which overlap with all of these).
 """
 
 from __future__ import annotations

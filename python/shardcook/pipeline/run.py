@@ -2,9 +2,10 @@
 
 A reader thread pulls each unit's items from the source and loads their bytes into a bounded
 queue; the main thread hands batches to a `Processor` (raw: decode/resize/encode; encode: GPU
-models) and writes the results in input order with one `ShardWriter` per unit. After a unit's
-shard has its final name, a progress marker records the unit; a unit with a marker is skipped on
-the next run. Memory is bounded by `prefetch` batches of `batch_size` items.
+models); a writer thread writes the results in input order with one `ShardWriter` per unit. After
+a unit's shard has its final name, a progress marker records the unit; a unit with a marker is
+skipped on the next run. Memory is bounded by `prefetch` batches of `batch_size` items on each
+side of the processor.
 """
 
 from __future__ import annotations
@@ -152,6 +153,110 @@ def _batches(source: Source, units: list[WorkUnit], batch_size: int,
                 pass
 
 
+class _UnitWriter:
+    """Writes outcomes to shards and records finished units, on its own thread.
+
+    The main thread hands it ("batch", unit, outcomes) and ("end", unit, None) through a bounded
+    queue, so writing the previous batch overlaps processing the next one. An error on this
+    thread is re-raised in the main thread at its next `put`, or by `run_units` after `close`.
+    """
+
+    def __init__(self, out: Path, stats: RunStats, on_progress: Callable[[str, int], None] | None,
+                 depth: int = 2):
+        self.out, self.stats, self.on_progress = out, stats, on_progress
+        self.seconds = 0.0
+        self.error: BaseException | None = None
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._thread = threading.Thread(target=self._run, name="shardcook-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, kind: str, unit: WorkUnit, outcomes: list[Outcome] | None) -> None:
+        while True:
+            if self.error is not None:
+                raise self.error
+            try:
+                self._q.put((kind, unit, outcomes), timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Writes everything handed over, then stops. A unit whose end was never handed over
+        is not recorded and its shard is removed (the next run redoes it)."""
+        while self._thread.is_alive():
+            try:
+                self._q.put((_END, None, None), timeout=0.05)
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+
+    def _run(self) -> None:
+        writer: ShardWriter | None = None
+        record: dict = {}
+        try:
+            while True:
+                kind, unit, outcomes = self._q.get()
+                if kind is _END:
+                    return
+                t0 = time.perf_counter()
+                if writer is None:
+                    writer, record = self._open(unit)
+                if kind == "batch":
+                    self._write(writer, record, outcomes)
+                else:  # end of unit
+                    shards = writer.close()
+                    writer = None
+                    if shards:
+                        record["shard"] = shards[0][0]
+                    write_marker(self.out, unit.unit, record)
+                    self._count(record)
+                self.seconds += time.perf_counter() - t0
+                if self.on_progress:
+                    if kind == "batch":
+                        self.on_progress("samples", len(outcomes))
+                    else:
+                        self.on_progress("unit", 1)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            self.error = e
+        finally:
+            if writer is not None:
+                writer.abort()
+
+    def _open(self, unit: WorkUnit) -> tuple[ShardWriter, dict]:
+        # a shard without a marker was cut off before its unit was recorded: redo it
+        for stale in (self.out / unit.name, self.out / f"{unit.name}.idx"):
+            stale.unlink(missing_ok=True)
+        writer = ShardWriter(self.out, shard_size=max(len(unit), 1), prefix=unit.prefix,
+                             first_shard=unit.number)
+        record = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
+                  "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
+        return writer, record
+
+    @staticmethod
+    def _write(writer: ShardWriter, record: dict, outcomes: list[Outcome]) -> None:
+        for o in outcomes:
+            record["inputs"] += 1
+            for ex in o.item.extras:
+                record["skipped"].append(
+                    skip_record(None, ex.source, ex.reason, used=ex.used, input_key=o.item.key))
+            if o.parts is None:
+                record["skipped"].append(
+                    skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))
+                continue
+            writer.write(o.item.key, o.parts)
+            record["written"] += 1
+            if o.item.caption == "":
+                record["empty_captions"] += 1
+
+    def _count(self, record: dict) -> None:
+        s = self.stats
+        s.units_written += 1
+        s.inputs += record["inputs"]
+        s.written += record["written"]
+        s.skipped += record["inputs"] - record["written"]
+
+
 def run_units(
     out: Path,
     source: Source,
@@ -163,6 +268,9 @@ def run_units(
     on_progress: Callable[[str, int], None] | None = None,
 ) -> RunStats:
     """Processes and writes every unit in `units` that is not already done.
+
+    Three threads overlap: the reader loads the next batches, this thread runs `processor`, the
+    writer writes the previous batch's outcomes.
 
     Args:
         on_progress: called with ("unit", 1) per finished unit and ("samples", n) per batch.
@@ -178,58 +286,18 @@ def run_units(
         else:
             pending.append(unit)
     read_seconds = [0.0]
-    write_seconds = 0.0
-    writer: ShardWriter | None = None
-    record: dict = {}
+    writer = _UnitWriter(out, stats, on_progress, depth=max(prefetch, 1))
     try:
         for kind, unit, payload in _batches(source, pending, batch_size, prefetch, read_seconds):
-            if writer is None:
-                # a shard without a marker was cut off before its unit was recorded: redo it
-                for stale in (out / unit.name, out / f"{unit.name}.idx"):
-                    stale.unlink(missing_ok=True)
-                writer = ShardWriter(out, shard_size=max(len(unit), 1), prefix=unit.prefix,
-                                     first_shard=unit.number)
-                record = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
-                          "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
-                          "skipped": []}
             if kind == "batch":
-                outcomes = processor.process(payload)  # type: ignore[arg-type]
-                t0 = time.perf_counter()
-                for o in outcomes:
-                    record["inputs"] += 1
-                    for ex in o.item.extras:
-                        record["skipped"].append(
-                            skip_record(None, ex.source, ex.reason, used=ex.used,
-                                        input_key=o.item.key))
-                    if o.parts is None:
-                        record["skipped"].append(
-                            skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))
-                        continue
-                    writer.write(o.item.key, o.parts)
-                    record["written"] += 1
-                    if o.item.caption == "":
-                        record["empty_captions"] += 1
-                write_seconds += time.perf_counter() - t0
-                if on_progress:
-                    on_progress("samples", len(outcomes))
-            else:  # end of unit
-                t0 = time.perf_counter()
-                shards = writer.close()
-                writer = None
-                if shards:
-                    record["shard"] = shards[0][0]
-                write_marker(out, unit.unit, record)
-                write_seconds += time.perf_counter() - t0
-                stats.units_written += 1
-                stats.inputs += record["inputs"]
-                stats.written += record["written"]
-                stats.skipped += record["inputs"] - record["written"]
-                if on_progress:
-                    on_progress("unit", 1)
+                writer.put(kind, unit, processor.process(payload))  # type: ignore[arg-type]
+            else:
+                writer.put(kind, unit, None)
     finally:
-        if writer is not None:
-            writer.abort()
-    stage = Counter({"read": read_seconds[0], "write": write_seconds})
+        writer.close()
+    if writer.error is not None:
+        raise writer.error
+    stage = Counter({"read": read_seconds[0], "write": writer.seconds})
     stage.update(processor.stage_seconds)
     stats.stage_seconds = dict(stage)
     return stats

@@ -2,11 +2,12 @@
 the same encoders one sample at a time, torch.save, webdataset.TarWriter), on the same photos,
 with the same tiny random-weight FLUX-layout encoders (shardcook.encoders.tiny) on the CPU.
 
-    python benches/encode_vs_loop.py [--n 96] [--size 256] [--repeats 2]
+    python benches/encode_vs_loop.py [--n 96] [--size 256] [--repeats 2] [--photos large|small]
 
 Prints samples/s for each and the ratio (median of the repeats; each run includes loading the
-encoders). Inputs: scikit-image's bundled photos (flipped so repeats differ) saved as JPEG at
-their own size (300-800 px). Work files go under bench-out/encode_vs_loop (git-ignored).
+encoders). Inputs: scikit-image's bundled photos, either `large` (the default: raw_vs_peers.py's
+1-4 MP JPEG/PNG/WebP mix, the size of photos people train on) or `small` (saved as JPEG at their
+own size, 300-800 px, flipped so repeats differ). Work files go under bench-out/encode_vs_loop (git-ignored).
 No GPU here: this measures the pipeline (batching, Rust decode/resize, overlap) around the
 encoders, not FLUX-size models.
 """
@@ -17,6 +18,7 @@ import argparse
 import io
 import shutil
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +32,7 @@ PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "c
 T5_LEN = 64
 
 
-def make_inputs(folder: Path, n: int) -> None:
+def make_small(folder: Path, n: int) -> None:
     import skimage.data
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -45,6 +47,10 @@ def make_inputs(folder: Path, n: int) -> None:
         (folder / f"{i:05d}.txt").write_text(f"a photo number {i} of a {PHOTOS[i % 8]}")
 
 
+def images(src: Path) -> list[Path]:
+    return sorted(p for p in src.iterdir() if p.suffix != ".txt")
+
+
 def run_shardcook(model: Path, src: Path, out: Path, size: int) -> float:
     from shardcook.config import resolve
     from shardcook.pipeline.encode import run_encode
@@ -57,7 +63,7 @@ def run_shardcook(model: Path, src: Path, out: Path, size: int) -> float:
     t0 = time.perf_counter()
     report = run_encode(cfg)
     seconds = time.perf_counter() - t0
-    assert report["num_written"] == len(list(src.glob("*.jpg"))), report
+    assert report["num_written"] == len(images(src)), report
     return seconds
 
 
@@ -83,7 +89,7 @@ def run_loop(model: Path, src: Path, out: Path, size: int) -> float:
         return buf.getvalue()
 
     with wds.TarWriter(str(out / "000000.tar")) as sink, torch.no_grad():
-        for i, path in enumerate(sorted(src.glob("*.jpg"))):
+        for i, path in enumerate(images(src)):
             img = Image.open(path).convert("RGB")
             w, h = img.size
             s = size / min(w, h)
@@ -115,6 +121,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=96)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--photos", choices=("large", "small"), default="large")
     args = ap.parse_args()
     import torch
     from shardcook.encoders.tiny import build_tiny_flux
@@ -124,14 +131,23 @@ def main() -> None:
     if WORK.exists():
         shutil.rmtree(WORK)
     model = build_tiny_flux(WORK / "tiny-flux-DEMO-WEIGHTS")
-    src = WORK / f"photos{args.n}"
-    make_inputs(src, args.n)
+    src = WORK / f"photos-{args.photos}-{args.n}"
+    if args.photos == "large":
+        sys.path.insert(0, str(ROOT / "benches"))
+        from raw_vs_peers import make_photos
+
+        info = make_photos(src, args.n)
+        described = (f"{args.n} photos of {info['mp_min']}-{info['mp_max']} MP "
+                     f"(mean {info['mp_mean']}, {info['formats']})")
+    else:
+        make_small(src, args.n)
+        described = f"{args.n} JPEG photos of 300-800 px"
     run_loop(model, src, WORK / "warm", args.size)  # first-call costs out of the way
     times: dict[str, list[float]] = {"shardcook encode": [], "sequential loop": []}
     for r in range(args.repeats):  # alternate, so background load hits both alike
         times["sequential loop"].append(run_loop(model, src, WORK / f"loop{r}", args.size))
         times["shardcook encode"].append(run_shardcook(model, src, WORK / f"sc{r}", args.size))
-    print(f"{args.n} photos -> {args.size} px crop, tiny encoders (fp32, CPU, "
+    print(f"{described} -> {args.size} px crop, tiny encoders (fp32, CPU, "
           f"{torch.get_num_threads()} torch threads), T5 length {T5_LEN}, medians of "
           f"{args.repeats} runs (each includes loading the encoders)")
     rates = {}

@@ -14,9 +14,8 @@ pub mod resize;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-
-use rayon::prelude::*;
 
 pub use decode::{Format, Header};
 pub use encode::encode;
@@ -144,6 +143,16 @@ pub enum Input<'a> {
     Path(std::path::PathBuf),
 }
 
+impl Input<'_> {
+    /// The input's size in bytes (0 for an unreadable path): a cheap guess at its decode cost.
+    fn byte_len(&self) -> u64 {
+        match self {
+            Input::Bytes(b) => b.len() as u64,
+            Input::Path(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+        }
+    }
+}
+
 /// Preprocesses a batch in parallel on `workers` threads, one result per input, in order.
 pub fn preprocess_batch(
     inputs: &[Input<'_>],
@@ -160,7 +169,21 @@ pub fn preprocess_batch(
     if workers <= 1 || inputs.len() <= 1 {
         return Ok(inputs.iter().map(run).collect());
     }
-    Ok(pool(workers)?.install(|| inputs.par_iter().map(run).collect()))
+    // Largest first, each thread taking the next input when it is free: every thread ends the
+    // batch on small images, instead of one thread finishing a big one while the others idle.
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].byte_len()));
+    let next = AtomicUsize::new(0);
+    let per_thread = pool(workers)?.broadcast(|_| {
+        let mut done = Vec::new();
+        while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+            done.push((i, run(&inputs[i])));
+        }
+        done
+    });
+    let mut all: Vec<_> = per_thread.into_iter().flatten().collect();
+    all.sort_unstable_by_key(|(i, _)| *i);
+    Ok(all.into_iter().map(|(_, r)| r).collect())
 }
 
 #[cfg(test)]
@@ -232,6 +255,26 @@ mod tests {
         let g = geometry(w, h, &Mode::Crop { size: 128 }).unwrap();
         let want = resize::resize(&rgb, w, h, g.source, 128, 128, Filter::Lanczos3).unwrap();
         assert!(psnr(&p.pixels, &want) > 38.0);
+    }
+
+    #[test]
+    fn parallel_batches_match_one_thread_whatever_the_input_sizes() {
+        // sizes out of order, so largest-first scheduling reorders the work
+        let encoded: Vec<Vec<u8>> = [(40, 24), (200, 120), (16, 16), (96, 160), (64, 64)]
+            .iter()
+            .map(|&(w, h)| encode(&gradient(w, h), w, h, "png", 90).unwrap())
+            .collect();
+        let inputs: Vec<Input> = encoded.iter().map(|b| Input::Bytes(b)).collect();
+        let opts = options(Mode::Crop { size: 16 });
+        let want: Vec<_> = preprocess_batch(&inputs, &opts, 1).unwrap();
+        for workers in [2, 3, 8] {
+            let got = preprocess_batch(&inputs, &opts, workers).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
+                assert_eq!((g.orig_size, &g.pixels), (w.orig_size, &w.pixels));
+            }
+        }
     }
 
     #[test]

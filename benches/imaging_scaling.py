@@ -44,7 +44,7 @@ def main() -> None:
             imaging.preprocess(data[:8], size=size, workers=1)
             ratios = []
             for _ in range(args.rounds):
-                (w1, c1), (w2, c2) = timed(data, size, 1), timed(data, size, 2)
+                (w1, _), (w2, c2) = timed(data, size, 1), timed(data, size, 2)
                 ratios.append(w1 / w2)
                 print(f"{fmt:5} {size:>5} 1 worker {len(data) / w1:6.1f} img/s | 2 workers "
                       f"{len(data) / w2:6.1f} img/s, cpu/wall {c2 / w2:.2f} | {w1 / w2:.2f}x  "

@@ -9,7 +9,7 @@ Pillow does it the fastest way it can: `draft()` for JPEG at the same DCT scale 
 `resize(target, LANCZOS, box=box)` resizing only the box. Threads: Pillow releases the GIL in
 its decoders and in resize, so it runs in a ThreadPoolExecutor with the same thread count.
 
-    python benches/imaging_vs_pillow.py [--repeat 3] [--threads 1,2]
+    python benches/imaging_vs_pillow.py [--repeat 5] [--threads 1,2] [--copies 4]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -71,10 +72,8 @@ def pillow_one(data: bytes, size: int) -> np.ndarray:
     return np.asarray(im.resize(g.size, Image.LANCZOS, box=g.box))
 
 
-def rate(fn, n: int, repeat: int) -> float:
-    fn()  # warm up
-    best = min(_timed(fn) for _ in range(repeat))
-    return n / best
+def pillow_batch(pool: ThreadPoolExecutor, data: list[bytes], size: int) -> list[np.ndarray]:
+    return list(pool.map(partial(pillow_one, size=size), data))
 
 
 def _timed(fn) -> float:
@@ -85,38 +84,48 @@ def _timed(fn) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", default=f"1,{os.cpu_count()}")
-    p.add_argument("--copies", type=int, default=3, help="batch = this many copies of the 8")
+    p.add_argument("--copies", type=int, default=4, help="batch = this many copies of the 8")
     args = p.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",")})
     print(
         f"cores: {os.cpu_count()}; images per batch: {args.copies} x {2 * len(SIZES_MP)} "
-        f"({', '.join(f'{w}x{h}' for w, h in SIZES_MP)}, landscape+portrait)"
+        f"({', '.join(f'{w}x{h}' for w, h in SIZES_MP)}, landscape+portrait); rates: best of "
+        f"{args.repeat} rounds; scaling: median over rounds of (1-thread time / N-thread time)"
     )
     print(
         f"{'format':6} {'target':>6} {'thr':>3} {'shardcook img/s':>16} {'Pillow img/s':>13} "
-        f"{'ratio':>6} {'ours Nthr/1thr':>15}"
+        f"{'ratio':>6} {'ours Nthr/1thr':>15} {'Pillow Nthr/1thr':>17}"
     )
+    pools = {t: ThreadPoolExecutor(t) for t in threads}
     for fmt in ("JPEG", "PNG", "WEBP"):
         data = corpus(fmt) * args.copies
         for size in (256, 1024):
-            base = None
-            for t in threads:
-                ours = rate(
-                    partial(imaging.preprocess, data, size=size, workers=t), len(data), args.repeat
+            runs = {
+                (side, t): fn
+                for t in threads
+                for side, fn in (
+                    ("ours", partial(imaging.preprocess, data, size=size, workers=t)),
+                    ("pil", partial(pillow_batch, pools[t], data, size)),
                 )
-                with ThreadPoolExecutor(t) as ex:
-                    one = partial(pillow_one, size=size)
-                    pil = rate(
-                        partial(lambda e, f, d: list(e.map(f, d)), ex, one, data),
-                        len(data),
-                        args.repeat,
-                    )
-                base = base or ours
+            }
+            for fn in runs.values():
+                fn()  # warm up
+            # rounds alternate thread counts, so drift in the machine's speed hits all alike
+            times: dict[tuple[str, int], list[float]] = {k: [] for k in runs}
+            for _ in range(args.repeat):
+                for k, fn in runs.items():
+                    times[k].append(_timed(fn))
+            for t in threads:
+                ours, pil = (len(data) / min(times[side, t]) for side in ("ours", "pil"))
+                scale = {
+                    side: statistics.median(a / b for a, b in zip(times[side, 1], times[side, t]))
+                    for side in ("ours", "pil")
+                }
                 print(
                     f"{fmt:6} {size:>6} {t:>3} {ours:>16.1f} {pil:>13.1f} {ours / pil:>5.2f}x "
-                    f"{ours / base:>14.2f}x",
+                    f"{scale['ours']:>14.2f}x {scale['pil']:>16.2f}x",
                     flush=True,
                 )
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError
-from shardcook.pipeline.raw import TOO_SMALL, classify_error, meta_json
+from shardcook.pipeline.raw import decode_images, meta_json
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,7 @@ class EncodeProcessor:
     """Turns loaded inputs into the five pre-encoded parts, one outcome per input, in order."""
 
     def __init__(self, cfg: RunConfig, encoders, stored_dtype):
-        from shardcook import imaging
-
-        self.imaging, self.image, self.enc = imaging, cfg.image, encoders
+        self.image, self.enc = cfg.image, encoders
         self.batch_size = cfg.model.batch_size
         self.stored_dtype = stored_dtype
         self.workers = cfg.image.workers or os.cpu_count() or 1
@@ -113,23 +111,9 @@ class EncodeProcessor:
     def _prepare(self, batch: list[Loaded], idx: list[int]):
         """Decode/resize `idx` of `batch`: ([(n, ImageResult)], {n: Outcome skip})."""
         t0 = time.perf_counter()
-        i = self.image
-        results = self.imaging.preprocess(
-            [batch[n].image for n in idx], size=i.image_size, mode=i.resize_mode,
-            max_size=i.max_size, max_pixels=i.max_pixels, workers=self.workers)
-        good, skips = [], {}
-        for n, r in zip(idx, results):
-            item = batch[n].item
-            if r.error is not None or r.pixels is None:
-                message = r.error or "no pixels"
-                skips[n] = Outcome(item, skip=classify_error(message), detail=message)
-            elif min(r.orig_size) < i.min_size:
-                skips[n] = Outcome(item, skip=TOO_SMALL,
-                                   detail=f"short side {min(r.orig_size)} < --min-size {i.min_size}")
-            else:
-                good.append((n, r))
+        prepared = decode_images(batch, idx, self.image, self.workers)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
-        return good, skips
+        return prepared
 
     def _encode(self, batch: list[Loaded], group):
         """One shape group on the encoders; returns CPU tensors in the stored dtype."""

@@ -8,7 +8,8 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from shardcook.config import RunConfig
+from shardcook import imaging  # the Rust image core
+from shardcook.config import ImageConfig, RunConfig
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
 DECODE_ERROR = "decode_error"
@@ -36,13 +37,31 @@ def meta_json(source: str, orig_size, crop, size) -> bytes:
     ).encode("utf-8")
 
 
+def decode_images(batch: list[Loaded], todo: list[int], image: ImageConfig, workers: int):
+    """Decodes and resizes `todo` of `batch` with the image core: ([(n, ImageResult)] of the
+    usable ones, {n: skipped Outcome} of the rest, with the reason)."""
+    results = imaging.preprocess(
+        [batch[n].image for n in todo], size=image.image_size, mode=image.resize_mode,
+        max_size=image.max_size, max_pixels=image.max_pixels, workers=workers,
+    ) if todo else []
+    good, skips = [], {}
+    for n, r in zip(todo, results):
+        item = batch[n].item
+        if r.error is not None or r.pixels is None:
+            message = r.error or "no pixels"
+            skips[n] = Outcome(item, skip=classify_error(message), detail=message)
+        elif min(r.orig_size) < image.min_size:
+            skips[n] = Outcome(item, skip=TOO_SMALL,
+                               detail=f"short side {min(r.orig_size)} < --min-size {image.min_size}")
+        else:
+            good.append((n, r))
+    return good, skips
+
+
 class RawProcessor:
     """Turns loaded inputs into (image, txt, meta.json) parts."""
 
     def __init__(self, cfg: RunConfig):
-        from shardcook import imaging  # the Rust image core
-
-        self.imaging = imaging
         self.image = cfg.image
         self.workers = cfg.image.workers or os.cpu_count() or 1
         self.stage_seconds = {"preprocess": 0.0, "encode": 0.0}
@@ -50,30 +69,17 @@ class RawProcessor:
 
     def _encode(self, pixels) -> bytes:
         i = self.image
-        return self.imaging.encode_image(pixels, format=i.image_format, quality=i.image_quality)
+        return imaging.encode_image(pixels, format=i.image_format, quality=i.image_quality)
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         i = self.image
         outcomes, todo = split_skipped(batch)
         t0 = time.perf_counter()
-        results = self.imaging.preprocess(
-            [batch[n].image for n in todo], size=i.image_size, mode=i.resize_mode,
-            max_size=i.max_size, max_pixels=i.max_pixels, workers=self.workers,
-        ) if todo else []
+        keep, skips = decode_images(batch, todo, i, self.workers)
+        for n, o in skips.items():
+            outcomes[n] = o
         t1 = time.perf_counter()
         self.stage_seconds["preprocess"] += t1 - t0
-        keep = []
-        for n, r in zip(todo, results):
-            item = batch[n].item
-            if r.error is not None or r.pixels is None:
-                message = r.error or "no pixels"
-                outcomes[n] = Outcome(item, skip=classify_error(message), detail=message)
-            elif min(r.orig_size) < i.min_size:
-                outcomes[n] = Outcome(
-                    item, skip=TOO_SMALL,
-                    detail=f"short side {min(r.orig_size)} < --min-size {i.min_size}")
-            else:
-                keep.append((n, r))
         pixels = [r.pixels for _, r in keep]
         encoded = list(self._pool.map(self._try_encode, pixels)) if self._pool else [
             self._try_encode(p) for p in pixels]

@@ -8,7 +8,7 @@ import pickle
 import shutil
 from pathlib import Path
 
-from _raw_helpers import encode, generated, photo
+from _raw_helpers import encode, energon_parts, generated, photo
 
 SPLIT_ARGS = ("--split-parts", "train:train-shard-.*", "--split-parts", "val:val-shard-.*")
 
@@ -74,47 +74,8 @@ def energon_twin(out: Path, dest: Path) -> Path:
 
 def energon_samples(root: Path) -> dict[str, dict[str, bytes]]:
     """Every sample of every split through Energon's own loader (CrudeWebdataset, raw bytes)."""
-    import yaml
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        WorkerConfig,
-        basic_sample_keys,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
-    from megatron.energon.edataclass import edataclass
-    from megatron.energon.flavors.base_dataset import Sample
-
-    @edataclass
-    class Parts(Sample):
-        parts: dict
-
-    @stateless
-    def cook(crude: dict) -> Parts:
-        return Parts(**basic_sample_keys(crude),
-                     parts={k: bytes(v) for k, v in crude.items() if not k.startswith("__")})
-
-    class TE(DefaultTaskEncoder):
-        decoder = None
-        cookers = (Cooker(cook),)
-
-        def batch(self, samples):
-            return samples
-
-    splits = yaml.safe_load((root / ".nv-meta" / "split.yaml").read_text())["split_parts"]
-    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    seen = {}
-    for split, shards in splits.items():
-        if not shards:
-            continue
-        ds = get_val_dataset(str(root), split_part=split, batch_size=1, worker_config=wc,
-                             task_encoder=TE())
-        for batch in get_loader(ds):
-            for s in batch:
-                key = s.__key__.rsplit("/", 1)[-1]
-                assert key not in seen
-                assert key.startswith(f"{split}-")
-                seen[key] = s.parts
-    return seen
+    samples = {}
+    for key, (split, parts) in energon_parts(root).items():
+        assert key.startswith(f"{split}-")
+        samples[key] = parts
+    return samples

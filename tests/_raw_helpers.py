@@ -84,10 +84,10 @@ def shard_hashes(out: Path) -> dict[str, str]:
             for p in sorted(out.glob("*.tar")) + sorted(out.glob("*.tar.idx"))}
 
 
-def energon_read(out: Path) -> list[dict]:
-    """Every sample of every split through Energon's own loader: [{key, txt, image(np), meta}], by key."""
-    from dataclasses import dataclass
-
+def energon_parts(root: Path) -> dict[str, tuple[str, dict[str, bytes]]]:
+    """Every sample of every split through Energon's own loader (CrudeWebdataset, raw bytes):
+    {key: (split, {part: bytes})}."""
+    import yaml
     from megatron.energon import (
         Cooker,
         DefaultTaskEncoder,
@@ -97,19 +97,17 @@ def energon_read(out: Path) -> list[dict]:
         get_val_dataset,
         stateless,
     )
+    from megatron.energon.edataclass import edataclass
     from megatron.energon.flavors.base_dataset import Sample
 
-    @dataclass
-    class RawSample(Sample):
-        txt: str
-        image: bytes
-        meta: dict
+    @edataclass
+    class Parts(Sample):
+        parts: dict
 
     @stateless
-    def cook(crude: dict) -> RawSample:
-        part = next(p for p in ("jpg", "png", "webp") if p in crude)
-        return RawSample(**basic_sample_keys(crude), txt=crude["txt"].decode("utf-8"),
-                         image=bytes(crude[part]), meta=json.loads(crude["meta.json"]))
+    def cook(crude: dict) -> Parts:
+        return Parts(**basic_sample_keys(crude),
+                     parts={k: bytes(v) for k, v in crude.items() if not k.startswith("__")})
 
     class TE(DefaultTaskEncoder):
         decoder = None
@@ -118,21 +116,29 @@ def energon_read(out: Path) -> list[dict]:
         def batch(self, samples):
             return samples
 
-    import yaml
-
-    splits = yaml.safe_load((out / ".nv-meta" / "split.yaml").read_text())["split_parts"]
+    splits = yaml.safe_load((root / ".nv-meta" / "split.yaml").read_text())["split_parts"]
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
     seen = {}
     for split, shards in splits.items():
         if not shards:
             continue
         # the val loader reads a split once, in order, without shuffling
-        ds = get_val_dataset(str(out), split_part=split, batch_size=1, worker_config=wc,
+        ds = get_val_dataset(str(root), split_part=split, batch_size=1, worker_config=wc,
                              task_encoder=TE())
         for batch in get_loader(ds):
             for s in batch:
                 key = s.__key__.rsplit("/", 1)[-1]
                 assert key not in seen, f"{key} read twice"
-                seen[key] = {"key": key, "txt": s.txt, "meta": s.meta, "split": split,
-                             "image": np.asarray(Image.open(io.BytesIO(s.image)).convert("RGB"))}
-    return [seen[k] for k in sorted(seen)]
+                seen[key] = (split, s.parts)
+    return seen
+
+
+def energon_read(out: Path) -> list[dict]:
+    """Every sample of every split through Energon's own loader: [{key, txt, image(np), meta}], by key."""
+    samples = []
+    for key, (split, parts) in sorted(energon_parts(out).items()):
+        image = next(parts[p] for p in ("jpg", "png", "webp") if p in parts)
+        samples.append({"key": key, "txt": parts["txt"].decode("utf-8"),
+                        "meta": json.loads(parts["meta.json"]), "split": split,
+                        "image": np.asarray(Image.open(io.BytesIO(image)).convert("RGB"))})
+    return samples

@@ -1,0 +1,30 @@
+"""The one home of the on-disk format: names (`names`), what a layout is (`base.Layout`) and the
+registry of layouts. A new layout is one module beside this file plus one line in `LAYOUTS`."""
+
+from __future__ import annotations
+
+from shardcook.errors import ConfigError
+from shardcook.layouts.base import Layout
+from shardcook.layouts.chatml import CHATML
+from shardcook.layouts.preencoded import PREENCODED
+from shardcook.layouts.raw import IMAGE_PARTS, RAW
+
+#: Every layout, by registry name.
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML)}
+
+__all__ = ["IMAGE_PARTS", "LAYOUTS", "Layout", "by_encoding", "get_layout"]
+
+
+def get_layout(name: str) -> Layout:
+    """The layout called `name`, or one sentence listing the known ones."""
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown layout {name!r}; use one of {', '.join(sorted(LAYOUTS))}"
+        ) from None
+
+
+def by_encoding(encoding: str) -> Layout | None:
+    """The layout whose on-disk `encoding` is `encoding` (as dataset.yaml or the manifest say)."""
+    return next((lay for lay in LAYOUTS.values() if lay.encoding == encoding), None)

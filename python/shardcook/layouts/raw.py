@@ -1,0 +1,14 @@
+"""Decoded, oriented, resized images with captions (`shardcook raw`)."""
+
+from shardcook.layouts.base import Layout
+
+#: Image part names a raw sample may carry, in the order they are looked for.
+IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
+
+RAW = Layout(
+    name="raw",
+    encoding="raw",
+    parts=("jpg", "txt", "meta.json"),
+    required=(("jpg", "png", "webp"), "txt", "meta.json"),
+    cooker="shardcook.energon.cookers:cook_raw_images",
+)

@@ -9,7 +9,7 @@ import yaml
 from conftest import energon_prepare
 from shardcook import ShardWriter, finalize
 from shardcook.errors import ConfigError
-from shardcook.splits import collapse, split_by_patterns
+from shardcook.dataset.splits import collapse, split_by_patterns
 
 PATTERNS = {
     "both": "{train,val}-shard-.*",

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import write_shards
 from shardcook import ShardWriter, finalize, validate
-from shardcook.inspect import info
+from shardcook.dataset import info
 
 
 def encoded_parts(i):

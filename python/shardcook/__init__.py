@@ -13,8 +13,7 @@ from shardcook.errors import (
     ShardcookIOError,
     ShardError,
 )
-from shardcook.finalize import build_index, finalize
-from shardcook.validate import validate
+from shardcook.dataset import build_index, finalize, validate
 
 try:
     __version__ = version("shardcook")

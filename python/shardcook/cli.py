@@ -56,9 +56,13 @@ Dir = Annotated[Path, typer.Argument(help="The dataset folder.", show_default=Fa
 def finalize(
     directory: Dir,
     encoding: Annotated[
-        str | None, typer.Option(help="preencoded or raw (default: from the manifest).")
+        str | None,
+        typer.Option(help="preencoded, raw or chatml (default: from dataset.yaml or the manifest)."),
     ] = None,
-    split: Annotated[str, typer.Option(help="train,val,test ratios by whole shard.")] = "1,0,0",
+    split: Annotated[
+        str | None,
+        typer.Option(help="train,val,test ratios by whole shard [default: as recorded, else 1,0,0]."),
+    ] = None,
     split_parts: Annotated[
         list[str] | None,
         typer.Option("--split-parts", help="NAME:PATTERN, repeatable; replaces --split."),
@@ -67,9 +71,12 @@ def finalize(
         int | None, typer.Option(help="Shuffle shards with this seed before cutting splits.")
     ] = None,
     exclude: Annotated[
-        list[str] | None, typer.Option(help="Leave out shards whose path matches, repeatable.")
+        list[str] | None,
+        typer.Option(help="Leave out shards whose path matches, repeatable [default: as recorded]."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Rebuild an already indexed folder.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Rebuild an indexed folder, replacing damaged metadata.")
+    ] = False,
     sqlite: Annotated[
         bool, typer.Option("--sqlite/--no-sqlite", help="Write index.sqlite (key lookups only).")
     ] = True,
@@ -79,8 +86,8 @@ def finalize(
 ) -> None:
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
-    from shardcook.finalize import finalize as run
-    from shardcook.splits import parse_split_parts
+    from shardcook.dataset import finalize as run
+    from shardcook.dataset.splits import parse_split_parts
 
     try:
         result = run(
@@ -89,7 +96,7 @@ def finalize(
             split=split,
             split_parts=parse_split_parts(split_parts) if split_parts else None,
             shuffle_seed=shuffle_seed,
-            exclude=exclude or (),
+            exclude=exclude,
             sqlite=sqlite,
             force=force,
             validate=validate,
@@ -112,15 +119,19 @@ def finalize(
 def validate(
     directory: Dir,
     encoding: Annotated[
-        str | None, typer.Option(help="preencoded or raw (default: from dataset.yaml).")
+        str | None,
+        typer.Option(help="preencoded, raw or chatml (default: from dataset.yaml or the manifest)."),
     ] = None,
     deep: Annotated[bool, typer.Option(help="Read every sample, not one per split.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check that a dataset is whole; exit 0 when it is, 1 otherwise."""
-    from shardcook.validate import validate as run
+    from shardcook.dataset import validate as run
 
-    report = run(directory, encoding=encoding, deep=deep)
+    try:
+        report = run(directory, encoding=encoding, deep=deep)
+    except ShardcookError as e:
+        _fail(e)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -140,7 +151,7 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """Show what a dataset holds (no checks; fast)."""
-    from shardcook.inspect import info as run
+    from shardcook.dataset import info as run
 
     try:
         summary = run(directory)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset")
@@ -258,11 +259,10 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError("--output-dir is required (or output.output_dir in the config).")
     if o.shard_size < 1:
         raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
-    if len(o.split) != 3 or any(x < 0 for x in o.split) or sum(o.split) <= 0:
-        raise ConfigError(
-            f"--split must be three non-negative ratios train,val,test with a positive sum, "
-            f"not {','.join(str(x) for x in o.split)}."
-        )
+    try:
+        parse_ratio(o.split)
+    except ConfigError as e:
+        raise ConfigError(f"--split: {e}") from None
     if i.resize_mode not in RESIZE_MODES:
         raise ConfigError(
             f"--resize-mode must be one of {', '.join(RESIZE_MODES)}, not {i.resize_mode!r}."

@@ -83,7 +83,7 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
     from shardcook.encoders.tiny import LABEL, build_tiny_flux
     from shardcook.pipeline.encode import quiet_model_libraries, run_encode
     from shardcook.pipeline.raw import run_raw
-    from shardcook.validate import validate
+    from shardcook.dataset import validate
 
     quiet_model_libraries()
     root = Path(output_dir)

@@ -8,32 +8,27 @@ false colour (each channel stretched to its own min..max).
 from __future__ import annotations
 
 import io
-import json
 import textwrap
 from pathlib import Path
 
+from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
+from shardcook.layouts import IMAGE_PARTS
+from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
 
 TILE = 192
 CAPTION_LINES = 3
-IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
 
 
 def _encoding(root: Path) -> str:
-    for path, get in ((root / ".nv-meta" / "dataset.yaml", "yaml"),
-                      (root / ".shardcook" / "manifest.json", "json")):
-        if path.is_file():
-            if get == "yaml":
-                import yaml
-
-                enc = ((yaml.safe_load(path.read_text()) or {}).get("subflavors") or {}).get(
-                    "encoding")
-            else:
-                enc = json.loads(path.read_text()).get("encoding")
-            if enc:
-                return str(enc)
-    raise DatasetError(f"{root} has no .nv-meta/dataset.yaml or .shardcook/manifest.json saying "
-                       "whether it is raw or preencoded; is it a shardcook dataset?")
+    encoding = metadata.recorded_encoding(root)
+    if encoding is None:
+        raise DatasetError(f"{root} has no {META_DIR}/{DATASET_YAML} or {OURS_DIR}/{MANIFEST_JSON} "
+                           "saying whether it is raw or preencoded; is it a shardcook dataset?")
+    if encoding not in ("raw", "preencoded"):
+        raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and preencoded "
+                           "datasets")
+    return encoding
 
 
 def _first_samples(root: Path, count: int) -> list[tuple[str, dict[str, bytes]]]:
@@ -102,8 +97,7 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         raise DatasetError(f"--count must be at least 1, not {count}.")
     encoding = _encoding(root)
     rows = _first_samples(root, count)
-    manifest_path = root / ".shardcook" / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    manifest = metadata.read_manifest(root) or {}
     decode = _Decoder(model_path, manifest) if (model_path and encoding == "preencoded") else None
     tiles = []
     for key, parts in rows:

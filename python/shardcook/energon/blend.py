@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardcook.errors import ConfigError
+from shardcook.dataset import metadata
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.layouts.names import INFO_JSON, META_DIR
 
 __all__ = ["BlendEntry", "parse_blend_entry", "write_blend"]
 
@@ -53,9 +55,13 @@ def parse_blend_entry(spec: str) -> BlendEntry:
 def _check_dataset(path: Path) -> None:
     if path.is_file() and path.suffix in (".yaml", ".yml"):
         return
-    if not (path / ".nv-meta" / ".info.json").is_file():
+    try:
+        info = metadata.read_info_json(path)
+    except DatasetError as e:
+        raise ConfigError(f"{path} is not a usable Energon dataset: {e}") from None
+    if info is None:
         raise ConfigError(
-            f"{path} is not a prepared Energon dataset (no .nv-meta/.info.json) nor a "
+            f"{path} is not a prepared Energon dataset (no {META_DIR}/{INFO_JSON}) nor a "
             "metadataset .yaml; run `shardcook finalize` on it first."
         )
 

@@ -165,21 +165,21 @@ def dataset_encoding(path: str | Path) -> str | None:
     Raises:
         DatasetError: The folder is not a prepared Energon dataset, or has no `encoding`.
     """
-    import yaml
-
+    from shardcook.dataset import metadata
     from shardcook.errors import DatasetError
+    from shardcook.layouts.names import DATASET_YAML
 
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         return None
-    ds_yaml = p / ".nv-meta" / "dataset.yaml"
-    if not ds_yaml.is_file():
+    ds_yaml = metadata.meta_path(p, DATASET_YAML)
+    dataset = metadata.read_dataset_yaml(p)
+    if dataset is None:
         raise DatasetError(
             f"{p} is neither a metadataset .yaml nor a prepared dataset (no {ds_yaml}); "
             "run `shardcook finalize` on it first."
         )
-    config = yaml.safe_load(ds_yaml.read_text()) or {}
-    encoding = (config.get("subflavors") or {}).get("encoding")
+    encoding = dataset.subflavors.get("encoding")
     if encoding is None:
         raise DatasetError(
             f"{ds_yaml} has no `subflavors: {{encoding: ...}}`; run `shardcook finalize` on the "

@@ -27,6 +27,10 @@ class Layout:
         subflavored: Whether dataset.yaml carries `subflavors: {encoding: ...}` (crude datasets
             selecting a cooker by subflavor) or names its own sample class and no subflavor.
         cooker: `module:function` of the Energon cooker that reads this layout, or None.
+        checker: `module:function` of this layout's per-sample check beyond its parts' own
+            decoding (tensor shapes, pickled image lists): called as `checker(parts, manifest,
+            deep)` with a sample's parts and the dataset's manifest (or {}), it returns one
+            sentence per problem. Named as a string so layouts import nothing heavy.
     """
 
     name: str
@@ -36,6 +40,7 @@ class Layout:
     sample_type: str = CRUDE_WEBDATASET
     subflavored: bool = True
     cooker: str | None = None
+    checker: str | None = None
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

@@ -10,4 +10,5 @@ PREENCODED = Layout(
     required=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
               "meta.json"),
     cooker="shardcook.energon.cookers:cook_preencoded_diffusion",
+    checker="shardcook.dataset.samplecheck:check_preencoded",
 )

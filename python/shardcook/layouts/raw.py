@@ -9,6 +9,6 @@ RAW = Layout(
     name="raw",
     encoding="raw",
     parts=("jpg", "txt", "meta.json"),
-    required=(("jpg", "png", "webp"), "txt", "meta.json"),
+    required=(IMAGE_PARTS, "txt", "meta.json"),
     cooker="shardcook.energon.cookers:cook_raw_images",
 )

@@ -98,7 +98,7 @@ def run_pipeline(
                                         manifest_extra)
             # a split finalize would refuse fails now, not after the work
             if cfg.output.finalize and finish is None:
-                from shardcook.splits import split_by_ratio
+                from shardcook.dataset.splits import split_by_ratio
 
                 planned = plan_units(len(source), cfg.output.shard_size)
                 split_by_ratio([u.name for u in planned], cfg.output.split)
@@ -178,7 +178,7 @@ def _finish(cfg: RunConfig, out: Path, units, manifest: dict, all_stats: list[Ru
         if finish is not None:
             finish(out, result)
         else:
-            from shardcook.finalize import finalize
+            from shardcook.dataset import finalize
 
             finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
         result = report(time.perf_counter() - t0)

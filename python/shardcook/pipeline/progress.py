@@ -9,10 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
+from shardcook.layouts.names import (
+    EMPTY_ENCODINGS_DIR,
+    MANIFEST_JSON,
+    META_DIR,
+    OURS_DIR,
+    PROGRESS_DIR,
+    TMP_DIR,
+)
 
-OURS = ".shardcook"
-PROGRESS = "progress"
-TMP = "tmp"
+OURS = OURS_DIR
+PROGRESS = PROGRESS_DIR
+TMP = TMP_DIR
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -54,7 +62,7 @@ def is_ours(out: Path) -> bool:
     entries = [e for e in os.listdir(out)]
     if not entries:
         return True
-    if (out / OURS / "manifest.json").is_file():
+    if (out / OURS / MANIFEST_JSON).is_file():
         return True
     return entries == [OURS]
 
@@ -86,7 +94,7 @@ def clear_output(out: Path) -> None:
         return
     for p in sorted(out.rglob("*.tar")) + sorted(out.rglob("*.tar.idx")):
         p.unlink()
-    for d in (out / ".nv-meta", out / OURS, out / "empty_encodings"):  # the last: encode's
+    for d in (out / META_DIR, out / OURS, out / EMPTY_ENCODINGS_DIR):  # the last: encode's
         if d.exists():
             shutil.rmtree(d)
 

@@ -8,19 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.config import RunConfig, output_affecting
-from shardcook.errors import ConfigError
+from shardcook.dataset import metadata
+from shardcook.errors import ConfigError, DatasetError
 from shardcook.pipeline.plan import WorkUnit
+from shardcook.layouts.names import MANIFEST_JSON, REPORT_JSON
 from shardcook.pipeline.progress import OURS, read_marker, write_json_atomic
 
 FORMAT_VERSION = 1
 
 
 def manifest_path(out: Path) -> Path:
-    return out / OURS / "manifest.json"
+    return out / OURS / MANIFEST_JSON
 
 
 def report_path(out: Path) -> Path:
-    return out / OURS / "report.json"
+    return out / OURS / REPORT_JSON
 
 
 def new_manifest(cfg: RunConfig, encoding: str, source: dict, num_inputs: int,
@@ -77,15 +79,12 @@ def compare_manifest(old: dict, new: dict) -> list[str]:
 
 def check_resume(out: Path, manifest: dict) -> None:
     """Raises ConfigError if `out` holds a run made with different options."""
-    path = manifest_path(out)
-    if not path.is_file():
-        return
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ConfigError(
-            f"{str(path)!r} is unreadable; rerun with --overwrite to start over."
-        ) from None
+        old = metadata.read_manifest(out)
+    except DatasetError as e:
+        raise ConfigError(f"{e}; rerun with --overwrite to start over.") from None
+    if old is None:
+        return
     diffs = compare_manifest(old, manifest)
     if diffs:
         raise ConfigError(

@@ -11,8 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import braceexpand
-
+from shardcook.dataset.braces import expand_braces
 from shardcook.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,15 +28,23 @@ class Splits:
 
 
 def parse_ratio(text: str | Sequence[float]) -> tuple[float, float, float]:
-    """Parses `0.8,0.1,0.1` (or a sequence) into three non-negative numbers with a positive sum."""
+    """Parses `0.8,0.1,0.1` (or a sequence) into three finite non-negative numbers with a positive
+    train share: the one parser of `--split` for finalize, raw, encode and the config file."""
     try:
         values = [float(x) for x in (text.split(",") if isinstance(text, str) else text)]
     except (TypeError, ValueError):
         values = []
-    if len(values) != 3 or any(v < 0 or math.isnan(v) for v in values) or sum(values) <= 0:
+    shown = text if isinstance(text, str) else ",".join(str(v) for v in text)
+    if (len(values) != 3 or not all(math.isfinite(v) and v >= 0 for v in values)
+            or not math.isfinite(sum(values)) or sum(values) <= 0):
         raise ConfigError(
-            f"invalid split {text!r}: give three non-negative numbers with a positive sum for "
+            f"invalid split {shown!r}: give three non-negative numbers with a positive sum for "
             "train,val,test, e.g. 0.8,0.1,0.1 or 8,1,1"
+        )
+    if values[0] == 0:
+        raise ConfigError(
+            f"invalid split {shown!r}: the train ratio is 0, so the train split would be empty; "
+            "give train a positive share, e.g. 0.8,0.1,0.1"
         )
     return values[0], values[1], values[2]
 
@@ -61,7 +68,9 @@ def split_by_ratio(
         start = end
     splits = Splits(parts)
     if not parts["train"]:
-        need = next(n for n in range(1, 10**6) if int(n * normalized[0]) >= 1)
+        need = math.ceil(1 / normalized[0])
+        while int(need * normalized[0]) < 1:  # float rounding: the smallest n Energon accepts
+            need += 1
         raise ConfigError(
             f"the train split would be empty: {len(order)} shard(s) with train ratio "
             f"{normalized[0]:.3g} need at least {need} shards; write smaller shards "
@@ -83,9 +92,9 @@ def expand_pattern(pattern: str) -> list[re.Pattern[str]]:
     reaches the regex as `.`; that is Energon's behaviour and we keep it.
     """
     try:
-        expansions = list(braceexpand.braceexpand(pattern))
-    except ValueError as e:  # UnbalancedBracesError
-        raise ConfigError(f"split pattern {pattern!r} cannot be brace-expanded: {e}") from None
+        expansions = expand_braces(pattern)
+    except ConfigError as e:
+        raise ConfigError(f"split pattern {pattern!r}: {e}") from None
     compiled = []
     for text in expansions:
         try:
@@ -183,3 +192,14 @@ def collapse(names: Sequence[str]) -> list[str]:
             out.append(names[i])
             i += 1
     return out
+
+
+def literal_pattern(names: Sequence[str]) -> str:
+    """A split pattern matching exactly `names` (no backslashes: brace expansion strips them)."""
+
+    def literal(name: str) -> str:
+        # `^` alone in a class would negate it; `[]^]` also admits `]`, harmless for shard names
+        return "".join("[]^]" if c == "^" else f"[{c}]" if c in ".*+?()[]|$" else c
+                       for c in name)
+
+    return "(" + "|".join(literal(n) for n in names) + ")$"

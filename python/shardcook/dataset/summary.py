@@ -3,18 +3,15 @@ Energon import, so it is fast and works on CrudeWebdataset datasets where `energ
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import braceexpand
-import yaml
-
 from shardcook import _native
+from shardcook.dataset import metadata
+from shardcook.dataset.tensorinfo import tensor_info
 from shardcook.errors import DatasetError, ShardcookError
-from shardcook.finalize import META
-from shardcook.tensorinfo import tensor_info
+from shardcook.layouts.names import INFO_JSON, META_DIR
 
 
 @dataclass
@@ -73,34 +70,24 @@ def _human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def read_metadata(root: Path) -> tuple[dict[str, int], dict[str, list[str]], dict[str, Any]]:
-    """(shard counts, split name to shard list, dataset.yaml), raising DatasetError with the fix."""
-    meta = root / META
-    info_path = meta / ".info.json"
-    if not info_path.is_file():
+def read_metadata(
+    root: Path,
+) -> tuple[dict[str, int], dict[str, list[str]], metadata.DatasetYaml | None]:
+    """(shard counts, split name to shard list, dataset.yaml or None), read by `metadata`;
+    DatasetError with the fix when .info.json is missing or any file is damaged."""
+    info = metadata.read_info_json(root)
+    if info is None:
         raise DatasetError(
-            f"{root} has no {META}/.info.json; run `shardcook finalize {root}` first"
+            f"{root} has no {META_DIR}/{INFO_JSON}; run `shardcook finalize {root}` first"
         )
-    try:
-        counts = json.loads(info_path.read_text())["shard_counts"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise DatasetError(
-            f"{info_path} does not parse ({e}); rebuild it with `shardcook finalize --force`"
-        ) from None
-    splits: dict[str, list[str]] = {}
-    split_path = meta / "split.yaml"
-    if split_path.is_file():
-        loaded = yaml.safe_load(split_path.read_text()) or {}
-        for name, patterns in (loaded.get("split_parts") or {}).items():
-            splits[name] = [s for p in patterns or [] for s in braceexpand.braceexpand(p)]
-    ds_path = meta / "dataset.yaml"
-    dataset = yaml.safe_load(ds_path.read_text()) if ds_path.is_file() else {}
-    return counts, splits, dataset if isinstance(dataset, dict) else {}
+    split_yaml = metadata.read_split_yaml(root)
+    return info.shard_counts, split_yaml.parts if split_yaml else {}, metadata.read_dataset_yaml(
+        root)
 
 
 def describe_parts(parts: dict[str, bytes]) -> dict[str, str]:
     """`dtype[shape]` for tensor parts, else the size in bytes."""
-    out = {}
+    out: dict[str, str] = {}
     for name, data in parts.items():
         info = tensor_info(data, name)
         out[name] = str(info) if info else f"{len(data):,} bytes"
@@ -111,8 +98,9 @@ def summarize(
     root: Path,
     counts: dict[str, int],
     splits: dict[str, list[str]],
-    dataset: dict[str, Any],
+    dataset: metadata.DatasetYaml | None,
 ) -> DatasetSummary:
+    """The summary of a dataset whose metadata was read (no check beyond reading)."""
     split_summaries = {
         name: SplitSummary(len(shards), sum(counts.get(s, 0) for s in shards))
         for name, shards in splits.items()
@@ -127,11 +115,10 @@ def summarize(
             except (ShardcookError, StopIteration):  # damaged: validate reports it
                 parts = {}
             break
-    module, cls = dataset.get("__module__", "?"), dataset.get("__class__", "?")
     return DatasetSummary(
         directory=str(root),
-        dataset_type=f"{module}.{cls}",
-        subflavors=dict(dataset.get("subflavors") or {}),
+        dataset_type=f"{dataset.module}.{dataset.cls}" if dataset else "?.?",
+        subflavors=dataset.subflavors if dataset else {},
         samples=sum(counts.values()),
         shards=len(counts),
         splits=split_summaries,

@@ -1,0 +1,20 @@
+"""Everything done to a finished folder of shards: index it (`build_index`), make it an Energon
+dataset (`finalize`), prove it whole (`validate`) and describe it (`info`). Its metadata files are
+read and written only by `metadata`; the rules of each layout come from `shardcook.layouts`."""
+
+from shardcook.dataset.finalize import FinalizeResult, finalize
+from shardcook.dataset.index import IndexResult, build_index, list_shards
+from shardcook.dataset.summary import DatasetSummary, info
+from shardcook.dataset.validate import ValidationReport, validate
+
+__all__ = [
+    "DatasetSummary",
+    "FinalizeResult",
+    "IndexResult",
+    "ValidationReport",
+    "build_index",
+    "finalize",
+    "info",
+    "list_shards",
+    "validate",
+]

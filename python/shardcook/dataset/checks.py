@@ -1,0 +1,175 @@
+"""The checks `validate` runs beyond reading the metadata: index.sqlite against .info.json, each
+split's first sample through shardcook's reader and through Energon, and every sample (`--deep`).
+Each returns one sentence per problem."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sqlite3
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shardcook import _native
+from shardcook.dataset.samplecheck import Checker, check_sample
+from shardcook.errors import ShardcookError
+from shardcook.layouts import Layout
+from shardcook.layouts.names import INDEX_SQLITE, META_DIR
+
+#: Energon's index tables (docs/FORMAT.md §5).
+SQLITE_TABLES = ("samples", "sample_parts")
+
+
+def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool) -> list[str]:
+    """index.sqlite opens, has Energon's tables, holds one row per sample of each shard in
+    .info.json's order, and no sample with the same part twice. A missing file is a problem
+    unless finalize recorded that it was not written."""
+    path = root / META_DIR / INDEX_SQLITE
+    label = f"{META_DIR}/{INDEX_SQLITE}"
+    fix = f"; run `shardcook finalize --force {root}`"
+    if not path.exists():
+        return [f"{label} is missing{fix}"] if expected else []
+    if not path.is_file():
+        return [f"{label} is not a regular file{fix}"]
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            lacking = [t for t in SQLITE_TABLES if t not in tables]
+            if lacking:
+                return [f"{label} lacks Energon's table(s) {', '.join(lacking)}{fix}"]
+            rows = dict(db.execute(
+                "SELECT tar_file_id, count(*) FROM samples GROUP BY tar_file_id").fetchall())
+            twice = db.execute(
+                "SELECT tar_file_id, sample_index, part_name FROM sample_parts "
+                "GROUP BY tar_file_id, sample_index, part_name HAVING count(*) > 1 LIMIT 1"
+            ).fetchone()
+    except sqlite3.Error as e:
+        return [f"{label} is not a readable SQLite index ({e}){fix}"]
+    problems = []
+    for tar_id, (shard, n) in enumerate(counts.items()):
+        if rows.get(tar_id, 0) != n:
+            problems.append(f"{label} holds {rows.get(tar_id, 0)} samples of {shard} but "
+                            f".info.json says {n}{fix}")
+            break
+    extra = sorted(set(rows) - set(range(len(counts))))
+    if extra:
+        problems.append(f"{label} holds samples of {len(extra)} shard(s) not in .info.json{fix}")
+    if twice is not None:
+        tar_id, index, part = twice
+        shard = list(counts)[tar_id] if 0 <= tar_id < len(counts) else f"shard #{tar_id}"
+        problems.append(f"{shard}: sample #{index} holds the part {part} twice; Energon keeps "
+                        "only one of them")
+    return problems
+
+
+def first_samples(
+    root: Path, splits: Mapping[str, Sequence[str]]
+) -> tuple[dict[str, tuple[str, dict[str, bytes]]], list[str]]:
+    """The first sample of each non-empty split, read with shardcook's reader, and problems."""
+    found, problems = {}, []
+    for split, shards in splits.items():
+        if not shards:
+            continue
+        try:
+            found[split] = next(iter(_native.read_shard(root / shards[0])))
+        except (ShardcookError, StopIteration) as e:
+            problems.append(f"cannot read the first sample of the {split} split: {e}")
+    return found, problems
+
+
+def first_sample_problems(
+    root: Path,
+    splits: Mapping[str, Sequence[str]],
+    layout: Layout | None,
+    field_map: Mapping[str, str],
+    manifest: Mapping[str, Any],
+    checker: Checker | None,
+) -> list[str]:
+    """Each split's first sample has its layout's parts and the parts dataset.yaml's field_map
+    names, and passes the layout's checker."""
+    samples, problems = first_samples(root, splits)
+    for split, (key, parts) in samples.items():
+        missing = [need for need in (layout.missing_parts(parts) if layout else [])]
+        missing += [p for p in field_map.values() if p not in parts and p not in missing
+                    and not any(p in need.split("|") for need in missing)]
+        if missing:
+            kind = f"the {layout.encoding} part(s)" if layout else "the part(s)"
+            problems.append(f"sample {key} of the {split} split lacks {kind} {', '.join(missing)}")
+            continue
+        problems += [f"sample {key} of the {split} split: {p}"
+                     for p in check_sample(parts, layout, manifest=manifest, checker=checker,
+                                           deep=False)]
+    return problems
+
+
+def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> list[str]:
+    """Loads the first sample of each non-empty split through Energon's own loader, raw bytes
+    only (no decoding, no unpickling)."""
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        Sample,
+        WorkerConfig,
+        basic_sample_keys,
+        get_loader,
+        get_val_dataset,
+        reraise_exception,
+        stateless,
+    )
+    from megatron.energon.edataclass import edataclass
+
+    @edataclass
+    class PartNames(Sample):  # type: ignore[misc]
+        parts: list[str]
+
+    @stateless  # type: ignore[misc]
+    def cook(crude: dict[str, Any]) -> PartNames:
+        names = [k for k in crude if not k.startswith("__")]
+        return PartNames(**basic_sample_keys(crude), parts=names)
+
+    class PartNamesEncoder(DefaultTaskEncoder):  # type: ignore[misc]
+        decoder = None
+        cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
+
+        def batch(self, samples: list[PartNames]) -> list[PartNames]:
+            return samples
+
+    problems = []
+    for split, shards in splits.items():
+        if not shards:
+            continue
+        config = WorkerConfig(
+            rank=0, world_size=1, num_workers=0, global_error_handler=reraise_exception
+        )
+        try:
+            # Energon prints each failure before its handler re-raises it; keep that off stdout.
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*pin_memory.*")
+                dataset = get_val_dataset(root, split_part=split, worker_config=config,
+                                          batch_size=1, task_encoder=PartNamesEncoder())
+                next(iter(get_loader(dataset)))
+        except Exception as e:  # noqa: BLE001 (any failure inside Energon is the finding)
+            problems.append(f"Energon cannot load the {split} split: {type(e).__name__}: {e}")
+    return problems
+
+
+def deep_problems(
+    root: Path,
+    shards: Sequence[str],
+    layout: Layout | None,
+    manifest: Mapping[str, Any],
+    checker: Checker | None,
+) -> list[str]:
+    """Reads every sample of every shard and checks it (see `samplecheck.check_sample`)."""
+    problems = []
+    for shard in shards:
+        try:
+            for key, parts in _native.read_shard(root / shard):
+                problems += [f"{shard}: sample {key} {p}"
+                             for p in check_sample(parts, layout, manifest=manifest,
+                                                   checker=checker, deep=True)]
+        except ShardcookError as e:
+            problems.append(str(e))
+    return problems

@@ -1,0 +1,162 @@
+"""`finalize`: make a folder of shards a complete Energon dataset (the index of `build_index`
+plus a dataset.yaml for its layout), then `validate` it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardcook import _native
+from shardcook.dataset import metadata
+from shardcook.dataset.index import IndexResult, build_index, list_shards
+from shardcook.dataset.validate import ValidationReport
+from shardcook.dataset.validate import validate as run_validate
+from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.layouts import LAYOUTS, Layout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FinalizeResult:
+    """What `finalize` wrote, and the validation of the result (None when skipped)."""
+
+    index: IndexResult
+    dataset_yaml: dict[str, Any]
+    validation: ValidationReport | None
+
+
+def _current_dataset_yaml(root: Path, force: bool) -> dict[str, Any]:
+    """The dataset.yaml already there (empty when missing); a damaged one is replaced under
+    `force` (with a warning) and refused otherwise."""
+    try:
+        current = metadata.read_dataset_yaml(root)
+    except DatasetError as e:
+        if not force:
+            raise
+        log.warning("%s; writing a new one", e)
+        return {}
+    return dict(current.content) if current else {}
+
+
+def dataset_yaml(
+    root: Path,
+    *,
+    encoding: str | None = None,
+    sample_type: str | None = None,
+    field_map: Mapping[str, str] | None = None,
+    subflavors: Mapping[str, Any] | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """The dataset.yaml content: the existing one updated, never losing a user's subflavors.
+
+    `sample_type` is `CrudeWebdataset` (the layout's class by default), another class name from
+    `megatron.energon`, or `module:Class` for a class elsewhere (e.g. Megatron-Bridge's).
+    """
+    layout = metadata.layout_of(encoding, "encoding") if encoding is not None else None
+    current = _current_dataset_yaml(root, force)
+    out = dict(current)
+    if sample_type is None and "__class__" not in out:
+        sample_type = layout.sample_type if layout else "CrudeWebdataset"
+    if sample_type is not None:
+        module, _, cls = sample_type.rpartition(":")
+        out["__module__"] = module or "megatron.energon"
+        out["__class__"] = cls
+    if field_map is not None:
+        out["field_map"] = dict(field_map)
+    merged = dict(current.get("subflavors") or {})
+    merged.update(subflavors or {})
+    if layout is not None and layout.subflavored:
+        merged.update(layout.dataset_yaml()["subflavors"])
+    if merged or "subflavors" in current or subflavors is not None:
+        out["subflavors"] = merged
+    return out
+
+
+def _layouts_like(root: Path) -> list[Layout]:
+    """The layouts whose required parts the first sample of the first shard has."""
+    shards = list_shards(root)
+    if not shards or not (root / shards[0]).is_file():
+        return []
+    try:
+        _, parts = next(iter(_native.read_shard(root / shards[0])))
+    except (ShardcookError, StopIteration):
+        return []  # indexing names the damage
+    return [lay for lay in LAYOUTS.values() if not lay.missing_parts(parts)]
+
+
+def _encoding(root: Path, encoding: str | None, sample_type: str | None, force: bool) -> str | None:
+    """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
+    if encoding is not None:
+        return encoding
+    try:
+        encoding = metadata.recorded_encoding(root)
+    except DatasetError:
+        if not force:
+            raise
+        encoding = None
+    if encoding is not None or sample_type is not None:
+        return encoding
+    like = _layouts_like(root)
+    if like:
+        raise ConfigError(
+            f"{root} has no dataset.yaml or manifest naming its encoding, and its samples look "
+            f"like the {' or '.join(lay.encoding for lay in like)} layout; pass --encoding "
+            f"{like[0].encoding} (or encoding=) to say which"
+        )
+    return None
+
+
+def finalize(
+    directory: str | Path,
+    *,
+    encoding: str | None = None,
+    split: Sequence[float] | str | None = None,
+    split_parts: Mapping[str, str] | None = None,
+    shuffle_seed: int | None = None,
+    exclude: Sequence[str] | None = None,
+    sample_type: str | None = None,
+    field_map: Mapping[str, str] | None = None,
+    subflavors: Mapping[str, Any] | None = None,
+    sqlite: bool = True,
+    force: bool = False,
+    validate: bool = True,
+) -> FinalizeResult:
+    """Makes a folder of shards a complete Energon dataset, then validates it.
+
+    Writes `.nv-meta/dataset.yaml` (for our layouts: CrudeWebdataset with an `encoding`
+    subflavor, or the layout's own class; keeping any subflavors already there) and the index
+    (see `build_index`: split and exclusions not given are kept from an earlier finalize).
+
+    Args:
+        encoding: A layout's encoding (`preencoded`, `raw`, `chatml`); by default read from
+            dataset.yaml or the manifest.
+        sample_type, field_map, subflavors: What dataset.yaml declares (see `dataset_yaml`).
+        force: Rebuild an indexed folder, replacing any damaged metadata file.
+        validate: Run `validate` afterwards and raise when it finds problems.
+
+    Raises:
+        DatasetError: as `build_index`, or when validation fails.
+        ConfigError: an unknown encoding, or shards of a known layout with no encoding to say so.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
+    encoding = _encoding(root, encoding, sample_type, force)
+    content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
+                           field_map=field_map, subflavors=subflavors, force=force)
+    index = build_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                        exclude=exclude, sqlite=sqlite, force=force)
+    metadata.write_dataset_yaml(root, content)
+    report = None
+    if validate:
+        report = run_validate(root, encoding=encoding)
+        if not report.ok:
+            raise DatasetError(
+                f"{root} was indexed but does not validate:\n  " + "\n  ".join(report.problems)
+            )
+    return FinalizeResult(index, content, report)
+

@@ -1,0 +1,245 @@
+"""Energon's index for a folder of shards (docs/FORMAT.md §5): `.tar.idx` files, `.info.json`,
+`split.yaml`, `index.sqlite` and `index.uuid`, identical to what `energon prepare` writes and
+built by the Rust core in a fraction of the time. What was asked (split, exclusions) is recorded
+in `.shardcook/finalize.json` and split.yaml, so a later finalize without arguments keeps it."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+from shardcook import _native
+from shardcook.dataset import metadata
+from shardcook.dataset.splits import (
+    Splits,
+    collapse,
+    literal_pattern,
+    parse_ratio,
+    split_by_patterns,
+    split_by_ratio,
+)
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, META_DIR
+
+log = logging.getLogger(__name__)
+
+#: Characters a shard name may not hold: split.yaml's lists are brace-expanded by Energon.
+_BRACE_CHARS = re.compile(r"[{}\\]")
+
+
+@dataclass
+class IndexResult:
+    """What `build_index` wrote."""
+
+    directory: Path
+    shard_counts: dict[str, int]
+    splits: dict[str, list[str]]
+    part_names: list[str]
+    warnings: list[str] = field(default_factory=list)
+    #: Wall time of indexing (scan, .tar.idx, sqlite, metadata), without validation.
+    seconds: float = 0.0
+
+    @property
+    def num_samples(self) -> int:
+        return sum(self.shard_counts.values())
+
+
+def compile_excludes(exclude: Sequence[str]) -> list[re.Pattern[str]]:
+    """`--exclude` regexes, compiled; a string where a list belongs is refused."""
+    if isinstance(exclude, str) or not all(isinstance(p, str) for p in exclude):
+        raise ConfigError(
+            f"exclude must be a list of patterns, not {exclude!r}; write exclude=[{exclude!r}]"
+            if isinstance(exclude, str) else "exclude must be a list of pattern strings"
+        )
+    patterns = []
+    for pattern in exclude:
+        try:
+            patterns.append(re.compile(pattern))
+        except re.error as e:
+            raise ConfigError(
+                f"--exclude {pattern!r} is not a valid regular expression ({e})"
+            ) from None
+    return patterns
+
+
+def list_shards(directory: Path, exclude: Sequence[str] = ()) -> list[str]:
+    """Shard paths relative to `directory`, in Energon's order (sorted `**/*.tar`, `**/*.tgz`),
+    minus those matching any `exclude` regex (searched anywhere in the path, as Energon does)."""
+    patterns = compile_excludes(exclude)
+    found = list(directory.glob("**/*.tar")) + list(directory.glob("**/*.tgz"))
+    names = [str(p.relative_to(directory)) for p in sorted(found)]
+    return [n for n in names if not any(p.search(n) for p in patterns)]
+
+
+def excluded_shards(directory: Path, exclude: Sequence[str]) -> list[str]:
+    """The shard paths that `exclude` leaves out."""
+    kept = set(list_shards(directory, exclude))
+    return [n for n in list_shards(directory) if n not in kept]
+
+
+def _check_shard_names(root: Path, shards: Sequence[str]) -> None:
+    """Refuses names Energon would misread, before anything is written."""
+    for name in shards:
+        if not (root / name).is_file():
+            raise DatasetError(
+                f"{root / name} is not a file, yet its name makes Energon read it as a shard; "
+                "rename it or leave it out with --exclude"
+            )
+        if _BRACE_CHARS.search(name):
+            raise DatasetError(
+                f"shard {name!r} has a brace or backslash in its name, which Energon's split.yaml "
+                "would brace-expand into other names; rename it"
+            )
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What to index, after filling unspecified arguments from what an earlier finalize recorded."""
+
+    record: metadata.FinalizeRecord
+    split_parts: dict[str, str] | None
+    ratio: tuple[float, float, float]
+
+
+def _recorded(root: Path, force: bool) -> tuple[metadata.FinalizeRecord | None, list[str]]:
+    """The earlier finalize's record, else one rebuilt from split.yaml; a damaged record is
+    ignored with a warning only when rebuilding (`force`)."""
+    warnings: list[str] = []
+    try:
+        record = metadata.read_finalize_record(root)
+        if record is not None:
+            return record, warnings
+        split_yaml = metadata.read_split_yaml(root)
+    except DatasetError as e:
+        if not force:
+            raise
+        warnings.append(f"{e}; ignored")
+        return None, warnings
+    if split_yaml is None:
+        return None, warnings
+    parts = {name: literal_pattern(names) for name, names in split_yaml.parts.items() if names}
+    exclude = [f"^{literal_pattern([name])}" for name in split_yaml.exclude]
+    return metadata.FinalizeRecord(exclude=exclude, split_parts=parts or None), warnings
+
+
+def _resolve(
+    root: Path,
+    split: Sequence[float] | str | None,
+    split_parts: Mapping[str, str] | None,
+    shuffle_seed: int | None,
+    exclude: Sequence[str] | None,
+    sqlite: bool,
+    force: bool,
+) -> tuple[_Request, list[str]]:
+    if split_parts is not None and not (
+        isinstance(split_parts, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in split_parts.items())
+    ):
+        raise ConfigError(f"split_parts must map split names to patterns, not {split_parts!r}")
+    if exclude is not None:
+        compile_excludes(exclude)
+    previous, warnings = _recorded(root, force) if (
+        exclude is None or (split is None and split_parts is None)) else (None, [])
+    if exclude is None:
+        exclude = previous.exclude if previous else []
+    if split is None and split_parts is None and previous is not None:
+        split_parts, shuffle_seed = previous.split_parts, previous.shuffle_seed
+        split = previous.split
+    ratio = parse_ratio(split if split is not None else (1, 0, 0))
+    record = metadata.FinalizeRecord(
+        exclude=list(exclude),
+        split=None if split_parts else list(ratio),
+        split_parts=dict(split_parts) if split_parts else None,
+        shuffle_seed=shuffle_seed,
+        sqlite=sqlite,
+    )
+    return _Request(record, record.split_parts, ratio), warnings
+
+
+def _split(shards: list[str], request: _Request) -> Splits:
+    if request.split_parts:
+        return split_by_patterns(shards, request.split_parts)
+    return split_by_ratio(shards, request.ratio, request.record.shuffle_seed)
+
+
+def build_index(
+    directory: str | Path,
+    *,
+    split: Sequence[float] | str | None = None,
+    split_parts: Mapping[str, str] | None = None,
+    shuffle_seed: int | None = None,
+    exclude: Sequence[str] | None = None,
+    sqlite: bool = True,
+    force: bool = False,
+) -> IndexResult:
+    """Writes `.tar.idx` files and `.nv-meta/{.info.json,split.yaml,index.sqlite,index.uuid}`.
+
+    Args:
+        directory: The dataset folder; every `**/*.tar` under it is a shard.
+        split: train,val,test ratios (ignored when `split_parts` is given). When neither is
+            given, the split an earlier finalize recorded is kept, else 1,0,0.
+        split_parts: Split name to shard-path pattern (brace-expanded, then `re.match`).
+        shuffle_seed: Shuffle shards with `random.Random(seed)` before cutting ratios.
+        exclude: Regexes; matching shard paths are left out of the dataset. None keeps the
+            exclusions an earlier finalize recorded.
+        sqlite: Also write index.sqlite (only key lookups need it; training does not).
+        force: Rebuild an already indexed folder, repairing damaged metadata.
+
+    Raises:
+        DatasetError: no shards, already indexed, an unreadable shard, a duplicate key.
+        ConfigError: a bad ratio or split pattern, an empty train split.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
+    meta = root / META_DIR
+    if not force and meta.exists() and not meta.is_dir():
+        metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
+    if not force and ((meta / INFO_JSON).exists() or (meta / ".info.yaml").exists()):
+        raise DatasetError(
+            f"{root} is already indexed ({META_DIR}/{INFO_JSON} exists); pass force=True "
+            "(--force) to rebuild its index"
+        )
+    request, warnings = _resolve(root, split, split_parts, shuffle_seed, exclude, sqlite, force)
+    shards = list_shards(root, request.record.exclude)
+    if not shards:
+        raise DatasetError(
+            f"no .tar shards found in {root}" + (" after --exclude" if request.record.exclude
+                                                 else "")
+        )
+    _check_shard_names(root, shards)
+    splits = _split(shards, request)  # a bad split fails here, before anything is written
+    left_out = collapse(excluded_shards(root, request.record.exclude))
+
+    energon_version = version("megatron-energon")  # recorded in .info.json, as Energon does
+    start = time.perf_counter()
+    metadata.prepare_meta_dir(root, repair=force)
+    sqlite_path = meta / INDEX_SQLITE
+    metadata.remove_broken(sqlite_path)
+    counted, part_names = _native.index_shards(root, shards, sqlite_path if sqlite else None)
+    if not sqlite:
+        sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
+    counts = dict(counted)
+    empty = [name for name, n in counts.items() if n == 0]
+    if empty:
+        for name in shards:
+            Path(f"{root / name}.idx").unlink(missing_ok=True)
+        raise DatasetError(
+            f"shard {empty[0]} holds no samples ({len(empty)} such); Energon cannot index empty "
+            "shards: remove them or leave them out with --exclude"
+        )
+    warnings += splits.warnings
+    for warning in warnings:
+        log.warning(warning)
+    metadata.write_index_uuid(root)
+    metadata.write_info_json(root, energon_version, counts)
+    collapsed = {name: collapse(names) for name, names in splits.parts.items()}
+    metadata.write_split_yaml(root, collapsed, left_out)
+    metadata.write_finalize_record(root, request.record)
+    seconds = time.perf_counter() - start
+    return IndexResult(root, counts, splits.parts, part_names, warnings, seconds)

@@ -1,0 +1,423 @@
+"""The one reader and writer of a dataset's metadata files (docs/FORMAT.md §5 and §6).
+
+Energon's `.nv-meta/{dataset.yaml, split.yaml, .info.json, index.uuid}` and shardcook's
+`.shardcook/{manifest.json, finalize.json}`. Every reader checks the type and shape of what it
+loads and turns any problem (unreadable, not YAML/JSON, a list where a mapping belongs, a negative
+count, `.nv-meta` being a file) into one `DatasetError` line that names the file and says what is
+wrong. A missing file reads as None; the caller decides whether that is a problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shardcook.dataset.braces import expand_braces
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.layouts import LAYOUTS, Layout, by_encoding
+from shardcook.layouts.names import (
+    DATASET_YAML,
+    FINALIZE_JSON,
+    INDEX_UUID,
+    INFO_JSON,
+    MANIFEST_JSON,
+    META_DIR,
+    OURS_DIR,
+    SPLIT_YAML,
+)
+
+#: Counts are stored by Energon as signed 64-bit integers in index.sqlite.
+MAX_COUNT = 2**63
+
+
+@dataclass(frozen=True)
+class DatasetYaml:
+    """`.nv-meta/dataset.yaml`, checked: the sample class, subflavors and field_map."""
+
+    content: dict[str, Any]
+
+    @property
+    def module(self) -> str:
+        return str(self.content.get("__module__") or "megatron.energon")
+
+    @property
+    def cls(self) -> str:
+        return str(self.content["__class__"])
+
+    @property
+    def subflavors(self) -> dict[str, Any]:
+        return dict(self.content.get("subflavors") or {})
+
+    @property
+    def field_map(self) -> dict[str, str]:
+        return dict(self.content.get("field_map") or {})
+
+    @property
+    def encoding(self) -> str | None:
+        """The `encoding` subflavor, else the encoding of the layout whose class this names."""
+        encoding = self.subflavors.get("encoding")
+        if encoding is not None:
+            return str(encoding)
+        named = f"{self.module}:{self.cls}"
+        return next((lay.encoding for lay in LAYOUTS.values()
+                     if not lay.subflavored and lay.sample_type == named), None)
+
+
+@dataclass(frozen=True)
+class SplitYaml:
+    """`.nv-meta/split.yaml`: split name to its brace-expanded shard names, and exclusions."""
+
+    parts: dict[str, list[str]]
+    exclude: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InfoJson:
+    """`.nv-meta/.info.json`: samples per shard, in Energon's shard order."""
+
+    shard_counts: dict[str, int]
+    energon_version: str | None = None
+
+
+@dataclass(frozen=True)
+class FinalizeRecord:
+    """`.shardcook/finalize.json`: what finalize was asked, so a later finalize and validate
+    keep it (exclusions, split, whether index.sqlite was written)."""
+
+    exclude: list[str] = field(default_factory=list)
+    split: list[float] | None = None
+    split_parts: dict[str, str] | None = None
+    shuffle_seed: int | None = None
+    sqlite: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exclude": self.exclude, "split": self.split, "split_parts": self.split_parts,
+                "shuffle_seed": self.shuffle_seed, "sqlite": self.sqlite}
+
+
+# ---- paths -------------------------------------------------------------------------------------
+
+
+def meta_path(root: Path, name: str) -> Path:
+    return root / META_DIR / name
+
+
+def ours_path(root: Path, name: str) -> Path:
+    return root / OURS_DIR / name
+
+
+def _label(root: Path, path: Path) -> str:
+    """`path` as the user knows it: relative to the dataset when inside it."""
+    try:
+        return f"{root}/{path.relative_to(root)}"
+    except ValueError:
+        return str(path)
+
+
+def _check_folder(root: Path, name: str) -> None:
+    folder = root / name
+    if folder.exists() and not folder.is_dir():
+        raise DatasetError(
+            f"{_label(root, folder)} is a file, not a folder; "
+            f"run `shardcook finalize --force {root}` to rebuild it"
+        )
+
+
+# ---- reading -----------------------------------------------------------------------------------
+
+
+def _yaml_error(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or "not valid YAML"
+    return f"{problem} at line {mark.line + 1}" if mark is not None else str(problem)
+
+
+def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
+    """The parsed file, None when it does not exist; DatasetError naming it otherwise."""
+    _check_folder(root, path.parent.name)
+    if not path.exists():
+        return None
+    label = _label(root, path)
+    if not path.is_file():
+        raise DatasetError(f"{label} is not a regular file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DatasetError(f"{label} is not UTF-8 text") from None
+    except OSError as e:
+        raise DatasetError(f"{label} cannot be read ({e.strerror or e})") from None
+    try:
+        return parse(text)
+    except yaml.YAMLError as e:
+        raise DatasetError(f"{label} is not valid YAML ({_yaml_error(e)})") from None
+    except (ValueError, RecursionError) as e:
+        raise DatasetError(f"{label} is not valid JSON ({str(e).splitlines()[0]})") from None
+
+
+def _json(text: str) -> Any:
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__}"
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+
+
+def _str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def read_dataset_yaml(root: Path) -> DatasetYaml | None:
+    path = meta_path(root, DATASET_YAML)
+    data = _load(root, path, yaml.safe_load)
+    if data is None and not path.exists():
+        return None
+    label, fix = _label(root, path), f"; run `shardcook finalize --force {root}`"
+    if not isinstance(data, dict):
+        raise DatasetError(f"{label} must be a mapping, not {_kind(data)}{fix}")
+    if not isinstance(data.get("__class__"), str) or not data["__class__"]:
+        raise DatasetError(f"{label} has no '__class__' naming the sample class{fix}")
+    if "__module__" in data and not isinstance(data["__module__"], str):
+        raise DatasetError(f"{label}: '__module__' must be a module name, not "
+                           f"{_kind(data['__module__'])}{fix}")
+    subflavors = data.get("subflavors")
+    if subflavors is not None and not (
+        isinstance(subflavors, dict) and all(isinstance(k, str) for k in subflavors)
+    ):
+        raise DatasetError(f"{label}: 'subflavors' must be a mapping, not {_kind(subflavors)}{fix}")
+    if subflavors and "encoding" in subflavors and not isinstance(subflavors["encoding"], str):
+        raise DatasetError(f"{label}: the 'encoding' subflavor must be a name, not "
+                           f"{_kind(subflavors['encoding'])}{fix}")
+    field_map = data.get("field_map")
+    if field_map is not None and not (
+        isinstance(field_map, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in field_map.items())
+    ):
+        raise DatasetError(f"{label}: 'field_map' must map field names to part names{fix}")
+    return DatasetYaml(data)
+
+
+def read_split_yaml(root: Path) -> SplitYaml | None:
+    path = meta_path(root, SPLIT_YAML)
+    data = _load(root, path, yaml.safe_load)
+    if data is None and not path.exists():
+        return None
+    label, fix = _label(root, path), f"; run `shardcook finalize --force {root}`"
+    if not isinstance(data, dict):
+        raise DatasetError(f"{label} must be a mapping, not {_kind(data)}{fix}")
+    split_parts = data.get("split_parts")
+    if not isinstance(split_parts, dict):
+        raise DatasetError(f"{label}: 'split_parts' must map split names to shard lists, not "
+                           f"{_kind(split_parts)}{fix}")
+    parts: dict[str, list[str]] = {}
+    for name, patterns in split_parts.items():
+        if not isinstance(name, str) or not (patterns is None or _str_list(patterns)):
+            raise DatasetError(f"{label}: split {name!r} must be a list of shard names, not "
+                               f"{_kind(patterns)}{fix}")
+        parts[name] = _expand(label, patterns or [])
+    exclude = data.get("exclude")
+    if exclude is not None and not _str_list(exclude):
+        raise DatasetError(f"{label}: 'exclude' must be a list of shard names, not "
+                           f"{_kind(exclude)}{fix}")
+    return SplitYaml(parts, _expand(label, exclude or []))
+
+
+def _expand(label: str, patterns: Sequence[str]) -> list[str]:
+    try:
+        return [name for p in patterns for name in expand_braces(p)]
+    except ConfigError as e:
+        raise DatasetError(f"{label}: {e}") from None
+
+
+def read_info_json(root: Path) -> InfoJson | None:
+    path = meta_path(root, INFO_JSON)
+    data = _load(root, path, _json)
+    if data is None and not path.exists():
+        return None
+    label, fix = _label(root, path), f"; run `shardcook finalize --force {root}`"
+    if not isinstance(data, dict):
+        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}{fix}")
+    counts = data.get("shard_counts")
+    if not isinstance(counts, dict):
+        raise DatasetError(f"{label}: 'shard_counts' must map shard names to sample counts, not "
+                           f"{_kind(counts)}{fix}")
+    for shard, n in counts.items():
+        if not _is_count(n):
+            raise DatasetError(f"{label}: the count of {shard} must be a whole number from 0 to "
+                               f"2**63-1, not {n!r}{fix}")
+    version = data.get("energon_version")
+    return InfoJson(dict(counts), version if isinstance(version, str) else None)
+
+
+def read_index_uuid(root: Path) -> str | None:
+    path = meta_path(root, INDEX_UUID)
+    text = _load(root, path, str.strip)
+    if text is None:
+        return None
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        raise DatasetError(f"{_label(root, path)} does not hold a UUID; run "
+                           f"`shardcook finalize --force {root}`") from None
+    return str(text)
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    """manifest.json as a checked mapping: `encoding` a name, `shards` a mapping of counts."""
+    path = ours_path(root, MANIFEST_JSON)
+    data = _load(root, path, _json)
+    if data is None and not path.exists():
+        return None
+    label = _label(root, path)
+    if not isinstance(data, dict):
+        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
+    if data.get("encoding") is not None and not isinstance(data["encoding"], str):
+        raise DatasetError(f"{label}: 'encoding' must be a name, not {_kind(data['encoding'])}")
+    shards = data.get("shards")
+    if shards is not None and not (
+        isinstance(shards, dict) and all(_is_count(n) for n in shards.values())
+    ):
+        raise DatasetError(f"{label}: 'shards' must map shard names to sample counts")
+    config = data.get("config")
+    if config is not None and not (
+        isinstance(config, dict) and all(isinstance(v, dict) for v in config.values())
+    ):
+        raise DatasetError(f"{label}: 'config' must map sections to their options")
+    for key in ("latent_channels", "t5_max_length"):
+        if data.get(key) is not None and not _is_count(data[key]):
+            raise DatasetError(f"{label}: {key!r} must be a whole number, not {data[key]!r}")
+    return data
+
+
+def read_finalize_record(root: Path) -> FinalizeRecord | None:
+    path = ours_path(root, FINALIZE_JSON)
+    data = _load(root, path, _json)
+    if data is None and not path.exists():
+        return None
+    label = _label(root, path)
+    if not isinstance(data, dict):
+        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
+    exclude = data.get("exclude") or []
+    split = data.get("split")
+    split_parts = data.get("split_parts")
+    seed = data.get("shuffle_seed")
+    sqlite = data.get("sqlite", True)
+    if not _str_list(exclude):
+        raise DatasetError(f"{label}: 'exclude' must be a list of patterns, not {_kind(exclude)}")
+    if split is not None and not (
+        isinstance(split, list) and len(split) == 3
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in split)
+    ):
+        raise DatasetError(f"{label}: 'split' must be three numbers, not {split!r}")
+    if split_parts is not None and not (
+        isinstance(split_parts, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in split_parts.items())
+    ):
+        raise DatasetError(f"{label}: 'split_parts' must map split names to patterns")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise DatasetError(f"{label}: 'shuffle_seed' must be a whole number, not {seed!r}")
+    if not isinstance(sqlite, bool):
+        raise DatasetError(f"{label}: 'sqlite' must be true or false, not {sqlite!r}")
+    return FinalizeRecord(list(exclude), [float(v) for v in split] if split else None,
+                          dict(split_parts) if split_parts else None, seed, sqlite)
+
+
+def recorded_encoding(root: Path) -> str | None:
+    """The encoding dataset.yaml declares, else the manifest's; None when neither says."""
+    dataset = read_dataset_yaml(root)
+    if dataset is not None and dataset.encoding is not None:
+        return dataset.encoding
+    manifest = read_manifest(root)
+    return None if manifest is None else manifest.get("encoding")
+
+
+def layout_of(encoding: str, source: str) -> Layout:
+    """The layout of `encoding`, or one sentence saying `source` names an unknown one."""
+    layout = by_encoding(encoding)
+    if layout is None:
+        known = ", ".join(sorted(lay.encoding for lay in LAYOUTS.values()))
+        raise ConfigError(f"{source} names the unknown encoding {encoding!r}; use one of {known}")
+    return layout
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Writes `text` to a temporary name beside `path`, then renames it: all or nothing."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def prepare_meta_dir(root: Path, *, repair: bool) -> Path:
+    """`.nv-meta`, made a folder: with `repair` a file of that name is removed first."""
+    meta = root / META_DIR
+    if meta.exists() and not meta.is_dir():
+        if not repair:
+            _check_folder(root, META_DIR)
+        meta.unlink()
+    meta.mkdir(exist_ok=True)
+    return meta
+
+
+def remove_broken(path: Path) -> None:
+    """Removes `path` when it is not a regular file (a folder named like a metadata file)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+
+
+def write_dataset_yaml(root: Path, content: Mapping[str, Any]) -> None:
+    path = meta_path(root, DATASET_YAML)
+    remove_broken(path)
+    write_text_atomic(path, yaml.safe_dump(dict(content), sort_keys=False))
+
+
+def write_split_yaml(root: Path, parts: Mapping[str, list[str]], exclude: Sequence[str]) -> None:
+    """split.yaml with brace-collapsed shard lists (as given) and the excluded shard names."""
+    path = meta_path(root, SPLIT_YAML)
+    remove_broken(path)
+    text = yaml.safe_dump({"split_parts": dict(parts), "exclude": list(exclude)}, sort_keys=False)
+    write_text_atomic(path, text)
+
+
+def write_info_json(root: Path, energon_version: str, counts: Mapping[str, int]) -> None:
+    """`.info.json` as Energon writes it: `json.dump(indent=2)`, no trailing newline."""
+    path = meta_path(root, INFO_JSON)
+    remove_broken(path)
+    obj = {"energon_version": energon_version, "shard_counts": dict(counts)}
+    write_text_atomic(path, json.dumps(obj, indent=2))
+
+
+def write_index_uuid(root: Path) -> None:
+    path = meta_path(root, INDEX_UUID)
+    remove_broken(path)
+    write_text_atomic(path, str(uuid.uuid4()))
+
+
+def write_finalize_record(root: Path, record: FinalizeRecord) -> None:
+    ours = root / OURS_DIR
+    if ours.exists() and not ours.is_dir():
+        ours.unlink()  # finalize repairs: a file where our folder belongs holds nothing of ours
+    ours.mkdir(exist_ok=True)
+    path = ours_path(root, FINALIZE_JSON)
+    remove_broken(path)
+    write_text_atomic(path, json.dumps(record.to_dict(), indent=2))

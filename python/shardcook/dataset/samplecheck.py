@@ -1,0 +1,160 @@
+"""Checks of one sample: the parts its layout requires, each part decodable as what its name says
+(image, UTF-8 text, JSON, a plain saved tensor), and the layout's own checker (docs/FORMAT.md §3).
+Every finding is one sentence; nothing here imports torch or runs pickled code."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shardcook.dataset.tensorinfo import TensorInfo, tensor_info
+from shardcook.layouts import IMAGE_PARTS, Layout
+from shardcook.layouts.chatml import CONVERSATION_PART, MULTI_IMAGE_PART, load_jpgs
+
+#: A layout checker: (parts, manifest, deep) -> one sentence per problem.
+Checker = Callable[[Mapping[str, bytes], Mapping[str, Any], bool], list[str]]
+
+TENSOR_EXTENSIONS = ("pth", "pt", "npy")
+
+
+def image_problem(data: bytes) -> str | None:
+    """Why `data` is not a decodable image (Pillow verify, then a full load), or None."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.verify()
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+    except Exception as e:  # noqa: BLE001 (any decoder failure is the finding)
+        detail = str(e).splitlines()[0] if str(e) else ""
+        return f"is not a decodable image ({type(e).__name__}: {detail})"
+    return None
+
+
+def part_problem(name: str, data: bytes) -> str | None:
+    """Why part `name` does not hold what its extension says, or None (unknown kinds pass)."""
+    ext = name.rsplit(".", 1)[-1]
+    if ext in IMAGE_PARTS:
+        return image_problem(data)
+    if ext in ("txt", "json"):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"is not UTF-8 text (byte {e.start})"
+        if ext == "json":
+            try:
+                json.loads(text)
+            except (ValueError, RecursionError) as e:
+                return f"is not valid JSON ({str(e).splitlines()[0]})"
+    if ext in TENSOR_EXTENSIONS and tensor_info(data, name) is None:
+        return "is not a plain saved tensor"
+    return None
+
+
+def load_checker(layout: Layout | None) -> Checker | None:
+    """The layout's `checker` function, imported."""
+    if layout is None or layout.checker is None:
+        return None
+    module, _, name = layout.checker.partition(":")
+    checker: Checker = getattr(importlib.import_module(module), name)
+    return checker
+
+
+def check_sample(
+    parts: Mapping[str, bytes],
+    layout: Layout | None,
+    *,
+    manifest: Mapping[str, Any],
+    checker: Checker | None,
+    deep: bool,
+) -> list[str]:
+    """Problems of one sample, each phrased to follow `sample KEY `: missing parts first (and
+    then nothing else), else undecodable parts (when `deep`) and the layout checker's findings."""
+    missing = layout.missing_parts(parts) if layout else []
+    if missing:
+        return [f"lacks {', '.join(missing)}"]
+    problems = []
+    if deep:
+        for name, data in parts.items():
+            why = part_problem(name, data)
+            if why:
+                problems.append(f"part {name} {why}")
+    if checker is not None:
+        problems += checker(parts, manifest, deep)
+    return problems
+
+
+# ---- layout checkers (named by `Layout.checker`) -------------------------------------------
+
+
+def _tensor(parts: Mapping[str, bytes], name: str) -> TensorInfo | None:
+    return tensor_info(parts[name], name) if name in parts else None
+
+
+def _size(parts: Mapping[str, bytes]) -> tuple[int, int] | None:
+    try:
+        size = json.loads(parts["meta.json"]).get("size")
+    except (KeyError, ValueError, AttributeError, RecursionError):
+        return None
+    if (isinstance(size, list) and len(size) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in size)):
+        return size[0], size[1]
+    return None
+
+
+def check_preencoded(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
+                     deep: bool) -> list[str]:
+    """Tensor ranks, and shapes that agree with each other, meta.json and the manifest:
+    latents `[C, H/8, W/8]`, prompt_embeds `[L, D]`, pooled_prompt_embeds `[D]`, one dtype."""
+    latents = _tensor(parts, "latents.pth")
+    prompt = _tensor(parts, "prompt_embeds.pth")
+    pooled = _tensor(parts, "pooled_prompt_embeds.pth")
+    problems = []
+    for name, info, rank, form in (("latents.pth", latents, 3, "[C, H/8, W/8]"),
+                                   ("prompt_embeds.pth", prompt, 2, "[L, D]"),
+                                   ("pooled_prompt_embeds.pth", pooled, 1, "[D]")):
+        if info is not None and len(info.shape) != rank:
+            problems.append(f"part {name} has shape {list(info.shape)}, not {form}")
+    if problems:
+        return problems
+    if latents is not None:
+        channels = manifest.get("latent_channels")
+        if channels is not None and latents.shape[0] != channels:
+            problems.append(f"part latents.pth has {latents.shape[0]} channels but the manifest "
+                            f"says {channels}")
+        size = _size(parts)
+        if size is not None and latents.shape[1:] != (size[0] // 8, size[1] // 8):
+            problems.append(f"part latents.pth is {latents.shape[1]}x{latents.shape[2]} but "
+                            f"meta.json's size {size[0]}x{size[1]} needs "
+                            f"{size[0] // 8}x{size[1] // 8}")
+    max_length = manifest.get("t5_max_length")
+    if prompt is not None and max_length is not None and prompt.shape[0] != max_length:
+        problems.append(f"part prompt_embeds.pth has {prompt.shape[0]} tokens but the manifest's "
+                        f"t5_max_length is {max_length}")
+    dtypes = {info.dtype for info in (latents, prompt, pooled) if info is not None}
+    if len(dtypes) > 1:
+        problems.append(f"the tensor parts mix dtypes {', '.join(sorted(dtypes))}")
+    return problems
+
+
+def check_chatml(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: bool) -> list[str]:
+    """conversation.json is UTF-8 JSON; `jpgs` a pickled list of bytes, each an image when deep
+    (when deep, `check_sample` has checked conversation.json with every other part)."""
+    problems = []
+    why = None if deep else part_problem(CONVERSATION_PART, parts.get(CONVERSATION_PART, b"[]"))
+    if why:
+        problems.append(f"part {CONVERSATION_PART} {why}")
+    if MULTI_IMAGE_PART in parts:
+        try:
+            images = load_jpgs(parts[MULTI_IMAGE_PART])
+        except ValueError as e:
+            return [*problems, f"part {MULTI_IMAGE_PART}: {e}"]
+        for n, data in enumerate(images if deep else ()):
+            why = image_problem(data)
+            if why:
+                problems.append(f"image {n} of part {MULTI_IMAGE_PART} {why}")
+    return problems

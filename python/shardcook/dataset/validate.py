@@ -1,0 +1,189 @@
+"""Proves a dataset whole: metadata present, well-formed and consistent with a fresh Rust scan of
+every shard and with index.sqlite, unique keys, splits that exist, the first sample of each split
+with its layout's parts and loadable through Energon; with `deep`, every part of every sample
+decoded. The rules (required parts, checkers) come from the dataset's layout."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardcook import _native
+from shardcook.dataset import checks, metadata
+from shardcook.dataset.index import list_shards
+from shardcook.dataset.samplecheck import load_checker
+from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
+from shardcook.errors import DatasetError
+from shardcook.layouts import Layout
+from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
+
+
+@dataclass
+class ValidationReport:
+    """`ok` is True when no problem was found; each problem is one sentence."""
+
+    directory: str
+    problems: list[str] = field(default_factory=list)
+    summary: DatasetSummary | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "directory": self.directory,
+            "ok": self.ok,
+            "problems": self.problems,
+            "warnings": self.warnings,
+            "summary": self.summary.to_dict() if self.summary else None,
+        }
+
+
+def _read(report: ValidationReport, read: Any, root: Path) -> Any:
+    """`read(root)`, or None with its DatasetError recorded as a problem."""
+    try:
+        return read(root)
+    except DatasetError as e:
+        report.problems.append(str(e))
+        return None
+
+
+def _unimportable_sample_class(dataset: metadata.DatasetYaml | None) -> str | None:
+    """`module.Class` of dataset.yaml's sample class when its module cannot be imported here
+    (e.g. Megatron-Bridge's ChatMLWebdataset without Megatron-Bridge installed), else None."""
+    if dataset is None:
+        return None
+    try:
+        found = importlib.util.find_spec(dataset.module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{dataset.module}.{dataset.cls}"
+
+
+def _excluded(root: Path, record: metadata.FinalizeRecord | None,
+              split_yaml: metadata.SplitYaml | None) -> set[str]:
+    """The shards left out on purpose, as finalize.json or else split.yaml records them."""
+    names = set(split_yaml.exclude) if split_yaml else set()
+    if record is not None and record.exclude:
+        kept = set(list_shards(root, record.exclude))
+        names |= {s for s in list_shards(root) if s not in kept}
+    return names
+
+
+def _layout(report: ValidationReport, encoding: str | None,
+            dataset: metadata.DatasetYaml | None, manifest: dict[str, Any] | None,
+            ) -> Layout | None:
+    """The layout whose rules apply: `encoding` as given (unknown: ConfigError), else what
+    dataset.yaml or the manifest say (unknown: a problem)."""
+    if encoding is not None:
+        return metadata.layout_of(encoding, "--encoding")
+    source, encoding = f"{META_DIR}/{DATASET_YAML}", dataset.encoding if dataset else None
+    if encoding is None and manifest is not None:
+        source, encoding = "the manifest", manifest.get("encoding")
+    if encoding is None:
+        return None
+    try:
+        return metadata.layout_of(encoding, source)
+    except ValueError as e:
+        report.problems.append(str(e))
+        return None
+
+
+def validate(
+    directory: str | Path, *, encoding: str | None = None, deep: bool = False
+) -> ValidationReport:
+    """Checks a finalized dataset and summarizes it.
+
+    Args:
+        directory: The dataset folder.
+        encoding: A layout's encoding (default: what dataset.yaml or the manifest say); decides
+            which parts every sample must have and how samples are checked.
+        deep: Read and decode every sample, not only the first of each split.
+
+    Returns:
+        A report; `report.ok` is False when any problem was found.
+
+    Raises:
+        ConfigError: `encoding` names no known layout.
+    """
+    root = Path(directory)
+    report = ValidationReport(str(root))
+    problems = report.problems
+    if encoding is not None:
+        metadata.layout_of(encoding, "--encoding")  # bad usage: raise before reading anything
+    if not root.is_dir():
+        problems.append(f"{root} is not a folder")
+        return report
+    try:
+        counts, splits, dataset = read_metadata(root)
+    except DatasetError as e:
+        problems.append(str(e))
+        return report
+    split_yaml = metadata.read_split_yaml(root)
+    manifest = _read(report, metadata.read_manifest, root)
+    record = _read(report, metadata.read_finalize_record, root)
+    _read(report, metadata.read_index_uuid, root)
+    fix = f"; run `shardcook finalize --force {root}`"
+    for name, present in ((DATASET_YAML, dataset), (SPLIT_YAML, split_yaml),
+                          (INDEX_UUID, (root / META_DIR / INDEX_UUID).is_file() or None)):
+        if present is None:
+            problems.append(f"{META_DIR}/{name} is missing{fix}")
+    layout = _layout(report, encoding, dataset, manifest)
+
+    excluded = _excluded(root, record, split_yaml)
+    present_shards = set(list_shards(root)) - excluded
+    listed = [s for s in counts if (root / s).is_file()]
+    problems += [f"shard {s} is listed in .info.json but missing" for s in counts
+                 if not (root / s).is_file()]
+    problems += [
+        f"shard {s} is not listed in .info.json; run `shardcook finalize --force {root}` to index it"
+        for s in sorted(present_shards - set(counts))
+    ]
+    reports, dataset_problems = _native.verify_shards(root, [(s, counts[s]) for s in listed])
+    for _, _, shard_problems in reports:
+        problems += shard_problems
+    problems += dataset_problems
+    problems += checks.sqlite_problems(root, counts, record.sqlite if record else True)
+    seen: dict[str, str] = {}
+    for split, shards in splits.items():
+        unknown = [s for s in shards if s not in counts]
+        if unknown:
+            problems.append(
+                f"split {split} names {len(unknown)} shard(s) not in .info.json, e.g. {unknown[0]}"
+            )
+        for shard in shards:
+            if shard in seen and seen[shard] != split:
+                report.warnings.append(f"shard {shard} is in both the {seen[shard]} and the "
+                                       f"{split} split; its samples are read by both")
+            seen.setdefault(shard, split)
+
+    report.summary = summarize(root, counts, splits, dataset)
+    if not problems:
+        # Only a structurally sound dataset is worth handing to Energon.
+        _check_samples(report, root, splits, listed, layout, dataset, manifest or {}, deep)
+    return report
+
+
+def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[str]],
+                   listed: list[str], layout: Layout | None,
+                   dataset: metadata.DatasetYaml | None, manifest: dict[str, Any],
+                   deep: bool) -> None:
+    checker = load_checker(layout)
+    field_map = dataset.field_map if dataset else {}
+    report.problems += checks.first_sample_problems(root, splits, layout, field_map, manifest,
+                                                    checker)
+    missing_class = _unimportable_sample_class(dataset)
+    if missing_class is None:
+        report.problems += checks.energon_load_problems(root, splits)
+    else:  # Energon cannot build a dataset of a class it cannot import
+        report.warnings.append(
+            f"Energon's load check was skipped: the sample class {missing_class} is not "
+            "importable here; each split's first sample was read with shardcook's reader"
+        )
+    if deep:
+        report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
+

@@ -107,7 +107,7 @@ def first_sample_problems(
 def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> list[str]:
     """Loads the first sample of each non-empty split through Energon's own loader, raw bytes
     only (no decoding, no unpickling)."""
-    from megatron.energon import (
+    from megatron.energon import (  # type: ignore[import-untyped]
         Cooker,
         DefaultTaskEncoder,
         Sample,
@@ -118,13 +118,13 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
         reraise_exception,
         stateless,
     )
-    from megatron.energon.edataclass import edataclass
+    from megatron.energon.edataclass import edataclass  # type: ignore[import-untyped]
 
     @edataclass
     class PartNames(Sample):  # type: ignore[misc]
         parts: list[str]
 
-    @stateless  # type: ignore[misc]
+    @stateless  # type: ignore[untyped-decorator]
     def cook(crude: dict[str, Any]) -> PartNames:
         names = [k for k in crude if not k.startswith("__")]
         return PartNames(**basic_sample_keys(crude), parts=names)

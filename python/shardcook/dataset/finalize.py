@@ -11,7 +11,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
-from shardcook.dataset.index import IndexResult, build_index, list_shards
+from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.validate import ValidationReport
 from shardcook.dataset.validate import validate as run_validate
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -76,11 +76,8 @@ def dataset_yaml(
     return out
 
 
-def _layouts_like(root: Path) -> list[Layout]:
+def _layouts_like(root: Path, shards: list[str]) -> list[Layout]:
     """The layouts whose required parts the first sample of the first shard has."""
-    shards = list_shards(root)
-    if not shards or not (root / shards[0]).is_file():
-        return []
     try:
         _, parts = next(iter(_native.read_shard(root / shards[0])))
     except (ShardcookError, StopIteration):
@@ -88,7 +85,8 @@ def _layouts_like(root: Path) -> list[Layout]:
     return [lay for lay in LAYOUTS.values() if not lay.missing_parts(parts)]
 
 
-def _encoding(root: Path, encoding: str | None, sample_type: str | None, force: bool) -> str | None:
+def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: str | None,
+              force: bool) -> str | None:
     """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
     if encoding is not None:
         return encoding
@@ -100,7 +98,7 @@ def _encoding(root: Path, encoding: str | None, sample_type: str | None, force: 
         encoding = None
     if encoding is not None or sample_type is not None:
         return encoding
-    like = _layouts_like(root)
+    like = _layouts_like(root, shards)
     if like:
         raise ConfigError(
             f"{root} has no dataset.yaml or manifest naming its encoding, and its samples look "
@@ -143,13 +141,12 @@ def finalize(
         ConfigError: an unknown encoding, or shards of a known layout with no encoding to say so.
     """
     root = Path(directory)
-    if not root.is_dir():
-        raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
-    encoding = _encoding(root, encoding, sample_type, force)
+    plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                      exclude=exclude, sqlite=sqlite, force=force)
+    encoding = _encoding(root, plan.shards, encoding, sample_type, force)
     content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, force=force)
-    index = build_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                        exclude=exclude, sqlite=sqlite, force=force)
+    index = write_index(plan)
     metadata.write_dataset_yaml(root, content)
     report = None
     if validate:

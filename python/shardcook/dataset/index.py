@@ -167,6 +167,87 @@ def _split(shards: list[str], request: _Request) -> Splits:
     return split_by_ratio(shards, request.ratio, request.record.shuffle_seed)
 
 
+@dataclass(frozen=True)
+class IndexPlan:
+    """An index checked and ready to write: every refusal happened while making it."""
+
+    root: Path
+    shards: list[str]
+    splits: Splits
+    #: Shards left out by the exclusions, brace-collapsed for split.yaml.
+    left_out: list[str]
+    record: metadata.FinalizeRecord
+    warnings: list[str]
+    force: bool
+
+
+def plan_index(
+    directory: str | Path,
+    *,
+    split: Sequence[float] | str | None = None,
+    split_parts: Mapping[str, str] | None = None,
+    shuffle_seed: int | None = None,
+    exclude: Sequence[str] | None = None,
+    sqlite: bool = True,
+    force: bool = False,
+) -> IndexPlan:
+    """Checks everything `build_index` is asked (same arguments) and writes nothing."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
+    meta = root / META_DIR
+    if not force and meta.exists() and not meta.is_dir():
+        metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
+    if not force and ((meta / INFO_JSON).exists() or (meta / ".info.yaml").exists()):
+        raise DatasetError(
+            f"{root} is already indexed ({META_DIR}/{INFO_JSON} exists); pass force=True "
+            "(--force) to rebuild its index"
+        )
+    request, warnings = _resolve(root, split, split_parts, shuffle_seed, exclude, sqlite, force)
+    shards = list_shards(root, request.record.exclude)
+    if not shards:
+        raise DatasetError(
+            f"no .tar shards found in {root}" + (" after --exclude" if request.record.exclude
+                                                 else "")
+        )
+    _check_shard_names(root, shards)
+    splits = _split(shards, request)
+    left_out = collapse(excluded_shards(root, request.record.exclude))
+    return IndexPlan(root, shards, splits, left_out, request.record,
+                     warnings + splits.warnings, force)
+
+
+def write_index(plan: IndexPlan) -> IndexResult:
+    """Writes the index `plan_index` checked."""
+    root, shards, sqlite = plan.root, plan.shards, plan.record.sqlite
+    energon_version = version("megatron-energon")  # recorded in .info.json, as Energon does
+    start = time.perf_counter()
+    meta = metadata.prepare_meta_dir(root, repair=plan.force)
+    sqlite_path = meta / INDEX_SQLITE
+    metadata.remove_broken(sqlite_path)
+    counted, part_names = _native.index_shards(root, shards, sqlite_path if sqlite else None)
+    if not sqlite:
+        sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
+    counts = dict(counted)
+    empty = [name for name, n in counts.items() if n == 0]
+    if empty:
+        for name in shards:
+            Path(f"{root / name}.idx").unlink(missing_ok=True)
+        raise DatasetError(
+            f"shard {empty[0]} holds no samples ({len(empty)} such); Energon cannot index empty "
+            "shards: remove them or leave them out with --exclude"
+        )
+    for warning in plan.warnings:
+        log.warning(warning)
+    metadata.write_index_uuid(root)
+    metadata.write_info_json(root, energon_version, counts)
+    collapsed = {name: collapse(names) for name, names in plan.splits.parts.items()}
+    metadata.write_split_yaml(root, collapsed, plan.left_out)
+    metadata.write_finalize_record(root, plan.record)
+    seconds = time.perf_counter() - start
+    return IndexResult(root, counts, plan.splits.parts, part_names, list(plan.warnings), seconds)
+
+
 def build_index(
     directory: str | Path,
     *,
@@ -194,52 +275,6 @@ def build_index(
         DatasetError: no shards, already indexed, an unreadable shard, a duplicate key.
         ConfigError: a bad ratio or split pattern, an empty train split.
     """
-    root = Path(directory)
-    if not root.is_dir():
-        raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
-    meta = root / META_DIR
-    if not force and meta.exists() and not meta.is_dir():
-        metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
-    if not force and ((meta / INFO_JSON).exists() or (meta / ".info.yaml").exists()):
-        raise DatasetError(
-            f"{root} is already indexed ({META_DIR}/{INFO_JSON} exists); pass force=True "
-            "(--force) to rebuild its index"
-        )
-    request, warnings = _resolve(root, split, split_parts, shuffle_seed, exclude, sqlite, force)
-    shards = list_shards(root, request.record.exclude)
-    if not shards:
-        raise DatasetError(
-            f"no .tar shards found in {root}" + (" after --exclude" if request.record.exclude
-                                                 else "")
-        )
-    _check_shard_names(root, shards)
-    splits = _split(shards, request)  # a bad split fails here, before anything is written
-    left_out = collapse(excluded_shards(root, request.record.exclude))
-
-    energon_version = version("megatron-energon")  # recorded in .info.json, as Energon does
-    start = time.perf_counter()
-    metadata.prepare_meta_dir(root, repair=force)
-    sqlite_path = meta / INDEX_SQLITE
-    metadata.remove_broken(sqlite_path)
-    counted, part_names = _native.index_shards(root, shards, sqlite_path if sqlite else None)
-    if not sqlite:
-        sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
-    counts = dict(counted)
-    empty = [name for name, n in counts.items() if n == 0]
-    if empty:
-        for name in shards:
-            Path(f"{root / name}.idx").unlink(missing_ok=True)
-        raise DatasetError(
-            f"shard {empty[0]} holds no samples ({len(empty)} such); Energon cannot index empty "
-            "shards: remove them or leave them out with --exclude"
-        )
-    warnings += splits.warnings
-    for warning in warnings:
-        log.warning(warning)
-    metadata.write_index_uuid(root)
-    metadata.write_info_json(root, energon_version, counts)
-    collapsed = {name: collapse(names) for name, names in splits.parts.items()}
-    metadata.write_split_yaml(root, collapsed, left_out)
-    metadata.write_finalize_record(root, request.record)
-    seconds = time.perf_counter() - start
-    return IndexResult(root, counts, splits.parts, part_names, warnings, seconds)
+    return write_index(plan_index(directory, split=split, split_parts=split_parts,
+                                  shuffle_seed=shuffle_seed, exclude=exclude, sqlite=sqlite,
+                                  force=force))

@@ -39,12 +39,13 @@ class _Storage:
         self.dtype = dtype
 
 
-def _rebuild_tensor(storage, _offset, size, *_rest):
+def _rebuild_tensor(storage: _Storage, _offset: int, size: tuple[int, ...],
+                    *_rest: object) -> TensorInfo:
     return TensorInfo(tuple(int(s) for s in size), storage.dtype)
 
 
 class _TensorUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> object:
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
             return _rebuild_tensor
         if module == "torch" and name in _STORAGE_DTYPES:
@@ -53,7 +54,7 @@ class _TensorUnpickler(pickle.Unpickler):
             return OrderedDict
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> _Storage:
         # ('storage', storage_type, key, location, numel)
         if isinstance(pid, tuple) and len(pid) >= 2 and pid[0] == "storage":
             return _Storage(pid[1] if isinstance(pid[1], str) else "unknown")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +88,8 @@ def _layouts_like(root: Path, shards: list[str]) -> list[Layout]:
 def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: str | None,
               force: bool) -> str | None:
     """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
-    if encoding is not None:
-        return encoding
-    try:
-        encoding = metadata.recorded_encoding(root)
-    except DatasetError:
-        if not force:
-            raise
-        encoding = None
+    if encoding is None:
+        encoding = metadata.recorded_encoding(root, skip_damaged=force)
     if encoding is not None or sample_type is not None:
         return encoding
     like = _layouts_like(root, shards)
@@ -144,6 +138,7 @@ def finalize(
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force)
     encoding = _encoding(root, plan.shards, encoding, sample_type, force)
+    plan = replace(plan, record=replace(plan.record, encoding=encoding))
     content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, force=force)
     index = write_index(plan)

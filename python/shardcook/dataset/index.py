@@ -129,6 +129,7 @@ def _recorded(root: Path, force: bool) -> tuple[metadata.FinalizeRecord | None, 
 
 def _resolve(
     root: Path,
+    encoding: str | None,
     split: Sequence[float] | str | None,
     split_parts: Mapping[str, str] | None,
     shuffle_seed: int | None,
@@ -153,6 +154,7 @@ def _resolve(
     ratio = parse_ratio(split if split is not None else (1, 0, 0))
     record = metadata.FinalizeRecord(
         exclude=list(exclude),
+        encoding=encoding,
         split=None if split_parts else list(ratio),
         split_parts=dict(split_parts) if split_parts else None,
         shuffle_seed=shuffle_seed,
@@ -190,8 +192,10 @@ def plan_index(
     exclude: Sequence[str] | None = None,
     sqlite: bool = True,
     force: bool = False,
+    encoding: str | None = None,
 ) -> IndexPlan:
-    """Checks everything `build_index` is asked (same arguments) and writes nothing."""
+    """Checks everything `build_index` is asked (same arguments) and writes nothing; `encoding`
+    is what finalize records for dataset.yaml."""
     root = Path(directory)
     if not root.is_dir():
         raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
@@ -203,7 +207,8 @@ def plan_index(
             f"{root} is already indexed ({META_DIR}/{INFO_JSON} exists); pass force=True "
             "(--force) to rebuild its index"
         )
-    request, warnings = _resolve(root, split, split_parts, shuffle_seed, exclude, sqlite, force)
+    request, warnings = _resolve(root, encoding, split, split_parts, shuffle_seed, exclude, sqlite,
+                                 force)
     shards = list_shards(root, request.record.exclude)
     if not shards:
         raise DatasetError(

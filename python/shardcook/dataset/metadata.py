@@ -94,13 +94,15 @@ class FinalizeRecord:
     keep it (exclusions, split, whether index.sqlite was written)."""
 
     exclude: list[str] = field(default_factory=list)
+    #: The layout's encoding dataset.yaml was written for (None: no layout named).
+    encoding: str | None = None
     split: list[float] | None = None
     split_parts: dict[str, str] | None = None
     shuffle_seed: int | None = None
     sqlite: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exclude": self.exclude, "split": self.split, "split_parts": self.split_parts,
+        return {"exclude": self.exclude, "encoding": self.encoding, "split": self.split, "split_parts": self.split_parts,
                 "shuffle_seed": self.shuffle_seed, "sqlite": self.sqlite}
 
 
@@ -147,20 +149,23 @@ def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
     if not path.exists():
         return None
     label = _label(root, path)
+    # Energon's files can be rebuilt from the shards; ours record what cannot, so no advice
+    fix = f"; run `shardcook finalize --force {root}`" if path.parent.name == META_DIR else ""
     if not path.is_file():
-        raise DatasetError(f"{label} is not a regular file")
+        raise DatasetError(f"{label} is not a regular file{fix}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise DatasetError(f"{label} is not UTF-8 text") from None
+        raise DatasetError(f"{label} is not UTF-8 text{fix}") from None
     except OSError as e:
-        raise DatasetError(f"{label} cannot be read ({e.strerror or e})") from None
+        raise DatasetError(f"{label} cannot be read ({e.strerror or e}){fix}") from None
     try:
         return parse(text)
     except yaml.YAMLError as e:
-        raise DatasetError(f"{label} is not valid YAML ({_yaml_error(e)})") from None
+        raise DatasetError(f"{label} is not valid YAML ({_yaml_error(e)}){fix}") from None
     except (ValueError, RecursionError) as e:
-        raise DatasetError(f"{label} is not valid JSON ({str(e).splitlines()[0]})") from None
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"{label} is not valid JSON ({detail}){fix}") from None
 
 
 def _json(text: str) -> Any:
@@ -230,19 +235,19 @@ def read_split_yaml(root: Path) -> SplitYaml | None:
         if not isinstance(name, str) or not (patterns is None or _str_list(patterns)):
             raise DatasetError(f"{label}: split {name!r} must be a list of shard names, not "
                                f"{_kind(patterns)}{fix}")
-        parts[name] = _expand(label, patterns or [])
+        parts[name] = _expand(label, patterns or [], fix)
     exclude = data.get("exclude")
     if exclude is not None and not _str_list(exclude):
         raise DatasetError(f"{label}: 'exclude' must be a list of shard names, not "
                            f"{_kind(exclude)}{fix}")
-    return SplitYaml(parts, _expand(label, exclude or []))
+    return SplitYaml(parts, _expand(label, exclude or [], fix))
 
 
-def _expand(label: str, patterns: Sequence[str]) -> list[str]:
+def _expand(label: str, patterns: Sequence[str], fix: str) -> list[str]:
     try:
         return [name for p in patterns for name in expand_braces(p)]
     except ConfigError as e:
-        raise DatasetError(f"{label}: {e}") from None
+        raise DatasetError(f"{label}: {e}{fix}") from None
 
 
 def read_info_json(root: Path) -> InfoJson | None:
@@ -314,12 +319,15 @@ def read_finalize_record(root: Path) -> FinalizeRecord | None:
     if not isinstance(data, dict):
         raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
     exclude = data.get("exclude") or []
+    encoding = data.get("encoding")
     split = data.get("split")
     split_parts = data.get("split_parts")
     seed = data.get("shuffle_seed")
     sqlite = data.get("sqlite", True)
     if not _str_list(exclude):
         raise DatasetError(f"{label}: 'exclude' must be a list of patterns, not {_kind(exclude)}")
+    if encoding is not None and not isinstance(encoding, str):
+        raise DatasetError(f"{label}: 'encoding' must be a name, not {_kind(encoding)}")
     if split is not None and not (
         isinstance(split, list) and len(split) == 3
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -335,17 +343,29 @@ def read_finalize_record(root: Path) -> FinalizeRecord | None:
         raise DatasetError(f"{label}: 'shuffle_seed' must be a whole number, not {seed!r}")
     if not isinstance(sqlite, bool):
         raise DatasetError(f"{label}: 'sqlite' must be true or false, not {sqlite!r}")
-    return FinalizeRecord(list(exclude), [float(v) for v in split] if split else None,
+    return FinalizeRecord(list(exclude), encoding, [float(v) for v in split] if split else None,
                           dict(split_parts) if split_parts else None, seed, sqlite)
 
 
-def recorded_encoding(root: Path) -> str | None:
-    """The encoding dataset.yaml declares, else the manifest's; None when neither says."""
-    dataset = read_dataset_yaml(root)
-    if dataset is not None and dataset.encoding is not None:
-        return dataset.encoding
-    manifest = read_manifest(root)
-    return None if manifest is None else manifest.get("encoding")
+def recorded_encoding(root: Path, *, skip_damaged: bool = False) -> str | None:
+    """The encoding dataset.yaml declares, else the manifest's, else finalize.json's; None when
+    none says. A damaged file raises its DatasetError, or is passed over with `skip_damaged`."""
+    readers: tuple[Callable[[Path], Any], ...] = (
+        read_dataset_yaml, read_manifest, read_finalize_record)
+    for read in readers:
+        try:
+            found = read(root)
+        except DatasetError:
+            if not skip_damaged:
+                raise
+            continue
+        if isinstance(found, (DatasetYaml, FinalizeRecord)):
+            encoding = found.encoding
+        else:
+            encoding = None if found is None else found.get("encoding")
+        if encoding is not None:
+            return str(encoding)
+    return None
 
 
 def layout_of(encoding: str, source: str) -> Layout:

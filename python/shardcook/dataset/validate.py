@@ -174,8 +174,9 @@ def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[
                    deep: bool) -> None:
     checker = load_checker(layout)
     field_map = dataset.field_map if dataset else {}
+    # with `deep` every sample gets the checker below; do not report the first ones twice
     report.problems += checks.first_sample_problems(root, splits, layout, field_map, manifest,
-                                                    checker)
+                                                    None if deep else checker)
     missing_class = _unimportable_sample_class(dataset)
     if missing_class is None:
         report.problems += checks.energon_load_problems(root, splits)

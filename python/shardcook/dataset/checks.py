@@ -5,6 +5,7 @@ Each returns one sentence per problem."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import sqlite3
 import warnings
@@ -113,12 +114,14 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
         Sample,
         WorkerConfig,
         basic_sample_keys,
-        get_loader,
         get_val_dataset,
         reraise_exception,
         stateless,
     )
     from megatron.energon.edataclass import edataclass  # type: ignore[import-untyped]
+    from megatron.energon.savable_loader import (  # type: ignore[import-untyped]
+        BasicDataLoader,
+    )
 
     @edataclass
     class PartNames(Sample):  # type: ignore[misc]
@@ -149,7 +152,13 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
                 warnings.filterwarnings("ignore", message=".*pin_memory.*")
                 dataset = get_val_dataset(root, split_part=split, worker_config=config,
                                           batch_size=1, task_encoder=PartNamesEncoder())
-                next(iter(get_loader(dataset)))
+                # Energon's loader as `get_loader` builds it, without a gc pass per sample;
+                # its gc.collect() on creation is made cheap by freezing what already lives
+                gc.freeze()
+                try:
+                    next(iter(BasicDataLoader(dataset, gc_collect_every_n_steps=0)))
+                finally:
+                    gc.unfreeze()
         except Exception as e:  # noqa: BLE001 (any failure inside Energon is the finding)
             problems.append(f"Energon cannot load the {split} split: {type(e).__name__}: {e}")
     return problems

@@ -146,13 +146,13 @@ def test_sqlite_rows_must_match_info_json(ds):
     with sqlite3.connect(ds / META / "index.sqlite") as db:
         db.execute("DELETE FROM samples WHERE tar_file_id = 1 AND sample_index = 0")
     assert validate(ds).problems == [
-        f"{META}/index.sqlite holds 1 samples of 000001.tar but .info.json says 2; run "
-        f"`shardcook finalize --force {ds}`"]
+        (f"{META}/index.sqlite holds 1 samples of 000001.tar but .info.json says 2; run "
+        f"`shardcook finalize --force {ds}`")]
     with sqlite3.connect(ds / META / "index.sqlite") as db:
         db.execute("DROP TABLE sample_parts")
     assert validate(ds).problems == [
-        f"{META}/index.sqlite lacks Energon's table(s) sample_parts; run "
-        f"`shardcook finalize --force {ds}`"]
+        (f"{META}/index.sqlite lacks Energon's table(s) sample_parts; run "
+        f"`shardcook finalize --force {ds}`")]
 
 
 def test_no_sqlite_recorded_is_not_a_problem(tmp_path):
@@ -253,8 +253,8 @@ def test_deep_checks_chatml_conversation_and_image_list(tmp_path):
 
     d = chatml_dataset(tmp_path / "a", b"[{broken")
     assert validate(d, deep=True).problems == [
-        "train-shard-000000.tar: sample train-000001 part conversation.json is not valid JSON "
-        "(Expecting property name enclosed in double quotes: line 1 column 3 (char 2))"]
+        ("train-shard-000000.tar: sample train-000001 part conversation.json is not valid JSON "
+        "(Expecting property name enclosed in double quotes: line 1 column 3 (char 2))")]
     d = chatml_dataset(tmp_path / "b", b"[]", pickle.dumps([b"not an image"]))
     problems = validate(d, deep=True).problems
     assert len(problems) == 1 and problems[0].startswith(

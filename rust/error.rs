@@ -17,7 +17,7 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
-    /// A key or part name that FORMAT.md forbids.
+    /// A key or part name that docs/FORMAT.md forbids.
     #[error("{0}")]
     InvalidName(String),
     /// The same sample key twice in one dataset.

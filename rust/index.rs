@@ -1,4 +1,4 @@
-//! Energon's index for a folder of shards (FORMAT.md §5): a `.tar.idx` next to every shard and
+//! Energon's index for a folder of shards (docs/FORMAT.md §5): a `.tar.idx` next to every shard and
 //! `.nv-meta/index.sqlite`, byte-for-byte and row-for-row what `energon prepare` writes.
 //!
 //! Shards are scanned in parallel (headers only, seeking over data); one thread writes the

@@ -18,7 +18,7 @@ import numpy as np
 import shardcook
 import torch
 
-#: Small shapes (FORMAT.md section 3 layout, tiny sizes).
+#: Small shapes (docs/FORMAT.md §3 layout, tiny sizes).
 C, L, D_T5, D_CLIP = 16, 16, 32, 24
 
 
@@ -48,7 +48,7 @@ def _meta(key: str, size: tuple[int, int]) -> bytes:
 def encoded_parts(key: str, latent_hw: tuple[int, int], *, seed: int,
                   dtype: torch.dtype = torch.bfloat16, c: int = C, seq_len: int = L,
                   d_t5: int = D_T5, d_clip: int = D_CLIP) -> dict[str, bytes]:
-    """The parts of one pre-encoded sample, in FORMAT.md order."""
+    """The parts of one pre-encoded sample, in docs/FORMAT.md order."""
     g = torch.Generator().manual_seed(seed)
     h, w = latent_hw
     return {

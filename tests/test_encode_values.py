@@ -1,5 +1,5 @@
 """`shardcook encode` values: equal to a direct diffusers/transformers computation on the same
-pixels; FORMAT.md §3 shapes, dtypes and part order; each .pth holds only its own tensor; the
+pixels; docs/FORMAT.md §3 shapes, dtypes and part order; each .pth holds only its own tensor; the
 manifest (§6); the empty-caption encodings; read back through shardcook.energon."""
 
 from __future__ import annotations

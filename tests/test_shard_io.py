@@ -1,5 +1,5 @@
 """ShardWriter, read_shard and count_samples: round trips through tarfile and webdataset,
-determinism, and the names FORMAT.md forbids."""
+determinism, and the names docs/FORMAT.md forbids."""
 
 from __future__ import annotations
 

@@ -353,7 +353,7 @@ def encode(
     workers: _WorkersOpt = None,
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
-    shards (FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun."""
+    shards (docs/FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun."""
     from shardcook.config import resolve
 
     names = [n for n in ctx.params if n not in ("config", "print_config", "hf_token_file")]

@@ -1,4 +1,4 @@
-"""Chat turns in any common shape normalized to typed parts (FORMAT.md §3, chatml):
+"""Chat turns in any common shape normalized to typed parts (docs/FORMAT.md §3, chatml):
 `[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "…"}]}, …]`."""
 
 from __future__ import annotations

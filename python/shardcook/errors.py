@@ -17,7 +17,7 @@ class ShardError(ShardcookError):
 
 
 class InvalidNameError(ShardcookError, ValueError):
-    """A sample key or part name that FORMAT.md forbids."""
+    """A sample key or part name that docs/FORMAT.md forbids."""
 
 
 class DuplicateKeyError(ShardcookError):

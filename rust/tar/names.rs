@@ -38,7 +38,7 @@ pub fn escapes(name: &str) -> bool {
     name.starts_with('/') || name.split('/').any(|c| c == "..")
 }
 
-/// Checks a key we are about to write (FORMAT.md §2).
+/// Checks a key we are about to write (docs/FORMAT.md §2).
 pub fn check_key(key: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::InvalidName(format!(
@@ -60,7 +60,7 @@ pub fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a part name we are about to write (FORMAT.md §2).
+/// Checks a part name we are about to write (docs/FORMAT.md §2).
 pub fn check_part(key: &str, part: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::InvalidName(format!(

@@ -1,4 +1,4 @@
-//! The deterministic shard writer (FORMAT.md §2): every member a regular file, mode 0644,
+//! The deterministic shard writer (docs/FORMAT.md §2): every member a regular file, mode 0644,
 //! uid/gid 0, mtime 0; a shard is written under `.shardcook/tmp/`, fsync'd, then renamed, so a
 //! file with a final name is always complete.
 

@@ -12,7 +12,7 @@ __all__ = ["DiffusionBatch", "DiffusionSample", "RawImageBatch", "RawImageSample
 
 @edataclass
 class DiffusionSample(Sample):
-    """One pre-encoded sample (FORMAT.md section 3, `encoding: preencoded`).
+    """One pre-encoded sample (docs/FORMAT.md §3, `encoding: preencoded`).
 
     Tensors keep the dtype they were stored with (bf16 by default).
 
@@ -39,7 +39,7 @@ class DiffusionSample(Sample):
 
 @edataclass
 class RawImageSample(Sample):
-    """One raw sample (FORMAT.md section 3, `encoding: raw`): an RGB image and its caption.
+    """One raw sample (docs/FORMAT.md §3, `encoding: raw`): an RGB image and its caption.
 
     Attributes:
         image: `uint8` tensor `[3, H, W]`, or a `PIL.Image.Image` in RGB mode when the cooker was

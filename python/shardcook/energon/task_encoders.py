@@ -28,7 +28,7 @@ __all__ = [
     "RawDiffusionTaskEncoder",
 ]
 
-#: The `encoding` subflavor values finalize writes into dataset.yaml (FORMAT.md section 5).
+#: The `encoding` subflavor values finalize writes into dataset.yaml (docs/FORMAT.md §5).
 ENCODING_PREENCODED = "preencoded"
 ENCODING_RAW = "raw"
 

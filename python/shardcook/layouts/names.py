@@ -26,7 +26,7 @@ INDEX_SUFFIX = ".tar.idx"
 
 
 def sample_key(index: int) -> str:
-    """The key of input `index` (docs/FORMAT.md, keys and shards)."""
+    """The key of input `index` (docs/FORMAT.md §4)."""
     return f"{index:010d}"
 
 

@@ -1,4 +1,5 @@
-"""`chatml`: images plus chat conversations into Megatron-Bridge's ChatML layout (FORMAT.md §3).
+"""`chatml`: images plus chat conversations into Megatron-Bridge's ChatML layout
+(docs/FORMAT.md §3).
 
 Inputs (a JSONL file or a Hugging Face dataset) are put in their file/row order; each goes to
 `val` when a stable hash of its id is below `--val-fraction`, else to `train`. Each split's inputs

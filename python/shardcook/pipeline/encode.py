@@ -1,4 +1,5 @@
-"""`encode`: images and captions through FLUX's encoders into pre-encoded samples (FORMAT.md §3).
+"""`encode`: images and captions through FLUX's encoders into pre-encoded samples
+(docs/FORMAT.md §3).
 
 Inside each reader batch, three stages overlap through bounded look-ahead: a CPU thread decodes
 and resizes the next encoder batch (Rust image core), the calling thread runs the encoders, and a
@@ -71,7 +72,7 @@ def pick_device(requested: str | None) -> str:
 
 
 def encoder_manifest(cfg: RunConfig, token_file: str | None) -> dict:
-    """The manifest's encoder facts (FORMAT.md §6); reads only the VAE config. No token."""
+    """The manifest's encoder facts (docs/FORMAT.md §6); reads only the VAE config. No token."""
     from shardcook.encoders.auth import resolve_token
     from shardcook.encoders.flux import latent_factors
     from shardcook.encoders.loading import resolve_sources, vae_config

@@ -1,4 +1,5 @@
-"""Work units (FORMAT.md §4): consecutive runs of `shard_size` inputs; unit u becomes shard u."""
+"""Work units (docs/FORMAT.md §4): consecutive runs of `shard_size` inputs; unit u becomes
+shard u."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`raw`: images decoded, oriented, resized/cropped and re-encoded by the Rust image core, written
-with their captions and meta.json (FORMAT.md §3, raw)."""
+with their captions and meta.json (docs/FORMAT.md §3, raw)."""
 
 from __future__ import annotations
 

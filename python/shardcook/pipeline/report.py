@@ -1,4 +1,4 @@
-"""manifest.json (FORMAT.md §6), report.json and the end-of-run summary."""
+"""manifest.json (docs/FORMAT.md §6), report.json and the end-of-run summary."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 from shardcook.config import RunConfig, output_affecting
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.pipeline.plan import WorkUnit
 from shardcook.layouts.names import MANIFEST_JSON, REPORT_JSON
+from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.progress import OURS, read_marker, write_json_atomic
 
 FORMAT_VERSION = 1

@@ -21,6 +21,7 @@ from megatron.energon import basic_sample_keys, stateless
 
 from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
 from shardcook.energon.samples import DiffusionSample, RawImageSample
+from shardcook.layouts import IMAGE_PARTS
 
 __all__ = [
     "IMAGE_PARTS",
@@ -30,9 +31,6 @@ __all__ = [
     "load_tensor",
     "raw_images_cooker",
 ]
-
-#: Image part names a raw sample may carry, in the order they are looked for.
-IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
 
 #: How `cook_raw_images` returns images: uint8 CHW tensors or RGB PIL images.
 ImageFormat = Literal["tensor", "pil"]

@@ -314,6 +314,18 @@ def test_exclusions_and_split_are_recorded_as_lists_and_kept(tmp_path):
                      "exclude": ["000001.tar"]}
 
 
+def test_a_damaged_finalize_record_falls_back_to_split_yaml(tmp_path):
+    d = write_dataset(tmp_path / "ds", n_shards=3, exclude=["000001"])
+    (d / ".shardcook" / "finalize.json").write_text("[1, 2]")
+    assert validate(d).problems == [
+        f"{d}/.shardcook/finalize.json must be a JSON object, not a list"]
+    r = cli("finalize", "--force", d)
+    assert r.code == 0, r.stderr
+    assert list(json.loads((d / META / ".info.json").read_text())["shard_counts"]) == [
+        "000000.tar", "000002.tar"]
+    assert validate(d).ok
+
+
 def test_refinalizing_chatml_without_split_parts_keeps_val_in_val(tmp_path):
     names = write_images(tmp_path / "in", 2, photos=1)
     jsonl = write_jsonl(tmp_path / "in" / "d.jsonl",

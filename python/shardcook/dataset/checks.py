@@ -92,9 +92,9 @@ def first_sample_problems(
     names, and passes the layout's checker."""
     samples, problems = first_samples(root, splits)
     for split, (key, parts) in samples.items():
-        missing = [need for need in (layout.missing_parts(parts) if layout else [])]
-        missing += [p for p in field_map.values() if p not in parts and p not in missing
-                    and not any(p in need.split("|") for need in missing)]
+        missing = layout.missing_parts(parts) if layout else []
+        named = {option for need in missing for option in need.split("|")}
+        missing += [p for p in field_map.values() if p not in parts and p not in named]
         if missing:
             kind = f"the {layout.encoding} part(s)" if layout else "the part(s)"
             problems.append(f"sample {key} of the {split} split lacks {kind} {', '.join(missing)}")

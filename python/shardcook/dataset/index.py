@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -107,24 +107,31 @@ class _Request:
 
 
 def _recorded(root: Path, force: bool) -> tuple[metadata.FinalizeRecord | None, list[str]]:
-    """The earlier finalize's record, else one rebuilt from split.yaml; a damaged record is
-    ignored with a warning only when rebuilding (`force`)."""
+    """The earlier finalize's record, else one rebuilt from split.yaml; a damaged file is passed
+    over with a warning only when rebuilding (`force`)."""
     warnings: list[str] = []
-    try:
-        record = metadata.read_finalize_record(root)
-        if record is not None:
-            return record, warnings
-        split_yaml = metadata.read_split_yaml(root)
-    except DatasetError as e:
-        if not force:
-            raise
-        warnings.append(f"{e}; ignored")
-        return None, warnings
-    if split_yaml is None:
-        return None, warnings
+    readers: tuple[Callable[[Path], object], ...] = (
+        metadata.read_finalize_record, metadata.read_split_yaml)
+    for read in readers:
+        try:
+            found = read(root)
+        except DatasetError as e:
+            if not force:
+                raise
+            warnings.append(f"{e}; ignored")
+            continue
+        if isinstance(found, metadata.FinalizeRecord):
+            return found, warnings
+        if isinstance(found, metadata.SplitYaml):
+            return _from_split_yaml(found), warnings
+    return None, warnings
+
+
+def _from_split_yaml(split_yaml: metadata.SplitYaml) -> metadata.FinalizeRecord:
+    """The request split.yaml records: its split parts and exclusions as exact names."""
     parts = {name: literal_pattern(names) for name, names in split_yaml.parts.items() if names}
     exclude = [f"^{literal_pattern([name])}" for name in split_yaml.exclude]
-    return metadata.FinalizeRecord(exclude=exclude, split_parts=parts or None), warnings
+    return metadata.FinalizeRecord(exclude=exclude, split_parts=parts or None)
 
 
 def _resolve(

@@ -6,9 +6,10 @@ decoded. The rules (required parts, checkers) come from the dataset's layout."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from shardcook import _native
 from shardcook.dataset import checks, metadata
@@ -18,6 +19,8 @@ from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
 from shardcook.layouts import Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,7 +46,7 @@ class ValidationReport:
         }
 
 
-def _read(report: ValidationReport, read: Any, root: Path) -> Any:
+def _read(report: ValidationReport, read: Callable[[Path], T], root: Path) -> T | None:
     """`read(root)`, or None with its DatasetError recorded as a problem."""
     try:
         return read(root)

@@ -19,6 +19,7 @@ from shardcook.energon.samples import (
     RawImageBatch,
     RawImageSample,
 )
+from shardcook.layouts import PREENCODED, RAW
 
 __all__ = [
     "ENCODING_PREENCODED",
@@ -29,8 +30,8 @@ __all__ = [
 ]
 
 #: The `encoding` subflavor values finalize writes into dataset.yaml (docs/FORMAT.md §5).
-ENCODING_PREENCODED = "preencoded"
-ENCODING_RAW = "raw"
+ENCODING_PREENCODED = PREENCODED.encoding
+ENCODING_RAW = RAW.encoding
 
 
 def _stack_diffusion(samples: list[DiffusionSample]) -> DiffusionBatch:

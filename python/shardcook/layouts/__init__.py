@@ -12,7 +12,8 @@ from shardcook.layouts.raw import IMAGE_PARTS, RAW
 #: Every layout, by registry name.
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML)}
 
-__all__ = ["IMAGE_PARTS", "LAYOUTS", "Layout", "by_encoding", "get_layout"]
+__all__ = ["CHATML", "IMAGE_PARTS", "LAYOUTS", "PREENCODED", "RAW", "Layout", "by_encoding",
+           "get_layout"]
 
 
 def get_layout(name: str) -> Layout:

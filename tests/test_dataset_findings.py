@@ -123,6 +123,8 @@ def test_validate_rejects_an_unknown_encoding(ds):
     assert r.code == 2
     assert one_error_line(r) == ("error: --encoding names the unknown encoding 'bogus'; use one of "
                                  "chatml, preencoded, raw")
+    r = cli("finalize", "--force", ds, "--encoding", "bogus")
+    assert r.code == 2 and "--encoding names the unknown encoding 'bogus'" in one_error_line(r)
     content = yaml.safe_load((ds / META / "dataset.yaml").read_text())
     content["subflavors"]["encoding"] = "bogus"
     (ds / META / "dataset.yaml").write_text(yaml.safe_dump(content))

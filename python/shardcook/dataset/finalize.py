@@ -56,7 +56,7 @@ def dataset_yaml(
     `sample_type` is `CrudeWebdataset` (the layout's class by default), another class name from
     `megatron.energon`, or `module:Class` for a class elsewhere (e.g. Megatron-Bridge's).
     """
-    layout = metadata.layout_of(encoding, "encoding") if encoding is not None else None
+    layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
     current = _current_dataset_yaml(root, force)
     out = dict(current)
     if sample_type is None and "__class__" not in out:

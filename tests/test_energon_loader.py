@@ -60,10 +60,18 @@ def test_wrapper_cycles_a_torch_dataloader():
     w = MegatronDataloaderWrapper(loader)
     got = [next(w).tolist() for _ in range(4)]
     assert got == [[0, 1], [2, 3], [4], [0, 1]]
+    # Checkpointing is optional (as in Primus): nothing to save is None, restoring None a no-op.
+    assert w.save_state() is None
+    w.restore_state(None)
+    assert next(w).tolist() == [2, 3]
+
+
+def test_real_state_into_a_plain_dataloader_is_refused(encoded):
+    with get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as energon:
+        state = energon.save_state()
+    w = MegatronDataloaderWrapper(torch.utils.data.DataLoader(list(range(5)), batch_size=2))
     with pytest.raises(NotCheckpointableError, match="get_savable_loader"):
-        w.save_state()
-    with pytest.raises(NotCheckpointableError, match="get_savable_loader"):
-        w.restore_state(None)
+        w.restore_state(state)
 
 
 def test_wrapper_on_empty_loader_raises_instead_of_spinning():

@@ -214,9 +214,13 @@ def quiet_model_libraries() -> None:
 def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
     """`shardcook encode`: the whole run for this rank; returns report.json's content on rank 0.
 
+    Args:
+        token_file: The Hugging Face token file (default: the config's `auth.hf_token_file`).
+
     Raises:
         ConfigError: bad setup (options, model paths, token file), before any work.
     """
+    token_file = token_file or cfg.auth.hf_token_file
     check_model(cfg)
     quiet_model_libraries()
     from shardcook.encoders.flux import FluxEncoders, torch_dtype

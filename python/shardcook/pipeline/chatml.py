@@ -236,9 +236,8 @@ class ChatmlSource:
     # ---- Hugging Face ------------------------------------------------------------------
     def _open_hf(self, name: str | None, split: str, data_files, max_samples) -> None:
         import datasets
-        from shardcook.sources.huggingface import load
-
         from shardcook.encoders.auth import resolve_token
+        from shardcook.sources.huggingface import load
 
         if not name:
             raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")

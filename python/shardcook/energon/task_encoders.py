@@ -157,6 +157,9 @@ class EncodedDiffusionTaskEncoder(
             sample, scaling_factor=self.scaling_factor, shift_factor=self.shift_factor
         )
 
+    # Energon finds an overridden encode_sample by looking its __name__ up on TaskEncoder.
+    _resample.__name__ = "encode_sample"
+
     @stateless
     def batch(self, samples: list[DiffusionSample]) -> DiffusionBatch:
         """Stacks samples of one shape group into a batch."""
@@ -238,6 +241,8 @@ class DiffusionTaskEncoder(
         if isinstance(sample, DiffusionSample):
             return resample_latent(sample, scaling_factor=None, shift_factor=None)
         return sample
+
+    _resample.__name__ = "encode_sample"
 
     @stateless
     def batch(

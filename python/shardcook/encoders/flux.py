@@ -6,7 +6,7 @@ import hashlib
 import io
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.auth import resolve_token
 from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources
@@ -92,7 +92,7 @@ class FluxEncoders:
         return cls(vae, clip_tok, clip, t5_tok, t5, device=device, dtype=dtype,
                    t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed)
 
-    def _posterior(self, pixels: np.ndarray | torch.Tensor):
+    def _posterior(self, pixels: np.ndarray | torch.Tensor) -> Any:
         """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
         import torch
 

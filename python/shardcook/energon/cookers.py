@@ -128,7 +128,7 @@ def _meta_fields(sample: dict) -> dict[str, Any]:
         raise SampleDecodeError(f"sample {_key(sample)!r}: part 'meta.json' is invalid: {e}") from e
 
 
-def _optional_tensor(sample: dict, part: str) -> torch.Tensor | None:
+def _optional_tensor(sample: dict[str, Any], part: str) -> torch.Tensor | None:
     if part not in sample:
         return None
     return load_tensor(_part_bytes(sample, part), key=_key(sample), part=part)
@@ -143,7 +143,7 @@ def _factor(meta: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _vae_factors(sample: dict) -> dict[str, float | None]:
+def _vae_factors(sample: dict[str, Any]) -> dict[str, float | None]:
     """`scaling_factor` and `shift_factor` from the optional `meta.json` (resample datasets)."""
     if "meta.json" not in sample:
         return {}

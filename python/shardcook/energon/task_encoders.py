@@ -149,7 +149,7 @@ class EncodedDiffusionTaskEncoder(
         self.scaling_factor = scaling_factor
         self.shift_factor = shift_factor
         if resample_latents:  # only then pay for Energon's per-sample reseeding
-            self.encode_sample = self._resample  # type: ignore[method-assign]
+            self.encode_sample = self._resample
 
     @stateless(restore_seeds=True)
     def _resample(self, sample: DiffusionSample) -> DiffusionSample:
@@ -232,7 +232,7 @@ class DiffusionTaskEncoder(
         ]
         self.resample_latents = resample_latents
         if resample_latents:
-            self.encode_sample = self._resample  # type: ignore[method-assign]
+            self.encode_sample = self._resample
 
     @stateless(restore_seeds=True)
     def _resample(

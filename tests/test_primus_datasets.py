@@ -106,6 +106,21 @@ def test_seed_layout_finalizes_validates_and_shows(request, tmp_path, which):
     assert Image.open(out).size[0] > 0
 
 
+def test_keys_of_other_energon_forms_are_accepted(tmp_path):
+    root = tmp_path / "keys"
+    members = []
+    for i, key in enumerate(["img_a1", "s3-xyz", "photo0007", "A_b_C"]):
+        members += [(f"{key}.jpg", image_bytes(raw_pixels(i, (24, 32)), "jpg")),
+                    (f"{key}.txt", f"caption {key}".encode())]
+    tarfile_shard(root / "part-a.tar", members)
+    _dataset_yaml(root, "raw")
+    assert "validated: ok" in run_in_process(["finalize", str(root)]).output
+    run_in_process(["validate", str(root), "--deep"])
+    with get_diffusion_loader(root, batch_size=4, num_workers=0) as loader:
+        assert sorted(next(loader)["txt"]) == sorted(
+            f"caption {k}" for k in ["img_a1", "s3-xyz", "photo0007", "A_b_C"])
+
+
 def _finalized(root: Path) -> Path:
     if not (root / ".nv-meta" / ".info.json").exists():
         run_in_process(["finalize", str(root)])

@@ -116,7 +116,8 @@ def test_keys_of_other_energon_forms_are_accepted(tmp_path):
     _dataset_yaml(root, "raw")
     assert "validated: ok" in run_in_process(["finalize", str(root)]).output
     run_in_process(["validate", str(root), "--deep"])
-    with get_diffusion_loader(root, batch_size=4, num_workers=0) as loader:
+    with get_diffusion_loader(root, batch_size=4, num_workers=0, shuffle_buffer_size=None,
+                              max_samples_per_sequence=None) as loader:
         assert sorted(next(loader)["txt"]) == sorted(
             f"caption {k}" for k in ["img_a1", "s3-xyz", "photo0007", "A_b_C"])
 

@@ -335,23 +335,17 @@ def _worker_config(
 
 def _dataset_splits(path: Path) -> list[str] | None:
     """The split parts a dataset folder's split.yaml names (None for a metadataset .yaml)."""
-    import yaml
-
+    from shardcook.dataset import metadata
     from shardcook.errors import DatasetError
 
     if path.is_file():
         return None
-    split_yaml = path / META_DIR / SPLIT_YAML
-    try:
-        parts = (yaml.safe_load(split_yaml.read_text(encoding="utf-8")) or {}).get("split_parts")
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
-        parts = None
-    if not isinstance(parts, dict):
+    split_yaml = metadata.read_split_yaml(path)
+    if split_yaml is None:
         raise DatasetError(
-            f"{split_yaml} is missing or has no `split_parts` mapping; run "
-            f"`shardcook finalize --force {path}`."
+            f"{path} has no {META_DIR}/{SPLIT_YAML}; run `shardcook finalize {path}` first."
         )
-    return [str(name) for name in parts]
+    return list(split_yaml.parts)
 
 
 def _dataset_id(path: Path, split: str) -> str:

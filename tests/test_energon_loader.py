@@ -20,6 +20,7 @@ from megatron.energon import SampleDecoder, WorkerConfig, reraise_exception
 from shardcook.energon import (
     EmptyLoaderError,
     EnergonDataloader,
+    LoaderStateError,
     MegatronDataloaderWrapper,
     NotCheckpointableError,
     UnsafeSampleError,
@@ -60,10 +61,18 @@ def test_wrapper_cycles_a_torch_dataloader():
     w = MegatronDataloaderWrapper(loader)
     got = [next(w).tolist() for _ in range(4)]
     assert got == [[0, 1], [2, 3], [4], [0, 1]]
+    # Checkpointing is optional (as in Primus): nothing to save is None, restoring None a no-op.
+    assert w.save_state() is None
+    w.restore_state(None)
+    assert next(w).tolist() == [2, 3]
+
+
+def test_real_state_into_a_plain_dataloader_is_refused(encoded):
+    with get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as energon:
+        state = energon.save_state()
+    w = MegatronDataloaderWrapper(torch.utils.data.DataLoader(list(range(5)), batch_size=2))
     with pytest.raises(NotCheckpointableError, match="get_savable_loader"):
-        w.save_state()
-    with pytest.raises(NotCheckpointableError, match="get_savable_loader"):
-        w.restore_state(None)
+        w.restore_state(state)
 
 
 def test_wrapper_on_empty_loader_raises_instead_of_spinning():
@@ -284,3 +293,50 @@ def test_validation_split_reads_in_order_and_cycles(tmp_path):
     again = [k for _ in range(3) for k in next(w).__key__]
     assert again == first
     assert next(w).__key__ == first[:4] and w.passes_completed == 1
+
+
+# --- bad states and arguments: typed errors that say what to do -------------------------------
+
+
+@pytest.mark.parametrize("junk", ["junk", {}, [], 42])
+def test_restoring_something_that_is_no_state_is_refused(encoded, junk):
+    with (get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as w,
+          pytest.raises(LoaderStateError, match="needs what save_state\\(\\) returned")):
+        w.restore_state(junk)
+
+
+def test_state_of_another_num_workers_is_refused(encoded):
+    with get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as w:
+        next(w)
+        state = w.save_state()
+    with (get_diffusion_loader(encoded.path, batch_size=4, num_workers=2) as other,
+          pytest.raises(LoaderStateError, match="num_workers=0 but the loader has "
+                                                "num_workers=2; build it with num_workers=0")):
+        other.restore_state(state)
+
+
+def test_state_of_another_dataset_is_refused(encoded, tmp_path):
+    other_ds = make_encoded_dataset(tmp_path / "other", 12)
+    with get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as w:
+        next(w)
+        state = w.save_state()
+    with (get_diffusion_loader(other_ds.path, batch_size=4, num_workers=0) as other,
+          pytest.raises(LoaderStateError, match="saved on ds split 'train'.*reads other")):
+        other.restore_state(state)
+    # the same dataset and split restores (the check is not simply "always refuse")
+    with get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as same:
+        same.restore_state(state)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"split": "bogus"}, "split 'bogus' is not in .*; it has train, val, test"),
+    ({"batch_size": 0}, "batch_size must be a whole number of at least 1, not 0"),
+    ({"batch_size": -3}, "batch_size must be a whole number of at least 1, not -3"),
+    ({"batch_size": 2.5}, "batch_size must be a whole number of at least 1, not 2.5"),
+    ({"num_workers": -1}, "num_workers must be a whole number of 0 or more, not -1"),
+])
+def test_bad_loader_arguments_are_config_errors(encoded, kwargs, message):
+    from shardcook.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        get_diffusion_loader(encoded.path, **{"batch_size": 4, **kwargs})

@@ -143,40 +143,88 @@ def test_reference_config_lists_every_field():
                 assert value == defaults[section][key], f"{section}.{key}"
 
 
-def test_example_configs_run(tmp_path, monkeypatch):
-    """Every file in configs/ runs as written (inputs created where it expects them)."""
+@pytest.fixture(scope="module")
+def demo_checkout(tmp_path_factory):
+    """A folder where `shardcook demo` ran, as a fresh checkout would have it."""
+    from shardcook.demo import run_demo
+
+    root = tmp_path_factory.mktemp("checkout")
+    run_demo(root / "shardcook-demo")
+    return root
+
+
+def _hf_copy_of_demo(root):
+    """The demo images as a local Hugging Face dataset (`image`, `text`), like the hub examples."""
+    import datasets
+
+    images = sorted((root / "shardcook-demo" / "images").glob("*.png"))
+    datasets.Dataset.from_dict({
+        "image": [{"bytes": p.read_bytes(), "path": None} for p in images],
+        "text": [p.with_suffix(".txt").read_text().strip() for p in images],
+    }).cast_column("image", datasets.Image()).save_to_disk(str(root / "hf-local"))
+    return root / "hf-local", len(images)
+
+
+def test_example_configs_run(demo_checkout, monkeypatch):
+    """Every file in configs/ runs as written after `shardcook demo` (hub datasets replaced by a
+    local copy on the command line)."""
     import json
     import pathlib
 
-    import datasets
-    from _raw_helpers import encode, generated, make_folder, photo
-    from shardcook import ShardWriter, validate
+    from shardcook import validate
     from shardcook.cli import app
     from typer.testing import CliRunner
 
     configs = pathlib.Path(__file__).parents[1] / "configs"
-    monkeypatch.chdir(tmp_path)
-    make_folder(tmp_path / "tests-data" / "photos", 3, photos=3)
-    datasets.Dataset.from_dict({
-        "image": [{"bytes": encode(photo(i), "png"), "path": None} for i in range(3)],
-        "text": [f"t{i}" for i in range(3)],
-    }).cast_column("image", datasets.Image()).save_to_disk("tests-data/hf-photos")
-    with ShardWriter(tmp_path / "tests-data" / "wds", shard_size=2) as w:
-        for i in range(3):
-            w.write(f"k{i}", {"jpg": encode(generated(i), "jpg"),
-                              "json": json.dumps({"caption": f"j{i}"}).encode()})
+    monkeypatch.chdir(demo_checkout)
+    hf, n = _hf_copy_of_demo(demo_checkout)
     names = sorted(p.name for p in configs.glob("*.yaml"))
     assert names == ["directory.yaml", "huggingface.yaml", "reference.yaml", "webdataset.yaml"]
     for name in names:
         cfg = yaml.safe_load((configs / name).read_text())
+        local = ["--hf-dataset", str(hf)] if cfg["source"]["source_type"] == "huggingface" else []
         # one input per shard, so the example splits have shards to cut
         r = CliRunner().invoke(app, ["raw", "--config", str(configs / name), "--quiet",
-                                     "--shard-size", "1"])
+                                     "--shard-size", "1", "--image-size", "64", *local])
         assert r.exit_code == 0, (name, r.output)
-        out = tmp_path / cfg["output"]["output_dir"]
+        out = demo_checkout / cfg["output"]["output_dir"]
         assert validate(out).ok, name
         rep = json.loads((out / ".shardcook" / "report.json").read_text())
-        assert rep["num_written"] == 3, (name, rep)
+        assert rep["num_written"] == n, (name, rep)
+
+
+def test_primus_example_configs_run(demo_checkout, monkeypatch):
+    """The Primus-style examples run with Primus's command names; the hub quickstart with a local
+    dataset and the demo's tiny encoders substituted on the command line."""
+    import json
+    import pathlib
+
+    from shardcook import validate
+    from shardcook.cli import app
+    from typer.testing import CliRunner
+
+    configs = pathlib.Path(__file__).parents[1] / "configs" / "primus"
+    monkeypatch.chdir(demo_checkout)
+    hf, n = _hf_copy_of_demo(demo_checkout)
+    assert sorted(p.name for p in configs.glob("*.yaml")) == [
+        "example_directory.yaml", "quickstart_pokemon.yaml"]
+    model = demo_checkout / "shardcook-demo" / "tiny-flux-DEMO-WEIGHTS"
+    runs = {
+        "example_directory.yaml": ["diffusion-raw"],
+        "quickstart_pokemon.yaml": ["diffusion-encoded", "--hf-dataset", str(hf),
+                                    "--model-path", str(model), "--precision", "fp32",
+                                    "--t5-max-length", "32", "--device", "cpu",
+                                    "--image-size", "64", "--max-samples", "6"],
+    }
+    for name, args in runs.items():
+        cfg = yaml.safe_load((configs / name).read_text())
+        r = CliRunner().invoke(app, [args[0], "--config", str(configs / name), "--quiet",
+                                     *args[1:]])
+        assert r.exit_code == 0, (name, r.output)
+        out = demo_checkout / cfg["output"]["output_dir"]
+        assert validate(out, deep=True).ok, name
+        rep = json.loads((out / ".shardcook" / "report.json").read_text())
+        assert rep["num_written"] == (6 if "--max-samples" in args else n), (name, rep)
 
 
 def test_split_that_finalize_would_refuse_fails_before_work(tmp_path):

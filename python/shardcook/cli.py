@@ -187,6 +187,30 @@ _OutputDirOpt = Annotated[str | None, typer.Option(help="The dataset folder to w
 _ShardSizeOpt = Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=_OUT)]
 _SplitOpt = Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=_OUT)]
 _FinalizeOpt = Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=_OUT)]
+_HfTokenFileOpt = Annotated[str | None, typer.Option(help="A file holding a Hugging Face token (mode 600 or 400), for models and datasets. Else HF_TOKEN, else the saved `huggingface-cli login`. Never printed.", rich_help_panel=_SRC)]
+# Primus's spellings (`primus-cli direct -- data diffusion-raw|diffusion-encoded`), as aliases.
+_PRIMUS = "Primus aliases"
+_CenterCropOpt = Annotated[bool | None, typer.Option("--center-crop/--no-center-crop", help="Primus: --center-crop = --resize-mode crop, --no-center-crop = stretch.", rich_help_panel=_PRIMUS, show_default=False)]
+_VariableSizeOpt = Annotated[bool | None, typer.Option("--variable-size", help="Primus: = --resize-mode variable (long side to --max-size).", rich_help_panel=_PRIMUS, show_default=False)]
+_TrainSplitOpt = Annotated[float | None, typer.Option(help="Primus: F = --split F,(1-F)/2,(1-F)/2.", rich_help_panel=_PRIMUS, show_default=False)]
+_VaeLatentModeOpt = Annotated[str | None, typer.Option(help="Primus: presampled = --latent-mode sample, resample = --latent-mode resample.", rich_help_panel=_PRIMUS, show_default=False)]
+
+#: Parameters of raw/encode that are not config options.
+_NOT_CONFIG = ("config", "print_config")
+
+
+def _resolve_config(ctx: typer.Context, config: Path | None):  # -> RunConfig
+    """The run config from the command line (explicit options win), the --config file and the
+    defaults; Primus's flags become the options they stand for."""
+    from shardcook.config import PRIMUS_FLAGS, resolve
+
+    given = {
+        n for n in ctx.params
+        if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    }
+    names = [n for n in ctx.params if n not in _NOT_CONFIG and n not in PRIMUS_FLAGS]
+    primus = {n: ctx.params[n] for n in PRIMUS_FLAGS if n in given and ctx.params[n] is not None}
+    return resolve({n: ctx.params[n] for n in names}, given & set(names), config, primus)
 
 
 @app.command()
@@ -216,18 +240,15 @@ def raw(
     image_quality: Annotated[int, typer.Option(help="JPEG/WebP quality 1-100.", rich_help_panel=_IMG)] = 95,
     min_size: _MinSizeOpt = 0,
     workers: _WorkersOpt = None,
+    hf_token_file: _HfTokenFileOpt = None,
+    center_crop: _CenterCropOpt = None,
+    variable_size: _VariableSizeOpt = None,
+    train_split: _TrainSplitOpt = None,
 ) -> None:
     """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
-    finalized Energon shards. Resumable; runs under torchrun."""
-    from shardcook.config import resolve
-
-    names = [n for n in ctx.params if n not in ("config", "print_config")]
-    explicit = {
-        n for n in names
-        if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
-    }
+    finalized Energon shards. Resumable; runs under torchrun. Alias: diffusion-raw."""
     try:
-        cfg = resolve({n: ctx.params[n] for n in names}, explicit, config)
+        cfg = _resolve_config(ctx, config)
     except ShardcookError as e:
         _fail(e)
     if print_config:
@@ -262,10 +283,11 @@ def chatml(
     image_quality: Annotated[int, typer.Option(help="JPEG quality 1-100.", rich_help_panel=_IMG)] = 95,
     max_pixels: Annotated[int | None, typer.Option(help="Scale larger images down to at most this many pixels, keeping the aspect ratio.", rich_help_panel=_IMG)] = None,
     workers: _WorkersOpt = None,
+    hf_token_file: _HfTokenFileOpt = None,
 ) -> None:
     """Images and ChatML conversations (JSONL or Hugging Face) into Megatron-Bridge's Energon
     layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs under torchrun."""
-    from shardcook.config import RunConfig
+    from shardcook.config import RunConfig, check_auth
     from shardcook.pipeline.chatml import ChatmlOptions, run_chatml
 
     if (input is None) == (hf_dataset is None):
@@ -279,9 +301,11 @@ def chatml(
     o.output_dir, o.shard_size, o.finalize = output_dir, shard_size, finalize
     o.overwrite, o.quiet = overwrite, quiet
     i.image_format, i.image_quality, i.workers = image_format, image_quality, workers
+    cfg.auth.hf_token_file = hf_token_file
     opts = ChatmlOptions(conversation_column=conversation_column, val_fraction=val_fraction,
                          max_pixels=max_pixels)
     try:
+        check_auth(cfg)
         run_chatml(cfg, opts)
     except ShardcookError as e:
         _fail(e)
@@ -318,7 +342,7 @@ def encode(
     ctx: typer.Context,
     config: _ConfigOpt = None,
     print_config: _PrintConfigOpt = False,
-    hf_token_file: Annotated[Path | None, typer.Option(help="A file holding a Hugging Face token (mode 600 or 400). Else HF_TOKEN, else the saved `huggingface-cli login`.", rich_help_panel=_MOD)] = None,
+    hf_token_file: _HfTokenFileOpt = None,
     model_path: Annotated[str, typer.Option(help="FLUX folder (vae/, text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/) or hub id.", rich_help_panel=_MOD)] = "black-forest-labs/FLUX.1-dev",
     vae_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the VAE.", rich_help_panel=_MOD)] = None,
     clip_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the CLIP text model (+ tokenizer).", rich_help_panel=_MOD)] = None,
@@ -328,7 +352,7 @@ def encode(
     stored_dtype: Annotated[str | None, typer.Option(help="dtype of the saved tensors (default: --precision).", rich_help_panel=_MOD)] = None,
     batch_size: Annotated[int, typer.Option(help="Images per encoder batch.", rich_help_panel=_MOD)] = 8,
     t5_max_length: Annotated[int, typer.Option(help="T5 padding length (256 suits FLUX.1-schnell).", rich_help_panel=_MOD)] = 512,
-    latent_mode: Annotated[str, typer.Option(help="sample (seeded per sample key) or mode.", rich_help_panel=_MOD)] = "sample",
+    latent_mode: Annotated[str, typer.Option(help="sample (seeded per sample key), mode, or resample (also store the posterior mean/logvar so training draws a fresh latent every epoch).", rich_help_panel=_MOD)] = "sample",
     seed: Annotated[int, typer.Option(help="Seed of the latent sampling.", rich_help_panel=_MOD)] = 0,
     device: Annotated[str | None, typer.Option(help="cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", rich_help_panel=_MOD)] = None,
     source_type: _SourceTypeOpt = "directory",
@@ -351,18 +375,16 @@ def encode(
     max_size: _MaxSizeOpt = 1024,
     min_size: _MinSizeOpt = 0,
     workers: _WorkersOpt = None,
+    center_crop: _CenterCropOpt = None,
+    variable_size: _VariableSizeOpt = None,
+    train_split: _TrainSplitOpt = None,
+    vae_latent_mode: _VaeLatentModeOpt = None,
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
-    shards (docs/FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun."""
-    from shardcook.config import resolve
-
-    names = [n for n in ctx.params if n not in ("config", "print_config", "hf_token_file")]
-    explicit = {
-        n for n in names
-        if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
-    }
+    shards (docs/FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun. Alias:
+    diffusion-encoded."""
     try:
-        cfg = resolve({n: ctx.params[n] for n in names}, explicit, config)
+        cfg = _resolve_config(ctx, config)
         from shardcook.pipeline.encode import check_model
 
         check_model(cfg)
@@ -374,7 +396,7 @@ def encode(
     from shardcook.pipeline.encode import run_encode
 
     try:
-        run_encode(cfg, token_file=str(hf_token_file) if hf_token_file else None)
+        run_encode(cfg)
     except ShardcookError as e:
         _fail(e)
 # ---- end of `shardcook encode` -------------------------------------------------------------
@@ -416,6 +438,12 @@ def preview(
         _fail(e)
     typer.echo(f"wrote {path}")
 # ---- end of `shardcook preview` ------------------------------------------------------------
+
+
+# Primus's command names, word for word: `primus-cli direct -- data diffusion-encoded ...` is
+# `shardcook diffusion-encoded ...`.
+app.command("diffusion-encoded", help="Primus's name for `encode` (same options).")(encode)
+app.command("diffusion-raw", help="Primus's name for `raw` (same options).")(raw)
 
 
 def main() -> None:

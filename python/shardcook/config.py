@@ -1,7 +1,10 @@
 """Run configuration: dataclasses per section, YAML loading, and CLI > YAML > default precedence.
 
-A YAML config has the sections `source`, `output`, `image`, `model` and `data_format`; inside a
-section the keys are the CLI option names with `_` for `-` (`--image-size` is `image.image_size`).
+A YAML config has the sections `source`, `output`, `image`, `model`, `data_format` and `auth`;
+inside a section the keys are the CLI option names with `_` for `-` (`--image-size` is
+`image.image_size`). AMD Primus's data-prep keys are accepted as well (`source.type`,
+`image.center_crop`, `model.vae_latent_mode`, ...; see `PRIMUS_KEYS`) and resolve to ours; a key
+given in both spellings with different values is an error naming both.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from shardcook.errors import ConfigError
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset")
 RESIZE_MODES = ("crop", "stretch", "variable", "bucket")
+#: Primus's `vae_latent_mode` values -> our `latent_mode`.
+PRIMUS_LATENT_MODES = {"presampled": "sample", "resample": "resample"}
 IMAGE_FORMATS = ("jpg", "png", "webp")
 
 
@@ -82,10 +87,21 @@ class ModelConfig:
 
 @dataclass
 class DataFormatConfig:
-    """Which fields of an input hold the image and the caption."""
+    """Which fields of an input hold the image and the caption (dotted paths into JSON)."""
 
     image_column: str | None = None
     caption_column: str | None = None
+    #: Several candidate fields, tried in order per input (Primus's `image_keys`).
+    image_columns: list[str] | None = None
+    #: Several candidate fields, tried in order per input (Primus's `caption_keys`).
+    caption_columns: list[str] | None = None
+
+
+@dataclass
+class AuthConfig:
+    """Credentials: where the Hugging Face token is (the file is read, never printed)."""
+
+    hf_token_file: str | None = None
 
 
 @dataclass
@@ -97,6 +113,7 @@ class RunConfig:
     image: ImageConfig = field(default_factory=ImageConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data_format: DataFormatConfig = field(default_factory=DataFormatConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain nested dicts (JSON and YAML safe)."""
@@ -116,6 +133,7 @@ _SECTION_CLASSES = {
     "image": ImageConfig,
     "model": ModelConfig,
     "data_format": DataFormatConfig,
+    "auth": AuthConfig,
 }
 # option name -> section name; option names are unique across sections
 OPTION_SECTION: dict[str, str] = {
@@ -169,8 +187,99 @@ def _check_type(where: str, value: Any, hint: Any) -> Any:
     raise AssertionError(f"unhandled config type {hint!r}")
 
 
+#: Primus's data-prep config keys that are only another name for one of ours:
+#: (section, Primus key) -> (our section, our key).
+PRIMUS_KEYS: dict[tuple[str, str], tuple[str, str]] = {
+    ("source", "type"): ("source", "source_type"),
+    ("output", "max_samples"): ("source", "max_samples"),
+    ("data_format", "image_key"): ("data_format", "image_column"),
+    ("data_format", "caption_key"): ("data_format", "caption_column"),
+    ("data_format", "image_keys"): ("data_format", "image_columns"),
+    ("data_format", "caption_keys"): ("data_format", "caption_columns"),
+    ("model", "vae_latent_mode"): ("model", "latent_mode"),
+}
+#: Primus keys whose value is translated too (see `translate_primus`).
+PRIMUS_VALUE_KEYS = frozenset(
+    {("output", "compress"), ("output", "train_split"), ("image", "center_crop"),
+     ("image", "variable_size")}
+)
+
+#: A config value and where it was spelled (`image.center_crop`, `--resize-mode`, ...).
+Setting = tuple[Any, str]
+
+
+def train_split(fraction: float, where: str) -> list[float]:
+    """Primus's `--train-split F`: [F, (1-F)/2, (1-F)/2], for a finite F in [0, 1]."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+        0.0 <= fraction <= 1.0
+    ):
+        raise ConfigError(
+            f"`{where}` must be a fraction between 0 and 1 (the share of train), not {fraction!r}."
+        )
+    rest = (1.0 - float(fraction)) / 2
+    return [float(fraction), rest, rest]
+
+
+def translate_primus(values: dict[tuple[str, str], Setting]) -> dict[tuple[str, str], Setting]:
+    """Turns Primus's keys into ours: {(Primus section, key): (value, spelling)} ->
+    {(our section, key): (value, spelling)}.
+
+    `center_crop: false` squashes to size x size (`resize_mode: stretch`), `true` center-crops
+    (`crop`); `variable_size: true` is `resize_mode: variable` (Primus then ignores
+    center_crop); `compress: false` is what we always write and `true` is refused (Energon
+    indexes and reads shards by byte offset, which a compressed tar does not have).
+    """
+    out: dict[tuple[str, str], Setting] = {}
+    for (section, key), (value, where) in values.items():
+        if (section, key) == ("output", "compress"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"`{where}` must be true or false, not {value!r}.")
+            if value:
+                raise ConfigError(
+                    f"`{where}: true` is not supported: Energon indexes and reads uncompressed tars "
+                    "by byte offset, so shards are always written uncompressed; drop it or set false."
+                )
+        elif (section, key) == ("output", "train_split"):
+            out[("output", "split")] = (train_split(value, where), where)
+        elif (section, key) in (("image", "center_crop"), ("image", "variable_size")):
+            if not isinstance(value, bool):
+                raise ConfigError(f"`{where}` must be true or false, not {value!r}.")
+            variable = values.get(("image", "variable_size"), (False, ""))[0] is True
+            if key == "variable_size" and value:
+                out[("image", "resize_mode")] = ("variable", where)
+            elif key == "center_crop" and not variable:
+                out[("image", "resize_mode")] = ("crop" if value else "stretch", where)
+        elif (section, key) == ("model", "vae_latent_mode"):
+            if value not in PRIMUS_LATENT_MODES:
+                raise ConfigError(
+                    f"`{where}` must be one of {', '.join(PRIMUS_LATENT_MODES)}, not {value!r}."
+                )
+            out[("model", "latent_mode")] = (PRIMUS_LATENT_MODES[value], where)
+        else:
+            out[PRIMUS_KEYS[(section, key)]] = (value, where)
+    return out
+
+
+def merge_settings(
+    ours: dict[tuple[str, str], Setting], primus: dict[tuple[str, str], Setting]
+) -> dict[tuple[str, str], Setting]:
+    """`ours` plus the translated Primus settings; the same option set two ways to two different
+    values is a ConfigError naming both spellings."""
+    merged = dict(ours)
+    for target, (value, where) in translate_primus(primus).items():
+        if target in merged and merged[target][0] != value:
+            other_value, other_where = merged[target]
+            raise ConfigError(
+                f"`{where}` and `{other_where}` disagree ({value!r} vs {other_value!r} for "
+                f"{target[0]}.{target[1]}); give only one of them."
+            )
+        merged[target] = (value, where)
+    return merged
+
+
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Reads a config file into {section: {option: value}}, checking names and types."""
+    """Reads a config file into {section: {option: value}} in our keys, checking names, types
+    and that Primus spellings agree with ours."""
     import yaml
 
     p = Path(path)
@@ -185,7 +294,8 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"Config file {str(p)!r} must be a mapping of sections, not a list or value.")
-    out: dict[str, dict[str, Any]] = {}
+    ours: dict[tuple[str, str], Setting] = {}
+    primus: dict[tuple[str, str], Setting] = {}
     for section, values in data.items():
         if section not in _SECTION_CLASSES:
             raise ConfigError(
@@ -197,22 +307,48 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
         if not isinstance(values, dict):
             raise ConfigError(f"Config section `{section}` must be a mapping of options.")
         hints = _type_hints(_SECTION_CLASSES[section])
-        checked = {}
         for key, value in values.items():
-            if key not in hints:
+            where = f"{section}.{key}"
+            if key in hints:
+                ours[(section, key)] = (_check_type(where, value, hints[key]), where)
+            elif (section, key) in PRIMUS_KEYS:
+                target = PRIMUS_KEYS[(section, key)]
+                hint = _type_hints(_SECTION_CLASSES[target[0]])[target[1]]
+                primus[(section, key)] = (_check_type(where, value, hint), where)
+            elif (section, key) in PRIMUS_VALUE_KEYS:
+                primus[(section, key)] = (value, where)
+            else:
+                extra = [k for (sec, k) in (*PRIMUS_KEYS, *PRIMUS_VALUE_KEYS) if sec == section]
                 raise ConfigError(
-                    f"Unknown config key `{section}.{key}` in {str(p)!r}; "
-                    f"`{section}` takes {', '.join(hints)}."
+                    f"Unknown config key `{where}` in {str(p)!r}; "
+                    f"`{section}` takes {', '.join([*hints, *extra])}."
                 )
-            checked[key] = _check_type(f"{section}.{key}", value, hints[key])
-        out[section] = checked
+    out: dict[str, dict[str, Any]] = {}
+    for (section, key), (value, _) in merge_settings(ours, primus).items():
+        out.setdefault(section, {})[key] = value
     return out
+
+
+#: Primus's command-line flags -> the Primus config key they stand for.
+PRIMUS_FLAGS: dict[str, tuple[str, str]] = {
+    "center_crop": ("image", "center_crop"),
+    "variable_size": ("image", "variable_size"),
+    "train_split": ("output", "train_split"),
+    "vae_latent_mode": ("model", "vae_latent_mode"),
+}
+
+
+def _flag(name: str, value: Any) -> str:
+    """How a flag was spelled on the command line (`--no-center-crop` for center_crop=False)."""
+    flag = name.replace("_", "-")
+    return f"--no-{flag}" if value is False else f"--{flag}"
 
 
 def resolve(
     cli_values: dict[str, Any],
     explicit: set[str] | frozenset[str] = frozenset(),
     config_file: str | os.PathLike[str] | None = None,
+    primus_flags: dict[str, Any] | None = None,
 ) -> RunConfig:
     """Builds the run config: an explicit CLI option > the YAML file > the CLI/dataclass default.
 
@@ -220,6 +356,9 @@ def resolve(
         cli_values: option name -> value as parsed (explicit or default).
         explicit: the option names given on the command line; those win over the YAML.
         config_file: optional YAML file.
+        primus_flags: Primus's flags given on the command line (`PRIMUS_FLAGS` names -> value);
+            they count as explicit options, and one that contradicts an explicit option of ours
+            is a ConfigError naming both.
     """
     cfg = RunConfig()
     yaml_values = load_yaml(config_file) if config_file else {}
@@ -227,6 +366,7 @@ def resolve(
         sec = getattr(cfg, section)
         for key, value in values.items():
             setattr(sec, key, value)
+    given: dict[tuple[str, str], Setting] = {}
     for name, value in cli_values.items():
         if name not in OPTION_SECTION:
             raise AssertionError(f"CLI option {name!r} has no config field")
@@ -234,13 +374,30 @@ def resolve(
         in_yaml = name in yaml_values.get(section, {})
         if name in explicit or not in_yaml:
             hint = _type_hints(_SECTION_CLASSES[section])[name]
-            setattr(getattr(cfg, section), name, _check_type(f"--{name.replace('_', '-')}", value, hint))
+            where = f"--{name.replace('_', '-')}"
+            checked = _check_type(where, value, hint)
+            if name in explicit:
+                given[(section, name)] = (checked, where)
+            setattr(getattr(cfg, section), name, checked)
+    primus = {PRIMUS_FLAGS[n]: (v, _flag(n, v)) for n, v in (primus_flags or {}).items()}
+    for (section, name), (value, _) in merge_settings(given, primus).items():
+        setattr(getattr(cfg, section), name, value)
     check(cfg)
     return cfg
 
 
+def check_auth(cfg: RunConfig) -> None:
+    """Reads the token file now (and forgets the token), so a missing or loose file stops the
+    run before any work."""
+    from shardcook.encoders.auth import read_token_file
+
+    if cfg.auth.hf_token_file:
+        read_token_file(cfg.auth.hf_token_file)
+
+
 def check(cfg: RunConfig) -> None:
     """Raises ConfigError naming the first option whose value cannot work."""
+    check_auth(cfg)
     s, o, i = cfg.source, cfg.output, cfg.image
     if s.source_type not in SOURCE_TYPES:
         raise ConfigError(
@@ -283,7 +440,9 @@ def check(cfg: RunConfig) -> None:
 
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
-RUNTIME_ONLY = frozenset({"output_dir", "finalize", "overwrite", "quiet", "workers"})
+RUNTIME_ONLY = frozenset(
+    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file"}
+)
 
 
 def output_affecting(cfg: RunConfig, *, with_model: bool = False) -> dict[str, Any]:

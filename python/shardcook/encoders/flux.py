@@ -6,7 +6,7 @@ import hashlib
 import io
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.auth import resolve_token
 from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources
@@ -92,15 +92,33 @@ class FluxEncoders:
         return cls(vae, clip_tok, clip, t5_tok, t5, device=device, dtype=dtype,
                    t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed)
 
+    def _posterior(self, pixels: np.ndarray | torch.Tensor) -> Any:
+        """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
+        import torch
+
+        x = torch.as_tensor(pixels).to(self.device, non_blocking=True)
+        x = x.permute(0, 3, 1, 2).to(torch.float32).div_(127.5).sub_(1.0).to(self.dtype)
+        return self.vae.encode(x).latent_dist
+
+    def encode_posterior(
+        self, pixels: np.ndarray | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[B, H, W, 3] uint8 -> (scaled mode latents, unscaled mean, unscaled logvar), each
+        [B, C, H/8, W/8] on the device, from one VAE pass (`--latent-mode resample`)."""
+        import torch
+
+        with torch.inference_mode():
+            dist = self._posterior(pixels)
+            latents = (dist.mode() - self.shift_factor) * self.scaling_factor
+            return latents, dist.mean, dist.logvar
+
     def encode_images(self, pixels: np.ndarray | torch.Tensor, keys: list[str]) -> torch.Tensor:
         """[B, H, W, 3] uint8 (one shape) -> scaled latents [B, C, H/8, W/8] on the device."""
         import torch
 
         with torch.inference_mode():
-            x = torch.as_tensor(pixels).to(self.device, non_blocking=True)
-            x = x.permute(0, 3, 1, 2).to(torch.float32).div_(127.5).sub_(1.0).to(self.dtype)
-            dist = self.vae.encode(x).latent_dist
-            if self.latent_mode == "mode":
+            dist = self._posterior(pixels)
+            if self.latent_mode in ("mode", "resample"):
                 z = dist.mode()
             else:
                 noise = torch.stack([

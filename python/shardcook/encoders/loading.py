@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "black-forest-labs/FLUX.1-dev"
 PRECISIONS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-LATENT_MODES = ("sample", "mode")
+#: sample: z ~ posterior, seeded per key; mode: its mean; resample: the mode as latents.pth plus
+#: the posterior (mean.pth, logvar.pth) so training can draw a fresh latent every epoch.
+LATENT_MODES = ("sample", "mode", "resample")
 #: encoder -> (model subfolder, tokenizer subfolder) inside a FLUX-layout folder
 FLUX_LAYOUT = {"vae": ("vae", None), "clip": ("text_encoder", "tokenizer"),
                "t5": ("text_encoder_2", "tokenizer_2")}

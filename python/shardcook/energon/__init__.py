@@ -12,12 +12,14 @@ from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
 from shardcook.energon.cookers import cook_preencoded_diffusion, cook_raw_images, load_tensor
 from shardcook.energon.errors import (
     EmptyLoaderError,
+    LoaderStateError,
     NotCheckpointableError,
     SampleDecodeError,
     UnsafeSampleError,
 )
 from shardcook.energon.loader import (
     EnergonDataloader,
+    LoaderState,
     MegatronDataloaderWrapper,
     dataset_encoding,
     get_diffusion_loader,
@@ -43,6 +45,8 @@ __all__ = [
     "EmptyLoaderError",
     "EncodedDiffusionTaskEncoder",
     "EnergonDataloader",
+    "LoaderState",
+    "LoaderStateError",
     "MegatronDataloaderWrapper",
     "NotCheckpointableError",
     "RawDiffusionTaskEncoder",

@@ -128,14 +128,43 @@ def _meta_fields(sample: dict) -> dict[str, Any]:
         raise SampleDecodeError(f"sample {_key(sample)!r}: part 'meta.json' is invalid: {e}") from e
 
 
+def _optional_tensor(sample: dict[str, Any], part: str) -> torch.Tensor | None:
+    if part not in sample:
+        return None
+    return load_tensor(_part_bytes(sample, part), key=_key(sample), part=part)
+
+
+def _factor(meta: dict[str, Any], name: str) -> float | None:
+    value = meta.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {value!r}")
+    return float(value)
+
+
+def _vae_factors(sample: dict[str, Any]) -> dict[str, float | None]:
+    """`scaling_factor` and `shift_factor` from the optional `meta.json` (resample datasets)."""
+    if "meta.json" not in sample:
+        return {}
+    try:
+        meta = json.loads(_part_bytes(sample, "meta.json"))
+        if not isinstance(meta, dict):
+            return {}
+        return {name: _factor(meta, name) for name in ("scaling_factor", "shift_factor")}
+    except (ValueError, TypeError) as e:
+        raise SampleDecodeError(f"sample {_key(sample)!r}: part 'meta.json' is invalid: {e}") from e
+
+
 @stateless
 def cook_preencoded_diffusion(sample: dict) -> DiffusionSample:
     """Cooks a pre-encoded crude sample into a `DiffusionSample`.
 
     Args:
         sample: The crude sample from a `CrudeWebdataset` read with `decoder = None`: the parts
-            `latents.pth`, `prompt_embeds.pth`, `pooled_prompt_embeds.pth`, `caption.txt` and
-            optionally `meta.json`, as bytes, plus Energon's `__key__`-style fields.
+            `latents.pth`, `prompt_embeds.pth`, `pooled_prompt_embeds.pth`, and optionally
+            `caption.txt` (else the caption is ""), `meta.json` and the posterior `mean.pth` +
+            `logvar.pth`, as bytes, plus Energon's `__key__`-style fields.
 
     Returns:
         The sample, keeping Energon's basic sample keys (key, restore key, subflavors, sources).
@@ -156,7 +185,10 @@ def cook_preencoded_diffusion(sample: dict) -> DiffusionSample:
             key=key,
             part="pooled_prompt_embeds.pth",
         ),
-        caption=_text(sample, "caption.txt"),
+        caption=_text(sample, "caption.txt") if "caption.txt" in sample else "",
+        mean=_optional_tensor(sample, "mean.pth"),
+        logvar=_optional_tensor(sample, "logvar.pth"),
+        **_vae_factors(sample),
         **_meta_fields(sample),
     )
 

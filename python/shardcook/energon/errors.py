@@ -2,7 +2,13 @@
 
 from shardcook.errors import ShardcookError
 
-__all__ = ["EmptyLoaderError", "NotCheckpointableError", "SampleDecodeError", "UnsafeSampleError"]
+__all__ = [
+    "EmptyLoaderError",
+    "LoaderStateError",
+    "NotCheckpointableError",
+    "SampleDecodeError",
+    "UnsafeSampleError",
+]
 
 
 class SampleDecodeError(ShardcookError, ValueError):
@@ -19,3 +25,7 @@ class EmptyLoaderError(ShardcookError, RuntimeError):
 
 class NotCheckpointableError(ShardcookError, TypeError):
     """The wrapped loader has no `save_state_rank`/`restore_state_rank`."""
+
+
+class LoaderStateError(ShardcookError, ValueError):
+    """A state given to `restore_state()` is not one this loader saved or can restore."""

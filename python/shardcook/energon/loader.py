@@ -2,22 +2,59 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import warnings
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from typing_extensions import Self
 
-from shardcook.energon.errors import EmptyLoaderError, NotCheckpointableError
+from shardcook.energon.errors import EmptyLoaderError, LoaderStateError, NotCheckpointableError
+from shardcook.layouts.names import INFO_JSON, META_DIR, SPLIT_YAML
 
 __all__ = [
     "EnergonDataloader",
+    "LoaderState",
     "MegatronDataloaderWrapper",
     "dataset_encoding",
     "get_diffusion_loader",
     "task_encoder_for",
 ]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """What `MegatronDataloaderWrapper.save_state()` returns: Energon's state for this rank plus
+    what it must be restored into.
+
+    Attributes:
+        energon: `save_state_rank()` of the Energon loader.
+        dataset_id: The dataset and split the state was saved on (None when not known).
+        num_workers: The loader's worker processes per rank.
+    """
+
+    energon: Any
+    dataset_id: str | None
+    num_workers: int
+
+
+def _saved_workers(energon_state: Any) -> int | None:
+    """The `num_workers` an Energon loader state was saved with, or None if it is no such state."""
+    from megatron.energon.savable_loader import SavableDataLoaderState, SavableDatasetCheckpoint
+
+    if not isinstance(energon_state, SavableDataLoaderState):
+        return None
+    states = energon_state.worker_states
+    if not isinstance(states, list) or not states:
+        return None
+    if all(isinstance(w, SavableDatasetCheckpoint) for w in states):
+        return len(states)
+    return 0 if len(states) == 1 else None
 
 
 class MegatronDataloaderWrapper:
@@ -31,8 +68,14 @@ class MegatronDataloaderWrapper:
     Works with Energon loaders (`get_savable_loader`, `get_loader`), `torch.utils.data.DataLoader`
     and plain re-iterable objects (lists, ...).
 
+    A loader without `save_state_rank` (a plain DataLoader, synthetic data) is not an error:
+    `save_state()` returns None, as Primus's wrapper does, so a Megatron loop that checkpoints
+    still runs; restoring a real state into such a loader is refused.
+
     Args:
         loader: The loader or iterable to cycle.
+        dataset_id: What the loader reads (`get_diffusion_loader` passes the dataset and split);
+            a saved state remembers it and `restore_state()` refuses a state of another dataset.
 
     Attributes:
         loader: The wrapped loader.
@@ -46,11 +89,13 @@ class MegatronDataloaderWrapper:
         >>> fresh.restore_state(state)             # before drawing the first batch
     """
 
-    def __init__(self, loader: Iterable[Any]) -> None:
+    def __init__(self, loader: Iterable[Any], *, dataset_id: str | None = None) -> None:
         self.loader = loader
+        self.dataset_id = dataset_id
         self.passes_completed = 0
         self._iterator: Iterator[Any] | None = None
         self._closed = False
+        self._said_not_checkpointable = False
 
     def __iter__(self) -> MegatronDataloaderWrapper:
         return self
@@ -105,31 +150,52 @@ class MegatronDataloaderWrapper:
         """The wrapped loader's length (batches per pass, per rank), when it has one."""
         return len(self.loader)  # type: ignore[arg-type]
 
-    def save_state(self) -> Any:
-        """Returns the loader's state for this rank (`save_state_rank()`), to store in a checkpoint.
+    def _num_workers(self) -> int:
+        return int(getattr(self.loader, "num_workers", 0) or 0)
 
-        Raises:
-            NotCheckpointableError: The wrapped loader has no `save_state_rank`, e.g. a plain
-                `torch.utils.data.DataLoader` or Energon's `get_loader` (use `get_savable_loader`).
+    def save_state(self) -> LoaderState | None:
+        """Returns this rank's loader state, to store in a checkpoint and give to `restore_state`.
+
+        Returns:
+            A `LoaderState`, or None when the wrapped loader cannot save one (no
+            `save_state_rank`, e.g. a plain `torch.utils.data.DataLoader`); that is logged once.
         """
         save = getattr(self.loader, "save_state_rank", None)
         if save is None:
-            raise NotCheckpointableError(
-                f"{type(self.loader).__name__} cannot save its state (no save_state_rank); "
-                "build it with megatron.energon.get_savable_loader to resume mid-epoch."
-            )
-        return save()
+            if not self._said_not_checkpointable:
+                log.info(
+                    "%s has no save_state_rank; its checkpoints hold no loader state (None)",
+                    type(self.loader).__name__,
+                )
+                self._said_not_checkpointable = True
+            return None
+        return LoaderState(save(), self.dataset_id, self._num_workers())
 
     def restore_state(self, state: Any) -> None:
         """Restores a state from `save_state()`; call it before drawing the first batch.
 
         Args:
-            state: What `save_state()` returned (None restores the initial state).
+            state: What `save_state()` returned; None (nothing was saved) leaves the loader at its
+                start. A bare Energon `save_state_rank()` state is accepted too.
 
         Raises:
-            NotCheckpointableError: The wrapped loader has no `restore_state_rank`.
+            LoaderStateError: `state` is not a loader state, or was saved on another dataset or
+                split, with another `num_workers`, or another batch size.
+            NotCheckpointableError: A real state, but the wrapped loader has no
+                `restore_state_rank`.
             RuntimeError: Batches were already drawn from this wrapper.
         """
+        if state is None:
+            return
+        energon_state, dataset_id = state, None
+        if isinstance(state, LoaderState):
+            energon_state, dataset_id = state.energon, state.dataset_id
+        saved_workers = _saved_workers(energon_state)
+        if saved_workers is None:
+            raise LoaderStateError(
+                f"restore_state() needs what save_state() returned (or None), not a "
+                f"{type(state).__name__}; pass the state stored with the checkpoint unchanged."
+            )
         restore = getattr(self.loader, "restore_state_rank", None)
         if restore is None:
             raise NotCheckpointableError(
@@ -141,7 +207,21 @@ class MegatronDataloaderWrapper:
                 "restore_state() must be called before the first batch is drawn; build a fresh "
                 "loader and wrapper to restore into."
             )
-        restore(state)
+        if dataset_id is not None and self.dataset_id is not None and dataset_id != self.dataset_id:
+            raise LoaderStateError(
+                f"This loader state was saved on {dataset_id} but the loader reads "
+                f"{self.dataset_id}; restore it into a loader of the same dataset and split."
+            )
+        if saved_workers != self._num_workers():
+            raise LoaderStateError(
+                f"This loader state was saved with num_workers={saved_workers} but the loader has "
+                f"num_workers={self._num_workers()}; build it with num_workers={saved_workers} "
+                "to restore."
+            )
+        try:
+            restore(energon_state)
+        except (AssertionError, ValueError) as e:  # Energon's checks (e.g. another batch size)
+            raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
 
 
 class EnergonDataloader(MegatronDataloaderWrapper):
@@ -188,7 +268,9 @@ def dataset_encoding(path: str | Path) -> str | None:
     return str(encoding)
 
 
-def task_encoder_for(path: str | Path, *, image_format: str = "tensor") -> Any:
+def task_encoder_for(
+    path: str | Path, *, image_format: str = "tensor", resample_latents: bool = False
+) -> Any:
     """Picks the task encoder for a dataset from its `encoding` subflavor.
 
     `preencoded` gives `EncodedDiffusionTaskEncoder`, `raw` gives `RawDiffusionTaskEncoder`, and a
@@ -197,6 +279,7 @@ def task_encoder_for(path: str | Path, *, image_format: str = "tensor") -> Any:
     Args:
         path: A dataset folder or a metadataset `.yaml`.
         image_format: For raw images, `"tensor"` or `"pil"`.
+        resample_latents: Pre-encoded samples get a fresh latent from their stored posterior.
 
     Raises:
         DatasetError: The dataset has no or an unknown `encoding`.
@@ -212,9 +295,12 @@ def task_encoder_for(path: str | Path, *, image_format: str = "tensor") -> Any:
 
     encoding = dataset_encoding(path)
     if encoding is None:
-        return DiffusionTaskEncoder(image_format=image_format)  # type: ignore[arg-type]
+        return DiffusionTaskEncoder(
+            image_format=image_format,  # type: ignore[arg-type]
+            resample_latents=resample_latents,
+        )
     if encoding == ENCODING_PREENCODED:
-        return EncodedDiffusionTaskEncoder()
+        return EncodedDiffusionTaskEncoder(resample_latents=resample_latents)
     if encoding == ENCODING_RAW:
         return RawDiffusionTaskEncoder(image_format=image_format)  # type: ignore[arg-type]
     raise DatasetError(
@@ -247,6 +333,50 @@ def _worker_config(
     )
 
 
+def _dataset_splits(path: Path) -> list[str] | None:
+    """The split parts a dataset folder's split.yaml names (None for a metadataset .yaml)."""
+    from shardcook.dataset import metadata
+    from shardcook.errors import DatasetError
+
+    if path.is_file():
+        return None
+    split_yaml = metadata.read_split_yaml(path)
+    if split_yaml is None:
+        raise DatasetError(
+            f"{path} has no {META_DIR}/{SPLIT_YAML}; run `shardcook finalize {path}` first."
+        )
+    return list(split_yaml.parts)
+
+
+def _dataset_id(path: Path, split: str) -> str:
+    """Names what a loader reads: the split plus a digest of the dataset's index (a folder's
+    .info.json and split.yaml, or a metadataset file's bytes), the same for a re-finalized copy."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else [path / META_DIR / INFO_JSON, path / META_DIR / SPLIT_YAML]
+    for file in files:
+        try:
+            digest.update(file.read_bytes())
+        except OSError:
+            digest.update(str(file).encode())
+    return f"{path.name} split {split!r} (index {digest.hexdigest()[:12]})"
+
+
+def _check_loader_args(path: Path, batch_size: object, split: object, num_workers: object) -> None:
+    from shardcook.errors import ConfigError
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ConfigError(f"num_workers must be a whole number of 0 or more, not {num_workers!r}.")
+    if not isinstance(split, str):
+        raise ConfigError(f"split must be a split name such as 'train', not {split!r}.")
+    splits = _dataset_splits(path)
+    if splits is not None and split not in splits:
+        raise ConfigError(
+            f"split {split!r} is not in {path}; it has {', '.join(splits) or 'no splits'}."
+        )
+
+
 def get_diffusion_loader(
     path: str | Path,
     *,
@@ -265,6 +395,7 @@ def get_diffusion_loader(
     worker_config: Any = None,
     checkpoint_every_sec: float = 60,
     checkpoint_every_min_n_samples: int | None = None,
+    resample_latents: bool = False,
 ) -> MegatronDataloaderWrapper:
     """Builds a checkpointable Energon loader for a shardcook dataset or metadataset, wrapped.
 
@@ -291,14 +422,24 @@ def get_diffusion_loader(
         worker_config: Use this `megatron.energon.WorkerConfig` instead of building one.
         checkpoint_every_sec: Energon's internal worker checkpoint interval.
         checkpoint_every_min_n_samples: Energon's minimum samples between worker checkpoints.
+        resample_latents: Pre-encoded datasets written with `--latent-mode resample`: draw a
+            fresh latent from each sample's posterior on every read.
 
     Returns:
-        A `MegatronDataloaderWrapper` around `megatron.energon.get_savable_loader(...)`.
+        A `MegatronDataloaderWrapper` around `megatron.energon.get_savable_loader(...)`; its
+        saved states restore only into a loader of the same dataset and split.
+
+    Raises:
+        ConfigError: A bad `batch_size`, `num_workers` or `split` (one the dataset lacks).
+        DatasetError: The folder is not a finalized dataset.
     """
     from megatron.energon import get_savable_loader, get_train_dataset, get_val_dataset
 
+    _check_loader_args(Path(path), batch_size, split, num_workers)
     if task_encoder is None:
-        task_encoder = task_encoder_for(path, image_format=image_format)
+        task_encoder = task_encoder_for(
+            path, image_format=image_format, resample_latents=resample_latents
+        )
     if worker_config is None:
         worker_config = _worker_config(num_workers, rank, world_size, data_parallel_group)
     if split == "train":
@@ -327,4 +468,4 @@ def get_diffusion_loader(
         checkpoint_every_sec=checkpoint_every_sec,
         checkpoint_every_min_n_samples=checkpoint_every_min_n_samples,
     )
-    return MegatronDataloaderWrapper(loader)
+    return MegatronDataloaderWrapper(loader, dataset_id=_dataset_id(Path(path), split))

@@ -1,13 +1,53 @@
-"""The sample and batch types that shardcook's cookers and task encoders produce."""
+"""The sample and batch types that shardcook's cookers and task encoders produce.
+
+Batches answer both attribute access (`batch.latents`) and the dict access Primus's training code
+uses (`batch["latents"]`, `batch["txt"]`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import torch
 from megatron.energon import Batch, Sample, edataclass
 
 __all__ = ["DiffusionBatch", "DiffusionSample", "RawImageBatch", "RawImageSample"]
+
+
+class _DictAccess:
+    """`batch[name]`, `name in batch`, `keys()` and `get()` over a batch's data fields.
+
+    The keys are the fields that hold a value (None fields are absent, as Primus leaves `mean`
+    out of a batch without it) plus `_ALIASES`, other names Primus uses for a field.
+    """
+
+    _ALIASES: ClassVar[dict[str, str]] = {}
+
+    def keys(self) -> list[str]:
+        """The names `batch[name]` answers, in field order, then the aliases."""
+        names = [
+            f.name
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if not f.name.startswith("__") and getattr(self, f.name) is not None
+        ]
+        return names + [alias for alias, name in self._ALIASES.items() if name in names]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.keys():
+            raise KeyError(f"{type(self).__name__} has no {name!r}; it has {', '.join(self.keys())}")
+        return getattr(self, self._ALIASES.get(name, name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """`batch[name]`, or `default` when the batch has no such key."""
+        return self[name] if name in self.keys() else default
 
 
 @edataclass
@@ -20,7 +60,11 @@ class DiffusionSample(Sample):
         latents: VAE latent `[C, H/8, W/8]`, already shifted and scaled.
         prompt_embeds: T5 last hidden state `[L, D_t5]`.
         pooled_prompt_embeds: CLIP pooled output `[D_clip]`.
-        caption: The caption the embeddings were computed from.
+        caption: The caption the embeddings were computed from ("" when the sample has none).
+        mean: The VAE posterior mean `[C, H/8, W/8]`, unscaled (`mean.pth`), when stored.
+        logvar: The VAE posterior log-variance, unscaled (`logvar.pth`), when stored.
+        scaling_factor: The VAE's scaling factor (`meta.json`), when recorded.
+        shift_factor: The VAE's shift factor (`meta.json`), when recorded.
         source: Where the input came from (`meta.json`), when present.
         orig_size: `(h, w)` of the input image before resizing, when present.
         crop: `(top, left)` of the crop in the resized image, when present.
@@ -30,7 +74,11 @@ class DiffusionSample(Sample):
     latents: torch.Tensor
     prompt_embeds: torch.Tensor
     pooled_prompt_embeds: torch.Tensor
-    caption: str
+    caption: str = ""
+    mean: torch.Tensor | None = None
+    logvar: torch.Tensor | None = None
+    scaling_factor: float | None = None
+    shift_factor: float | None = None
     source: str | None = None
     orig_size: tuple[int, int] | None = None
     crop: tuple[int, int] | None = None
@@ -60,15 +108,20 @@ class RawImageSample(Sample):
 
 
 @edataclass
-class DiffusionBatch(Batch):
+class DiffusionBatch(_DictAccess, Batch):
     """A batch of `DiffusionSample`s of one latent shape, stacked along a new first dimension.
 
+    `batch["latents"]` is `batch.latents`, and so on for every field that holds a value.
+
     Attributes:
-        latents: `[B, C, H/8, W/8]`.
+        latents: `[B, C, H/8, W/8]` (freshly drawn from mean and logvar when the task encoder
+            resamples).
         prompt_embeds: `[B, L, D_t5]`.
         pooled_prompt_embeds: `[B, D_clip]`.
         captions: The B captions.
         sizes: The B `size` values from `meta.json` (None where absent).
+        mean: `[B, C, H/8, W/8]` posterior means, when the samples carry them.
+        logvar: `[B, C, H/8, W/8]` posterior log-variances, when the samples carry them.
     """
 
     latents: torch.Tensor
@@ -76,18 +129,30 @@ class DiffusionBatch(Batch):
     pooled_prompt_embeds: torch.Tensor
     captions: list[str]
     sizes: list[tuple[int, int] | None]
+    mean: torch.Tensor | None = None
+    logvar: torch.Tensor | None = None
 
 
 @edataclass
-class RawImageBatch(Batch):
+class RawImageBatch(_DictAccess, Batch):
     """A batch of `RawImageSample`s of one image size.
 
+    `batch["images"]` is `batch.images` and `batch["txt"]` is `batch.captions` (Primus's names).
+
     Attributes:
-        images: `uint8` tensor `[B, 3, H, W]`, or a list of B PIL images when the cooker yields PIL.
+        images: A list of B RGB PIL images, or a `uint8` tensor `[B, 3, H, W]` when the task
+            encoder was asked for tensors.
         captions: The B captions.
         sizes: The B `size` values from `meta.json` (None where absent).
     """
 
+    _ALIASES: ClassVar[dict[str, str]] = {"txt": "captions"}
+
     images: torch.Tensor | list[Any]
     captions: list[str]
     sizes: list[tuple[int, int] | None]
+
+    @property
+    def txt(self) -> list[str]:
+        """The captions, under Primus's name."""
+        return self.captions

@@ -6,13 +6,15 @@ decoder (which unpickles ``.pth`` parts with ``weights_only=False``) never runs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable
 from typing import Any
 
 import torch
-from megatron.energon import Cooker, SampleDecoder, TaskEncoder, stateless
+from megatron.energon import Cooker, SampleDecoder, TaskEncoder, WorkerConfig, stateless
 
 from shardcook.energon.cookers import ImageFormat, cook_preencoded_diffusion, raw_images_cooker
+from shardcook.energon.errors import SampleDecodeError
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
@@ -34,6 +36,13 @@ ENCODING_PREENCODED = PREENCODED.encoding
 ENCODING_RAW = RAW.encoding
 
 
+def _stack_optional(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """Stacks the tensors when every sample has one, else None."""
+    if any(t is None for t in tensors):
+        return None
+    return torch.stack(tensors)  # type: ignore[arg-type]
+
+
 def _stack_diffusion(samples: list[DiffusionSample]) -> DiffusionBatch:
     return DiffusionBatch.from_samples(
         samples,
@@ -42,7 +51,40 @@ def _stack_diffusion(samples: list[DiffusionSample]) -> DiffusionBatch:
         pooled_prompt_embeds=torch.stack([s.pooled_prompt_embeds for s in samples]),
         captions=[s.caption for s in samples],
         sizes=[s.size for s in samples],
+        mean=_stack_optional([s.mean for s in samples]),
+        logvar=_stack_optional([s.logvar for s in samples]),
     )
+
+
+def resample_latent(
+    sample: DiffusionSample, *, scaling_factor: float | None, shift_factor: float | None
+) -> DiffusionSample:
+    """A fresh latent from the sample's posterior: `scale * (mean + exp(logvar / 2) * eps - shift)`.
+
+    `eps` comes from torch's global RNG, which Energon seeds per sample (worker seed and sample
+    index) inside a `stateless(restore_seeds=True)` function, so a restored loader draws the same
+    values. The factors are the given ones, else those the dataset recorded in `meta.json`.
+
+    Raises:
+        SampleDecodeError: The sample has no `mean.pth`/`logvar.pth`, or no factors are known.
+    """
+    key = sample.__key__
+    if sample.mean is None or sample.logvar is None:
+        raise SampleDecodeError(
+            f"sample {key!r} has no mean.pth/logvar.pth to resample from; write the dataset with "
+            "`shardcook encode --latent-mode resample` or read it with resample_latents=False"
+        )
+    scale = sample.scaling_factor if scaling_factor is None else scaling_factor
+    shift = sample.shift_factor if shift_factor is None else shift_factor
+    if scale is None or shift is None:
+        raise SampleDecodeError(
+            f"sample {key!r} records no scaling_factor/shift_factor in meta.json; pass "
+            "scaling_factor= and shift_factor= to the task encoder"
+        )
+    mean = sample.mean.float()
+    eps = torch.randn(mean.shape, dtype=torch.float32)
+    latent = scale * (mean + torch.exp(0.5 * sample.logvar.float()) * eps - shift)
+    return dataclasses.replace(sample, latents=latent.to(sample.latents.dtype))
 
 
 def _stack_raw(samples: list[RawImageSample]) -> RawImageBatch:
@@ -78,6 +120,15 @@ class EncodedDiffusionTaskEncoder(
 ):
     """Reads pre-encoded datasets into `DiffusionBatch`es, one latent shape per batch.
 
+    Args:
+        worker_config: Accepted for Primus compatibility (`EncodedDiffusionTaskEncoder(
+            worker_config=wc)`) and kept as an attribute; Energon takes the worker config from
+            `get_train_dataset`, not from the task encoder.
+        resample_latents: Draw a fresh latent from each sample's stored posterior (`mean.pth`,
+            `logvar.pth`) every time it is read, as Primus's `vae_latent_mode: resample`.
+        scaling_factor: Overrides the VAE scaling factor recorded in the dataset (resample only).
+        shift_factor: Overrides the VAE shift factor recorded in the dataset (resample only).
+
     Example:
         >>> ds = get_train_dataset(path, task_encoder=EncodedDiffusionTaskEncoder(), ...)
     """
@@ -85,8 +136,30 @@ class EncodedDiffusionTaskEncoder(
     #: Energon's default decoder is off: the cooker loads `.pth` bytes with weights_only=True.
     decoder: SampleDecoder | None = None
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        worker_config: WorkerConfig | None = None,
+        *,
+        resample_latents: bool = False,
+        scaling_factor: float | None = None,
+        shift_factor: float | None = None,
+    ) -> None:
+        self.worker_config = worker_config
         self.cookers = [Cooker(cook_preencoded_diffusion)]
+        self.resample_latents = resample_latents
+        self.scaling_factor = scaling_factor
+        self.shift_factor = shift_factor
+        if resample_latents:  # only then pay for Energon's per-sample reseeding
+            self.encode_sample = self._resample
+
+    @stateless(restore_seeds=True)
+    def _resample(self, sample: DiffusionSample) -> DiffusionSample:
+        return resample_latent(
+            sample, scaling_factor=self.scaling_factor, shift_factor=self.shift_factor
+        )
+
+    # Energon finds an overridden encode_sample by looking its __name__ up on TaskEncoder.
+    _resample.__name__ = "encode_sample"
 
     @stateless
     def batch(self, samples: list[DiffusionSample]) -> DiffusionBatch:
@@ -103,13 +176,21 @@ class RawDiffusionTaskEncoder(
 ):
     """Reads raw image datasets into `RawImageBatch`es, one image size per batch.
 
+    Batches give `images` (and `batch["images"]`) as a list of RGB PIL images and `txt` as a
+    list of captions, as Primus's raw task encoder does.
+
     Args:
-        image_format: `"tensor"` (uint8 `[B, 3, H, W]`, default) or `"pil"` (lists of PIL images).
+        worker_config: Accepted for Primus compatibility and kept as an attribute.
+        image_format: `"pil"` (lists of PIL images, default) or `"tensor"` (uint8
+            `[B, 3, H, W]`, faster to train on; what `get_diffusion_loader` uses).
     """
 
     decoder: SampleDecoder | None = None
 
-    def __init__(self, *, image_format: ImageFormat = "tensor") -> None:
+    def __init__(
+        self, worker_config: WorkerConfig | None = None, *, image_format: ImageFormat = "pil"
+    ) -> None:
+        self.worker_config = worker_config
         self.cookers = [Cooker(raw_images_cooker(image_format))]
 
     @stateless
@@ -137,15 +218,32 @@ class DiffusionTaskEncoder(
 
     Args:
         image_format: How raw images are returned, `"tensor"` (default) or `"pil"`.
+        resample_latents: Pre-encoded samples get a fresh latent from their posterior on every
+            read (see `EncodedDiffusionTaskEncoder`).
     """
 
     decoder: SampleDecoder | None = None
 
-    def __init__(self, *, image_format: ImageFormat = "tensor") -> None:
+    def __init__(
+        self, *, image_format: ImageFormat = "tensor", resample_latents: bool = False
+    ) -> None:
         self.cookers = [
             Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": ENCODING_PREENCODED}),
             Cooker(raw_images_cooker(image_format), has_subflavors={"encoding": ENCODING_RAW}),
         ]
+        self.resample_latents = resample_latents
+        if resample_latents:
+            self.encode_sample = self._resample
+
+    @stateless(restore_seeds=True)
+    def _resample(
+        self, sample: DiffusionSample | RawImageSample
+    ) -> DiffusionSample | RawImageSample:
+        if isinstance(sample, DiffusionSample):
+            return resample_latent(sample, scaling_factor=None, shift_factor=None)
+        return sample
+
+    _resample.__name__ = "encode_sample"
 
     @stateless
     def batch(

@@ -1,14 +1,21 @@
-"""FLUX pre-encoded samples as Primus writes and reads them (the default `encode` layout)."""
+"""FLUX pre-encoded samples as Primus writes and reads them (the default `encode` layout).
+
+Only the three tensors are required: Primus's own writer emits no `meta.json`, a sample without
+`caption.txt` reads as caption "", and resample datasets add the posterior (`mean.pth`,
+`logvar.pth`).
+"""
 
 from shardcook.layouts.base import Layout
+
+#: The unscaled VAE posterior, stored per sample by `--latent-mode resample`.
+POSTERIOR_PARTS = ("mean.pth", "logvar.pth")
 
 PREENCODED = Layout(
     name="primus",
     encoding="preencoded",
     parts=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
            "meta.json"),
-    required=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
-              "meta.json"),
+    required=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth"),
     cooker="shardcook.energon.cookers:cook_preencoded_diffusion",
     checker="shardcook.dataset.samplecheck:check_preencoded",
 )

@@ -1,4 +1,4 @@
-"""Decoded, oriented, resized images with captions (`shardcook raw`)."""
+"""Decoded, oriented, resized images with captions (`shardcook raw`); `meta.json` optional."""
 
 from shardcook.layouts.base import Layout
 
@@ -9,6 +9,6 @@ RAW = Layout(
     name="raw",
     encoding="raw",
     parts=("jpg", "txt", "meta.json"),
-    required=(IMAGE_PARTS, "txt", "meta.json"),
+    required=(IMAGE_PARTS, "txt"),
     cooker="shardcook.energon.cookers:cook_raw_images",
 )

@@ -237,11 +237,14 @@ class ChatmlSource:
     # ---- Hugging Face ------------------------------------------------------------------
     def _open_hf(self, name: str | None, split: str, data_files, max_samples) -> None:
         import datasets
+        from shardcook.encoders.auth import resolve_token
         from shardcook.sources.huggingface import load
 
         if not name:
             raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")
-        ds = load(name, split, data_files)
+        token, _ = resolve_token(self.cfg.auth.hf_token_file)
+        ds = load(name, split, data_files, token=token)
+        del token
         feats = ds.features
         image_col = self.cfg.data_format.image_column or next(
             (c for c in ("images", "image") if c in feats), None)

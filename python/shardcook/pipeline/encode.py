@@ -11,6 +11,7 @@ threads, which overlap with all of these).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError
+from shardcook.layouts.preencoded import POSTERIOR_PARTS
 from shardcook.pipeline.raw import decode_images, meta_json
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
@@ -102,6 +104,7 @@ class EncodeProcessor:
     def __init__(self, cfg: RunConfig, encoders, stored_dtype):
         self.image, self.enc = cfg.image, encoders
         self.batch_size = cfg.model.batch_size
+        self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
         self.workers = cfg.image.workers or os.cpu_count() or 1
         self.stage_seconds = {"preprocess": 0.0, "encoder_wait": 0.0, "encode": 0.0,
@@ -123,9 +126,12 @@ class EncodeProcessor:
         t0 = time.perf_counter()
         items = [batch[n].item for n, _ in group]
         pixels = np.stack([r.pixels for _, r in group])
-        lat = self.enc.encode_images(pixels, [it.key for it in items])
+        if self.resample:
+            lat, *posterior = self.enc.encode_posterior(pixels)
+        else:
+            lat, posterior = self.enc.encode_images(pixels, [it.key for it in items]), []
         t5, pooled = self.enc.encode_text([it.caption or "" for it in items])
-        out = tuple(t.to("cpu", dtype=self.stored_dtype) for t in (lat, t5, pooled))
+        out = tuple(t.to("cpu", dtype=self.stored_dtype) for t in (lat, t5, pooled, *posterior))
         self.stage_seconds["encode"] += time.perf_counter() - t0
         return out
 
@@ -133,21 +139,32 @@ class EncodeProcessor:
         from shardcook.encoders.flux import tensor_bytes
 
         t0 = time.perf_counter()
-        lat, t5, pooled = tensors
+        lat, t5, pooled, *posterior = tensors
         done = []
         for j, (n, r) in enumerate(group):
             item = batch[n].item
             h, w = r.pixels.shape[:2]
+            meta = meta_json(item.source, r.orig_size, r.crop, (h, w))
             parts = [
                 ("latents.pth", tensor_bytes(lat[j])),
                 ("prompt_embeds.pth", tensor_bytes(t5[j])),
                 ("pooled_prompt_embeds.pth", tensor_bytes(pooled[j])),
                 ("caption.txt", (item.caption or "").encode("utf-8")),
-                ("meta.json", meta_json(item.source, r.orig_size, r.crop, (h, w))),
+                ("meta.json", self._with_factors(meta) if posterior else meta),
             ]
+            if posterior:
+                mean, logvar = posterior
+                parts += [(POSTERIOR_PARTS[0], tensor_bytes(mean[j])),
+                          (POSTERIOR_PARTS[1], tensor_bytes(logvar[j]))]
             done.append((n, Outcome(item, parts=parts)))
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return done
+
+    def _with_factors(self, meta: bytes) -> bytes:
+        """meta.json plus the VAE factors a resampling task encoder needs."""
+        fields = json.loads(meta)
+        fields.update(scaling_factor=self.enc.scaling_factor, shift_factor=self.enc.shift_factor)
+        return json.dumps(fields, ensure_ascii=False).encode("utf-8")
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
@@ -215,9 +232,13 @@ def quiet_model_libraries() -> None:
 def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
     """`shardcook encode`: the whole run for this rank; returns report.json's content on rank 0.
 
+    Args:
+        token_file: The Hugging Face token file (default: the config's `auth.hf_token_file`).
+
     Raises:
         ConfigError: bad setup (options, model paths, token file), before any work.
     """
+    token_file = token_file or cfg.auth.hf_token_file
     check_model(cfg)
     quiet_model_libraries()
     from shardcook.encoders.flux import FluxEncoders, torch_dtype

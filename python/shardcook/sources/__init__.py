@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from shardcook.errors import ConfigError
 from shardcook.sources.base import Extra, Item, Source
 
 __all__ = ["Extra", "Item", "Source", "open_source"]
+
+
+def _single(name: str, one: str | None, several: list[str] | None) -> str | None:
+    """One field name for a source that takes one: `one`, or the only entry of `several`."""
+    names = [*([one] if one else []), *(several or [])]
+    if len(set(names)) > 1:
+        raise ConfigError(
+            f"A webdataset source takes one {name} (a tar part or json.<path>), not several "
+            f"({', '.join(names)}); keep one."
+        )
+    return names[0] if names else None
 
 
 def open_source(cfg) -> Source:
@@ -15,10 +27,15 @@ def open_source(cfg) -> Source:
 
         return DirectorySource(s.input_dir, s.max_samples)
     if s.source_type == "huggingface":
+        from shardcook.encoders.auth import resolve_token
         from shardcook.sources.huggingface import HuggingFaceSource
 
+        token, _ = resolve_token(cfg.auth.hf_token_file)
         return HuggingFaceSource(s.hf_dataset, s.hf_split, s.hf_data_files or None, s.max_samples,
-                                 f.image_column, f.caption_column)
+                                 f.image_column, f.caption_column, image_columns=f.image_columns,
+                                 caption_columns=f.caption_columns, token=token)
     from shardcook.sources.webdataset import WebDatasetSource
 
-    return WebDatasetSource(s.input_path, s.max_samples, f.image_column, f.caption_column)
+    return WebDatasetSource(s.input_path, s.max_samples,
+                            _single("image column", f.image_column, f.image_columns),
+                            _single("caption column", f.caption_column, f.caption_columns))

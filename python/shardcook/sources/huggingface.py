@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shardcook.encoders.auth import redact
 from shardcook.errors import ConfigError
 from shardcook.sources.base import (
     MISSING_CAPTION,
@@ -25,8 +26,13 @@ FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv
 CHUNK = 64
 
 
-def load(name: str, split: str, data_files: list[str] | None = None):
-    """Opens one split as a memory-mapped `datasets.Dataset` (nothing is read into memory)."""
+def load(name: str, split: str, data_files: list[str] | None = None, *,
+         token: str | None = None):
+    """Opens one split as a memory-mapped `datasets.Dataset` (nothing is read into memory).
+
+    `token` (from `--hf-token-file`, HF_TOKEN or the saved login) reads gated or private hub
+    datasets; it is handed to `datasets` only and never appears in an error message.
+    """
     import sys
 
     import datasets
@@ -50,11 +56,11 @@ def load(name: str, split: str, data_files: list[str] | None = None):
                                          data_files=[str(path)], split=split)
         if path.suffix.lower() in FILE_BUILDERS and not path.exists():
             raise ConfigError(f"Hugging Face data file {name!r} does not exist; check --hf-dataset.")
-        return datasets.load_dataset(name, data_files=data_files, split=split)
+        return datasets.load_dataset(name, data_files=data_files, split=split, token=token)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds, all mean "cannot load"
-        first = (str(e).splitlines() or [type(e).__name__])[0]
+        first = redact((str(e).splitlines() or [type(e).__name__])[0], token)
         raise ConfigError(
             f"Hugging Face dataset {name!r} (split {split!r}) could not be loaded: {first}"
         ) from None
@@ -62,6 +68,18 @@ def load(name: str, split: str, data_files: list[str] | None = None):
 
 def _root(path: str) -> str:
     return path.split(".", 1)[0]
+
+
+def _first_value(row: dict[str, Any], paths: list[str]) -> Any:
+    """The value at the first of `paths` that `row` holds (not None, not ""), else None."""
+    for path in paths:
+        try:
+            value = dotted_get(row, path)
+        except KeyError:
+            continue
+        if value is not None and value != "":
+            return value
+    return None
 
 
 def detect_columns(features: dict[str, Any], image_column: str | None,
@@ -96,22 +114,49 @@ def detect_columns(features: dict[str, Any], image_column: str | None,
     return image_column, caption_column
 
 
+def candidate_columns(features: dict[str, Any], option: str, columns: list[str]) -> list[str]:
+    """The candidate fields (dotted paths, tried in order per row) whose column exists."""
+    kept = [c for c in columns if _root(c) in features]
+    if not kept:
+        raise ConfigError(
+            f"None of the {option} {', '.join(columns)} is a column "
+            f"(columns: {', '.join(features)})."
+        )
+    return kept
+
+
 class HuggingFaceSource:
-    """Inputs = the rows of one split, in row order; images stay encoded (decode=False)."""
+    """Inputs = the rows of one split, in row order; images stay encoded (decode=False).
+
+    `image_columns`/`caption_columns` (Primus's `image_keys`/`caption_keys`) are candidate
+    dotted paths tried in order for each row; the first that holds a value is used.
+    """
 
     def __init__(self, name: str, split: str = "train", data_files: list[str] | None = None,
                  max_samples: int | None = None, image_column: str | None = None,
-                 caption_column: str | None = None):
+                 caption_column: str | None = None, *, image_columns: list[str] | None = None,
+                 caption_columns: list[str] | None = None, token: str | None = None):
         import datasets
 
-        ds = load(name, split, data_files)
+        ds = load(name, split, data_files, token=token)
         self.image_column, self.caption_column = detect_columns(
-            ds.features, image_column, caption_column)
-        roots = list(dict.fromkeys([_root(self.image_column), _root(self.caption_column)]))
+            ds.features, None if image_columns else image_column,
+            None if caption_columns else caption_column)
+        self.image_paths = [self.image_column]
+        self.caption_paths = [self.caption_column]
+        if image_columns:
+            self.image_paths = candidate_columns(
+                ds.features, "image columns", [*([image_column] if image_column else []),
+                                               *image_columns])
+        if caption_columns:
+            self.caption_paths = candidate_columns(
+                ds.features, "caption columns", [*([caption_column] if caption_column else []),
+                                                 *caption_columns])
+        roots = list(dict.fromkeys(_root(c) for c in (*self.image_paths, *self.caption_paths)))
         ds = ds.select_columns(roots)
-        img_root = _root(self.image_column)
-        if isinstance(ds.features[img_root], datasets.Image):
-            ds = ds.cast_column(img_root, datasets.Image(decode=False))
+        for img_root in dict.fromkeys(_root(c) for c in self.image_paths):
+            if isinstance(ds.features[img_root], datasets.Image):
+                ds = ds.cast_column(img_root, datasets.Image(decode=False))
         if len(ds) == 0:
             raise ConfigError(f"Hugging Face dataset {name!r} split {split!r} has no rows.")
         self.ds = ds
@@ -137,10 +182,7 @@ class HuggingFaceSource:
 
     def _item(self, index: int, row: dict) -> Item:
         source = f"{self.name}[{self.split}][{index}]"
-        try:
-            image = dotted_get(row, self.image_column)
-        except KeyError:
-            image = None
+        image = _first_value(row, self.image_paths)
         image_bytes, image_path = None, None
         if isinstance(image, dict):
             image_bytes, image_path = image.get("bytes"), image.get("path")
@@ -156,10 +198,7 @@ class HuggingFaceSource:
             image_bytes = buf.getvalue()
         if image_bytes is None and (not image_path or not os.path.isfile(image_path)):
             return Item(index, source, skip=MISSING_IMAGE)
-        try:
-            caption = dotted_get(row, self.caption_column)
-        except KeyError:
-            caption = None
+        caption = _first_value(row, self.caption_paths)
         skip = None
         if isinstance(caption, (list, tuple)) and caption and isinstance(caption[0], str):
             caption = caption[0]

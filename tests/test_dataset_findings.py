@@ -200,6 +200,8 @@ def test_deep_decodes_every_raw_part(tmp_path, how, expected):
     ("latent 2-D", "part latents.pth has shape [16, 4], not [C, H/8, W/8]"),
     ("latent wrong size", "part latents.pth is 4x5 but meta.json's size 32x32 needs 4x4"),
     ("mixed dtypes", "the tensor parts mix dtypes bfloat16, float32"),
+    ("posterior of another shape", ("part logvar.pth has shape [16, 2, 2] but latents.pth has "
+                                   "[16, 4, 4]")),
 ])
 def test_deep_checks_preencoded_parts_and_shapes(tmp_path, how, expected):
     import torch
@@ -215,6 +217,9 @@ def test_deep_checks_preencoded_parts_and_shapes(tmp_path, how, expected):
                 p["latents.pth"] = pth(torch.zeros(16, 4, 5, dtype=torch.bfloat16))
             elif how == "mixed dtypes":
                 p["pooled_prompt_embeds.pth"] = pth(torch.zeros(24))
+            elif how == "posterior of another shape":
+                p["mean.pth"] = pth(torch.zeros(16, 4, 4))
+                p["logvar.pth"] = pth(torch.zeros(16, 2, 2))
         return p
 
     d = write_dataset(tmp_path / "ds", parts, encoding="preencoded")

@@ -13,6 +13,7 @@ from typing import Any
 from shardcook.dataset.tensorinfo import TensorInfo, tensor_info
 from shardcook.layouts import IMAGE_PARTS, Layout
 from shardcook.layouts.chatml import CONVERSATION_PART, MULTI_IMAGE_PART, load_jpgs
+from shardcook.layouts.preencoded import POSTERIOR_PARTS
 
 #: A layout checker: (parts, manifest, deep) -> one sentence per problem.
 Checker = Callable[[Mapping[str, bytes], Mapping[str, Any], bool], list[str]]
@@ -109,7 +110,8 @@ def _size(parts: Mapping[str, bytes]) -> tuple[int, int] | None:
 def check_preencoded(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
                      deep: bool) -> list[str]:
     """Tensor ranks, and shapes that agree with each other, meta.json and the manifest:
-    latents `[C, H/8, W/8]`, prompt_embeds `[L, D]`, pooled_prompt_embeds `[D]`, one dtype."""
+    latents `[C, H/8, W/8]`, prompt_embeds `[L, D]`, pooled_prompt_embeds `[D]`, one dtype;
+    a stored posterior (`mean.pth`, `logvar.pth`) of the latent's shape."""
     latents = _tensor(parts, "latents.pth")
     prompt = _tensor(parts, "prompt_embeds.pth")
     pooled = _tensor(parts, "pooled_prompt_embeds.pth")
@@ -135,6 +137,11 @@ def check_preencoded(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
     if prompt is not None and max_length is not None and prompt.shape[0] != max_length:
         problems.append(f"part prompt_embeds.pth has {prompt.shape[0]} tokens but the manifest's "
                         f"t5_max_length is {max_length}")
+    for name in POSTERIOR_PARTS:
+        posterior = _tensor(parts, name)
+        if latents is not None and posterior is not None and posterior.shape != latents.shape:
+            problems.append(f"part {name} has shape {list(posterior.shape)} but latents.pth has "
+                            f"{list(latents.shape)}")
     dtypes = {info.dtype for info in (latents, prompt, pooled) if info is not None}
     if len(dtypes) > 1:
         problems.append(f"the tensor parts mix dtypes {', '.join(sorted(dtypes))}")

@@ -287,6 +287,10 @@ def test_a_sample_holding_a_part_twice_is_a_problem(tmp_path):
     finalize(d, encoding="raw", validate=False)
     assert validate(d).problems == [
         "000000.tar: sample #0 holds the part jpg twice; Energon keeps only one of them"]
+    finalize(d, force=True, sqlite=False, validate=False)  # without index.sqlite: --deep finds it
+    assert validate(d).ok
+    assert validate(d, deep=True).problems == [
+        "000000.tar: sample 0000000000 holds the part jpg twice; Energon keeps only one of them"]
 
 
 def test_a_shard_in_two_split_parts_is_a_warning(tmp_path):

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import io
 import sqlite3
+import tarfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,6 +63,27 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool) -> li
         shard = list(counts)[tar_id] if 0 <= tar_id < len(counts) else f"shard #{tar_id}"
         problems.append(f"{shard}: sample #{index} holds the part {part} twice; Energon keeps "
                         "only one of them")
+    return problems
+
+
+def repeated_part_problems(root: Path, shards: Sequence[str]) -> list[str]:
+    """Samples holding the same part twice, found from the tar headers alone (the check
+    `sqlite_problems` makes from index.sqlite, for datasets finalized without it)."""
+    problems = []
+    for shard in shards:
+        seen: set[tuple[str, str]] = set()
+        try:
+            with tarfile.open(root / shard) as tar:  # reads headers, seeks over the data
+                for member in tar:
+                    folder, _, base = member.name.rpartition("/")
+                    key, _, part = base.partition(".")
+                    if (f"{folder}/{key}", part) in seen:
+                        problems.append(f"{shard}: sample {key} holds the part {part} twice; "
+                                        "Energon keeps only one of them")
+                        break
+                    seen.add((f"{folder}/{key}", part))
+        except (OSError, tarfile.TarError) as e:
+            problems.append(f"{shard}: {e}")
     return problems
 
 

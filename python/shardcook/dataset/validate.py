@@ -18,7 +18,7 @@ from shardcook.dataset.samplecheck import load_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
 from shardcook.layouts import Layout
-from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
+from shardcook.layouts.names import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 
 T = TypeVar("T")
 
@@ -190,4 +190,6 @@ def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[
         )
     if deep:
         report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
+        if not (root / META_DIR / INDEX_SQLITE).is_file():  # else sqlite_problems looked
+            report.problems += checks.repeated_part_problems(root, listed)
 

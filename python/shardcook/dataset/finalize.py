@@ -88,8 +88,12 @@ def _layouts_like(root: Path, shards: list[str]) -> list[Layout]:
 def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: str | None,
               force: bool) -> str | None:
     """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
-    if encoding is None:
-        encoding = metadata.recorded_encoding(root, skip_damaged=force)
+    if encoding is not None:
+        metadata.layout_of(encoding, "--encoding")
+        return encoding
+    encoding = metadata.recorded_encoding(root, skip_damaged=force)
+    if encoding is not None:
+        metadata.layout_of(encoding, f"{root}'s dataset.yaml or manifest")
     if encoding is not None or sample_type is not None:
         return encoding
     like = _layouts_like(root, shards)

@@ -186,6 +186,10 @@ def test_legacy_metadataset_blend_loads(seed_encoded, seed_raw, tmp_path):
         for _ in range(16):
             kinds.add(type(next(loader)).__name__)
     assert kinds == {"DiffusionBatch", "RawImageBatch"}
+    from shardcook.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="split 'val' is not in .*blend.yaml; it has train"):
+        get_diffusion_loader(blend, batch_size=2, split="val")
 
 
 # --- resample mode --------------------------------------------------------------------------

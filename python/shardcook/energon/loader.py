@@ -333,13 +333,25 @@ def _worker_config(
     )
 
 
+def _metadataset_splits(path: Path) -> list[str] | None:
+    """The splits a metadataset .yaml defines (`splits:` in both Metadataset and
+    MetadatasetV2), or None when it cannot be read that way (Energon then says why)."""
+    import yaml
+
+    try:
+        splits = yaml.safe_load(path.read_text(encoding="utf-8")).get("splits")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return None
+    return [str(name) for name in splits] if isinstance(splits, dict) else None
+
+
 def _dataset_splits(path: Path) -> list[str] | None:
-    """The split parts a dataset folder's split.yaml names (None for a metadataset .yaml)."""
+    """The split parts a dataset folder's split.yaml names, or a metadataset's splits."""
     from shardcook.dataset import metadata
     from shardcook.errors import DatasetError
 
     if path.is_file():
-        return None
+        return _metadataset_splits(path)
     split_yaml = metadata.read_split_yaml(path)
     if split_yaml is None:
         raise DatasetError(

@@ -170,6 +170,21 @@ def test_compress_true_is_refused_with_the_reason(tmp_path, hf_folder):
              "uncompressed tars by byte offset")
 
 
+@pytest.mark.parametrize("command", ["diffusion-raw", "diffusion-encoded"])
+def test_compress_flag_is_refused_with_the_reason(tmp_path, hf_folder, command):
+    config = primus_yaml(tmp_path, hf_folder, tmp_path / "out", Path("m"))
+    _refused(tmp_path, [command, "--config", str(config), "--compress"],
+             "`--compress` is not supported: Energon indexes and reads uncompressed tars")
+
+
+def test_primus_image_format_names(tmp_path, hf_folder):
+    config = primus_yaml(tmp_path, hf_folder, tmp_path / "out", None)
+    for primus, ours in (("JPEG", "jpg"), ("PNG", "png"), ("WEBP", "webp")):
+        r = run_in_process(["diffusion-raw", "--config", str(config), "--print-config",
+                            "--image-format", primus])
+        assert yaml.safe_load(r.output)["image"]["image_format"] == ours
+
+
 @pytest.mark.parametrize("command", ["raw", "encode", "chatml"])
 def test_loose_token_file_is_refused(tmp_path, hf_folder, command):
     token = _token_file(tmp_path, 0o644)

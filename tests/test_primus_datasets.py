@@ -186,6 +186,18 @@ def test_legacy_metadataset_blend_loads(seed_encoded, seed_raw, tmp_path):
         for _ in range(16):
             kinds.add(type(next(loader)).__name__)
     assert kinds == {"DiffusionBatch", "RawImageBatch"}
+    from shardcook.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="split 'val' is not in .*blend.yaml; it has train"):
+        get_diffusion_loader(blend, batch_size=2, split="val")
+    # Primus's template also sets loader options at the top level, which Energon refuses
+    data = yaml.safe_load(blend.read_text())
+    blend.write_text(yaml.safe_dump({**data, "shuffle_buffer_size": 1000,
+                                     "max_samples_per_sequence": 100}))
+    with pytest.raises(ConfigError, match="sets shuffle_buffer_size, max_samples_per_sequence at "
+                                          "the top level.*pass shuffle_buffer_size=, "
+                                          "max_samples_per_sequence= to get_diffusion_loader"):
+        get_diffusion_loader(blend, batch_size=2)
 
 
 # --- resample mode --------------------------------------------------------------------------

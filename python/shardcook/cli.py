@@ -190,6 +190,7 @@ _FinalizeOpt = Annotated[bool, typer.Option("--finalize/--no-finalize", help="In
 _HfTokenFileOpt = Annotated[str | None, typer.Option(help="A file holding a Hugging Face token (mode 600 or 400), for models and datasets. Else HF_TOKEN, else the saved `huggingface-cli login`. Never printed.", rich_help_panel=_SRC)]
 # Primus's spellings (`primus-cli direct -- data diffusion-raw|diffusion-encoded`), as aliases.
 _PRIMUS = "Primus aliases"
+_CompressOpt = Annotated[bool | None, typer.Option("--compress", help="Primus: refused (shards stay uncompressed: Energon reads them by byte offset).", rich_help_panel=_PRIMUS, show_default=False)]
 _CenterCropOpt = Annotated[bool | None, typer.Option("--center-crop/--no-center-crop", help="Primus: --center-crop = --resize-mode crop, --no-center-crop = stretch.", rich_help_panel=_PRIMUS, show_default=False)]
 _VariableSizeOpt = Annotated[bool | None, typer.Option("--variable-size", help="Primus: = --resize-mode variable (long side to --max-size).", rich_help_panel=_PRIMUS, show_default=False)]
 _TrainSplitOpt = Annotated[float | None, typer.Option(help="Primus: F = --split F,(1-F)/2,(1-F)/2.", rich_help_panel=_PRIMUS, show_default=False)]
@@ -236,7 +237,7 @@ def raw(
     image_size: Annotated[int, typer.Option(help="Target side (crop, stretch).", rich_help_panel=_IMG)] = 1024,
     resize_mode: _ResizeModeOpt = "crop",
     max_size: _MaxSizeOpt = 1024,
-    image_format: Annotated[str, typer.Option(help="jpg, png or webp.", rich_help_panel=_IMG)] = "jpg",
+    image_format: Annotated[str, typer.Option(help="jpg, png or webp (also Primus's JPEG, PNG, WEBP).", rich_help_panel=_IMG)] = "jpg",
     image_quality: Annotated[int, typer.Option(help="JPEG/WebP quality 1-100.", rich_help_panel=_IMG)] = 95,
     min_size: _MinSizeOpt = 0,
     workers: _WorkersOpt = None,
@@ -244,6 +245,7 @@ def raw(
     center_crop: _CenterCropOpt = None,
     variable_size: _VariableSizeOpt = None,
     train_split: _TrainSplitOpt = None,
+    compress: _CompressOpt = None,
 ) -> None:
     """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
     finalized Energon shards. Resumable; runs under torchrun. Alias: diffusion-raw."""
@@ -379,6 +381,7 @@ def encode(
     variable_size: _VariableSizeOpt = None,
     train_split: _TrainSplitOpt = None,
     vae_latent_mode: _VaeLatentModeOpt = None,
+    compress: _CompressOpt = None,
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
     shards (docs/FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun. Alias:

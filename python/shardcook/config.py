@@ -26,6 +26,8 @@ RESIZE_MODES = ("crop", "stretch", "variable", "bucket")
 #: Primus's `vae_latent_mode` values -> our `latent_mode`.
 PRIMUS_LATENT_MODES = {"presampled": "sample", "resample": "resample"}
 IMAGE_FORMATS = ("jpg", "png", "webp")
+#: Other spellings of the image formats (Primus's raw takes JPEG, PNG, WEBP).
+IMAGE_FORMAT_ALIASES = {"jpeg": "jpg", "JPEG": "jpg", "JPG": "jpg", "PNG": "png", "WEBP": "webp"}
 
 
 @dataclass
@@ -235,9 +237,10 @@ def translate_primus(values: dict[tuple[str, str], Setting]) -> dict[tuple[str, 
             if not isinstance(value, bool):
                 raise ConfigError(f"`{where}` must be true or false, not {value!r}.")
             if value:
+                spelled = where if where.startswith("--") else f"{where}: true"
                 raise ConfigError(
-                    f"`{where}: true` is not supported: Energon indexes and reads uncompressed tars "
-                    "by byte offset, so shards are always written uncompressed; drop it or set false."
+                    f"`{spelled}` is not supported: Energon indexes and reads uncompressed tars "
+                    "by byte offset, so shards are always written uncompressed; drop it."
                 )
         elif (section, key) == ("output", "train_split"):
             out[("output", "split")] = (train_split(value, where), where)
@@ -331,6 +334,7 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 
 #: Primus's command-line flags -> the Primus config key they stand for.
 PRIMUS_FLAGS: dict[str, tuple[str, str]] = {
+    "compress": ("output", "compress"),
     "center_crop": ("image", "center_crop"),
     "variable_size": ("image", "variable_size"),
     "train_split": ("output", "train_split"),
@@ -382,6 +386,8 @@ def resolve(
     primus = {PRIMUS_FLAGS[n]: (v, _flag(n, v)) for n, v in (primus_flags or {}).items()}
     for (section, name), (value, _) in merge_settings(given, primus).items():
         setattr(getattr(cfg, section), name, value)
+    cfg.image.image_format = IMAGE_FORMAT_ALIASES.get(cfg.image.image_format,
+                                                      cfg.image.image_format)
     check(cfg)
     return cfg
 

@@ -333,13 +333,40 @@ def _worker_config(
     )
 
 
+#: Top-level keys of Primus's metadataset template that are loader settings, not Energon's.
+PRIMUS_LOADER_KEYS = ("shuffle_buffer_size", "max_samples_per_sequence")
+
+
+def _metadataset_splits(path: Path) -> list[str] | None:
+    """The splits a metadataset .yaml defines (`splits:` in both Metadataset and
+    MetadatasetV2), or None when it cannot be read that way (Energon then says why)."""
+    import yaml
+
+    from shardcook.errors import ConfigError
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    settings = [key for key in PRIMUS_LOADER_KEYS if key in data]
+    if settings:
+        raise ConfigError(
+            f"{path} sets {', '.join(settings)} at the top level, which Energon's metadataset "
+            f"does not take; remove it and pass {'=, '.join(settings)}= to get_diffusion_loader."
+        )
+    splits = data.get("splits")
+    return [str(name) for name in splits] if isinstance(splits, dict) else None
+
+
 def _dataset_splits(path: Path) -> list[str] | None:
-    """The split parts a dataset folder's split.yaml names (None for a metadataset .yaml)."""
+    """The split parts a dataset folder's split.yaml names, or a metadataset's splits."""
     from shardcook.dataset import metadata
     from shardcook.errors import DatasetError
 
     if path.is_file():
-        return None
+        return _metadataset_splits(path)
     split_yaml = metadata.read_split_yaml(path)
     if split_yaml is None:
         raise DatasetError(

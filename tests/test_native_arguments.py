@@ -45,8 +45,9 @@ def test_bad_writer_arguments_are_config_errors_and_write_nothing(tmp_path, argu
     ({"size": -5}, "size must be from 1 to 65536, not -5"),
     ({"size": 0}, "size must be from 1 to 65536, not 0"),
     ({"size": 100_000}, "size must be from 1 to 65536, not 100000"),
-    ({"size": 20_000}, ("size 20000 asks for 400000000 output pixels, more than "
-                        "max_pixels=178956970; choose a smaller size")),
+    ({"size": 20_000}, ("size 20000 asks for 400000000 output pixels, more than the limit of "
+                        "178956970 (max_pixels, at least 178956970); choose a smaller size")),
+    ({"size": 70_000, "max_pixels": 10**12}, "size must be from 1 to 65536, not 70000"),
     ({"max_size": -1, "mode": "variable"}, "max_size must be from 1 to 65536, not -1"),
     ({"mode": "bucket", "buckets": [(64, -64)]}, "a bucket height must be from 1 to 65536, not -64"),
     ({"mode": "bucket", "buckets": [(0, 64)]}, "a bucket width must be from 1 to 65536, not 0"),

@@ -20,7 +20,8 @@ STUB_PATH = Path(_native.__file__).with_name("_native.pyi")
 def _load_stub() -> types.ModuleType:
     """The stub executed as a module: its annotations become real objects to compare with."""
     stub = types.ModuleType("_native_stub")
-    source = compile(STUB_PATH.read_text(encoding="utf-8"), str(STUB_PATH), "exec")
+    text = STUB_PATH.read_text(encoding="utf-8")
+    source = compile(text, str(STUB_PATH), "exec", dont_inherit=True)  # annotations as objects
     exec(source, stub.__dict__)  # noqa: S102 - our own stub, run to read its annotations
     return stub
 

@@ -36,8 +36,14 @@ pub struct Options {
 }
 
 impl Options {
-    /// Refuses a mode whose output alone would have more than `max_pixels` pixels, so a huge
-    /// size is one clear error before any work instead of a failed allocation per image.
+    /// The most pixels one output may have: `max_pixels`, but never below the default, so a
+    /// strict input limit does not forbid upscaling small images to a usual training size.
+    pub fn output_limit(&self) -> u64 {
+        self.max_pixels.max(DEFAULT_MAX_PIXELS)
+    }
+
+    /// Refuses a mode whose output alone would exceed [`Options::output_limit`], so a huge size
+    /// is one clear error before any work instead of a failed allocation per image.
     pub fn check(&self) -> Result<()> {
         let side = |s: u32| s as u64 * s as u64;
         let (what, pixels) = match &self.mode {
@@ -51,13 +57,13 @@ impl Options {
             }
             Mode::Variable { .. } => return Ok(()), // never larger than the input
         };
-        if pixels > self.max_pixels {
+        if pixels > self.output_limit() {
             return Err(Error::image(
                 ImageKind::BadOption,
                 format!(
-                    "{what} asks for {pixels} output pixels, more than max_pixels={}; \
-                     choose a smaller size",
-                    self.max_pixels
+                    "{what} asks for {pixels} output pixels, more than the limit of {} \
+                     (max_pixels, at least {DEFAULT_MAX_PIXELS}); choose a smaller size",
+                    self.output_limit()
                 ),
             ));
         }
@@ -106,13 +112,14 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
     let plan = |h: &Header| -> Result<decode::Request> {
         let (ow, oh) = h.orientation.oriented_size(h.width, h.height);
         let g = geometry(ow, oh, &options.mode)?;
-        let out_pixels = g.width as u64 * g.height as u64;
-        if out_pixels > options.max_pixels {
+        if g.width as u64 * g.height as u64 > options.output_limit() {
             return Err(Error::image(
                 ImageKind::TooLarge,
                 format!(
-                    "output too large: {}×{} (more than max_pixels={})",
-                    g.width, g.height, options.max_pixels
+                    "output too large: {}×{} (more than {} pixels)",
+                    g.width,
+                    g.height,
+                    options.output_limit()
                 ),
             ));
         }

@@ -30,11 +30,79 @@ pub enum Error {
     /// A dataset-level problem that is not about one file's bytes (no shards, already indexed).
     #[error("{0}")]
     Dataset(String),
-    /// An image that cannot be decoded, resized or encoded, or an image option that is wrong.
+    /// An image that cannot be decoded, resized or encoded, or an image option that is wrong;
+    /// `kind` says which, so callers never search the message.
+    #[error("{message}")]
+    Image { kind: ImageKind, message: String },
+    /// An argument or option outside what the core accepts (a negative size, zero workers).
     #[error("{0}")]
-    Image(String),
+    Config(String),
     #[error("index.sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+}
+
+/// Why an image could not be used or made, as a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageKind {
+    /// A mode, filter, size or other image option is wrong.
+    BadOption,
+    /// The input is neither bytes nor a path.
+    BadInput,
+    /// The input path cannot be read.
+    Unreadable,
+    /// The bytes are empty or not in a format the core decodes.
+    UnsupportedFormat,
+    /// The bytes are in a known format but cannot be decoded.
+    DecodeError,
+    /// The input or the requested output has more pixels than allowed.
+    TooLarge,
+    /// The image is too small for the mode.
+    TooSmall,
+    /// The pixels cannot be resized or encoded.
+    EncodeError,
+    /// A bug in the core (a caught panic, a thread pool that would not start).
+    Internal,
+}
+
+impl ImageKind {
+    /// The machine-readable name Python sees (`ImageError.kind`, `error_kind`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ImageKind::BadOption => "bad_option",
+            ImageKind::BadInput => "bad_input",
+            ImageKind::Unreadable => "unreadable",
+            ImageKind::UnsupportedFormat => "unsupported_format",
+            ImageKind::DecodeError => "decode_error",
+            ImageKind::TooLarge => "too_large",
+            ImageKind::TooSmall => "too_small",
+            ImageKind::EncodeError => "encode_error",
+            ImageKind::Internal => "internal",
+        }
+    }
+}
+
+impl Error {
+    /// An image error of `kind`.
+    pub fn image(kind: ImageKind, message: impl Into<String>) -> Error {
+        Error::Image {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The machine-readable kind of this error (`ShardcookError.kind` in Python).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::Shard { .. } => "shard",
+            Error::InvalidName(_) => "invalid_name",
+            Error::DuplicateKey { .. } => "duplicate_key",
+            Error::Dataset(_) => "dataset",
+            Error::Image { kind, .. } => kind.name(),
+            Error::Config(_) => "config",
+            Error::Sqlite(_) => "sqlite",
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

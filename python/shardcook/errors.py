@@ -1,37 +1,74 @@
 """The exceptions shardcook raises, all rooted at `ShardcookError`.
 
 The native core raises these same classes, so one ``except ShardcookError`` catches everything.
+Each carries a machine-readable `kind` (one of `ErrorKind`) to branch on instead of the message.
 """
+
+from typing import Literal
+
+#: Why an image could not be used or made: `ImageError.kind` and `ImageResult.error_kind`.
+ImageErrorKind = Literal[
+    "bad_option",  # a mode, filter, size or other image option is wrong
+    "bad_input",  # an input is neither bytes nor a path
+    "unreadable",  # an input path cannot be read
+    "unsupported_format",  # empty bytes, or not a format the core decodes
+    "decode_error",  # a known format that cannot be decoded
+    "too_large",  # more pixels than max_pixels, or than memory allows
+    "too_small",  # too small for the mode
+    "encode_error",  # the pixels cannot be resized or encoded
+    "internal",  # a bug in the core
+]
+#: Every value of `ShardcookError.kind`.
+ErrorKind = Literal[
+    "error", "io", "shard", "invalid_name", "duplicate_key", "dataset", "config", "sqlite",
+    ImageErrorKind,
+]
 
 
 class ShardcookError(Exception):
     """Base of every error shardcook raises."""
 
+    kind: ErrorKind = "error"
+
 
 class ShardcookIOError(ShardcookError, OSError):
     """A file could not be opened, read or written."""
+
+    kind: ErrorKind = "io"
 
 
 class ShardError(ShardcookError):
     """A shard's bytes are not a tar we can read: truncated, corrupt, or not a tar at all."""
 
+    kind: ErrorKind = "shard"
+
 
 class InvalidNameError(ShardcookError, ValueError):
     """A sample key or part name that docs/FORMAT.md forbids."""
+
+    kind: ErrorKind = "invalid_name"
 
 
 class DuplicateKeyError(ShardcookError):
     """The same sample key occurs twice in one dataset."""
 
+    kind: ErrorKind = "duplicate_key"
+
 
 class DatasetError(ShardcookError):
     """A dataset folder is not in a state the operation can work with."""
+
+    kind: ErrorKind = "dataset"
 
 
 class ConfigError(ShardcookError, ValueError):
     """An option or configuration value is wrong; the message says what to change."""
 
+    kind: ErrorKind = "config"
+
 
 class ImageError(ShardcookError, ValueError):
     """An image option is wrong, or an image cannot be encoded (bad images in a batch are
-    reported per item by `shardcook.imaging.preprocess`, not raised)."""
+    reported per item by `shardcook.imaging.preprocess`, with `error_kind`, not raised)."""
+
+    kind: ErrorKind = "bad_option"

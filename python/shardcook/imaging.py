@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Union
 
 from shardcook import _native
+from shardcook.errors import ImageErrorKind
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +35,10 @@ FILTERS = ("nearest", "box", "bilinear", "hamming", "bicubic", "mitchell", "lanc
 DEFAULT_MAX_PIXELS = 178_956_970  # Pillow's decompression-bomb limit
 
 Mode = Literal["crop", "stretch", "variable", "bucket"]
+ImageFormat = Literal["jpg", "jpeg", "png", "webp"]
+FilterName = Literal[
+    "nearest", "box", "bilinear", "hamming", "bicubic", "mitchell", "lanczos3", "lanczos"
+]
 ImageInput = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 
 
@@ -46,12 +51,15 @@ class ImageResult:
         error: None, or why the input could not be used, in one sentence.
         orig_size: (h, w) of the input after EXIF orientation (None on error).
         crop: (top, left) of the source box in target coordinates (None on error).
+        error_kind: None, or why the input could not be used as a value (`too_large`,
+            `decode_error`, ...; see `shardcook.errors.ImageErrorKind`).
     """
 
     pixels: np.ndarray | None
     error: str | None
     orig_size: tuple[int, int] | None
     crop: tuple[int, int] | None
+    error_kind: ImageErrorKind | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,7 +90,7 @@ def default_buckets(size: int = 1024) -> list[tuple[int, int]]:
     width w = 64k, h is the multiple of 64 nearest size²/w; pairs with h ≤ w ≤ 2h are kept
     together with their transposes.
     """
-    return [tuple(b) for b in _native.default_buckets(int(size))]
+    return _native.default_buckets(size)
 
 
 def geometry(
@@ -99,15 +107,10 @@ def geometry(
     Raises:
         ImageError: unknown mode, bad option, or an image too small for `variable`.
     """
-    out_size, box, crop = _native.image_geometry(
-        int(width),
-        int(height),
-        size=int(size),
-        mode_name=mode,
-        max_size=int(max_size),
-        buckets=None if buckets is None else [(int(w), int(h)) for w, h in buckets],
+    g = _native.image_geometry(
+        width, height, size=size, mode_name=mode, max_size=max_size, buckets=buckets
     )
-    return Geometry(size=tuple(out_size), box=tuple(box), crop=tuple(crop))
+    return Geometry(size=g.size, box=g.box, crop=g.crop)
 
 
 def preprocess(
@@ -117,7 +120,7 @@ def preprocess(
     mode: Mode = "crop",
     max_size: int = 1024,
     buckets: Sequence[tuple[int, int]] | None = None,
-    filter: str = "lanczos3",
+    filter: FilterName = "lanczos3",
     max_pixels: int = DEFAULT_MAX_PIXELS,
     workers: int | None = None,
 ) -> list[ImageResult]:
@@ -133,29 +136,35 @@ def preprocess(
         buckets: (width, height) pairs for `bucket`; default `default_buckets(size)`.
         filter: resampling filter, one of `FILTERS` (Pillow's kernels).
         max_pixels: inputs whose header says more pixels than this are errors.
-        workers: threads to use (default: all cores).
+        workers: threads to use, 1 to 1024 (default: all cores).
 
     Returns:
         One `ImageResult` per input, in order. A bad input gives a result with `error` set; it
         never fails the batch.
 
     Raises:
-        ImageError: an option is wrong (unknown mode or filter, empty buckets, ...).
+        ImageError: an option is wrong (unknown mode or filter, empty buckets, a size that is not
+            a positive integer or whose output exceeds `max_pixels`, `inputs` a single str or
+            bytes instead of a list, ...).
     """
     rows = _native.preprocess_batch(
-        [os.fspath(x) if isinstance(x, os.PathLike) else x for x in inputs],
-        size=int(size),
+        inputs,
+        size=size,
         mode_name=mode,
-        max_size=int(max_size),
-        buckets=None if buckets is None else [(int(w), int(h)) for w, h in buckets],
+        max_size=max_size,
+        buckets=buckets,
         filter=filter,
-        max_pixels=int(max_pixels),
-        workers=None if workers is None else max(1, int(workers)),
+        max_pixels=max_pixels,
+        workers=workers,
     )
-    return [ImageResult(pixels=p, error=e, orig_size=o, crop=c) for p, e, o, c in rows]
+    return [
+        ImageResult(pixels=r.pixels, error=r.error, orig_size=r.orig_size, crop=r.crop,
+                    error_kind=r.error_kind)
+        for r in rows
+    ]
 
 
-def encode_image(pixels: np.ndarray, format: str = "jpg", quality: int = 95) -> bytes:
+def encode_image(pixels: np.ndarray, format: ImageFormat = "jpg", quality: int = 95) -> bytes:
     """Encodes an H×W×3 uint8 RGB array as `jpg`, `png` or `webp`.
 
     JPEG is baseline with 4:2:0 chroma (libjpeg-turbo defaults, as Pillow); WebP is lossy at
@@ -174,4 +183,4 @@ def encode_image(pixels: np.ndarray, format: str = "jpg", quality: int = 95) -> 
         raise ImageError(
             f"pixels must be an H×W×3 uint8 array, got {array.dtype} with shape {array.shape}"
         )
-    return _native.encode_image(array, format=format, quality=int(quality))
+    return _native.encode_image(array, format=format, quality=quality)

@@ -9,7 +9,7 @@ use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::orient::{self, Orientation};
-use crate::error::{Error, Result};
+use crate::error::{Error, ImageKind, Result};
 
 /// The container formats we recognise from their first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub struct Pixels {
 }
 
 fn err(format: Format, what: impl std::fmt::Display) -> Error {
-    Error::Image(format!("cannot decode {}: {what}", format.name()))
+    Error::image(ImageKind::DecodeError, format!("cannot decode {}: {what}", format.name()))
 }
 
 /// Reads the header, lets `plan` check it and choose a [`Request`], then decodes.
@@ -88,10 +88,10 @@ pub fn decode(
     plan: impl FnOnce(&Header) -> Result<Request>,
 ) -> Result<(Header, Pixels)> {
     if data.is_empty() {
-        return Err(Error::Image("empty input (0 bytes)".into()));
+        return Err(Error::image(ImageKind::UnsupportedFormat, "empty input (0 bytes)"));
     }
     let Some(format) = Format::sniff(data) else {
-        return Err(Error::Image(format!(
+        return Err(Error::image(ImageKind::UnsupportedFormat, format!(
             "not an image: unrecognised format (first bytes {:02x?})",
             &data[..data.len().min(8)]
         )));
@@ -104,7 +104,7 @@ pub fn decode(
             ));
         }
         if h.width as u64 * h.height as u64 > max_pixels {
-            return Err(Error::Image(format!(
+            return Err(Error::image(ImageKind::TooLarge, format!(
                 "image too large: {}×{} (more than max_pixels={max_pixels})",
                 h.width, h.height
             )));
@@ -218,8 +218,10 @@ fn decode_png(
     plan(&header)?;
     let size = reader
         .output_buffer_size()
-        .ok_or_else(|| err(Format::Png, "image too large for this machine"))?;
-    let mut buf = vec![0u8; size];
+        .ok_or_else(|| {
+            Error::image(ImageKind::TooLarge, "cannot decode png: image too large for this machine")
+        })?;
+    let mut buf = super::zeroed(size, "the decoded png")?;
     let frame = reader.next_frame(&mut buf).map_err(e)?;
     let pixels = frame.width as usize * frame.height as usize;
     let sixteen = frame.bit_depth == png::BitDepth::Sixteen;
@@ -275,7 +277,7 @@ fn decode_webp(
     plan(&header)?;
     let (wd, ht) = (header.width as usize, header.height as usize);
     let channels = if features.has_alpha != 0 { 4 } else { 3 };
-    let mut buf = vec![0u8; wd * ht * channels];
+    let mut buf = super::zeroed(wd * ht * channels, "the decoded webp")?;
     let stride = (wd * channels) as i32;
     // SAFETY: `buf` holds exactly height × stride bytes, which libwebp checks against.
     let out = unsafe {
@@ -474,7 +476,8 @@ mod jpeg {
             let (fw, fh) = (s.width(), s.height());
             let rows = request.rows.map_or(fh, |r| (r as usize).clamp(1, fh));
             let channels = if cmyk { 4 } else { 3 };
-            let mut buf = vec![0u8; fw * rows * channels];
+            let mut buf = crate::image::zeroed(fw * rows * channels, "the decoded jpeg")
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
             s.read_scanlines_into(&mut buf)?;
             if rows == fh {
                 s.finish()?;

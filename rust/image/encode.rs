@@ -2,11 +2,11 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ImageKind, Result};
 
 /// Encodes `rgb` (`width`×`height`, packed RGB8) as "jpg"/"jpeg", "png" or "webp".
 pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) -> Result<Vec<u8>> {
-    let e = |what: String| Error::Image(format!("cannot encode {format}: {what}"));
+    let e = |what: String| Error::image(ImageKind::EncodeError, format!("cannot encode {format}: {what}"));
     if width == 0 || height == 0 || rgb.len() != width as usize * height as usize * 3 {
         return Err(e(format!(
             "expected {width}×{height}×3 bytes of RGB, got {}",
@@ -14,7 +14,10 @@ pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) ->
         )));
     }
     if !(1..=100).contains(&quality) {
-        return Err(e(format!("quality must be 1..100, got {quality}")));
+        return Err(Error::image(
+            ImageKind::BadOption,
+            format!("cannot encode {format}: quality must be 1..100, got {quality}"),
+        ));
     }
     match format {
         "jpg" | "jpeg" => {
@@ -71,8 +74,9 @@ pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) ->
                 Ok(v)
             }
         }
-        other => Err(Error::Image(format!(
-            "unknown image format {other:?}; use jpg, png or webp"
-        ))),
+        other => Err(Error::image(
+            ImageKind::BadOption,
+            format!("unknown image format {other:?}; use jpg, png or webp"),
+        )),
     }
 }

@@ -4,7 +4,7 @@
 //! to a target size, so no pixel is decoded and resized only to be thrown away, and the Python
 //! side (`shardcook.imaging.geometry`) gets exactly the same numbers from this one function.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ImageKind, Result};
 
 /// How an image of any shape becomes a training-size image.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +46,7 @@ impl Mode {
         max_size: u32,
         buckets: Option<Vec<(u32, u32)>>,
     ) -> Result<Mode> {
-        let bad = |m: String| Err(Error::Image(m));
+        let bad = |m: String| Err(Error::image(ImageKind::BadOption, m));
         match name {
             "crop" | "stretch" if size == 0 => bad(format!("size must be at least 1, got {size}")),
             "crop" => Ok(Mode::Crop { size }),
@@ -106,7 +106,7 @@ pub fn default_buckets(size: u32) -> Vec<(u32, u32)> {
 /// The geometry of `mode` for an oriented image of `w`×`h` pixels.
 pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
     if w == 0 || h == 0 {
-        return Err(Error::Image(format!("image has no pixels: {w}×{h}")));
+        return Err(Error::image(ImageKind::BadOption, format!("image has no pixels: {w}×{h}")));
     }
     let (wf, hf) = (w as f64, h as f64);
     let centred = |bw: f64, bh: f64| SourceBox {
@@ -135,7 +135,7 @@ pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
                 )
             };
             if tw == 0 || th == 0 {
-                return Err(Error::Image(format!(
+                return Err(Error::image(ImageKind::TooSmall, format!(
                     "image too small for mode 'variable': {w}×{h} leaves no 16×16 block"
                 )));
             }

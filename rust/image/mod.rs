@@ -22,7 +22,7 @@ pub use encode::encode;
 pub use geometry::{default_buckets, geometry, Geometry, Mode, SourceBox};
 pub use resize::Filter;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ImageKind, Result};
 
 /// Pillow's default decompression-bomb limit.
 pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
@@ -33,6 +33,55 @@ pub struct Options {
     pub mode: Mode,
     pub filter: Filter,
     pub max_pixels: u64,
+}
+
+impl Options {
+    /// The most pixels one output may have: `max_pixels`, but never below the default, so a
+    /// strict input limit does not forbid upscaling small images to a usual training size.
+    pub fn output_limit(&self) -> u64 {
+        self.max_pixels.max(DEFAULT_MAX_PIXELS)
+    }
+
+    /// Refuses a mode whose output alone would exceed [`Options::output_limit`], so a huge size
+    /// is one clear error before any work instead of a failed allocation per image.
+    pub fn check(&self) -> Result<()> {
+        let side = |s: u32| s as u64 * s as u64;
+        let (what, pixels) = match &self.mode {
+            Mode::Crop { size } | Mode::Stretch { size } => (format!("size {size}"), side(*size)),
+            Mode::Bucket { buckets } => {
+                let (w, h) = *buckets
+                    .iter()
+                    .max_by_key(|(w, h)| *w as u64 * *h as u64)
+                    .expect("buckets checked non-empty");
+                (format!("bucket {w}x{h}"), w as u64 * h as u64)
+            }
+            Mode::Variable { .. } => return Ok(()), // never larger than the input
+        };
+        if pixels > self.output_limit() {
+            return Err(Error::image(
+                ImageKind::BadOption,
+                format!(
+                    "{what} asks for {pixels} output pixels, more than the limit of {} \
+                     (max_pixels, at least {DEFAULT_MAX_PIXELS}); choose a smaller size",
+                    self.output_limit()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A zeroed buffer of `len` bytes for `what`, or an error (never an abort) when memory is short.
+pub fn zeroed(len: usize, what: &str) -> Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(len).map_err(|_| {
+        Error::image(
+            ImageKind::TooLarge,
+            format!("cannot allocate {len} bytes for {what}: not enough memory"),
+        )
+    })?;
+    buffer.resize(len, 0);
+    Ok(buffer)
 }
 
 /// One preprocessed image.
@@ -63,6 +112,17 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
     let plan = |h: &Header| -> Result<decode::Request> {
         let (ow, oh) = h.orientation.oriented_size(h.width, h.height);
         let g = geometry(ow, oh, &options.mode)?;
+        if g.width as u64 * g.height as u64 > options.output_limit() {
+            return Err(Error::image(
+                ImageKind::TooLarge,
+                format!(
+                    "output too large: {}×{} (more than {} pixels)",
+                    g.width,
+                    g.height,
+                    options.output_limit()
+                ),
+            ));
+        }
         let stored = h.orientation.box_to_stored(g.source, h.width, h.height);
         let (tw, th) = h.orientation.oriented_size(g.width, g.height); // target, stored frame
         let mut request = decode::Request {
@@ -110,8 +170,9 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
 pub fn preprocess_guarded(data: &[u8], options: &Options) -> Result<Processed> {
     match catch_unwind(AssertUnwindSafe(|| preprocess_one(data, options))) {
         Ok(r) => r,
-        Err(_) => Err(Error::Image(
-            "internal error while decoding this image (please report it)".into(),
+        Err(_) => Err(Error::image(
+            ImageKind::Internal,
+            "internal error while decoding this image (please report it)"
         )),
     }
 }
@@ -131,7 +192,9 @@ pub fn pool(workers: usize) -> Result<Arc<rayon::ThreadPool>> {
         .num_threads(workers)
         .thread_name(|i| format!("shardcook-image-{i}"))
         .build()
-        .map_err(|e| Error::Image(format!("cannot start {workers} image threads: {e}")))?;
+        .map_err(|e| {
+            Error::image(ImageKind::Internal, format!("cannot start {workers} image threads: {e}"))
+        })?;
     let p = Arc::new(p);
     pools.insert(workers, p.clone());
     Ok(p)
@@ -159,11 +222,15 @@ pub fn preprocess_batch(
     options: &Options,
     workers: usize,
 ) -> Result<Vec<Result<Processed>>> {
+    options.check()?;
     let run = |input: &Input<'_>| match input {
         Input::Bytes(b) => preprocess_guarded(b, options),
         Input::Path(p) => match std::fs::read(p) {
             Ok(b) => preprocess_guarded(&b, options),
-            Err(e) => Err(Error::Image(format!("cannot read {}: {e}", p.display()))),
+            Err(e) => Err(Error::image(
+                ImageKind::Unreadable,
+                format!("cannot read {}: {e}", p.display()),
+            )),
         },
     };
     if workers <= 1 || inputs.len() <= 1 {
@@ -300,7 +367,33 @@ mod tests {
             max_pixels: 1000,
             ..options(Mode::Crop { size: 16 })
         };
-        let e = preprocess_one(&good, &tight).unwrap_err().to_string();
-        assert_eq!(e, "image too large: 32×32 (more than max_pixels=1000)");
+        let e = preprocess_one(&good, &tight).unwrap_err();
+        assert_eq!(e.to_string(), "image too large: 32×32 (more than max_pixels=1000)");
+        assert_eq!(e.kind(), "too_large");
+        assert_eq!(out[1].as_ref().unwrap_err().kind(), "unsupported_format");
+        assert_eq!(out[2].as_ref().unwrap_err().kind(), "decode_error");
+        assert_eq!(out[3].as_ref().unwrap_err().kind(), "unreadable");
+    }
+
+    #[test]
+    fn huge_outputs_are_errors_before_any_allocation() {
+        let good = encode(&gradient(32, 32), 32, 32, "png", 90).unwrap();
+        let huge = options(Mode::Crop { size: 100_000 });
+        // The batch refuses the option once, before decoding anything.
+        let e = preprocess_batch(&[Input::Bytes(&good)], &huge, 1).unwrap_err();
+        assert_eq!(e.kind(), "bad_option");
+        assert!(e.to_string().contains("size 100000 asks for 10000000000 output pixels"), "{e}");
+        // One image on its own gets a per-image verdict instead of a 30 GB allocation.
+        let e = preprocess_one(&good, &huge).unwrap_err();
+        assert_eq!(e.kind(), "too_large");
+        assert!(e.to_string().starts_with("output too large: 100000×100000"), "{e}");
+        let buckets = options(Mode::Bucket {
+            buckets: vec![(64, 64), (60_000, 60_000)],
+        });
+        assert_eq!(buckets.check().unwrap_err().kind(), "bad_option");
+        // An allocation the machine cannot make is an error value, not an abort.
+        let e = zeroed(usize::MAX, "a test").unwrap_err();
+        assert_eq!(e.kind(), "too_large");
+        assert_eq!(zeroed(12, "a test").unwrap(), vec![0u8; 12]);
     }
 }

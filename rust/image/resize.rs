@@ -7,7 +7,7 @@ use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use super::geometry::SourceBox;
-use crate::error::{Error, Result};
+use crate::error::{Error, ImageKind, Result};
 
 /// The resampling filter, named as in the Python API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ impl Filter {
             "mitchell" => Filter::Mitchell,
             "lanczos3" | "lanczos" => Filter::Lanczos3,
             other => {
-                return Err(Error::Image(format!(
+                return Err(Error::image(ImageKind::BadOption, format!(
                     "unknown filter {other:?}; use one of nearest, box, bilinear, hamming, \
                      bicubic, mitchell, lanczos3"
                 )))
@@ -78,9 +78,10 @@ pub fn resize(
     th: u32,
     filter: Filter,
 ) -> Result<Vec<u8>> {
-    let e = |what: String| Error::Image(format!("cannot resize: {what}"));
+    let e = |what: String| Error::image(ImageKind::EncodeError, format!("cannot resize: {what}"));
     let src = ImageRef::new(width, height, rgb, PixelType::U8x3).map_err(|x| e(x.to_string()))?;
-    let mut dst = Image::new(tw, th, PixelType::U8x3);
+    let buffer = super::zeroed(tw as usize * th as usize * 3, "the resized image")?;
+    let mut dst = Image::from_vec_u8(tw, th, buffer, PixelType::U8x3).map_err(|x| e(x.to_string()))?;
     // Clamp the box to the image (it may overshoot by rounding after a scaled decode).
     let left = source.left.clamp(0.0, width as f64);
     let top = source.top.clamp(0.0, height as f64);

@@ -1,14 +1,16 @@
 //! The PyO3 layer: argument conversion and GIL release only. Errors become the Python classes
-//! of `shardcook.errors`, so Python code catches one hierarchy rooted at `ShardcookError`.
+//! of `shardcook.errors`, so Python code catches one hierarchy rooted at `ShardcookError`, and
+//! each carries the core's machine-readable `kind`.
 
 use pyo3::prelude::*;
 
 use crate::error::Error;
 
+mod convert;
 mod imaging;
 mod shards;
 
-/// Raises `e` as the matching `shardcook.errors` class.
+/// Raises `e` as the matching `shardcook.errors` class, with `kind` set to `e.kind()`.
 pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let class = match &e {
         Error::Io { .. } => "ShardcookIOError",
@@ -16,15 +18,17 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::InvalidName(_) => "InvalidNameError",
         Error::DuplicateKey { .. } => "DuplicateKeyError",
         Error::Dataset(_) => "DatasetError",
-        Error::Image(_) => "ImageError",
+        Error::Image { .. } => "ImageError",
+        Error::Config(_) => "ConfigError",
         Error::Sqlite(_) => "ShardcookError",
     };
     let message = e.to_string();
-    match py
+    let instance = py
         .import("shardcook.errors")
         .and_then(|m| m.getattr(class))
         .and_then(|c| c.call1((message.clone(),)))
-    {
+        .and_then(|i| i.setattr("kind", e.kind()).map(|()| i));
+    match instance {
         Ok(instance) => PyErr::from_value(instance),
         Err(_) => pyo3::exceptions::PyRuntimeError::new_err(message),
     }

@@ -12,8 +12,42 @@ use super::header::{self, PAX_LOCAL, REGULAR};
 use super::{names, padded, BLOCK};
 use crate::error::{io, Error, Result};
 
-/// Where shards are written before they get their final name.
+/// Where shards are written before they get their final name. The writer owns this folder:
+/// callers name neither it nor the partial files in it.
 pub const TMP_DIR: &str = ".shardcook/tmp";
+
+/// The suffix of a shard still being written, so Energon never takes it for a shard.
+const PARTIAL_SUFFIX: &str = ".partial";
+
+/// The file name of shard `number` with `prefix`: `{prefix}{number:06}.tar`.
+pub fn shard_file_name(prefix: &str, number: u64) -> String {
+    format!("{prefix}{number:06}.tar")
+}
+
+/// Removes the partial shards a killed run left in `dir`'s tmp folder; returns how many.
+///
+/// Only for a folder no writer is using: a live writer's open shard would go too.
+pub fn remove_partial_shards(dir: &Path) -> Result<u64> {
+    let tmp = dir.join(TMP_DIR);
+    let entries = match fs::read_dir(&tmp) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(&tmp)(e)),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let path = entry.map_err(io(&tmp))?.path();
+        let partial = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(PARTIAL_SUFFIX));
+        if partial && path.is_file() {
+            fs::remove_file(&path).map_err(io(&path))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
 
 struct OpenShard {
     name: String,
@@ -45,7 +79,7 @@ impl ShardWriter {
     /// Shards are named `{prefix}{n:06}.tar`, starting at `first_shard`.
     pub fn new(dir: &Path, shard_size: u64, prefix: &str, first_shard: u64) -> Result<Self> {
         if shard_size == 0 {
-            return Err(Error::Dataset("shard_size must be at least 1".into()));
+            return Err(Error::Config("shard_size must be at least 1, not 0".into()));
         }
         if prefix.contains('/') {
             return Err(Error::InvalidName(format!(
@@ -105,7 +139,7 @@ impl ShardWriter {
     }
 
     fn open_next(&mut self) -> Result<()> {
-        let name = format!("{}{:06}.tar", self.prefix, self.next_shard);
+        let name = shard_file_name(&self.prefix, self.next_shard);
         self.next_shard += 1;
         let final_path = self.dir.join(&name);
         if final_path.exists() {
@@ -115,7 +149,7 @@ impl ShardWriter {
             )));
         }
         // Not ending in .tar, so Energon never mistakes a half-written shard for a shard.
-        let tmp_path = self.dir.join(TMP_DIR).join(format!("{name}.partial"));
+        let tmp_path = self.dir.join(TMP_DIR).join(format!("{name}{PARTIAL_SUFFIX}"));
         let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
         self.current = Some(OpenShard {
             name,
@@ -222,4 +256,28 @@ fn write_padded(out: &mut impl Write, data: &[u8]) -> std::io::Result<()> {
     let pad = (padded(data.len() as u64) - data.len() as u64) as usize;
     debug_assert!(pad < BLOCK as usize);
     out.write_all(&ZEROS[..pad])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_names_its_shards_and_clears_only_partial_ones() {
+        assert_eq!(shard_file_name("", 7), "000007.tar");
+        assert_eq!(shard_file_name("val-shard-", 1_234_567), "val-shard-1234567.tar");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(remove_partial_shards(dir.path()).unwrap(), 0); // no tmp folder yet
+        let mut w = ShardWriter::new(dir.path(), 2, "p-", 3).unwrap();
+        w.write("a", &[("txt", b"1")]).unwrap();
+        let tmp = dir.path().join(TMP_DIR);
+        fs::write(tmp.join("notes"), b"kept").unwrap();
+        drop(w); // dropping an open shard removes it already; leave one as a killed run would
+        fs::write(tmp.join("p-000004.tar.partial"), b"cut off").unwrap();
+        assert_eq!(remove_partial_shards(dir.path()).unwrap(), 1);
+        let left: Vec<_> = fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["notes"]);
+        let e = ShardWriter::new(dir.path(), 0, "", 0).err().unwrap();
+        assert_eq!(e.kind(), "config");
+    }
 }

@@ -237,7 +237,8 @@ def write_index(plan: IndexPlan) -> IndexResult:
     meta = metadata.prepare_meta_dir(root, repair=plan.force)
     sqlite_path = meta / INDEX_SQLITE
     metadata.remove_broken(sqlite_path)
-    counted, part_names = _native.index_shards(root, shards, sqlite_path if sqlite else None)
+    summary = _native.index_shards(root, shards, sqlite_path if sqlite else None)
+    counted, part_names = summary.shards, summary.part_names
     if not sqlite:
         sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
     counts = dict(counted)

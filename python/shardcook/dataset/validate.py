@@ -146,10 +146,10 @@ def validate(
         f"shard {s} is not listed in .info.json; run `shardcook finalize --force {root}` to index it"
         for s in sorted(present_shards - set(counts))
     ]
-    reports, dataset_problems = _native.verify_shards(root, [(s, counts[s]) for s in listed])
-    for _, _, shard_problems in reports:
-        problems += shard_problems
-    problems += dataset_problems
+    verified = _native.verify_shards(root, [(s, counts[s]) for s in listed])
+    for shard in verified.shards:
+        problems += shard.problems
+    problems += verified.problems
     problems += checks.sqlite_problems(root, counts, record.sqlite if record else True)
     seen: dict[str, str] = {}
     for split, shards in splits.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shardcook import _native
+
 #: Energon's metadata folder inside a dataset.
 META_DIR = ".nv-meta"
 #: shardcook's own folder inside a dataset (manifest, report, resume markers, tmp); Energon never
@@ -30,6 +32,7 @@ def sample_key(index: int) -> str:
     return f"{index:010d}"
 
 
-def shard_name(unit: int) -> str:
-    """The shard file of work unit `unit`."""
-    return f"{unit:06d}{SHARD_SUFFIX}"
+def shard_name(number: int, prefix: str = "") -> str:
+    """The file of shard `number` (work unit `number` of raw and encode): the native writer owns
+    the rule (`{prefix}{number:06d}.tar`), so this asks it instead of repeating it."""
+    return _native.shard_file_name(number, prefix=prefix)

@@ -77,20 +77,12 @@ def sample_key(split: str, n: int) -> str:
     return f"{split}-{n:06d}"
 
 
-def shard_file(split: str, number: int) -> str:
-    return f"{split}-shard-{number:06d}.tar"
-
-
 @dataclass(frozen=True)
 class SplitUnit(WorkUnit):
     """A work unit of one split: planned inputs start <= v < stop, written to shard `number`."""
 
     split: str = "train"
     shard: int = 0
-
-    @property
-    def name(self) -> str:
-        return shard_file(self.split, self.shard)
 
     @property
     def prefix(self) -> str:
@@ -391,6 +383,14 @@ def conversation_json(turns: list) -> bytes:
     return json.dumps(turns, ensure_ascii=False).encode("utf-8")
 
 
+@dataclass(frozen=True)
+class _Failed:
+    """Why one image of a sample could not be used: a report.json skip reason and a sentence."""
+
+    reason: str
+    message: str
+
+
 class ChatmlProcessor:
     """Loaded conversations -> (image part, conversation.json) parts."""
 
@@ -406,18 +406,20 @@ class ChatmlProcessor:
         self.stage_seconds = {"preprocess": 0.0}
         self._pool = ThreadPoolExecutor(self.workers)
 
-    def _one(self, data: bytes) -> bytes | str:
-        """One image through the Rust core (bounded by --max-pixels) and re-encoded; or an error."""
+    def _one(self, data: bytes) -> bytes | _Failed:
+        """One image through the Rust core (bounded by --max-pixels) and re-encoded; or why not."""
+        from shardcook.pipeline.raw import classify_error
+
         im = self.imaging
         try:
             h, w = bounded_size(*_probe(data), self.opts.max_pixels)
         except Exception as e:  # noqa: BLE001 - an unreadable header skips this sample
-            return f"unreadable image header ({e})"
+            return _Failed(DECODE_ERROR, f"unreadable image header ({e})")
         for _ in range(2):
             (r,) = im.preprocess([data], mode="bucket", buckets=[(w, h)],
                                  max_pixels=self.image.max_pixels, workers=1)
             if r.error is not None or r.pixels is None:
-                return r.error or "no pixels"
+                return _Failed(classify_error(r.error_kind), r.error or "no pixels")
             want = bounded_size(*r.orig_size, self.opts.max_pixels)
             if r.pixels.shape[:2] == want:
                 break
@@ -425,7 +427,7 @@ class ChatmlProcessor:
         try:
             return im.encode_image(r.pixels, format=self.format, quality=self.image.image_quality)
         except Exception as e:  # noqa: BLE001 - any encode failure skips just this sample
-            return f"encode: {e}"
+            return _Failed(ENCODE_ERROR, f"encode: {e}")
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes: list[Outcome | None] = [None] * len(batch)
@@ -451,15 +453,10 @@ class ChatmlProcessor:
                 continue
             item = loaded.item  # type: ignore[assignment]
             images = per.get(n, [])
-            bad = next(((j, r) for j, r in enumerate(images) if isinstance(r, str)), None)
+            bad = next(((j, r) for j, r in enumerate(images) if isinstance(r, _Failed)), None)
             if bad is not None:
-                j, message = bad
-                reason = ENCODE_ERROR if message.startswith("encode:") else DECODE_ERROR
-                from shardcook.pipeline.raw import classify_error
-
-                if reason == DECODE_ERROR:
-                    reason = classify_error(message)
-                outcomes[n] = Outcome(item, skip=reason, detail=f"image {j}: {message}")
+                j, failed = bad
+                outcomes[n] = Outcome(item, skip=failed.reason, detail=f"image {j}: {failed.message}")
                 continue
             if self.layout == "single":
                 parts = [(f"image.{self.format}", images[0])]

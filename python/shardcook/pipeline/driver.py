@@ -10,11 +10,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from shardcook import _native
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
-from shardcook.pipeline.progress import check_output, clear_output, clear_tmp, write_json_atomic
+from shardcook.pipeline.progress import check_output, clear_output, write_json_atomic
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
 
@@ -58,7 +59,7 @@ def _setup(cfg: RunConfig, manifest: dict) -> None:
         check_output(out)
     else:
         rep.check_resume(out, manifest)
-    clear_tmp(out)
+    _native.remove_partial_shards(out)  # the writer's tmp folder: a killed run's partial shards
     write_json_atomic(rep.manifest_path(out), manifest)
 
 

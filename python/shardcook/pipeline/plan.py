@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardcook.layouts.names import sample_key, shard_name
 
-def sample_key(index: int) -> str:
-    """The key of input `index`."""
-    return f"{index:010d}"
-
-
-def shard_name(unit: int) -> str:
-    """The shard file of work unit `unit`."""
-    return f"{unit:06d}.tar"
+__all__ = ["WorkUnit", "plan_units", "sample_key", "units_for_rank"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +20,8 @@ class WorkUnit:
 
     @property
     def name(self) -> str:
-        return shard_name(self.unit)
+        """The shard file this unit becomes, as the native writer names it."""
+        return shard_name(self.number, prefix=self.prefix)
 
     @property
     def prefix(self) -> str:

@@ -15,12 +15,10 @@ from shardcook.layouts.names import (
     META_DIR,
     OURS_DIR,
     PROGRESS_DIR,
-    TMP_DIR,
 )
 
 OURS = OURS_DIR
 PROGRESS = PROGRESS_DIR
-TMP = TMP_DIR
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -97,12 +95,3 @@ def clear_output(out: Path) -> None:
     for d in (out / META_DIR, out / OURS, out / EMPTY_ENCODINGS_DIR):  # the last: encode's
         if d.exists():
             shutil.rmtree(d)
-
-
-def clear_tmp(out: Path) -> None:
-    """Drops partial shards left by a killed run."""
-    tmp = out / OURS / TMP
-    if tmp.is_dir():
-        for p in tmp.iterdir():
-            if p.is_file():
-                p.unlink()

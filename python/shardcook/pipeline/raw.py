@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from shardcook import imaging  # the Rust image core
 from shardcook.config import ImageConfig, RunConfig
+from shardcook.errors import ConfigError, ImageError, ImageErrorKind
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
 DECODE_ERROR = "decode_error"
@@ -18,13 +19,12 @@ TOO_SMALL = "too_small"
 ENCODE_ERROR = "encode_error"
 
 
-def classify_error(message: str) -> str:
-    """The skip reason for an image-core error message."""
-    text = message.lower()
-    if "too large" in text:
-        return TOO_LARGE
-    if "too small" in text:  # e.g. `variable` mode and an image under 16 px
-        return TOO_SMALL
+def classify_error(kind: ImageErrorKind | None) -> str:
+    """The skip reason for an image-core `error_kind`: the size verdicts keep their names (e.g.
+    `too_small` for `variable` mode and an image under 16 px); any other failure is a decode
+    error."""
+    if kind == TOO_LARGE or kind == TOO_SMALL:
+        return kind
     return DECODE_ERROR
 
 
@@ -49,7 +49,7 @@ def decode_images(batch: list[Loaded], todo: list[int], image: ImageConfig, work
         item = batch[n].item
         if r.error is not None or r.pixels is None:
             message = r.error or "no pixels"
-            skips[n] = Outcome(item, skip=classify_error(message), detail=message)
+            skips[n] = Outcome(item, skip=classify_error(r.error_kind), detail=message)
         elif min(r.orig_size) < image.min_size:
             skips[n] = Outcome(item, skip=TOO_SMALL,
                                detail=f"short side {min(r.orig_size)} < --min-size {image.min_size}")
@@ -105,10 +105,24 @@ class RawProcessor:
             return str(e) or type(e).__name__
 
 
+def check_image_options(image: ImageConfig, workers: int) -> None:
+    """Raises ConfigError, before anything is written, when the image core would refuse these
+    options (a size whose output exceeds --max-pixels, too many workers): a batch of no images
+    runs every option check of the core and nothing else."""
+    try:
+        imaging.preprocess([], size=image.image_size, mode=image.resize_mode,  # type: ignore[arg-type]
+                           max_size=image.max_size, max_pixels=image.max_pixels, workers=workers)
+    except ImageError as e:
+        raise ConfigError(
+            f"{e} (check --image-size, --max-size, --max-pixels and --workers)."
+        ) from None
+
+
 def run_raw(cfg: RunConfig) -> dict | None:
     """`shardcook raw`: the whole run for this rank; returns report.json's content on rank 0."""
     from shardcook.pipeline.driver import run_pipeline
 
     workers = cfg.image.workers or os.cpu_count() or 1
+    check_image_options(cfg.image, workers)
     return run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
                         batch_size=max(16, 4 * workers))

@@ -68,6 +68,20 @@ class _TensorUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("unsupported persistent id")
 
 
+#: Part names (or name endings) of `torch.save` files and of plain pickles.
+TORCH_SAVE_PARTS = ("pth", "pt")
+PICKLE_PARTS = ("pickle", "pkl")
+
+
+def _named(part: str, kinds: tuple[str, ...]) -> bool:
+    return part in kinds or part.endswith(tuple(f".{k}" for k in kinds))
+
+
+def is_torch_save_part(part: str) -> bool:
+    """Whether a part of this name holds a `torch.save` file (`pth`, `latents.pth`, ...)."""
+    return _named(part, TORCH_SAVE_PARTS)
+
+
 def tensor_info(data: bytes, part: str) -> TensorInfo | None:
     """The shape and dtype of a `.pth` (torch.save zip format) or `.npy` part; None when the
     bytes hold something else (which is not an error here: parts may be anything)."""
@@ -77,7 +91,7 @@ def tensor_info(data: bytes, part: str) -> TensorInfo | None:
 
             arr = np.load(io.BytesIO(data), allow_pickle=False, mmap_mode=None)
             return TensorInfo(tuple(arr.shape), str(arr.dtype))
-        if part.endswith((".pth", ".pt")):
+        if is_torch_save_part(part):
             with zipfile.ZipFile(io.BytesIO(data)) as z:
                 pkl = next(n for n in z.namelist() if n.endswith("/data.pkl"))
                 obj = _TensorUnpickler(io.BytesIO(z.read(pkl))).load()
@@ -117,3 +131,17 @@ def pickled_tensors_info(data: bytes) -> object:
             says which); nothing was run.
     """
     return _PickledTensorsUnpickler(io.BytesIO(data)).load()
+
+
+def pickled_summary(data: bytes, part: str) -> str | None:
+    """`name dtype[shape], ...` for a pickle part holding a dict of tensors (Megatron-Bridge's
+    embeddings); None for another part or content (never an error: parts may be anything)."""
+    if not _named(part, PICKLE_PARTS):
+        return None
+    try:
+        obj = pickled_tensors_info(data)
+    except Exception:  # noqa: BLE001 (arbitrary bytes can fail anywhere in a pickle)
+        return None
+    if not isinstance(obj, dict):
+        return None
+    return ", ".join(f"{k} {v}" for k, v in obj.items() if isinstance(v, TensorInfo)) or None

@@ -30,8 +30,8 @@ from shardcook.layouts import PREENCODED, RAW
 
 __all__ = [
     "ENCODING_PREENCODED",
-    "BridgeFluxTaskEncoder",
     "ENCODING_RAW",
+    "BridgeFluxTaskEncoder",
     "DiffusionTaskEncoder",
     "EncodedDiffusionTaskEncoder",
     "RawDiffusionTaskEncoder",

@@ -20,7 +20,6 @@ from shardcook.layouts.bridge_flux import (
 
 if TYPE_CHECKING:
     import torch
-
     from shardcook.imaging import ImageResult
     from shardcook.sources.base import Item
 

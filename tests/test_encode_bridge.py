@@ -13,6 +13,7 @@ import json
 import pickle
 import tarfile
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -162,7 +163,7 @@ def _bridge_encode_sample(sample: dict) -> dict:
         raise AssertionError("Bridge would skip this sample (nan/inf)")
     if torch.max(torch.abs(image_latent)) > 1e3:
         raise AssertionError("Bridge would skip this sample (|latent| > 1e3)")
-    C, H, W = image_latent.shape
+    _channels, H, W = image_latent.shape
     prompt_embeds = text_embeddings.get("prompt_embeds", text_embeddings.get("t5_embeds"))
     pooled_prompt_embeds = text_embeddings.get("pooled_prompt_embeds",
                                                text_embeddings.get("clip_embeds"))
@@ -174,11 +175,11 @@ def _bridge_encode_sample(sample: dict) -> dict:
     seq_len_q = (H // 2) * (W // 2)
     text_ids = torch.zeros(prompt_embeds.shape[0], 3, dtype=torch.bfloat16)
     text_ids[:, 0] = torch.arange(prompt_embeds.shape[0], dtype=torch.bfloat16)
-    return dict(__key__=sample["__key__"], video=image_latent, context_embeddings=prompt_embeds,
-                pooled_prompt_embeds=pooled_prompt_embeds, text_ids=text_ids,
-                latent_shape=torch.tensor([H, W], dtype=torch.int32),
-                loss_mask=torch.ones(seq_len_q, dtype=torch.bfloat16),
-                original_metadata=sample["json"])
+    return {"__key__": sample["__key__"], "video": image_latent,
+            "context_embeddings": prompt_embeds, "pooled_prompt_embeds": pooled_prompt_embeds,
+            "text_ids": text_ids, "latent_shape": torch.tensor([H, W], dtype=torch.int32),
+            "loss_mask": torch.ones(seq_len_q, dtype=torch.bfloat16),
+            "original_metadata": sample["json"]}
 
 
 def _bridge_like_batches(root: Path, *, safe: bool) -> list[dict]:
@@ -194,7 +195,7 @@ def _bridge_like_batches(root: Path, *, safe: bool) -> list[dict]:
     )
 
     class BridgeLikeFluxTaskEncoder(DefaultTaskEncoder):
-        cookers = [Cooker(stateless(cook_bridge_crude if safe else _bridge_cook))]
+        cookers: ClassVar = [Cooker(stateless(cook_bridge_crude if safe else _bridge_cook))]
         if safe:
             decoder = None
 
@@ -204,14 +205,14 @@ def _bridge_like_batches(root: Path, *, safe: bool) -> list[dict]:
 
         @stateless
         def batch(self, samples):  # Bridge's `batch` without packing
-            return dict(
-                keys=[s["__key__"] for s in samples],
-                latents=torch.stack([s["video"] for s in samples]),
-                prompt_embeds=torch.stack([s["context_embeddings"] for s in samples]),
-                pooled_prompt_embeds=torch.stack([s["pooled_prompt_embeds"] for s in samples]),
-                text_ids=torch.stack([s["text_ids"] for s in samples]),
-                latent_shape=torch.stack([s["latent_shape"] for s in samples]),
-                image_metadata=[s["original_metadata"] for s in samples])
+            def stack(name: str) -> torch.Tensor:
+                return torch.stack([s[name] for s in samples])
+
+            return {"keys": [s["__key__"] for s in samples], "latents": stack("video"),
+                    "prompt_embeds": stack("context_embeddings"),
+                    "pooled_prompt_embeds": stack("pooled_prompt_embeds"),
+                    "text_ids": stack("text_ids"), "latent_shape": stack("latent_shape"),
+                    "image_metadata": [s["original_metadata"] for s in samples]}
 
     ds = get_train_dataset(root, batch_size=2, shuffle_buffer_size=None,
                            max_samples_per_sequence=None, repeat=False,

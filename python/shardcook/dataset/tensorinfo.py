@@ -10,6 +10,7 @@ import pickle
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NoReturn
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,12 @@ def _storage_from_bytes(data: bytes) -> _Storage:
 
 
 class _PickledTensorsUnpickler(_TensorUnpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> object:
         if (module, name) == STORAGE_FROM_BYTES:
             return _storage_from_bytes
         return super().find_class(module, name)
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise pickle.UnpicklingError("a plain pickle has no persistent ids")
 
 

@@ -308,7 +308,7 @@ def load_pickled_tensors(data: bytes, *, key: str, part: str) -> Any:
                                 f"{e}") from e
 
 
-def _bridge_embeddings(sample: dict) -> dict[str, torch.Tensor]:
+def _bridge_embeddings(sample: dict[str, Any]) -> dict[str, torch.Tensor]:
     from shardcook.layouts.bridge_flux import EMBEDDINGS_PART, POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
 
     key = _key(sample)
@@ -323,7 +323,7 @@ def _bridge_embeddings(sample: dict) -> dict[str, torch.Tensor]:
     return obj
 
 
-def _bridge_json(sample: dict) -> dict[str, Any]:
+def _bridge_json(sample: dict[str, Any]) -> dict[str, Any]:
     from shardcook.layouts.bridge_flux import META_PART
 
     try:
@@ -337,8 +337,8 @@ def _bridge_json(sample: dict) -> dict[str, Any]:
     return meta
 
 
-@stateless
-def cook_bridge_crude(sample: dict) -> dict:
+@stateless  # type: ignore[untyped-decorator]
+def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
     """What Megatron-Bridge's FLUX `cook` returns (`json`, `pth`, `pickle` decoded), but read
     safely from raw bytes: plug it into Bridge's `FluxTaskEncoder` with `decoder = None` instead
     of Energon's default decoder, which unpickles the `pickle` part with `pickle.loads`.
@@ -357,8 +357,8 @@ def cook_bridge_crude(sample: dict) -> dict:
     )
 
 
-@stateless
-def cook_bridge_flux(sample: dict) -> DiffusionSample:
+@stateless  # type: ignore[untyped-decorator]
+def cook_bridge_flux(sample: dict[str, Any]) -> DiffusionSample:
     """Cooks a `megatron-bridge` sample into a `DiffusionSample` (latents unscaled, as stored;
     the json's `scaling_factor`/`shift_factor` scale them).
 

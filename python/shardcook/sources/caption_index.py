@@ -121,7 +121,7 @@ class CaptionIndexSource:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
         return {"type": "directory", "path": str(self.root), "layout": self.index.name}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:

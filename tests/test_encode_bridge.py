@@ -304,3 +304,24 @@ def test_malicious_pickle_is_refused_by_validate_and_the_cooker(bridge_encoded, 
     with pytest.raises(UnsafeSampleError, match=r"'0000000001'.*'pickle'.*io\.open"):
         list(w.loader)
     assert not target.exists()
+
+
+def test_masked_t5_equals_running_every_padded_position(tiny_flux):  # noqa: F811
+    """At 512 (Bridge's length) the positions far past the last real token are not run but
+    repeated; the result equals T5 run over all 512 positions with the mask, per caption."""
+    from shardcook.encoders.flux import FluxEncoders
+    from transformers import AutoTokenizer, T5EncoderModel
+
+    enc = FluxEncoders.load(model_path=str(tiny_flux), precision="fp32", device="cpu",
+                            t5_max_length=512, latent_mode="mode", t5_attention_mask=True)
+    captions = ["a red circle", "a small blue square on a white background " * 5, ""]
+    t5, _ = enc.encode_text(captions)
+    tok = AutoTokenizer.from_pretrained(tiny_flux / "tokenizer_2")
+    model = T5EncoderModel.from_pretrained(tiny_flux / "text_encoder_2").eval()
+    assert model.config.relative_attention_max_distance < 512  # so the shortcut is exercised
+    with torch.no_grad():
+        for j, caption in enumerate(captions):
+            x = tok(caption, max_length=512, padding="max_length", truncation=True,
+                    return_tensors="pt")
+            ref = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"])
+            torch.testing.assert_close(t5[j], ref.last_hidden_state[0], atol=1e-6, rtol=1e-6)

@@ -139,6 +139,28 @@ class FluxEncoders:
                 return z
             return (z - self.shift_factor) * self.scaling_factor
 
+    def _masked_t5(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """T5's last hidden state with the attention mask, over the whole padded length, without
+        running the positions that cannot differ.
+
+        With the mask, a padding position attends to the real tokens only, and its output
+        depends on itself (the pad embedding) and on the relative-position buckets to those
+        tokens. Every distance of `relative_attention_max_distance` or more falls in the last
+        bucket, so all positions that far past the last real token compute the same thing: the
+        encoder runs up to the first of them and its output is repeated for the rest (the same
+        values as running all of them, to float rounding).
+        """
+        import torch
+
+        total = ids.shape[1]
+        reach = int(getattr(self.t5.config, "relative_attention_max_distance", total))
+        keep = min(total, int(mask.sum(dim=1).max()) + reach)
+        out = self.t5(ids[:, :keep].to(self.device), attention_mask=mask[:, :keep].to(self.device),
+                      output_hidden_states=False).last_hidden_state
+        if keep == total:
+            return out
+        return torch.cat([out, out[:, -1:].expand(-1, total - keep, -1)], dim=1)
+
     def encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Captions -> (T5 last hidden state [B, L, D_t5], CLIP pooler output [B, D_clip])."""
         import torch
@@ -147,9 +169,11 @@ class FluxEncoders:
             tokens = self.t5_tokenizer(captions, padding="max_length",
                                        max_length=self.t5_max_length, truncation=True,
                                        return_tensors="pt")
-            mask = tokens.attention_mask.to(self.device) if self.t5_attention_mask else None
-            t5 = self.t5(tokens.input_ids.to(self.device), attention_mask=mask,
-                         output_hidden_states=False).last_hidden_state
+            if self.t5_attention_mask:
+                t5 = self._masked_t5(tokens.input_ids, tokens.attention_mask)
+            else:
+                t5 = self.t5(tokens.input_ids.to(self.device),
+                             output_hidden_states=False).last_hidden_state
             cids = self.clip_tokenizer(captions, padding="max_length", max_length=CLIP_MAX_LENGTH,
                                        truncation=True, return_tensors="pt").input_ids
             pooled = self.clip(cids.to(self.device), output_hidden_states=False).pooler_output

@@ -9,6 +9,7 @@ unscaled and go to `vae.decode` as they are), else the first three latent channe
 from __future__ import annotations
 
 import io
+import json
 import textwrap
 from pathlib import Path
 
@@ -28,9 +29,9 @@ def _encoding(root: Path) -> str:
     if encoding is None:
         raise DatasetError(f"{root} has no {META_DIR}/{DATASET_YAML} or {OURS_DIR}/{MANIFEST_JSON} "
                            "saying whether it is raw or preencoded; is it a shardcook dataset?")
-    if encoding not in ("raw", "preencoded"):
-        raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and preencoded "
-                           "datasets")
+    if encoding not in ("raw", *ENCODED):
+        raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and encoded "
+                           f"({', '.join(ENCODED)}) datasets")
     return encoding
 
 

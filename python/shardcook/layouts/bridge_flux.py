@@ -19,4 +19,5 @@ BRIDGE_FLUX = Layout(
     parts=(LATENT_PART, EMBEDDINGS_PART, META_PART),
     required=(LATENT_PART, EMBEDDINGS_PART, META_PART),
     cooker="shardcook.energon.cookers:cook_bridge_flux",
+    checker="shardcook.dataset.samplecheck:check_bridge_flux",
 )

@@ -273,5 +273,6 @@ class BridgeFluxTaskEncoder(EncodedDiffusionTaskEncoder):
     """Reads `megatron-bridge` datasets (`encode --layout megatron-bridge`) into
     `DiffusionBatch`es, one latent shape per batch; latents stay unscaled, as stored."""
 
-    def __init__(self) -> None:
+    def __init__(self, worker_config: WorkerConfig | None = None) -> None:
+        super().__init__(worker_config)
         self.cookers = [Cooker(cook_bridge_flux)]

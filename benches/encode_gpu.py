@@ -6,9 +6,13 @@ CLIP-L text: 768, 12 layers), no download, saved in the FLUX layout in bf16; the
   1. runs `shardcook encode` on real photos at 512 and 1024 px and prints images/s and the share of
      encoder time spent waiting for pixels (report.json `encoder_wait` / (`encoder_wait` + `encode`));
   2. times the encoders alone on synthetic batches, before/after: channels_last VAE, larger
-     batches, torch.compile of the VAE encoder (SDPA is transformers' default attention).
+     batches, torch.compile of the VAE encoder (SDPA is transformers' default attention);
+  3. with --bridge-script (a local copy of Megatron-Bridge's prepare_energon_dataset_flux.py,
+     see benches/encode_vs_bridge.py): `encode --layout megatron-bridge` against Bridge's script
+     on the GPU, both fp32 as Bridge's script is, at the first size, samples/s and the ratio.
 
     python benches/encode_gpu.py                 # on a GPU machine (about 5-8 minutes)
+    python benches/encode_gpu.py --sizes 512 --bridge-script /tmp/prepare_energon_dataset_flux.py
     python benches/encode_gpu.py --tiny --device cpu --n 16 --sizes 64   # smoke test on CPU
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -70,13 +75,15 @@ def photos(folder: Path, n: int) -> Path:
     return folder
 
 
-def pipeline_run(model, src, out, size, batch, device, precision, t5_len) -> dict:
+def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
+                 layout="primus") -> dict:
     from shardcook.config import resolve
     from shardcook.pipeline.encode import run_encode
 
     v = {"input_dir": str(src), "output_dir": str(out), "image_size": size, "batch_size": batch,
          "model_path": str(model), "precision": precision, "device": device,
-         "t5_max_length": t5_len, "overwrite": True, "quiet": True, "finalize": False}
+         "t5_max_length": t5_len, "overwrite": True, "quiet": True, "finalize": False,
+         "layout": layout}
     rep = run_encode(resolve(v, set(v)))
     st = rep["stage_seconds"]
     return {"size": size, "batch": batch, "samples": rep["num_written"],
@@ -116,6 +123,40 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len, reps=5)
     return round(reps * batch / (time.perf_counter() - t0), 2)
 
 
+def bridge_vs_shardcook(model, src, size, device, t5_len, script: Path) -> dict:
+    """Bridge's script (one image at a time) and `encode --layout megatron-bridge` (batches of
+    8), both fp32, on the same photos listed in a `meta.json`; wall seconds of each process."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benches"))
+    from encode_vs_bridge import with_tokenizer, write_meta_json
+
+    write_meta_json(src)
+    t5 = with_tokenizer(model, "text_encoder_2", "tokenizer_2", WORK / "t5")
+    clip = with_tokenizer(model, "text_encoder", "tokenizer", WORK / "clip")
+    n = sum(1 for p in src.iterdir() if p.suffix == ".jpg")
+    runs = {
+        "bridge_script": [sys.executable, str(script), "--data_folder", str(src), "--output_dir",
+                          str(WORK / "bridge-out"), "--vae_model", str(model), "--t5_model",
+                          str(t5), "--clip_model", str(clip), "--device", device, "--height",
+                          str(size), "--width", str(size), "--center-crop",
+                          "--no-memory-optimization", "--max_sequence_length", str(t5_len)],
+        "shardcook": [sys.executable, "-m", "shardcook", "encode", "--layout", "megatron-bridge",
+                      "--model-path", str(model), "--input-dir", str(src), "--output-dir",
+                      str(WORK / "sc-bridge-out"), "--image-size", str(size), "--t5-max-length",
+                      str(t5_len), "--batch-size", "8", "--device", device, "--overwrite",
+                      "--quiet"],
+    }
+    out: dict = {"size": size, "samples": n}
+    for name, cmd in runs.items():
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+        out[f"{name}_samples_per_s"] = round(n / (time.perf_counter() - t0), 2)
+    out["ratio"] = round(out["shardcook_samples_per_s"] / out["bridge_script_samples_per_s"], 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tiny", action="store_true")
@@ -125,6 +166,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--t5-len", type=int, default=512)
+    ap.add_argument("--bridge-script", type=Path, default=None)
     args = ap.parse_args()
     from shardcook.pipeline.encode import quiet_model_libraries
 
@@ -152,6 +194,10 @@ def main() -> None:
                 row = {"size": size, "batch": batch, "variant": variant, "images_per_s": rate}
                 results["encoder_only"].append(row)
                 print("encoder_only", json.dumps(row))
+    if args.bridge_script is not None:
+        results["bridge"] = bridge_vs_shardcook(model, src, args.sizes[0], args.device,
+                                                args.t5_len, args.bridge_script)
+        print("bridge", json.dumps(results["bridge"]))
     (WORK / "results.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {WORK / 'results.json'}")
 

@@ -345,16 +345,17 @@ def encode(
     config: _ConfigOpt = None,
     print_config: _PrintConfigOpt = False,
     hf_token_file: _HfTokenFileOpt = None,
+    layout: Annotated[str, typer.Option(help="primus (scaled latents, one .pth per tensor) or megatron-bridge (Megatron-Bridge's FLUX recipe: unscaled latent pth, pickled embeddings, json).", rich_help_panel=_MOD)] = "primus",
     model_path: Annotated[str, typer.Option(help="FLUX folder (vae/, text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/) or hub id.", rich_help_panel=_MOD)] = "black-forest-labs/FLUX.1-dev",
     vae_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the VAE.", rich_help_panel=_MOD)] = None,
     clip_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the CLIP text model (+ tokenizer).", rich_help_panel=_MOD)] = None,
     t5_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the T5 encoder (+ tokenizer).", rich_help_panel=_MOD)] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of --model-path.", rich_help_panel=_MOD)] = None,
-    precision: Annotated[str, typer.Option(help="bf16, fp16 or fp32.", rich_help_panel=_MOD)] = "bf16",
+    precision: Annotated[str | None, typer.Option(help="bf16, fp16 or fp32 (default: bf16; fp32 for --layout megatron-bridge, as its script).", rich_help_panel=_MOD)] = None,
     stored_dtype: Annotated[str | None, typer.Option(help="dtype of the saved tensors (default: --precision).", rich_help_panel=_MOD)] = None,
     batch_size: Annotated[int, typer.Option(help="Images per encoder batch.", rich_help_panel=_MOD)] = 8,
     t5_max_length: Annotated[int, typer.Option(help="T5 padding length (256 suits FLUX.1-schnell).", rich_help_panel=_MOD)] = 512,
-    latent_mode: Annotated[str, typer.Option(help="sample (seeded per sample key), mode, or resample (also store the posterior mean/logvar so training draws a fresh latent every epoch).", rich_help_panel=_MOD)] = "sample",
+    latent_mode: Annotated[str | None, typer.Option(help="sample (seeded per sample key), mode, or resample (also store the posterior mean/logvar so training draws a fresh latent every epoch); default: sample, mode for --layout megatron-bridge (which takes sample or mode).", rich_help_panel=_MOD)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the latent sampling.", rich_help_panel=_MOD)] = 0,
     device: Annotated[str | None, typer.Option(help="cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", rich_help_panel=_MOD)] = None,
     source_type: _SourceTypeOpt = "directory",
@@ -388,8 +389,9 @@ def encode(
     diffusion-encoded."""
     try:
         cfg = _resolve_config(ctx, config)
-        from shardcook.pipeline.encode import check_model
+        from shardcook.pipeline.encode import apply_layout_defaults, check_model
 
+        apply_layout_defaults(cfg)
         check_model(cfg)
     except ShardcookError as e:
         _fail(e)

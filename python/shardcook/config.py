@@ -71,18 +71,20 @@ class ImageConfig:
 
 @dataclass
 class ModelConfig:
-    """The encoders (`encode` only; `raw` ignores this section)."""
+    """The encoders (`encode` only; `raw` ignores this section). `precision` and `latent_mode`
+    left unset take the `layout`'s defaults (`pipeline.encode.LAYOUT_DEFAULTS`)."""
 
+    layout: str = "primus"
     model_path: str = "black-forest-labs/FLUX.1-dev"
     vae_path: str | None = None
     clip_path: str | None = None
     t5_path: str | None = None
     revision: str | None = None
-    precision: str = "bf16"
+    precision: str | None = None
     stored_dtype: str | None = None
     batch_size: int = 8
     t5_max_length: int = 512
-    latent_mode: str = "sample"
+    latent_mode: str | None = None
     seed: int = 0
     device: str | None = None
 

@@ -1,23 +1,27 @@
 """`shardcook preview`: a contact sheet PNG of a dataset's first samples with their captions.
 
 Raw datasets show their images. Encoded datasets show their latents decoded by a VAE when a model
-is given (`(latent / scaling) + shift`, then `vae.decode`), else the first three latent channels as
-false colour (each channel stretched to its own min..max).
+is given (`(latent / scaling) + shift`, then `vae.decode`; `megatron-bridge` latents are stored
+unscaled and go to `vae.decode` as they are), else the first three latent channels as false colour
+(each channel stretched to its own min..max).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import textwrap
 from pathlib import Path
 
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
 from shardcook.layouts import IMAGE_PARTS
+from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
 
 TILE = 192
 CAPTION_LINES = 3
+ENCODED = ("preencoded", BRIDGE_FLUX.encoding)
 
 
 def _encoding(root: Path) -> str:
@@ -25,9 +29,9 @@ def _encoding(root: Path) -> str:
     if encoding is None:
         raise DatasetError(f"{root} has no {META_DIR}/{DATASET_YAML} or {OURS_DIR}/{MANIFEST_JSON} "
                            "saying whether it is raw or preencoded; is it a shardcook dataset?")
-    if encoding not in ("raw", "preencoded"):
-        raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and preencoded "
-                           "datasets")
+    if encoding not in ("raw", *ENCODED):
+        raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and encoded "
+                           f"({', '.join(ENCODED)}) datasets")
     return encoding
 
 
@@ -57,8 +61,20 @@ def _false_colour(latent):
     return np.kron(rgb, np.ones((8, 8, 1), np.uint8))
 
 
+def _latent_and_caption(encoding: str, key: str, parts: dict[str, bytes]):
+    """The stored latent tensor and the caption of one encoded sample."""
+    from shardcook.energon.cookers import load_tensor
+
+    if encoding == BRIDGE_FLUX.encoding:
+        latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
+        meta = json.loads(parts.get(META_PART, b"{}"))
+        return latent, str(meta.get("caption", "")) if isinstance(meta, dict) else ""
+    latent = load_tensor(parts["latents.pth"], key=key, part="latents.pth")
+    return latent, parts.get("caption.txt", b"").decode("utf-8", "replace")
+
+
 class _Decoder:
-    def __init__(self, model_path: str, manifest: dict):
+    def __init__(self, model_path: str, manifest: dict, *, scaled: bool = True):
         import torch
 
         from shardcook.pipeline.encode import quiet_model_libraries
@@ -73,8 +89,8 @@ class _Decoder:
         self.vae, _ = load_encoder(src, token, torch.float32, "cpu")
         del token
         f = latent_factors(dict(self.vae.config))
-        self.scale = manifest.get("scaling_factor", f.scaling_factor)
-        self.shift = manifest.get("shift_factor", f.shift_factor)
+        self.scale = manifest.get("scaling_factor", f.scaling_factor) if scaled else 1.0
+        self.shift = manifest.get("shift_factor", f.shift_factor) if scaled else 0.0
 
     def __call__(self, latent):
         import torch
@@ -98,16 +114,14 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
     encoding = _encoding(root)
     rows = _first_samples(root, count)
     manifest = metadata.read_manifest(root) or {}
-    decode = _Decoder(model_path, manifest) if (model_path and encoding == "preencoded") else None
+    decode = (_Decoder(model_path, manifest, scaled=encoding != BRIDGE_FLUX.encoding)
+              if (model_path and encoding in ENCODED) else None)
     tiles = []
     for key, parts in rows:
-        if encoding == "preencoded":
-            from shardcook.energon.cookers import load_tensor
-
-            latent = load_tensor(parts["latents.pth"], key=key, part="latents.pth")
+        if encoding in ENCODED:
+            latent, caption = _latent_and_caption(encoding, key, parts)
             pixels = decode(latent) if decode else _false_colour(latent)
             img = Image.fromarray(pixels)
-            caption = parts.get("caption.txt", b"").decode("utf-8", "replace")
         else:
             part = next((p for p in IMAGE_PARTS if p in parts), None)
             if part is None:

@@ -165,3 +165,63 @@ def check_chatml(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: 
             if why:
                 problems.append(f"image {n} of part {MULTI_IMAGE_PART} {why}")
     return problems
+
+
+def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
+                      deep: bool) -> list[str]:
+    """`pickle` holds only tensors and plain types (read without loading any class, so a
+    payload is refused, never run): a dict of `prompt_embeds` `[L, D]` and
+    `pooled_prompt_embeds` `[D]`; `pth` is `[C, H/8, W/8]` for json's processed size; channels
+    and T5 length agree with the manifest."""
+    import pickle
+
+    from shardcook.dataset.tensorinfo import pickled_tensors_info
+    from shardcook.layouts.bridge_flux import (
+        EMBEDDINGS_PART,
+        LATENT_PART,
+        META_PART,
+        POOLED_PROMPT_EMBEDS,
+        PROMPT_EMBEDS,
+    )
+
+    try:
+        embeddings = pickled_tensors_info(parts[EMBEDDINGS_PART])
+    except pickle.UnpicklingError as e:
+        return [(f"part {EMBEDDINGS_PART} holds more than tensors and plain types ({e}); it was "
+                "not run")]
+    except Exception as e:  # noqa: BLE001 (arbitrary bytes can fail anywhere in a pickle)
+        return [f"part {EMBEDDINGS_PART} is not a readable pickle ({type(e).__name__})"]
+    problems = []
+    wanted = ((PROMPT_EMBEDS, 2, "[L, D]"), (POOLED_PROMPT_EMBEDS, 1, "[D]"))
+    if not isinstance(embeddings, dict):
+        return [(f"part {EMBEDDINGS_PART} holds a {type(embeddings).__name__}, not a dict of "
+                f"{PROMPT_EMBEDS} and {POOLED_PROMPT_EMBEDS}")]
+    for name, rank, form in wanted:
+        info = embeddings.get(name)
+        if not isinstance(info, TensorInfo) or len(info.shape) != rank:
+            problems.append(f"part {EMBEDDINGS_PART}'s {name} is not a tensor {form}")
+    latent = _tensor(parts, LATENT_PART)
+    if latent is not None and len(latent.shape) != 3:
+        problems.append(f"part {LATENT_PART} has shape {list(latent.shape)}, not [C, H/8, W/8]")
+    if problems:
+        return problems
+    prompt = embeddings[PROMPT_EMBEDS]
+    max_length = manifest.get("t5_max_length")
+    if max_length is not None and prompt.shape[0] != max_length:
+        problems.append(f"part {EMBEDDINGS_PART}'s {PROMPT_EMBEDS} has {prompt.shape[0]} tokens "
+                        f"but the manifest's t5_max_length is {max_length}")
+    if latent is not None:
+        channels = manifest.get("latent_channels")
+        if channels is not None and latent.shape[0] != channels:
+            problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the "
+                            f"manifest says {channels}")
+        try:
+            meta = json.loads(parts[META_PART])
+            size = (int(meta["processed_height"]), int(meta["processed_width"]))
+        except (KeyError, ValueError, TypeError, RecursionError):
+            size = None
+        if size is not None and latent.shape[1:] != (size[0] // 8, size[1] // 8):
+            problems.append(f"part {LATENT_PART} is {latent.shape[1]}x{latent.shape[2]} but "
+                            f"{META_PART}'s processed size {size[0]}x{size[1]} needs "
+                            f"{size[0] // 8}x{size[1] // 8}")
+    return problems

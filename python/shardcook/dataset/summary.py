@@ -9,7 +9,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
-from shardcook.dataset.tensorinfo import tensor_info
+from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts.names import INFO_JSON, META_DIR
 
@@ -90,7 +90,8 @@ def describe_parts(parts: dict[str, bytes]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, data in parts.items():
         info = tensor_info(data, name)
-        out[name] = str(info) if info else f"{len(data):,} bytes"
+        out[name] = (str(info) if info else pickled_summary(data, name)
+                     or f"{len(data):,} bytes")
     return out
 
 

@@ -66,21 +66,27 @@ class FluxEncoders:
     Args:
         latent_mode: `sample` draws z ~ N(mean, std) with a generator seeded per (seed, key);
             `mode` takes the distribution's mode (its mean).
+        t5_attention_mask: Pass the tokenizer's attention mask to T5 (Megatron-Bridge's script
+            does; diffusers' FluxPipeline does not, so padding tokens attend to each other).
+        scale_latents: Apply the VAE's shift and scaling factors; False keeps the raw latent.
     """
 
     def __init__(self, vae, clip_tokenizer, clip, t5_tokenizer, t5, *, device, dtype,
-                 t5_max_length: int = 512, latent_mode: str = "sample", seed: int = 0):
+                 t5_max_length: int = 512, latent_mode: str = "sample", seed: int = 0,
+                 t5_attention_mask: bool = False, scale_latents: bool = True):
         factors = latent_factors(dict(vae.config))
         self.vae, self.clip_tokenizer, self.clip = vae, clip_tokenizer, clip
         self.t5_tokenizer, self.t5 = t5_tokenizer, t5
         self.device, self.dtype = device, dtype
         self.t5_max_length, self.latent_mode, self.seed = t5_max_length, latent_mode, seed
         self.scaling_factor, self.shift_factor = factors.scaling_factor, factors.shift_factor
+        self.t5_attention_mask, self.scale_latents = t5_attention_mask, scale_latents
 
     @classmethod
     def load(cls, *, model_path=None, vae_path=None, clip_path=None, t5_path=None,
              revision=None, token_file=None, precision="bf16", device="cpu",
-             t5_max_length=512, latent_mode="sample", seed=0) -> FluxEncoders:
+             t5_max_length=512, latent_mode="sample", seed=0, t5_attention_mask=False,
+             scale_latents=True) -> FluxEncoders:
         """Resolves the sources and the token, then loads all three encoders."""
         sources = resolve_sources(model_path, vae_path, clip_path, t5_path, revision)
         token, _ = resolve_token(token_file)
@@ -90,7 +96,8 @@ class FluxEncoders:
         t5, t5_tok = load_encoder(sources["t5"], token, dtype, device)
         del token
         return cls(vae, clip_tok, clip, t5_tok, t5, device=device, dtype=dtype,
-                   t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed)
+                   t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed,
+                   t5_attention_mask=t5_attention_mask, scale_latents=scale_latents)
 
     def _posterior(self, pixels: np.ndarray | torch.Tensor) -> Any:
         """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
@@ -113,7 +120,8 @@ class FluxEncoders:
             return latents, dist.mean, dist.logvar
 
     def encode_images(self, pixels: np.ndarray | torch.Tensor, keys: list[str]) -> torch.Tensor:
-        """[B, H, W, 3] uint8 (one shape) -> scaled latents [B, C, H/8, W/8] on the device."""
+        """[B, H, W, 3] uint8 (one shape) -> latents [B, C, H/8, W/8] on the device (scaled
+        unless `scale_latents` is off)."""
         import torch
 
         with torch.inference_mode():
@@ -127,16 +135,45 @@ class FluxEncoders:
                                     sample_seed(self.seed, k)))
                     for k in keys]).to(dist.mean.dtype)
                 z = dist.mean + dist.std * noise
+            if not self.scale_latents:
+                return z
             return (z - self.shift_factor) * self.scaling_factor
+
+    def _masked_t5(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """T5's last hidden state with the attention mask, over the whole padded length, without
+        running the positions that cannot differ.
+
+        With the mask, a padding position attends to the real tokens only, and its output
+        depends on itself (the pad embedding) and on the relative-position buckets to those
+        tokens. Every distance of `relative_attention_max_distance` or more falls in the last
+        bucket, so all positions that far past the last real token compute the same thing: the
+        encoder runs up to the first of them and its output is repeated for the rest (the same
+        values as running all of them, to float rounding).
+        """
+        import torch
+
+        total = ids.shape[1]
+        reach = int(getattr(self.t5.config, "relative_attention_max_distance", total))
+        keep = min(total, int(mask.sum(dim=1).max()) + reach)
+        out = self.t5(ids[:, :keep].to(self.device), attention_mask=mask[:, :keep].to(self.device),
+                      output_hidden_states=False).last_hidden_state
+        if keep == total:
+            return out
+        return torch.cat([out, out[:, -1:].expand(-1, total - keep, -1)], dim=1)
 
     def encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Captions -> (T5 last hidden state [B, L, D_t5], CLIP pooler output [B, D_clip])."""
         import torch
 
         with torch.inference_mode():
-            ids = self.t5_tokenizer(captions, padding="max_length", max_length=self.t5_max_length,
-                                    truncation=True, return_tensors="pt").input_ids
-            t5 = self.t5(ids.to(self.device), output_hidden_states=False).last_hidden_state
+            tokens = self.t5_tokenizer(captions, padding="max_length",
+                                       max_length=self.t5_max_length, truncation=True,
+                                       return_tensors="pt")
+            if self.t5_attention_mask:
+                t5 = self._masked_t5(tokens.input_ids, tokens.attention_mask)
+            else:
+                t5 = self.t5(tokens.input_ids.to(self.device),
+                             output_hidden_states=False).last_hidden_state
             cids = self.clip_tokenizer(captions, padding="max_length", max_length=CLIP_MAX_LENGTH,
                                        truncation=True, return_tensors="pt").input_ids
             pooled = self.clip(cids.to(self.device), output_hidden_states=False).pooler_output

@@ -9,7 +9,14 @@ Example:
 """
 
 from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
-from shardcook.energon.cookers import cook_preencoded_diffusion, cook_raw_images, load_tensor
+from shardcook.energon.cookers import (
+    cook_bridge_crude,
+    cook_bridge_flux,
+    cook_preencoded_diffusion,
+    cook_raw_images,
+    load_pickled_tensors,
+    load_tensor,
+)
 from shardcook.energon.errors import (
     EmptyLoaderError,
     LoaderStateError,
@@ -32,6 +39,7 @@ from shardcook.energon.samples import (
     RawImageSample,
 )
 from shardcook.energon.task_encoders import (
+    BridgeFluxTaskEncoder,
     DiffusionTaskEncoder,
     EncodedDiffusionTaskEncoder,
     RawDiffusionTaskEncoder,
@@ -39,6 +47,7 @@ from shardcook.energon.task_encoders import (
 
 __all__ = [
     "BlendEntry",
+    "BridgeFluxTaskEncoder",
     "DiffusionBatch",
     "DiffusionSample",
     "DiffusionTaskEncoder",
@@ -54,10 +63,13 @@ __all__ = [
     "RawImageSample",
     "SampleDecodeError",
     "UnsafeSampleError",
+    "cook_bridge_crude",
+    "cook_bridge_flux",
     "cook_preencoded_diffusion",
     "cook_raw_images",
     "dataset_encoding",
     "get_diffusion_loader",
+    "load_pickled_tensors",
     "load_tensor",
     "parse_blend_entry",
     "task_encoder_for",

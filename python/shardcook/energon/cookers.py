@@ -1,7 +1,8 @@
 """Energon cookers: turn a crude webdataset sample (part name -> bytes) into a typed sample.
 
-Both cookers expect raw bytes, i.e. a task encoder whose ``decoder`` is ``None``. ``.pth`` parts
-are loaded with ``torch.load(..., weights_only=True)``, so a shard holding a malicious pickle is
+Every cooker expects raw bytes, i.e. a task encoder whose ``decoder`` is ``None``. ``.pth`` parts
+are loaded with ``torch.load(..., weights_only=True)`` and Megatron-Bridge's ``pickle`` part with an
+unpickler that loads tensors and plain types only, so a shard holding a malicious pickle is
 refused with `UnsafeSampleError` and never runs code.
 """
 
@@ -26,8 +27,11 @@ from shardcook.layouts import IMAGE_PARTS
 __all__ = [
     "IMAGE_PARTS",
     "ImageFormat",
+    "cook_bridge_crude",
+    "cook_bridge_flux",
     "cook_preencoded_diffusion",
     "cook_raw_images",
+    "load_pickled_tensors",
     "load_tensor",
     "raw_images_cooker",
 ]
@@ -252,3 +256,129 @@ def raw_images_cooker(image_format: ImageFormat = "tensor") -> Callable[[dict], 
     if image_format == "tensor":
         return cook_raw_images
     return stateless(functools.partial(cook_raw_images, image_format=image_format))
+
+
+# ---- megatron-bridge layout (Megatron-Bridge's FLUX recipe: `pth`, `pickle`, `json`) ----------
+
+
+def _storage_weights_only(data: bytes) -> Any:
+    """What torch's `_load_from_bytes` does for a pickled storage, but with weights_only=True
+    (torch's own runs an unrestricted torch.load on these bytes)."""
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+
+
+class _PickledTensorsUnpickler(pickle.Unpickler):
+    """Loads tensors and plain types (dict, list, str, numbers) and no other class."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        from collections import OrderedDict
+
+        from shardcook.dataset.tensorinfo import REBUILD_TENSOR, STORAGE_FROM_BYTES
+
+        if (module, name) == REBUILD_TENSOR:
+            return torch._utils._rebuild_tensor_v2
+        if (module, name) == STORAGE_FROM_BYTES:
+            return _storage_weights_only
+        if (module, name) == ("collections", "OrderedDict"):
+            return OrderedDict
+        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+
+
+def load_pickled_tensors(data: bytes, *, key: str, part: str) -> Any:
+    """Loads a `pickle.dumps` of tensors and plain types without running any other pickled code.
+
+    Raises:
+        UnsafeSampleError: The pickle names any other global (e.g. a malicious `__reduce__`);
+            nothing was executed.
+        SampleDecodeError: The bytes are not a readable pickle.
+    """
+    try:
+        return _PickledTensorsUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as e:
+        m = re.search(r"Unsupported (?:global: GLOBAL \S+|operand \d+)", str(e))
+        if m is None:
+            raise SampleDecodeError(f"sample {key!r}: part {part!r} is not a readable pickle: "
+                                    f"{e}") from None
+        raise UnsafeSampleError(
+            f"sample {key!r}: part {part!r} holds more than tensors and plain types and was "
+            f"refused without running it ({m.group(0)})"
+        ) from None
+    except Exception as e:  # truncated or garbled bytes
+        raise SampleDecodeError(f"sample {key!r}: part {part!r} is not a readable pickle: "
+                                f"{e}") from e
+
+
+def _bridge_embeddings(sample: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from shardcook.layouts.bridge_flux import EMBEDDINGS_PART, POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
+
+    key = _key(sample)
+    obj = load_pickled_tensors(_part_bytes(sample, EMBEDDINGS_PART), key=key, part=EMBEDDINGS_PART)
+    if not isinstance(obj, dict) or not all(
+        isinstance(obj.get(n), torch.Tensor) for n in (PROMPT_EMBEDS, POOLED_PROMPT_EMBEDS)
+    ):
+        raise SampleDecodeError(
+            f"sample {key!r}: part {EMBEDDINGS_PART!r} is not a dict with the tensors "
+            f"{PROMPT_EMBEDS!r} and {POOLED_PROMPT_EMBEDS!r}"
+        )
+    return obj
+
+
+def _bridge_json(sample: dict[str, Any]) -> dict[str, Any]:
+    from shardcook.layouts.bridge_flux import META_PART
+
+    try:
+        meta = json.loads(_part_bytes(sample, META_PART))
+    except ValueError as e:
+        raise SampleDecodeError(f"sample {_key(sample)!r}: part {META_PART!r} is invalid: "
+                                f"{e}") from e
+    if not isinstance(meta, dict):
+        raise SampleDecodeError(f"sample {_key(sample)!r}: part {META_PART!r} is not a JSON "
+                                "object")
+    return meta
+
+
+@stateless  # type: ignore[untyped-decorator]
+def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
+    """What Megatron-Bridge's FLUX `cook` returns (`json`, `pth`, `pickle` decoded), but read
+    safely from raw bytes: plug it into Bridge's `FluxTaskEncoder` with `decoder = None` instead
+    of Energon's default decoder, which unpickles the `pickle` part with `pickle.loads`.
+
+    Raises:
+        UnsafeSampleError: The `pth` or `pickle` part holds more than tensors and plain types.
+        SampleDecodeError: A part is missing or unreadable.
+    """
+    from shardcook.layouts.bridge_flux import LATENT_PART
+
+    return dict(
+        **basic_sample_keys(sample),
+        json=_bridge_json(sample),
+        pth=load_tensor(_part_bytes(sample, LATENT_PART), key=_key(sample), part=LATENT_PART),
+        pickle=_bridge_embeddings(sample),
+    )
+
+
+@stateless  # type: ignore[untyped-decorator]
+def cook_bridge_flux(sample: dict[str, Any]) -> DiffusionSample:
+    """Cooks a `megatron-bridge` sample into a `DiffusionSample` (latents unscaled, as stored;
+    the json's `scaling_factor`/`shift_factor` scale them).
+
+    Raises:
+        UnsafeSampleError: The `pth` or `pickle` part holds more than tensors and plain types.
+        SampleDecodeError: A part is missing or unreadable.
+    """
+    from shardcook.layouts.bridge_flux import POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
+
+    crude = cook_bridge_crude(sample)
+    meta = crude["json"]
+    height, width = meta.get("processed_height"), meta.get("processed_width")
+    return DiffusionSample(
+        **basic_sample_keys(sample),
+        latents=crude["pth"],
+        prompt_embeds=crude["pickle"][PROMPT_EMBEDS],
+        pooled_prompt_embeds=crude["pickle"][POOLED_PROMPT_EMBEDS],
+        caption=str(meta.get("caption", "")),
+        source=None if meta.get("source") is None else str(meta["source"]),
+        orig_size=_pair(meta.get("orig_size")),
+        crop=_pair(meta.get("crop")),
+        size=None if height is None or width is None else (int(height), int(width)),
+    )

@@ -287,11 +287,13 @@ def task_encoder_for(
     from shardcook.energon.task_encoders import (
         ENCODING_PREENCODED,
         ENCODING_RAW,
+        BridgeFluxTaskEncoder,
         DiffusionTaskEncoder,
         EncodedDiffusionTaskEncoder,
         RawDiffusionTaskEncoder,
     )
     from shardcook.errors import DatasetError
+    from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
     encoding = dataset_encoding(path)
     if encoding is None:
@@ -303,9 +305,11 @@ def task_encoder_for(
         return EncodedDiffusionTaskEncoder(resample_latents=resample_latents)
     if encoding == ENCODING_RAW:
         return RawDiffusionTaskEncoder(image_format=image_format)  # type: ignore[arg-type]
+    if encoding == BRIDGE_FLUX.encoding:
+        return BridgeFluxTaskEncoder()
     raise DatasetError(
         f"{path} has encoding {encoding!r}; shardcook.energon reads "
-        f"{ENCODING_PREENCODED!r} and {ENCODING_RAW!r}."
+        f"{ENCODING_PREENCODED!r}, {ENCODING_RAW!r} and {BRIDGE_FLUX.encoding!r}."
     )
 
 

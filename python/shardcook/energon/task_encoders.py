@@ -13,7 +13,12 @@ from typing import Any
 import torch
 from megatron.energon import Cooker, SampleDecoder, TaskEncoder, WorkerConfig, stateless
 
-from shardcook.energon.cookers import ImageFormat, cook_preencoded_diffusion, raw_images_cooker
+from shardcook.energon.cookers import (
+    ImageFormat,
+    cook_bridge_flux,
+    cook_preencoded_diffusion,
+    raw_images_cooker,
+)
 from shardcook.energon.errors import SampleDecodeError
 from shardcook.energon.samples import (
     DiffusionBatch,
@@ -26,6 +31,7 @@ from shardcook.layouts import PREENCODED, RAW
 __all__ = [
     "ENCODING_PREENCODED",
     "ENCODING_RAW",
+    "BridgeFluxTaskEncoder",
     "DiffusionTaskEncoder",
     "EncodedDiffusionTaskEncoder",
     "RawDiffusionTaskEncoder",
@@ -261,3 +267,12 @@ class DiffusionTaskEncoder(
         if isinstance(sample, DiffusionSample):
             return _diffusion_group(sample), None
         return _raw_group(sample), None
+
+
+class BridgeFluxTaskEncoder(EncodedDiffusionTaskEncoder):
+    """Reads `megatron-bridge` datasets (`encode --layout megatron-bridge`) into
+    `DiffusionBatch`es, one latent shape per batch; latents stay unscaled, as stored."""
+
+    def __init__(self, worker_config: WorkerConfig | None = None) -> None:
+        super().__init__(worker_config)
+        self.cookers = [Cooker(cook_bridge_flux)]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from shardcook.errors import ConfigError
 from shardcook.layouts.base import Layout
+from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.preencoded import PREENCODED
 from shardcook.layouts.raw import IMAGE_PARTS, RAW
 
 #: Every layout, by registry name.
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML)}
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX)}
 
 __all__ = ["CHATML", "IMAGE_PARTS", "LAYOUTS", "PREENCODED", "RAW", "Layout", "by_encoding",
            "get_layout"]

@@ -1,5 +1,6 @@
-"""`encode`: images and captions through FLUX's encoders into pre-encoded samples
-(docs/FORMAT.md §3).
+"""`encode`: images and captions through FLUX's encoders into pre-encoded samples, in the
+`primus` layout (docs/FORMAT.md §3) or Megatron-Bridge's (`megatron-bridge`,
+`pipeline.bridge_parts`).
 
 Inside each reader batch, three stages overlap through bounded look-ahead: a CPU thread decodes
 and resizes the next encoder batch (Rust image core), the calling thread runs the encoders, and a
@@ -21,7 +22,9 @@ from pathlib import Path
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError
-from shardcook.layouts.preencoded import POSTERIOR_PARTS
+from shardcook.layouts.base import Layout
+from shardcook.layouts.bridge_flux import BRIDGE_FLUX
+from shardcook.layouts.preencoded import POSTERIOR_PARTS, PREENCODED
 from shardcook.pipeline.raw import decode_images, meta_json
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
@@ -31,11 +34,37 @@ EMPTY_DIR = "empty_encodings"
 PARTS = ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
          "meta.json")
 
+#: The layouts `encode` writes, and what `precision` and `latent_mode` are when not given.
+ENCODE_LAYOUTS: dict[str, Layout] = {PREENCODED.name: PREENCODED, BRIDGE_FLUX.name: BRIDGE_FLUX}
+LAYOUT_DEFAULTS: dict[str, dict[str, str]] = {
+    PREENCODED.name: {"precision": "bf16", "latent_mode": "sample"},
+    BRIDGE_FLUX.name: {"precision": "fp32", "latent_mode": "mode"},  # as Bridge's script
+}
+#: What Bridge's script can write: `--stochastic` off (mode) or on (sample).
+BRIDGE_LATENT_MODES = ("mode", "sample")
+
+
+def encode_layout(name: str) -> Layout:
+    """The layout `--layout name` asks for, or ConfigError in one sentence."""
+    if name not in ENCODE_LAYOUTS:
+        raise ConfigError(f"--layout must be one of {', '.join(ENCODE_LAYOUTS)}, not {name!r}.")
+    return ENCODE_LAYOUTS[name]
+
+
+def apply_layout_defaults(cfg: RunConfig) -> None:
+    """Fills the `model` options left unset with the layout's defaults (ConfigError for an
+    unknown layout)."""
+    layout = encode_layout(cfg.model.layout)
+    for name, value in LAYOUT_DEFAULTS[layout.name].items():
+        if getattr(cfg.model, name) is None:
+            setattr(cfg.model, name, value)
+
 
 def check_model(cfg: RunConfig) -> None:
     """Raises ConfigError naming the first `model`/image option `encode` cannot work with."""
     from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 
+    apply_layout_defaults(cfg)
     m, i = cfg.model, cfg.image
     if m.precision not in PRECISIONS:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, not {m.precision!r}.")
@@ -45,6 +74,9 @@ def check_model(cfg: RunConfig) -> None:
     if m.latent_mode not in LATENT_MODES:
         raise ConfigError(
             f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
+    if m.layout == BRIDGE_FLUX.name and m.latent_mode not in BRIDGE_LATENT_MODES:
+        raise ConfigError(f"--latent-mode {m.latent_mode} is for --layout primus; megatron-bridge "
+                          f"stores one latent: {' or '.join(BRIDGE_LATENT_MODES)}.")
     if m.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
     if m.t5_max_length < 1:
@@ -95,14 +127,24 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> dict:
         "stored_dtype": m.stored_dtype or m.precision,
         "latent_mode": m.latent_mode,
         "latent_seed": m.seed if m.latent_mode == "sample" else None,
+        **({"latents_scaled": False, "t5_attention_mask": True}
+           if m.layout == BRIDGE_FLUX.name else {}),
     }
 
 
 class EncodeProcessor:
-    """Turns loaded inputs into the five pre-encoded parts, one outcome per input, in order."""
+    """Turns loaded inputs into one pre-encoded sample of the run's layout each, one outcome per
+    input, in order."""
 
     def __init__(self, cfg: RunConfig, encoders, stored_dtype):
         self.image, self.enc = cfg.image, encoders
+        self.bridge = cfg.model.layout == BRIDGE_FLUX.name
+        #: The facts every `megatron-bridge` json carries so a user can scale the latents later.
+        self.bridge_facts = {
+            "latent_mode": cfg.model.latent_mode, "scaling_factor": encoders.scaling_factor,
+            "shift_factor": encoders.shift_factor,
+            "latent_seed": cfg.model.seed if cfg.model.latent_mode == "sample" else None,
+        }
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
@@ -137,12 +179,18 @@ class EncodeProcessor:
 
     def _serialize(self, batch: list[Loaded], group, tensors) -> list[tuple[int, Outcome]]:
         from shardcook.encoders.flux import tensor_bytes
+        from shardcook.pipeline.bridge_parts import bridge_parts
 
         t0 = time.perf_counter()
         lat, t5, pooled, *posterior = tensors
         done = []
         for j, (n, r) in enumerate(group):
             item = batch[n].item
+            if self.bridge:
+                parts = bridge_parts(item, r, lat[j], t5[j], pooled[j], image=self.image,
+                                     encoders=self.bridge_facts)
+                done.append((n, Outcome(item, parts=parts)))
+                continue
             h, w = r.pixels.shape[:2]
             meta = meta_json(item.source, r.orig_size, r.crop, (h, w))
             parts = [
@@ -240,6 +288,7 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
     """
     token_file = token_file or cfg.auth.hf_token_file
     check_model(cfg)
+    layout = encode_layout(cfg.model.layout)
     quiet_model_libraries()
     from shardcook.encoders.flux import FluxEncoders, torch_dtype
     from shardcook.pipeline.driver import run_pipeline
@@ -257,11 +306,12 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
             t5_path=m.t5_path, revision=m.revision, token_file=token_file,
             precision=m.precision, device=device, t5_max_length=m.t5_max_length,
-            latent_mode=m.latent_mode, seed=m.seed)
+            latent_mode=m.latent_mode, seed=m.seed,
+            t5_attention_mask=layout is BRIDGE_FLUX, scale_latents=layout is not BRIDGE_FLUX)
         if int(os.environ.get("RANK", "0")) == 0:
             write_empty_encodings(Path(cfg.output.output_dir), encoders)
         return EncodeProcessor(cfg, encoders, torch_dtype(m.stored_dtype or m.precision))
 
-    return run_pipeline(cfg, encoding="preencoded", make_processor=make_processor,
+    return run_pipeline(cfg, encoding=layout.encoding, make_processor=make_processor,
                         batch_size=max(4 * m.batch_size, 8), manifest_extra=extra,
                         backend="nccl" if device.startswith("cuda") else "gloo")

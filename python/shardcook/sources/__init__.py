@@ -23,8 +23,12 @@ def open_source(cfg) -> Source:
     """The source a `RunConfig` names, opened and checked (raises ConfigError on bad setup)."""
     s, f = cfg.source, cfg.data_format
     if s.source_type == "directory":
+        from shardcook.sources.caption_index import CaptionIndexSource, find_index
         from shardcook.sources.directory import DirectorySource
 
+        index = find_index(s.input_dir)
+        if index is not None:
+            return CaptionIndexSource(s.input_dir, index, s.max_samples, f.caption_column)
         return DirectorySource(s.input_dir, s.max_samples)
     if s.source_type == "huggingface":
         from shardcook.encoders.auth import resolve_token

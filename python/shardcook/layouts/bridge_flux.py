@@ -1,0 +1,23 @@
+"""FLUX pre-encoded samples as Megatron-Bridge's FLUX recipe reads them (`encode --layout
+megatron-bridge`): the unscaled VAE latent `pth`, a pickled dict of the two text embeddings
+`pickle`, and the metadata `json` that Bridge's `prepare_energon_dataset_flux.py` writes."""
+
+from shardcook.layouts.base import Layout
+
+#: `torch.save`d VAE latent [C, H/8, W/8], unscaled (no shift/scaling factor applied).
+LATENT_PART = "pth"
+#: `pickle.dumps({PROMPT_EMBEDS: [L, D_t5], POOLED_PROMPT_EMBEDS: [D_clip]})`.
+EMBEDDINGS_PART = "pickle"
+#: JSON object: Bridge's fields (processed_height, processed_width, caption, ...) plus ours.
+META_PART = "json"
+PROMPT_EMBEDS = "prompt_embeds"
+POOLED_PROMPT_EMBEDS = "pooled_prompt_embeds"
+
+BRIDGE_FLUX = Layout(
+    name="megatron-bridge",
+    encoding="bridge-flux",
+    parts=(LATENT_PART, EMBEDDINGS_PART, META_PART),
+    required=(LATENT_PART, EMBEDDINGS_PART, META_PART),
+    cooker="shardcook.energon.cookers:cook_bridge_flux",
+    checker="shardcook.dataset.samplecheck:check_bridge_flux",
+)

@@ -1,0 +1,142 @@
+"""An input folder listed by a caption index: Megatron-Bridge's `meta.json` (a JSON array, or JSON
+Lines, of `{"file_name", "caption"}`) or the Hugging Face imagefolder convention
+(`metadata.jsonl` / `metadata.csv` with `file_name` and a caption column). File names are
+relative to the folder, nested folders allowed; a row whose image is missing is skipped with its
+reason. Inputs are the rows in file order."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardcook.errors import ConfigError
+from shardcook.sources.base import MISSING_CAPTION, MISSING_IMAGE, Item, clean_caption
+
+#: Index files looked for in an input folder, first found wins.
+INDEX_FILES = ("meta.json", "metadata.jsonl", "metadata.csv")
+FILE_NAME = "file_name"
+#: Caption columns looked for when --caption-column is not given (Bridge's, then Hugging Face's).
+CAPTION_COLUMNS = ("caption", "text")
+# Skip reasons of index rows.
+BAD_INDEX_ROW = "bad_index_row"
+IMAGE_OUTSIDE_FOLDER = "image_outside_folder"
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    """One row: the image's name relative to the folder (None when the row has none), its
+    caption (None when absent), or why the row cannot be used."""
+
+    file_name: str | None
+    caption: str | None
+    problem: str | None = None
+
+
+def find_index(folder: str | os.PathLike[str]) -> Path | None:
+    """The caption index inside `folder`, or None."""
+    root = Path(folder)
+    return next((root / n for n in INDEX_FILES if (root / n).is_file()), None)
+
+
+def _json_rows(text: str, path: Path) -> list[Any]:
+    """A JSON array, else JSON Lines (an unparseable line is kept as None: a bad row)."""
+    try:
+        data = json.loads(text)
+        if isinstance(data, list):
+            return data
+    except ValueError:
+        pass
+    rows: list[Any] = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                rows.append(None)
+    if not rows or all(r is None for r in rows):
+        raise ConfigError(f"{str(path)!r} is neither a JSON array nor JSON Lines of "
+                          f'{{"{FILE_NAME}": ..., "caption": ...}} objects.')
+    return rows
+
+
+def _caption_column(columns: set[str], wanted: str | None, path: Path) -> str:
+    if wanted:
+        return wanted
+    found = next((c for c in CAPTION_COLUMNS if c in columns), None)
+    if found is None:
+        raise ConfigError(f"{str(path)!r} has no caption column ({' or '.join(CAPTION_COLUMNS)}); "
+                          "name yours with --caption-column.")
+    return found
+
+
+def _row(obj: Any, caption_column: str) -> IndexRow:
+    if not isinstance(obj, dict):
+        return IndexRow(None, None, BAD_INDEX_ROW)
+    name, caption = obj.get(FILE_NAME), obj.get(caption_column)
+    if not isinstance(name, str) or not name:
+        return IndexRow(None, None, BAD_INDEX_ROW)
+    return IndexRow(name, None if caption is None else clean_caption(str(caption)))
+
+
+def read_index(path: Path, caption_column: str | None = None) -> list[IndexRow]:
+    """The rows of a caption index; ConfigError in one sentence when the file is unusable."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"Caption index {str(path)!r} is unreadable ({e}).") from None
+    if path.suffix == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        columns = set(reader.fieldnames or ())
+        if FILE_NAME not in columns:
+            raise ConfigError(f"{str(path)!r} has no {FILE_NAME} column; the Hugging Face "
+                              f"imagefolder convention names each image in {FILE_NAME}.")
+        column = _caption_column(columns, caption_column, path)
+        if column not in columns:
+            raise ConfigError(f"{str(path)!r} has no column {column!r} (--caption-column).")
+        return [_row(r, column) for r in reader]
+    objs = _json_rows(text, path)
+    columns = {k for o in objs if isinstance(o, dict) for k in o}
+    column = _caption_column(columns, caption_column, path)
+    return [_row(o, column) for o in objs]
+
+
+class CaptionIndexSource:
+    """The rows of the folder's caption index, in file order."""
+
+    def __init__(self, input_dir: str | os.PathLike[str], index: Path,
+                 max_samples: int | None = None, caption_column: str | None = None):
+        self.root = Path(os.path.abspath(input_dir))
+        self.index = index
+        rows = read_index(index, caption_column)
+        if not rows:
+            raise ConfigError(f"Caption index {str(index)!r} lists no images.")
+        self.num_found = len(rows)
+        self._rows = rows[:max_samples] if max_samples is not None else rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def describe(self) -> dict[str, str]:
+        return {"type": "directory", "path": str(self.root), "layout": self.index.name}
+
+    def items(self, start: int, stop: int) -> Iterator[Item]:
+        for index in range(max(start, 0), min(stop, len(self._rows))):
+            yield self._item(index)
+
+    def _item(self, index: int) -> Item:
+        row = self._rows[index]
+        if row.file_name is None:
+            return Item(index, f"{self.index}:{index + 1}", skip=row.problem or BAD_INDEX_ROW)
+        path = Path(os.path.normpath(self.root / row.file_name))
+        source = str(path)
+        if not path.is_relative_to(self.root):
+            return Item(index, source, skip=IMAGE_OUTSIDE_FOLDER)
+        if not path.is_file():
+            return Item(index, source, skip=MISSING_IMAGE)
+        return Item(index, source, image_path=source, caption=row.caption,
+                    skip=MISSING_CAPTION if row.caption is None else None)

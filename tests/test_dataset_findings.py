@@ -16,8 +16,11 @@ from _dataset_helpers import cli, one_error_line, preencoded_parts, pth, raw_par
 from _raw_helpers import make_folder, run_cli
 from shardcook import ConfigError, ShardWriter, finalize, validate
 from shardcook.dataset.braces import MAX_EXPANSIONS, expand_braces
+from shardcook.layouts import LAYOUTS
 
 META = ".nv-meta"
+#: The known encodings, as the refusals list them.
+KNOWN = ", ".join(sorted(layout.encoding for layout in LAYOUTS.values()))
 
 
 @pytest.fixture
@@ -121,15 +124,15 @@ def test_finalize_force_repairs_each_metadata_file(ds, what):
 def test_validate_rejects_an_unknown_encoding(ds):
     r = cli("validate", ds, "--encoding", "bogus")
     assert r.code == 2
-    assert one_error_line(r) == ("error: --encoding names the unknown encoding 'bogus'; use one of "
-                                 "chatml, preencoded, raw")
+    assert one_error_line(r) == (
+        f"error: --encoding names the unknown encoding 'bogus'; use one of {KNOWN}")
     r = cli("finalize", "--force", ds, "--encoding", "bogus")
     assert r.code == 2 and "--encoding names the unknown encoding 'bogus'" in one_error_line(r)
     content = yaml.safe_load((ds / META / "dataset.yaml").read_text())
     content["subflavors"]["encoding"] = "bogus"
     (ds / META / "dataset.yaml").write_text(yaml.safe_dump(content))
     assert validate(ds).problems == [
-        f"{META}/dataset.yaml names the unknown encoding 'bogus'; use one of chatml, preencoded, raw"]
+        f"{META}/dataset.yaml names the unknown encoding 'bogus'; use one of {KNOWN}"]
 
 
 # ---- index.sqlite ------------------------------------------------------------------------------

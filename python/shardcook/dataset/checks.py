@@ -89,9 +89,10 @@ def repeated_part_problems(root: Path, shards: Sequence[str]) -> list[str]:
 
 def first_samples(
     root: Path, splits: Mapping[str, Sequence[str]]
-) -> tuple[dict[str, tuple[str, dict[str, bytes]]], list[str]]:
+) -> tuple[dict[str, _native.Sample], list[str]]:
     """The first sample of each non-empty split, read with shardcook's reader, and problems."""
-    found, problems = {}, []
+    found: dict[str, _native.Sample] = {}
+    problems: list[str] = []
     for split, shards in splits.items():
         if not shards:
             continue

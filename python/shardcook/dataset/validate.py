@@ -147,8 +147,8 @@ def validate(
         for s in sorted(present_shards - set(counts))
     ]
     verified = _native.verify_shards(root, [(s, counts[s]) for s in listed])
-    for shard in verified.shards:
-        problems += shard.problems
+    for checked in verified.shards:
+        problems += checked.problems
     problems += verified.problems
     problems += checks.sqlite_problems(root, counts, record.sqlite if record else True)
     seen: dict[str, str] = {}

@@ -142,6 +142,10 @@ def test_layout_typo_is_one_sentence(tiny_flux, tmp_path):  # noqa: F811
                        expect=2)
     assert r.output.strip() == ("error: --layout must be one of primus, megatron-bridge, "
                                 "not 'megatron'.")
+    r = run_in_process(encode_args(tiny_flux, src, tmp_path / "out", *BRIDGE, "--latent-mode",
+                                   "resample"), expect=2)
+    assert r.output.strip() == ("error: --latent-mode resample is for --layout primus; "
+                                "megatron-bridge stores one latent: mode or sample.")
     assert not (tmp_path / "out").exists()
 
 

@@ -136,7 +136,8 @@ class FluxEncoders:
                     for k in keys]).to(dist.mean.dtype)
                 z = dist.mean + dist.std * noise
             if not self.scale_latents:
-                return z
+                unscaled: torch.Tensor = z
+                return unscaled
             return (z - self.shift_factor) * self.scaling_factor
 
     def _masked_t5(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -155,8 +156,9 @@ class FluxEncoders:
         total = ids.shape[1]
         reach = int(getattr(self.t5.config, "relative_attention_max_distance", total))
         keep = min(total, int(mask.sum(dim=1).max()) + reach)
-        out = self.t5(ids[:, :keep].to(self.device), attention_mask=mask[:, :keep].to(self.device),
-                      output_hidden_states=False).last_hidden_state
+        out: torch.Tensor = self.t5(
+            ids[:, :keep].to(self.device), attention_mask=mask[:, :keep].to(self.device),
+            output_hidden_states=False).last_hidden_state
         if keep == total:
             return out
         return torch.cat([out, out[:, -1:].expand(-1, total - keep, -1)], dim=1)

@@ -21,7 +21,6 @@ from _chatml_helpers import (
 from _chatml_media import bridge_decode_videos, expected_timestamps, write_audio, write_clip
 from _raw_helpers import manifest, report, run_cli
 from conftest import energon_prepare
-
 from shardcook import validate
 from shardcook.pipeline.chatml_media import bounded_size
 
@@ -166,7 +165,6 @@ def test_flac_dataset(tmp_path):
 
 def test_question_answer_hf_with_val_split_and_row_slices(tmp_path):
     import datasets
-
     from _raw_helpers import encode, generated
 
     def split(n, tag):
@@ -253,7 +251,7 @@ def test_resume_and_torchrun_are_byte_identical(tmp_path):
     assert shard_hashes(two) == shard_hashes(one)
     # resume: a run cut off after its first units finishes with the same bytes
     run_cli(*common, "--output-dir", str(three), "--no-finalize")
-    first = sorted(three.glob("*.tar"))[-1]
+    first = max(three.glob("*.tar"))
     first.unlink()
     for marker in sorted((three / ".shardcook" / "progress").glob("*"))[-1:]:
         marker.unlink()

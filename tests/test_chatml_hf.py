@@ -4,7 +4,6 @@ column with typed-part messages, and a single Image column with from/value turns
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
 from _chatml_helpers import (

@@ -30,6 +30,8 @@ IMAGE_FORMATS = ("jpg", "png", "webp")
 #: Other spellings of the image formats (Primus's raw takes JPEG, PNG, WEBP).
 IMAGE_FORMAT_ALIASES = {"jpeg": "jpg", "JPEG": "jpg", "JPG": "jpg", "PNG": "png", "WEBP": "webp"}
 VIDEO_LAYOUTS = ("frames", "mp4")
+#: What a chatml sample's single image part may be.
+CHATML_IMAGE_FORMATS = ("jpg", "png")
 
 
 @dataclass
@@ -490,11 +492,13 @@ def check(cfg: RunConfig) -> None:
     if i.workers is not None and i.workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {i.workers}.")
     if cfg.chatml is not None:
-        check_chatml(cfg.chatml, s)
+        check_chatml(cfg.chatml, s, i)
 
 
-def check_chatml(c: ChatmlConfig, s: SourceConfig) -> None:
+def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
     """The chatml section's checks (part of `check`)."""
+    if i.image_format not in CHATML_IMAGE_FORMATS:
+        raise ConfigError(f"--image-format must be jpg or png for chatml, not {i.image_format!r}.")
     if not 0.0 <= c.val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be at least 0 and below 1, not {c.val_fraction}.")
     for name in ("max_pixels", "train_rows", "val_rows"):

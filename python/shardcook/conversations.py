@@ -135,7 +135,7 @@ def question_answer(question: Any, answer: Any, media: dict[str, int],
     return turns
 
 
-def find_conversation(record: dict, column: str | None = None) -> Any:
+def find_conversation(record: dict[str, Any], column: str | None = None) -> Any:
     """The conversation of an input record: `column`, else the first of CONVERSATION_KEYS present.
 
     Raises:

@@ -74,13 +74,13 @@ def run_chatml_demo(root: Path, images: list[tuple[str, str]], image_dir: Path) 
     Raises:
         DatasetError: the dataset does not validate.
     """
+    import logging
+
     from shardcook import read_shard
     from shardcook.errors import DatasetError
     from shardcook.layouts.chatml import VIDEO_FRAMES_PART, load_videos
     from shardcook.pipeline.chatml import run_chatml
     from shardcook.validate import validate
-
-    import logging
 
     # "Bridge's class is not importable here": expected on a machine without Megatron-Bridge
     logging.getLogger("shardcook.pipeline.chatml").setLevel(logging.ERROR)
@@ -93,9 +93,10 @@ def run_chatml_demo(root: Path, images: list[tuple[str, str]], image_dir: Path) 
         raise DatasetError(f"the demo's chatml dataset did not validate: {v.problems}")
     key, parts = next(iter(read_shard(min(out.glob("train-shard-*.tar")))))
     frames = load_videos(parts[VIDEO_FRAMES_PART])[0]
-    media = json.loads(parts["conversation.json"])["media"]
-    return [f"  chatml:   {out}: {rep['num_written']} conversations with "
-            f"{len(list((root / 'chatml-inputs').glob('*.mp4')))} generated clips in "
-            f"{rep['num_shards']} shards, finalized and validated ({rep['wall_seconds']:.1f} s)",
-            f"            {key}: {len(frames)} JPEG frames at {media['videos'][0]['timestamps']} s,"
-            f" {media['videos'][0]['width']}x{media['videos'][0]['height']}"]
+    first = json.loads(parts["conversation.json"])["media"]["videos"][0]
+    clips = len(list((root / "chatml-inputs").glob("*.mp4")))
+    return [(f"  chatml:   {out}: {rep['num_written']} conversations with {clips} generated "
+             f"clips in {rep['num_shards']} shards, finalized and validated "
+             f"({rep['wall_seconds']:.1f} s)"),
+            (f"            {key}: {len(frames)} JPEG frames at {first['timestamps']} s, "
+             f"{first['width']}x{first['height']}")]

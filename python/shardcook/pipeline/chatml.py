@@ -7,18 +7,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.chatml import CHATML
 from shardcook.pipeline.chatml_media import ChatmlProcessor
+from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.chat import SPLITS, ChatmlSource
 
 log = logging.getLogger(__name__)
-
-#: The image formats a single-image sample can be stored in.
-IMAGE_FORMATS = ("jpg", "png")
-
 
 def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -> list[str]:
     """`finalize` with split parts train/val by shard name and Megatron-Bridge's dataset.yaml;
@@ -50,7 +48,8 @@ class ChatmlJob:
     """The driver's callbacks for one chatml run; the processor and finalize use what the
     source found (image layout, video layout, audio format)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shard_size: int) -> None:
+        self.shard_size = shard_size
         self.found: ChatmlSource | None = None
 
     def source(self, cfg: RunConfig) -> ChatmlSource:
@@ -63,12 +62,16 @@ class ChatmlJob:
         s = self.found
         return ChatmlProcessor(cfg, s.images, s.video_layout, s.audio_extension)
 
-    def finish(self, out: Path, report: dict) -> None:
+    def units(self, source: object) -> list[WorkUnit]:
+        assert self.found is not None and source is self.found
+        return list(self.found.units(self.shard_size))
+
+    def finish(self, out: Path, report: dict[str, Any]) -> None:
         assert self.found is not None
         finalize_chatml(out, self.found.field_map())
 
 
-def run_chatml(cfg: RunConfig) -> dict | None:
+def run_chatml(cfg: RunConfig) -> dict[str, Any] | None:
     """`shardcook chatml`: the whole run for this rank; returns report.json's content on rank 0.
 
     Raises:
@@ -77,13 +80,11 @@ def run_chatml(cfg: RunConfig) -> dict | None:
     """
     from shardcook.pipeline.driver import run_pipeline
 
-    if cfg.chatml is None:
+    if cfg.chatml is None:  # options are checked with the config (config.check_chatml)
         raise ConfigError("chatml needs the chatml section of the config.")
-    if cfg.image.image_format not in IMAGE_FORMATS:
-        raise ConfigError(f"--image-format must be jpg or png, not {cfg.image.image_format!r}.")
-    job = ChatmlJob()
+    job = ChatmlJob(cfg.output.shard_size)
     workers = cfg.image.workers or os.cpu_count() or 1
     return run_pipeline(
         cfg, encoding=CHATML.encoding, make_processor=job.processor,
-        batch_size=max(16, 4 * workers), make_source=job.source,
-        make_units=lambda s: s.units(cfg.output.shard_size), finish=job.finish)
+        batch_size=max(16, 4 * workers), make_source=job.source, make_units=job.units,
+        finish=job.finish)

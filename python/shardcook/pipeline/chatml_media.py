@@ -180,7 +180,8 @@ class ChatmlProcessor:
         if self.video_layout == "mp4" and len(videos) != 1:
             raise Skip(VIDEO_COUNT, f"--video-layout mp4 stores one video per sample; this one "
                                     f"has {len(videos)}")
-        records, stored = [], []
+        records: list[dict[str, Any]] = []
+        stored: list[list[bytes]] = []
         for j, data in enumerate(videos):
             try:
                 clip = video.probe(data)

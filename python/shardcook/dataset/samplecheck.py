@@ -159,7 +159,9 @@ def check_chatml(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: 
     """conversation.json holds the turns; `jpgs` a pickled list of bytes and `videos` a pickled
     list of lists of bytes, each an image when deep."""
     problems = []
-    why = turns_problem(parts.get(CONVERSATION_PART, b"[]"))
+    conversation = parts.get(CONVERSATION_PART, b"[]")
+    undecodable = part_problem(CONVERSATION_PART, conversation)  # when deep: already reported
+    why = (None if deep else undecodable) if undecodable else turns_problem(conversation)
     if why:
         problems.append(f"part {CONVERSATION_PART} {why}")
     if VIDEO_FRAMES_PART in parts:

@@ -81,10 +81,10 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
     t0 = time.perf_counter()
     for name in ("shardcook.pipeline.encode", "shardcook.pipeline.driver"):
         logging.getLogger(name).setLevel(logging.ERROR)  # "encoding on the CPU": expected here
+    from shardcook.dataset import validate
     from shardcook.encoders.tiny import LABEL, build_tiny_flux
     from shardcook.pipeline.encode import quiet_model_libraries, run_encode
     from shardcook.pipeline.raw import run_raw
-    from shardcook.dataset import validate
 
     quiet_model_libraries()
     root = Path(output_dir)

@@ -77,10 +77,10 @@ def run_chatml_demo(root: Path, images: list[tuple[str, str]], image_dir: Path) 
     import logging
 
     from shardcook import read_shard
+    from shardcook.dataset import validate
     from shardcook.errors import DatasetError
     from shardcook.layouts.chatml import VIDEO_FRAMES_PART, load_videos
     from shardcook.pipeline.chatml import run_chatml
-    from shardcook.dataset import validate
 
     # "Bridge's class is not importable here": expected on a machine without Megatron-Bridge
     logging.getLogger("shardcook.pipeline.chatml").setLevel(logging.ERROR)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class Clip:
         return times[-1] - times[0] + step
 
 
-def _open(data: bytes):  # type: ignore[no-untyped-def]  # PyAV ships no type information
+def _open(data: bytes) -> Any:  # an av container (PyAV's types are loose)
     import av
 
     try:

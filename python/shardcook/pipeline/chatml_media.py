@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from shardcook import imaging
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.layouts import chatml as layout
@@ -95,7 +94,8 @@ class ChatmlProcessor:
         self.image = cfg.image
         self.opts: ChatmlConfig = cfg.chatml or ChatmlConfig()
         self.images, self.video_layout, self.audio_extension = images, video_layout, audio_extension
-        self.format = cfg.image.image_format if images == "single" else "jpg"
+        self.format: imaging.ImageFormat = "png" if (
+            images == "single" and cfg.image.image_format == "png") else "jpg"
         self.workers = cfg.image.workers or os.cpu_count() or 1
         self.stage_seconds = {"preprocess": 0.0}
         self._pool = ThreadPoolExecutor(self.workers)
@@ -162,7 +162,7 @@ class ChatmlProcessor:
             h, w = want  # the header probe saw another orientation than the decoder: redo
         return pixels
 
-    def _jpeg(self, pixels: np.ndarray, fmt: str = "jpg") -> bytes:
+    def _jpeg(self, pixels: np.ndarray, fmt: imaging.ImageFormat = "jpg") -> bytes:
         """Pixels as `fmt` bytes at --image-quality.
 
         Raises:

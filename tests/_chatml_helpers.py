@@ -52,6 +52,18 @@ def unpickle_jpgs(data: bytes) -> list[bytes]:
     return value
 
 
+def turns_of(conversation_json: bytes) -> list[dict]:
+    """The turns of a conversation.json part (the object's `conversations`)."""
+    doc = json.loads(conversation_json.decode("utf-8"))
+    assert set(doc) == {"conversations", "media"}, list(doc)
+    return doc["conversations"]
+
+
+def media_of(conversation_json: bytes) -> dict:
+    """The media record of a conversation.json part."""
+    return json.loads(conversation_json.decode("utf-8"))["media"]
+
+
 def read_all(out: Path) -> dict[str, dict[str, bytes]]:
     """{key: parts} over every shard, checking that a shard's keys all belong to its split."""
     from shardcook import read_shard

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from shardcook.conversations import ConversationError, count_images, find_conversation, normalize
-from shardcook.pipeline.chatml import bounded_size, split_of
+from shardcook.pipeline.chatml_media import bounded_size
+from shardcook.sources.chat import split_of
 
 
 def test_from_value_with_placeholders():
@@ -37,7 +38,7 @@ def test_role_content_typed_parts_and_strings():
     ("hello", "not a non-empty list"),
     ([{"role": "robot", "content": "x"}], "unknown role 'robot'"),
     ([{"role": "user"}], "has no content"),
-    ([{"role": "user", "content": [{"type": "audio"}]}], "unknown type 'audio'"),
+    ([{"role": "user", "content": [{"type": "hologram"}]}], "unknown type 'hologram'"),
     ([{"role": "user", "content": 3}], "content of type int"),
 ])
 def test_unusable_conversations_say_why(turns, message):

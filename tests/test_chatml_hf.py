@@ -4,10 +4,16 @@ column with typed-part messages, and a single Image column with from/value turns
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
-from _chatml_helpers import SPLIT_ARGS, energon_samples, energon_twin, read_all, unpickle_jpgs
+from _chatml_helpers import (
+    SPLIT_ARGS,
+    energon_samples,
+    energon_twin,
+    read_all,
+    turns_of,
+    unpickle_jpgs,
+)
 from _raw_helpers import encode, generated, photo, report, run_cli
 from conftest import assert_same_index, energon_prepare
 from PIL import Image
@@ -51,7 +57,7 @@ def test_image_list_column_with_typed_parts(tmp_path):
     seen = set()
     for parts in samples.values():
         assert list(parts) == ["jpgs", "conversation.json"]
-        conv = json.loads(parts["conversation.json"].decode("utf-8"))
+        conv = turns_of(parts["conversation.json"])
         i = int(conv[0]["content"][-1]["text"].split()[1].rstrip(":"))
         seen.add(i)
         images = unpickle_jpgs(parts["jpgs"])
@@ -91,7 +97,7 @@ def test_single_image_column_with_ids(tmp_path):
     out = tmp_path / "out"
     run_cli("chatml", "--hf-dataset", str(folder), "--output-dir", str(out), "--val-fraction",
             "0.3", "--image-format", "png", "--max-samples", "10", "--quiet")
-    from shardcook.pipeline.chatml import split_of
+    from shardcook.sources.chat import split_of
 
     samples = read_all(out)
     splits = [split_of(f"row-{i}", 0.3) for i in range(10)]
@@ -103,6 +109,6 @@ def test_single_image_column_with_ids(tmp_path):
     train_rows = [i for i in range(10) if splits[i] == "train"]
     for k, i in enumerate(train_rows):  # train keys follow row order
         parts = samples[f"train-{k:06d}"]
-        assert json.loads(parts["conversation.json"])[0]["content"] == [
+        assert turns_of(parts["conversation.json"])[0]["content"] == [
             {"type": "image"}, {"type": "text", "text": f"Hallo {i}"}]
         assert Image.open(io.BytesIO(parts["image.png"])).size == (70 + i, 50)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 
 import numpy as np
 import yaml
@@ -15,6 +14,7 @@ from _chatml_helpers import (
     energon_twin,
     read_all,
     turns,
+    turns_of,
     unpickle_jpgs,
     write_images,
     write_jsonl,
@@ -100,7 +100,7 @@ def test_single_image_jsonl_end_to_end(tmp_path):
         assert list(parts) == ["image.jpg", "conversation.json"]
         text = parts["conversation.json"].decode("utf-8")
         assert "\\u" not in text  # UTF-8, not ASCII-escaped
-        conv = json.loads(text)
+        conv = turns_of(parts["conversation.json"])
         assert [t["role"] for t in conv] == ["user", "assistant"]
         assert conv[0]["content"][0] == {"type": "image"}
         if i % 4 == 0:
@@ -176,7 +176,7 @@ def test_multi_image_layout_and_png_single(tmp_path):
         a = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=float)
         b = np.asarray(Image.open(src / name).convert("RGB"), dtype=float)
         assert a.shape == b.shape and np.abs(a - b).mean() < 8  # same picture, in order
-    conv = json.loads(samples["train-000001"]["conversation.json"])
+    conv = turns_of(samples["train-000001"]["conversation.json"])
     assert conv[0] == {"role": "system", "content": [
         {"type": "text", "text": "You compare pictures."}]}
     assert conv[1]["content"] == [{"type": "image"}, {"type": "image"},

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from conftest import energon_prepare
 from shardcook import ShardWriter, finalize
-from shardcook.errors import ConfigError
 from shardcook.dataset.splits import collapse, split_by_patterns
+from shardcook.errors import ConfigError
 
 PATTERNS = {
     "both": "{train,val}-shard-.*",

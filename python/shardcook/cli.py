@@ -200,9 +200,13 @@ _VaeLatentModeOpt = Annotated[str | None, typer.Option(help="Primus: presampled 
 _NOT_CONFIG = ("config", "print_config")
 
 
-def _resolve_config(ctx: typer.Context, config: Path | None):  # -> RunConfig
+def _resolve_config(ctx: typer.Context, config: Path | None, *,
+                    renamed: dict[str, str] | None = None,
+                    extra: dict[str, tuple[object, bool]] | None = None):  # -> RunConfig
     """The run config from the command line (explicit options win), the --config file and the
-    defaults; Primus's flags become the options they stand for."""
+    defaults; Primus's flags become the options they stand for. `renamed` maps a parameter to
+    its config name (`input` -> `input_path`, `max_pixels` -> `chatml.max_pixels`); `extra`
+    adds options the command implies, as (value, given explicitly)."""
     from shardcook.config import PRIMUS_FLAGS, resolve
 
     given = {
@@ -211,7 +215,14 @@ def _resolve_config(ctx: typer.Context, config: Path | None):  # -> RunConfig
     }
     names = [n for n in ctx.params if n not in _NOT_CONFIG and n not in PRIMUS_FLAGS]
     primus = {n: ctx.params[n] for n in PRIMUS_FLAGS if n in given and ctx.params[n] is not None}
-    return resolve({n: ctx.params[n] for n in names}, given & set(names), config, primus)
+    rename = renamed or {}
+    values = {rename.get(n, n): ctx.params[n] for n in names}
+    explicit = {rename.get(n, n) for n in given & set(names)}
+    for name, (value, is_given) in (extra or {}).items():
+        values[name] = value
+        if is_given:
+            explicit.add(name)
+    return resolve(values, explicit, config, primus)
 
 
 @app.command()
@@ -265,50 +276,64 @@ def raw(
 # ---- end of `shardcook raw` ----------------------------------------------------------------
 
 
-# ---- `shardcook chatml` (issue 7; logic in shardcook.pipeline.chatml) ----------------------
+# ---- `shardcook chatml` (logic in shardcook.pipeline.chatml) -------------------------------
+_CHAT = "ChatML"
+
+
 @app.command()
 def chatml(
-    input: Annotated[str | None, typer.Option("--input", help="A JSONL file: one {images|image, conversation|messages|conversations} per line; image paths relative to the file.", rich_help_panel=_SRC)] = None,
-    hf_dataset: Annotated[str | None, typer.Option(help="Or a Hugging Face dataset: hub name, save_to_disk folder or data file.", rich_help_panel=_SRC)] = None,
+    ctx: typer.Context,
+    config: _ConfigOpt = None,
+    print_config: _PrintConfigOpt = False,
+    input: Annotated[str | None, typer.Option("--input", help="A JSONL file: one record per line with images/image, videos/video, audio and a conversation (or question/answer fields); paths relative to the file.", rich_help_panel=_SRC)] = None,
+    hf_dataset: _HfDatasetOpt = None,
     hf_split: _HfSplitOpt = "train",
     hf_data_files: _HfDataFilesOpt = None,
     max_samples: _MaxSamplesOpt = None,
-    image_column: Annotated[str | None, typer.Option(help="huggingface: image or image-list column (default: images or image).", rich_help_panel=_FMT)] = None,
+    image_column: Annotated[str | None, typer.Option(help="Image or image-list field/column (default: images or image).", rich_help_panel=_FMT)] = None,
     conversation_column: Annotated[str | None, typer.Option(help="Conversation field/column (default: conversation, messages or conversations).", rich_help_panel=_FMT)] = None,
+    question_column: Annotated[str | None, typer.Option(help="Build a two-turn conversation from this question field/column (with --answer-column).", rich_help_panel=_FMT)] = None,
+    answer_column: Annotated[str | None, typer.Option(help="The answer field/column of a question/answer dataset.", rich_help_panel=_FMT)] = None,
+    system_prompt: Annotated[str | None, typer.Option(help="A system turn before each question/answer pair.", rich_help_panel=_FMT)] = None,
     output_dir: _OutputDirOpt = None,
     shard_size: Annotated[int, typer.Option(help="Inputs per work unit / shard, per split.", rich_help_panel=_OUT)] = 1000,
     val_fraction: Annotated[float, typer.Option(help="Share of samples for val, by a stable hash of the sample id.", rich_help_panel=_OUT)] = 0.01,
+    hf_val_split: Annotated[str | None, typer.Option(help="huggingface: take val from this split instead of --val-fraction.", rich_help_panel=_OUT)] = None,
+    train_rows: Annotated[int | None, typer.Option(help="Train = the first N inputs (val = the next --val-rows, or the first of --hf-val-split).", rich_help_panel=_OUT)] = None,
+    val_rows: Annotated[int | None, typer.Option(help="Val = M inputs after the train rows (or the first M of --hf-val-split).", rich_help_panel=_OUT)] = None,
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and check at the end.", rich_help_panel=_OUT)] = True,
     overwrite: _OverwriteOpt = False,
     quiet: _QuietOpt = False,
     image_format: Annotated[str, typer.Option(help="jpg or png for one image per sample (several: always JPEG in `jpgs`).", rich_help_panel=_IMG)] = "jpg",
     image_quality: Annotated[int, typer.Option(help="JPEG quality 1-100.", rich_help_panel=_IMG)] = 95,
-    max_pixels: Annotated[int | None, typer.Option(help="Scale larger images down to at most this many pixels, keeping the aspect ratio.", rich_help_panel=_IMG)] = None,
+    max_pixels: Annotated[int | None, typer.Option(help="Scale larger images and video frames down to at most this many pixels, keeping the aspect ratio.", rich_help_panel=_IMG)] = None,
     workers: _WorkersOpt = None,
     hf_token_file: _HfTokenFileOpt = None,
+    video_layout: Annotated[str, typer.Option(help="frames: sampled JPEG frames in `videos`; mp4: the MP4 file unchanged as `video.mp4`.", rich_help_panel=_CHAT)] = "frames",
+    video_fps: Annotated[float, typer.Option(help="frames: frames kept per second of video.", rich_help_panel=_CHAT)] = 2.0,
+    max_frames: Annotated[int, typer.Option(help="frames: at most this many frames per video, evenly spread.", rich_help_panel=_CHAT)] = 32,
 ) -> None:
-    """Images and ChatML conversations (JSONL or Hugging Face) into Megatron-Bridge's Energon
-    layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs under torchrun."""
-    from shardcook.config import RunConfig, check_auth
-    from shardcook.pipeline.chatml import ChatmlOptions, run_chatml
+    """Images, videos, audio and ChatML conversations (JSONL or Hugging Face) into
+    Megatron-Bridge's Energon layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs
+    under torchrun."""
 
-    if (input is None) == (hf_dataset is None):
+    if (input is not None and hf_dataset is not None) or (
+            input is None and hf_dataset is None and config is None):
         _fail(ValueError("give exactly one of --input FILE.jsonl and --hf-dataset"))
-    cfg = RunConfig()
-    s, o, i = cfg.source, cfg.output, cfg.image
-    s.source_type = "jsonl" if input is not None else "huggingface"
-    s.input_path, s.hf_dataset, s.hf_split = input, hf_dataset, hf_split
-    s.hf_data_files, s.max_samples = hf_data_files, max_samples
-    cfg.data_format.image_column = image_column
-    o.output_dir, o.shard_size, o.finalize = output_dir, shard_size, finalize
-    o.overwrite, o.quiet = overwrite, quiet
-    i.image_format, i.image_quality, i.workers = image_format, image_quality, workers
-    cfg.auth.hf_token_file = hf_token_file
-    opts = ChatmlOptions(conversation_column=conversation_column, val_fraction=val_fraction,
-                         max_pixels=max_pixels)
+    source_type = "huggingface" if hf_dataset is not None else "jsonl"
     try:
-        check_auth(cfg)
-        run_chatml(cfg, opts)
+        cfg = _resolve_config(
+            ctx, config, renamed={"input": "input_path", "max_pixels": "chatml.max_pixels"},
+            extra={"source_type": (source_type, input is not None or hf_dataset is not None)})
+    except ShardcookError as e:
+        _fail(e)
+    if print_config:
+        typer.echo(cfg.to_yaml(), nl=False)
+        raise typer.Exit()
+    from shardcook.pipeline.chatml import run_chatml
+
+    try:
+        run_chatml(cfg)
     except ShardcookError as e:
         _fail(e)
 # ---- end of `shardcook chatml` -------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Run configuration: dataclasses per section, YAML loading, and CLI > YAML > default precedence.
 
-A YAML config has the sections `source`, `output`, `image`, `model`, `data_format` and `auth`;
-inside a section the keys are the CLI option names with `_` for `-` (`--image-size` is
-`image.image_size`). AMD Primus's data-prep keys are accepted as well (`source.type`,
-`image.center_crop`, `model.vae_latent_mode`, ...; see `PRIMUS_KEYS`) and resolve to ours; a key
-given in both spellings with different values is an error naming both.
+A YAML config has the sections `source`, `output`, `image`, `model`, `data_format`, `auth` and
+(for `chatml`) `chatml`; inside a section the keys are the CLI option names with `_` for `-`
+(`--image-size` is `image.image_size`; chatml's `--max-pixels` is `chatml.max_pixels`). AMD
+Primus's data-prep keys are accepted as well (`source.type`, `image.center_crop`,
+`model.vae_latent_mode`, ...; see `PRIMUS_KEYS`) and resolve to ours; a key given in both
+spellings with different values is an error naming both.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from typing import Any, Union
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 
-SOURCE_TYPES = ("directory", "huggingface", "webdataset")
+SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
 RESIZE_MODES = ("crop", "stretch", "variable", "bucket")
 #: Primus's `vae_latent_mode` values -> our `latent_mode`.
 PRIMUS_LATENT_MODES = {"presampled": "sample", "resample": "resample"}
 IMAGE_FORMATS = ("jpg", "png", "webp")
 #: Other spellings of the image formats (Primus's raw takes JPEG, PNG, WEBP).
 IMAGE_FORMAT_ALIASES = {"jpeg": "jpg", "JPEG": "jpg", "JPG": "jpg", "PNG": "png", "WEBP": "webp"}
+VIDEO_LAYOUTS = ("frames", "mp4")
+#: What a chatml sample's single image part may be.
+CHATML_IMAGE_FORMATS = ("jpg", "png")
 
 
 @dataclass
@@ -109,6 +113,24 @@ class AuthConfig:
 
 
 @dataclass
+class ChatmlConfig:
+    """How `chatml` builds conversations, splits them and stores their media."""
+
+    conversation_column: str | None = None
+    question_column: str | None = None
+    answer_column: str | None = None
+    system_prompt: str | None = None
+    val_fraction: float = 0.01
+    hf_val_split: str | None = None
+    train_rows: int | None = None
+    val_rows: int | None = None
+    max_pixels: int | None = None
+    video_layout: str = "frames"
+    video_fps: float = 2.0
+    max_frames: int = 32
+
+
+@dataclass
 class RunConfig:
     """The whole resolved configuration of one run."""
 
@@ -118,10 +140,15 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data_format: DataFormatConfig = field(default_factory=DataFormatConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    #: Only `chatml` runs have this section (so other commands' manifests do not change).
+    chatml: ChatmlConfig | None = None
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain nested dicts (JSON and YAML safe)."""
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.chatml is None:
+            del out["chatml"]
+        return out
 
     def to_yaml(self) -> str:
         """The configuration as YAML, in section and field order."""
@@ -138,11 +165,31 @@ _SECTION_CLASSES = {
     "model": ModelConfig,
     "data_format": DataFormatConfig,
     "auth": AuthConfig,
+    "chatml": ChatmlConfig,
 }
-# option name -> section name; option names are unique across sections
-OPTION_SECTION: dict[str, str] = {
-    f.name: section for section, cls in _SECTION_CLASSES.items() for f in dataclasses.fields(cls)
-}
+# option name -> section name; a name two sections share goes to the first (chatml's
+# `max_pixels` is addressed as `chatml.max_pixels`)
+OPTION_SECTION: dict[str, str] = {}
+for _section, _cls in _SECTION_CLASSES.items():
+    for _f in dataclasses.fields(_cls):
+        OPTION_SECTION.setdefault(_f.name, _section)
+
+
+def _section(cfg: RunConfig, name: str) -> Any:
+    """The section object `name` of `cfg`, creating the optional chatml section on first use."""
+    if name == "chatml" and cfg.chatml is None:
+        cfg.chatml = ChatmlConfig()
+    return getattr(cfg, name)
+
+
+def _option(name: str) -> tuple[str, str]:
+    """(section, field) of a CLI option name, plain (`image_size`) or dotted (`chatml.max_pixels`)."""
+    if "." in name:
+        section, _, key = name.partition(".")
+        return section, key
+    if name not in OPTION_SECTION:
+        raise AssertionError(f"CLI option {name!r} has no config field")
+    return OPTION_SECTION[name], name
 
 
 def _type_hints(cls: type) -> dict[str, Any]:
@@ -369,22 +416,20 @@ def resolve(
     cfg = RunConfig()
     yaml_values = load_yaml(config_file) if config_file else {}
     for section, values in yaml_values.items():
-        sec = getattr(cfg, section)
+        sec = _section(cfg, section)
         for key, value in values.items():
             setattr(sec, key, value)
     given: dict[tuple[str, str], Setting] = {}
     for name, value in cli_values.items():
-        if name not in OPTION_SECTION:
-            raise AssertionError(f"CLI option {name!r} has no config field")
-        section = OPTION_SECTION[name]
-        in_yaml = name in yaml_values.get(section, {})
+        section, key = _option(name)
+        in_yaml = key in yaml_values.get(section, {})
         if name in explicit or not in_yaml:
-            hint = _type_hints(_SECTION_CLASSES[section])[name]
-            where = f"--{name.replace('_', '-')}"
+            hint = _type_hints(_SECTION_CLASSES[section])[key]
+            where = f"--{key.replace('_', '-')}"
             checked = _check_type(where, value, hint)
             if name in explicit:
-                given[(section, name)] = (checked, where)
-            setattr(getattr(cfg, section), name, checked)
+                given[(section, key)] = (checked, where)
+            setattr(_section(cfg, section), key, checked)
     primus = {PRIMUS_FLAGS[n]: (v, _flag(n, v)) for n, v in (primus_flags or {}).items()}
     for (section, name), (value, _) in merge_settings(given, primus).items():
         setattr(getattr(cfg, section), name, value)
@@ -411,7 +456,8 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--source-type must be one of {', '.join(SOURCE_TYPES)}, not {s.source_type!r}."
         )
-    needed = {"directory": "input_dir", "huggingface": "hf_dataset", "webdataset": "input_path"}
+    needed = {"directory": "input_dir", "huggingface": "hf_dataset", "webdataset": "input_path",
+              "jsonl": "input_path"}
     need = needed[s.source_type]
     if not getattr(s, need):
         raise ConfigError(
@@ -445,6 +491,36 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(f"--min-size must be 0 or more, not {i.min_size}.")
     if i.workers is not None and i.workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {i.workers}.")
+    if cfg.chatml is not None:
+        check_chatml(cfg.chatml, s, i)
+
+
+def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
+    """The chatml section's checks (part of `check`)."""
+    if i.image_format not in CHATML_IMAGE_FORMATS:
+        raise ConfigError(f"--image-format must be jpg or png for chatml, not {i.image_format!r}.")
+    if not 0.0 <= c.val_fraction < 1.0:
+        raise ConfigError(f"--val-fraction must be at least 0 and below 1, not {c.val_fraction}.")
+    for name in ("max_pixels", "train_rows", "val_rows"):
+        value = getattr(c, name)
+        if value is not None and value < (0 if name == "val_rows" else 1):
+            least = 0 if name == "val_rows" else 1
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, not {value}.")
+    if c.video_layout not in VIDEO_LAYOUTS:
+        raise ConfigError(
+            f"--video-layout must be one of {', '.join(VIDEO_LAYOUTS)}, not {c.video_layout!r}.")
+    if not c.video_fps > 0:
+        raise ConfigError(f"--video-fps must be above 0, not {c.video_fps}.")
+    if c.max_frames < 1:
+        raise ConfigError(f"--max-frames must be at least 1, not {c.max_frames}.")
+    if (c.question_column is None) != (c.answer_column is None):
+        raise ConfigError("--question-column and --answer-column go together; give both.")
+    if c.system_prompt is not None and c.question_column is None:
+        raise ConfigError("--system-prompt needs --question-column and --answer-column.")
+    if c.hf_val_split is not None and s.source_type != "huggingface":
+        raise ConfigError("--hf-val-split needs a Hugging Face dataset (--hf-dataset).")
+    if c.val_rows is not None and c.train_rows is None and c.hf_val_split is None:
+        raise ConfigError("--val-rows needs --train-rows (or --hf-val-split).")
 
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
@@ -455,11 +531,11 @@ RUNTIME_ONLY = frozenset(
 
 def output_affecting(cfg: RunConfig, *, with_model: bool = False) -> dict[str, Any]:
     """The flat {option: value} map a resumed run is compared on (runtime-only options left out)."""
-    flat = {}
+    flat: dict[str, Any] = {}
     for section, values in cfg.to_dict().items():
         if section == "model" and not with_model:
             continue
         for key, value in values.items():
             if key not in RUNTIME_ONLY:
-                flat[key] = value
+                flat[key if key not in flat else f"{section}.{key}"] = value
     return json.loads(json.dumps(flat))

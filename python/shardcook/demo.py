@@ -2,7 +2,8 @@
 
 Generates images of coloured shapes with captions naming them, builds tiny FLUX-layout encoders
 with random weights (DEMO WEIGHTS, not a real model), runs `raw` and `encode`, finalizes and
-validates both, loads a batch of each through shardcook.energon, and says what it made where.
+validates both, loads a batch of each through shardcook.energon, writes a tiny ChatML dataset with
+generated clips (`demo_chatml`), and says what it made where.
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
     t0 = time.perf_counter()
     for name in ("shardcook.pipeline.encode", "shardcook.pipeline.driver"):
         logging.getLogger(name).setLevel(logging.ERROR)  # "encoding on the CPU": expected here
+    from shardcook.dataset import validate
     from shardcook.encoders.tiny import LABEL, build_tiny_flux
     from shardcook.pipeline.encode import quiet_model_libraries, run_encode
     from shardcook.pipeline.raw import run_raw
-    from shardcook.dataset import validate
 
     quiet_model_libraries()
     root = Path(output_dir)
@@ -107,6 +108,9 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
         lines.append(f"  {name + ':':<9} {out}: {rep['num_written']} samples in "
                      f"{rep['num_shards']} shards, finalized and validated ({rep['wall_seconds']:.1f} s)")
     lines.extend(_load_batches(raw_out, enc_out))
+    from shardcook.demo_chatml import run_chatml_demo
+
+    lines.extend(run_chatml_demo(root, made, images))
     lines.append("  next:     shardcook info " + str(enc_out) + "   |   shardcook preview "
                  + str(enc_out) + " --model-path " + str(model))
     return DemoResult(root, images, model, raw_out, enc_out, time.perf_counter() - t0, lines)

@@ -12,7 +12,14 @@ from typing import Any
 
 from shardcook.dataset.tensorinfo import TensorInfo, tensor_info
 from shardcook.layouts import IMAGE_PARTS, Layout
-from shardcook.layouts.chatml import CONVERSATION_PART, MULTI_IMAGE_PART, load_jpgs
+from shardcook.layouts.chatml import (
+    CONVERSATION_PART,
+    MULTI_IMAGE_PART,
+    VIDEO_FRAMES_PART,
+    load_jpgs,
+    load_videos,
+    turns_problem,
+)
 from shardcook.layouts.preencoded import POSTERIOR_PARTS
 
 #: A layout checker: (parts, manifest, deep) -> one sentence per problem.
@@ -149,12 +156,24 @@ def check_preencoded(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
 
 
 def check_chatml(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: bool) -> list[str]:
-    """conversation.json is UTF-8 JSON; `jpgs` a pickled list of bytes, each an image when deep
-    (when deep, `check_sample` has checked conversation.json with every other part)."""
+    """conversation.json holds the turns; `jpgs` a pickled list of bytes and `videos` a pickled
+    list of lists of bytes, each an image when deep."""
     problems = []
-    why = None if deep else part_problem(CONVERSATION_PART, parts.get(CONVERSATION_PART, b"[]"))
+    conversation = parts.get(CONVERSATION_PART, b"[]")
+    undecodable = part_problem(CONVERSATION_PART, conversation)  # when deep: already reported
+    why = (None if deep else undecodable) if undecodable else turns_problem(conversation)
     if why:
         problems.append(f"part {CONVERSATION_PART} {why}")
+    if VIDEO_FRAMES_PART in parts:
+        try:
+            videos = load_videos(parts[VIDEO_FRAMES_PART])
+        except ValueError as e:
+            return [*problems, f"part {VIDEO_FRAMES_PART}: {e}"]
+        for v, frames in enumerate(videos if deep else ()):
+            for n, data in enumerate(frames):
+                why = image_problem(data)
+                if why:
+                    problems.append(f"frame {n} of video {v} of part {VIDEO_FRAMES_PART} {why}")
     if MULTI_IMAGE_PART in parts:
         try:
             images = load_jpgs(parts[MULTI_IMAGE_PART])

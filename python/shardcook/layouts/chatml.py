@@ -1,30 +1,85 @@
-"""Image + conversation samples in Megatron-Bridge's ChatML layout (`shardcook chatml`)."""
+"""Conversations with images, videos and audio in Megatron-Bridge's ChatML layout
+(`shardcook chatml`): the part names, the field_map of each media layout, and the sample check.
+
+Bridge's `ChatMLWebdataset` reads `conversation` as a JSON string and decodes `imgs` (an image
+part or a pickled list of JPEG bytes) and `videos` (a pickled list of videos, each a list of JPEG
+frames) with its video handler; the `video.mp4` and `audio.<ext>` parts reach the trainer as
+bytes. Its conversation reader accepts `{"conversations": [...]}`, so the per-sample media
+record (counts, sizes, frame timestamps, audio duration) rides beside the turns in that object.
+"""
 
 from __future__ import annotations
 
 import io
+import json
 import pickle
+from typing import Any
 
 from shardcook.layouts.base import Layout
 
 CONVERSATION_PART = "conversation.json"
 #: A pickled list of image bytes (several images per sample).
 MULTI_IMAGE_PART = "jpgs"
+#: A pickled list of videos, each a list of JPEG frame bytes (`--video-layout frames`).
+VIDEO_FRAMES_PART = "videos"
+#: One video file's bytes, unchanged (`--video-layout mp4`).
+VIDEO_FILE_PART = "video.mp4"
+#: Audio files are stored unchanged as `audio.<ext>`.
+AUDIO_EXTENSIONS = ("wav", "flac", "mp3")
+#: The key of the conversation.json object that holds the turns (Bridge's reader looks it up).
+TURNS_KEY = "conversations"
+#: The key of the conversation.json object that holds the sample's media record.
+MEDIA_KEY = "media"
+PICKLE_PROTOCOL = 4
+SAMPLE_TYPE = "megatron.bridge.data.energon.task_encoder_utils:ChatMLWebdataset"
 
-CHATML = Layout(
-    name="chatml",
-    encoding="chatml",
-    parts=("image.jpg", CONVERSATION_PART),
-    required=(("image.jpg", "image.png", MULTI_IMAGE_PART), CONVERSATION_PART),
-    sample_type="megatron.bridge.data.energon.task_encoder_utils:ChatMLWebdataset",
-    subflavored=False,
-    checker="shardcook.dataset.samplecheck:check_chatml",
-)
+
+def audio_part(extension: str) -> str:
+    """The part name of an audio file with `extension` (one of AUDIO_EXTENSIONS)."""
+    return f"audio.{extension}"
 
 
-class _BytesListUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> object:  # a list of bytes needs no class
-        raise pickle.UnpicklingError(f"the jpgs part may only hold bytes, not {module}.{name}")
+def field_map(images: str | None, image_format: str, video_layout: str | None,
+              audio_extension: str | None) -> dict[str, str]:
+    """dataset.yaml's field_map.
+
+    Args:
+        images: `single` (one image part per sample), `multi` (a pickled list) or None (none).
+        image_format: the single image part's format (`jpg` or `png`).
+        video_layout: `frames`, `mp4` or None when the dataset has no video.
+        audio_extension: the audio files' extension, or None when the dataset has no audio.
+    """
+    fields: dict[str, str] = {}
+    if images is not None:
+        fields["imgs"] = f"image.{image_format}" if images == "single" else MULTI_IMAGE_PART
+    if video_layout is not None:
+        fields["videos"] = VIDEO_FRAMES_PART if video_layout == "frames" else VIDEO_FILE_PART
+    if audio_extension is not None:
+        fields["audio"] = audio_part(audio_extension)
+    fields["conversation"] = CONVERSATION_PART
+    return fields
+
+
+def sample_json(turns: list[dict[str, Any]], media: dict[str, Any]) -> bytes:
+    """conversation.json bytes: UTF-8, not ASCII-escaped, deterministic."""
+    return json.dumps({TURNS_KEY: turns, MEDIA_KEY: media}, ensure_ascii=False).encode("utf-8")
+
+
+def pickle_bytes_list(value: list[bytes] | list[list[bytes]]) -> bytes:
+    """A `jpgs` or `videos` part: the list pickled with protocol 4 (no class inside)."""
+    return pickle.dumps(value, protocol=PICKLE_PROTOCOL)
+
+
+class _NoClasses(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:  # lists of bytes need no class
+        raise pickle.UnpicklingError(f"a pickled media part may hold no {module}.{name}")
+
+
+def _unpickle(data: bytes, part: str) -> Any:
+    try:
+        return _NoClasses(io.BytesIO(data)).load()
+    except Exception as e:  # noqa: BLE001 (arbitrary bytes can fail anywhere in the unpickler)
+        raise ValueError(f"the {part} part is not a pickled list of bytes ({e})") from None
 
 
 def load_jpgs(data: bytes) -> list[bytes]:
@@ -33,10 +88,47 @@ def load_jpgs(data: bytes) -> list[bytes]:
     Raises:
         ValueError: not a pickled list of bytes.
     """
-    try:
-        value = _BytesListUnpickler(io.BytesIO(data)).load()
-    except Exception as e:  # noqa: BLE001 (arbitrary bytes can fail anywhere in the unpickler)
-        raise ValueError(f"the jpgs part is not a pickled list of bytes ({e})") from None
+    value = _unpickle(data, MULTI_IMAGE_PART)
     if not isinstance(value, list) or not all(isinstance(b, bytes) for b in value):
         raise ValueError("the jpgs part is not a list of bytes")
     return value
+
+
+def load_videos(data: bytes) -> list[list[bytes]]:
+    """A `videos` part -> its list of videos of JPEG frames, refusing anything else.
+
+    Raises:
+        ValueError: not a pickled list of lists of bytes.
+    """
+    value = _unpickle(data, VIDEO_FRAMES_PART)
+    if not isinstance(value, list) or not all(
+            isinstance(v, list) and all(isinstance(f, bytes) for f in v) for v in value):
+        raise ValueError("the videos part is not a list of lists of bytes")
+    return value
+
+
+def turns_problem(data: bytes) -> str | None:
+    """Why a conversation.json part holds no turns (it is a list of turns, or an object with
+    them under `conversations`), or None."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        return f"is not UTF-8 JSON ({str(e).splitlines()[0]})"
+    if isinstance(doc, list) or (isinstance(doc, dict) and isinstance(doc.get(TURNS_KEY), list)):
+        return None
+    return f"holds neither a list of turns nor {{{TURNS_KEY!r}: [...]}}"
+
+
+#: The media parts a sample may carry; it has at least one of them.
+MEDIA_PARTS = ("image.jpg", "image.png", MULTI_IMAGE_PART, VIDEO_FRAMES_PART, VIDEO_FILE_PART,
+               *(audio_part(ext) for ext in AUDIO_EXTENSIONS))
+
+CHATML = Layout(
+    name="chatml",
+    encoding="chatml",
+    parts=(*MEDIA_PARTS, CONVERSATION_PART),
+    required=(MEDIA_PARTS, CONVERSATION_PART),
+    sample_type=SAMPLE_TYPE,
+    subflavored=False,
+    checker="shardcook.dataset.samplecheck:check_chatml",
+)

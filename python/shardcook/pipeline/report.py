@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from shardcook.config import RunConfig, output_affecting
+from shardcook.config import ChatmlConfig, RunConfig, output_affecting
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import MANIFEST_JSON, REPORT_JSON
@@ -47,7 +47,7 @@ def new_manifest(cfg: RunConfig, encoding: str, source: dict, num_inputs: int,
 
 
 def _flat(config: dict) -> dict:
-    cfg = RunConfig()
+    cfg = RunConfig(chatml=ChatmlConfig() if "chatml" in config else None)
     for section, values in config.items():
         sec = getattr(cfg, section, None)
         if sec is None:
@@ -116,6 +116,7 @@ def build_report(records: list[dict], *, encoding: str, num_inputs: int, wall_se
     stages = dict(stage_seconds)
     if finalize_seconds is not None:
         stages["finalize"] = finalize_seconds
+    media = media_totals(records)
     return {
         "encoding": encoding,
         "num_inputs": num_inputs,
@@ -134,13 +135,24 @@ def build_report(records: list[dict], *, encoding: str, num_inputs: int, wall_se
         "inputs_per_second": round(inputs_this_run / wall_seconds, 2) if wall_seconds > 0 else None,
         "stage_seconds": {k: round(v, 3) for k, v in sorted(stages.items())},
         "skipped": skipped,
+        **({"media_totals": media} if media else {}),
     }
+
+
+def media_totals(records: list[dict]) -> dict[str, int]:
+    """The units' per-sample media counts summed (empty when no unit recorded any)."""
+    totals: Counter[str] = Counter()
+    for r in records:
+        totals.update(r.get("media_totals", {}))
+    return dict(sorted(totals.items()))
 
 
 def finish_manifest(manifest: dict, report: dict) -> dict:
     done = dict(manifest)
     done.update(num_samples=report["num_written"], num_skipped=report["num_skipped"],
                 shards=report["shards"], complete=True)
+    if "media_totals" in report:
+        done["media_totals"] = report["media_totals"]
     return done
 
 

@@ -29,12 +29,14 @@ UNREADABLE_IMAGE = "unreadable_image"
 
 @dataclass
 class Loaded:
-    """An item with its image bytes read (None when `item.skip` or `skip` is set)."""
+    """An item with its image bytes (or, for chat items, its media by kind) read; None when
+    `item.skip` or `skip` is set."""
 
     item: Item
     image: bytes | None = None
     skip: str | None = None
     detail: str | None = None
+    media: dict[str, list[bytes]] | None = None
 
 
 @dataclass
@@ -45,6 +47,8 @@ class Outcome:
     parts: list[tuple[str, bytes]] | None = None
     skip: str | None = None
     detail: str | None = None
+    #: Counts summed over the unit into its record's `media_totals` (chatml's media budgets).
+    totals: dict[str, int] | None = None
 
 
 def split_skipped(batch: list[Loaded]) -> tuple[list[Outcome | None], list[int]]:
@@ -54,7 +58,8 @@ def split_skipped(batch: list[Loaded]) -> tuple[list[Outcome | None], list[int]]
     for n, loaded in enumerate(batch):
         reason = loaded.item.skip or loaded.skip
         if reason is not None:
-            outcomes[n] = Outcome(loaded.item, skip=reason, detail=loaded.detail)
+            outcomes[n] = Outcome(loaded.item, skip=reason,
+                                  detail=loaded.detail or loaded.item.skip_detail)
         else:
             todo.append(n)
     return outcomes, todo
@@ -86,7 +91,8 @@ def load(item: Item) -> Loaded:
     if item.skip is not None:
         return Loaded(item)
     try:
-        return Loaded(item, item.image_bytes())
+        media = item.read_media()
+        return Loaded(item, item.image_bytes() if media is None else None, media=media)
     except OSError as e:
         return Loaded(item, skip=UNREADABLE_IMAGE, detail=e.strerror or str(e))
 
@@ -246,6 +252,10 @@ class _UnitWriter:
                 continue
             writer.write(o.item.key, o.parts)
             record["written"] += 1
+            if o.totals:
+                sums = record.setdefault("media_totals", {})
+                for name, value in o.totals.items():
+                    sums[name] = sums.get(name, 0) + value
             if o.item.caption == "":
                 record["empty_captions"] += 1
 

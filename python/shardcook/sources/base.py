@@ -35,6 +35,7 @@ class Item:
         image_path: a file holding the image, when `image` is None.
         caption: the caption, or None when it is missing or unreadable (then `skip` says why).
         skip: a reason this input cannot be used, when the source already knows it.
+        skip_detail: what exactly is wrong, for report.json, when the source knows it.
         extras: files belonging to this input's stem that were not used, reported as skipped.
     """
 
@@ -45,6 +46,7 @@ class Item:
     caption: str | None = None
     skip: str | None = None
     extras: tuple[Extra, ...] = field(default_factory=tuple)
+    skip_detail: str | None = None
 
     @property
     def key(self) -> str:
@@ -56,6 +58,10 @@ class Item:
             return self.image
         assert self.image_path is not None
         return Path(self.image_path).read_bytes()
+
+    def read_media(self) -> dict[str, list[bytes]] | None:
+        """Media by kind for inputs with several media (chat records); None for one image."""
+        return None
 
 
 class Source(Protocol):

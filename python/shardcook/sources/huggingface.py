@@ -210,3 +210,18 @@ class HuggingFaceSource:
             caption, skip = None, MISSING_CAPTION
         return Item(index, source, image=image_bytes, image_path=image_path, caption=caption,
                     skip=skip)
+
+
+def undecoded(ds: Any, column: str) -> Any:
+    """`ds` with an Image, Audio or Video `column` (or a list of them) cast to undecoded
+    `{"bytes", "path"}` values, so the original file bytes are read, never decoded pixels."""
+    import datasets
+
+    kinds = tuple(getattr(datasets, k) for k in ("Image", "Audio", "Video") if hasattr(datasets, k))
+    feat = ds.features[column]
+    if isinstance(feat, kinds):
+        return ds.cast_column(column, type(feat)(decode=False))
+    inner = getattr(feat, "feature", None)
+    if isinstance(inner, kinds):
+        return ds.cast_column(column, type(feat)(type(inner)(decode=False)))
+    return ds

@@ -1,0 +1,347 @@
+"""`chatml`'s source: chat records from a JSONL file or a Hugging Face dataset, in planned order
+(docs/FORMAT.md, chatml).
+
+Inputs are put in their file/row order; each goes to `val` when a stable hash of its id is below
+`--val-fraction`, else to `train` (or: `--train-rows N --val-rows M` take the first N inputs for
+train and the next M for val; `--hf-val-split` takes val from another split of the dataset). Each
+split's inputs are cut into work units of `shard_size`; unit j of a split becomes
+`<split>-shard-{j:06d}.tar` and its inputs get keys `<split>-{n:06d}` (n = position among that
+split's inputs, so a skipped input leaves a gap and keys never depend on what other ranks skip).
+Units are numbered across both splits (train first) for distribution and resume markers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardcook.config import ChatmlConfig, RunConfig
+from shardcook.conversations import MEDIA_KINDS
+from shardcook.errors import ConfigError
+from shardcook.pipeline.plan import WorkUnit
+from shardcook.sources.base import Item
+from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
+
+SPLITS = ("train", "val")
+#: Conversation columns looked for in a Hugging Face dataset, in order.
+CONVERSATION_COLUMNS = ("conversation", "messages", "conversations")
+
+
+def split_of(sample_id: str, val_fraction: float) -> str:
+    """`val` when the first 8 bytes of sha256(id), as a fraction of 2**64, are below
+    `val_fraction`; else `train`. Stable across runs, machines and Python versions."""
+    h = int.from_bytes(hashlib.sha256(sample_id.encode("utf-8")).digest()[:8], "big")
+    return "val" if h / 2.0**64 < val_fraction else "train"
+
+
+def sample_key(split: str, n: int) -> str:
+    return f"{split}-{n:06d}"
+
+
+@dataclass(frozen=True)
+class SplitUnit(WorkUnit):
+    """A work unit of one split: planned inputs start <= v < stop, written to shard `number`."""
+
+    split: str = "train"
+    shard: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.split}-shard-"
+
+    @property
+    def number(self) -> int:
+        return self.shard
+
+
+@dataclass
+class ChatItem(Item):
+    """An input conversation: its turns and its media (bytes or paths) by kind."""
+
+    sample_key: str = ""
+    split: str = "train"
+    media: dict[str, list[MediaRef]] = field(default_factory=dict)
+    turns: list[dict[str, Any]] | None = None
+
+    @property
+    def key(self) -> str:
+        return self.sample_key
+
+    def read_media(self) -> dict[str, list[bytes]]:
+        return {kind: [r if isinstance(r, bytes) else Path(r).read_bytes() for r in refs]
+                for kind, refs in self.media.items()}
+
+
+@dataclass(frozen=True)
+class Input:
+    """Where one planned input is: a table (`main` or `val`) and its row there."""
+
+    table: str
+    row: int
+
+
+class ChatmlSource:
+    """The inputs in planned order: train inputs (input order), then val inputs."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.opts = cfg.chatml or ChatmlConfig()
+        s = cfg.source
+        self.tables: dict[str, Any] = {}
+        self.sizes: dict[str, int] = {}
+        if s.source_type == "jsonl":
+            self._open_jsonl(s.input_path, s.max_samples)
+        elif s.source_type == "huggingface":
+            self._open_hf(s.max_samples)
+        else:
+            raise ConfigError("chatml reads --input (a JSONL file) or --hf-dataset; give one.")
+        self.ids, self.counts = self._scan()
+        self.planned = self._plan()
+        self.num_train = sum(1 for _, sp in self.planned if sp == "train")
+        self.split_sizes = {"train": self.num_train, "val": len(self.planned) - self.num_train}
+        self.images = self._image_layout()
+        has = {k: any(c.get(k) for c in self.counts) for k in ("video", "audio")}
+        self.video_layout = self.opts.video_layout if has["video"] else None
+        self.audio_extension = self._audio_extension() if has["audio"] else None
+
+    # ---- JSONL -------------------------------------------------------------------------
+    def _open_jsonl(self, path: str | None, max_samples: int | None) -> None:
+        if not path:
+            raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"--input {path!r} is not a file; give a JSONL file.")
+        self.kind, self.path, self.base = "jsonl", p, p.resolve().parent
+        offsets = []
+        with open(p, "rb") as f:
+            pos = 0
+            for line in f:
+                if line.strip():
+                    offsets.append(pos)
+                    if max_samples is not None and len(offsets) >= max_samples:
+                        break
+                pos += len(line)
+        if not offsets:
+            raise ConfigError(f"--input {path!r} holds no lines.")
+        self.tables["main"] = offsets
+        self.sizes["main"] = len(offsets)
+
+    # ---- Hugging Face ------------------------------------------------------------------
+    def _open_hf(self, max_samples: int | None) -> None:
+        s = self.cfg.source
+        if not s.hf_dataset:
+            raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")
+        self.kind, self.name = "huggingface", s.hf_dataset
+        self._hf_table("main", s.hf_split, max_samples)
+        if self.opts.hf_val_split is not None:
+            self._hf_table("val", self.opts.hf_val_split, None)
+
+    def _hf_table(self, table: str, split: str, max_samples: int | None) -> None:
+        """One split, its media columns left undecoded, checked to have what chatml needs."""
+        from shardcook.encoders.auth import resolve_token
+        from shardcook.sources.huggingface import load, undecoded
+
+        s = self.cfg.source
+        token, _ = resolve_token(self.cfg.auth.hf_token_file)
+        ds = load(s.hf_dataset or "", split, s.hf_data_files or None, token=token)
+        del token
+        feats = ds.features
+        self.columns = {kind: self._column(kind, feats) for kind in MEDIA_KINDS}
+        if all(c is None for c in self.columns.values()):
+            raise ConfigError(
+                f"No image, video or audio column among {', '.join(feats)}; name the image "
+                "column with --image-column.")
+        o = self.opts
+        if o.question_column is not None:
+            missing = [c for c in (o.question_column, o.answer_column) if c not in feats]
+            if missing:
+                raise ConfigError(f"No column {missing[0]!r} among {', '.join(feats)}; check "
+                                  "--question-column and --answer-column.")
+            self.text_columns = [o.question_column, o.answer_column or ""]
+        else:
+            conv = o.conversation_column or next(
+                (c for c in CONVERSATION_COLUMNS if c in feats), None)
+            if conv is None or conv not in feats:
+                raise ConfigError(
+                    f"No conversation column {conv or '/'.join(CONVERSATION_COLUMNS)} among "
+                    f"{', '.join(feats)}; name it with --conversation-column (or give "
+                    "--question-column and --answer-column).")
+            self.text_columns = [conv]
+        for column in self.columns.values():
+            if column is not None:
+                ds = undecoded(ds, column)
+        if len(ds) == 0:
+            raise ConfigError(f"Hugging Face dataset {s.hf_dataset!r} split {split!r} has no rows.")
+        self.id_column = "id" if "id" in feats else None
+        self.tables[table] = ds
+        self.sizes[table] = min(len(ds), max_samples) if max_samples is not None else len(ds)
+
+    def _column(self, kind: str, feats: Any) -> str | None:
+        named = self.cfg.data_format.image_column if kind == "image" else None
+        if named is not None and named not in feats:
+            raise ConfigError(f"No image column {named!r} among {', '.join(feats)}; check "
+                              "--image-column.")
+        return named or next((c for c in MEDIA_KEYS[kind] if c in feats), None)
+
+    def _hf_records(self, table: str, rows: list[int]) -> Iterator[ChatRecord]:
+        ds = self.tables[table]
+        cols = [c for c in (*self.columns.values(), *self.text_columns, self.id_column) if c]
+        view = ds.select_columns(list(dict.fromkeys(cols)))
+        split = self.cfg.source.hf_split if table == "main" else self.opts.hf_val_split
+        for i in rows:
+            row = view[int(i)]
+            media = {kind: row[c] if c else None for kind, c in self.columns.items()}
+            rid = str(row[self.id_column]) if self.id_column else str(i)
+            yield build(rid, f"{self.name}[{split}][{i}]", row, media, self.opts, None)
+
+    # ---- shared ------------------------------------------------------------------------
+    def _records(self, table: str, rows: list[int]) -> Iterator[ChatRecord]:
+        if self.kind == "huggingface":
+            return self._hf_records(table, rows)
+        return self._jsonl_records(rows)
+
+    def _jsonl_records(self, rows: list[int]) -> Iterator[ChatRecord]:
+        offsets = self.tables["main"]
+        with open(self.path, "rb") as f:
+            for i in rows:
+                f.seek(offsets[i])
+                yield parse_jsonl_line(i, f.readline(), f"{self.path}:{i + 1}", self.base,
+                                       self.opts, self.cfg.data_format.image_column)
+
+    def _scan(self) -> tuple[dict[str, list[str]], list[dict[str, int]]]:
+        """Every input's id per table, and the media counts of the main then val inputs
+        (a Hugging Face table's from its Arrow columns, reading no media)."""
+        ids: dict[str, list[str]] = {}
+        counts: list[dict[str, int]] = []
+        for table, n in self.sizes.items():
+            if self.kind == "huggingface":
+                table_ids, table_counts = self._hf_scan(table, n)
+                ids[table] = table_ids
+                counts += table_counts
+                continue
+            ids[table] = []
+            for rec in self._records(table, list(range(n))):
+                ids[table].append(rec.id)
+                counts.append({} if rec.skip else {k: len(v) for k, v in rec.media.items()})
+        return ids, counts
+
+    def _hf_scan(self, table: str, n: int) -> tuple[list[str], list[dict[str, int]]]:
+        import pyarrow.compute as pc
+
+        arrow = self.tables[table].data.table
+        ids = ([str(x) for x in arrow.column(self.id_column).slice(0, n).to_pylist()]
+               if self.id_column else [str(i) for i in range(n)])
+        counts: list[dict[str, int]] = [{} for _ in range(n)]
+        for kind, name in self.columns.items():
+            if name is None:
+                continue
+            column = arrow.column(name).slice(0, n)
+            if hasattr(column.type, "value_type"):  # a list of media
+                values = [c or 0 for c in pc.list_value_length(column).to_pylist()]
+            else:
+                values = [int(v) for v in column.is_valid().to_pylist()]
+            for c, v in zip(counts, values):
+                c[kind] = v
+        return ids, counts
+
+    def _plan(self) -> list[tuple[Input, str]]:
+        """(input, split) of every used input: train first, then val."""
+        main = self.ids["main"]
+        o = self.opts
+        if "val" in self.tables:
+            train = [Input("main", i) for i in range(min(len(main), o.train_rows or len(main)))]
+            n_val = len(self.ids["val"]) if o.val_rows is None else o.val_rows
+            val = [Input("val", i) for i in range(min(len(self.ids["val"]), n_val))]
+        elif o.train_rows is not None:
+            train = [Input("main", i) for i in range(min(len(main), o.train_rows))]
+            stop = min(len(main), len(train) + (o.val_rows or 0))
+            val = [Input("main", i) for i in range(len(train), stop)]
+        else:
+            splits = [split_of(i, o.val_fraction) for i in main]
+            train = [Input("main", i) for i, sp in enumerate(splits) if sp == "train"]
+            val = [Input("main", i) for i, sp in enumerate(splits) if sp == "val"]
+        return [(x, "train") for x in train] + [(x, "val") for x in val]
+
+    def _image_layout(self) -> str | None:
+        known = [c["image"] for c in self.counts if "image" in c]
+        if not any(known):
+            return None
+        return "single" if all(c == 1 for c in known) else "multi"
+
+    def _audio_extension(self) -> str | None:
+        """The extension of the first readable audio input: the dataset's one audio part (an
+        input in another format is skipped)."""
+        from shardcook.media import MediaError, audio
+
+        for item in self.items(0, len(self.planned)):
+            if item.skip is not None or not item.media.get("audio"):
+                continue
+            try:
+                return audio.probe(item.read_media()["audio"][0]).extension
+            except (MediaError, OSError):
+                continue
+        return None
+
+    def __len__(self) -> int:
+        return len(self.planned)
+
+    def describe(self) -> dict[str, Any]:
+        """For manifest.json: the input, the media layouts and field_map, the split sizes."""
+        d: dict[str, Any]
+        if self.kind == "jsonl":
+            d = {"type": "jsonl", "path": str(self.path)}
+        else:
+            d = {"type": "huggingface", "dataset": self.name, "split": self.cfg.source.hf_split,
+                 "media_columns": {k: c for k, c in self.columns.items() if c},
+                 "text_columns": self.text_columns}
+            if "val" in self.tables:
+                d["val_split"] = self.opts.hf_val_split
+        d.update(layout=self.images or "none", video_layout=self.video_layout,
+                 audio=self.audio_extension, field_map=self.field_map(),
+                 split_sizes=self.split_sizes)
+        if self.opts.train_rows is not None:
+            d["rows"] = {"train": self.opts.train_rows, "val": self.opts.val_rows}
+        return d
+
+    def field_map(self) -> dict[str, str]:
+        from shardcook.layouts.chatml import field_map
+
+        return field_map(self.images, self.cfg.image.image_format, self.video_layout,
+                         self.audio_extension)
+
+    def units(self, shard_size: int) -> list[SplitUnit]:
+        """Each split's planned inputs in consecutive units; numbered train first, then val."""
+        units: list[SplitUnit] = []
+        start = 0
+        for split in SPLITS:
+            size = self.split_sizes[split]
+            for j, a in enumerate(range(0, size, shard_size)):
+                units.append(SplitUnit(len(units), start + a, start + min(a + shard_size, size),
+                                       split=split, shard=j))
+            start += size
+        return units
+
+    def items(self, start: int, stop: int) -> Iterator[ChatItem]:
+        """The items at planned positions start <= v < stop."""
+        stop = min(stop, len(self.planned))
+        v = start
+        while v < stop:  # consecutive inputs of one table are read together
+            table = self.planned[v][0].table
+            end = v
+            while end < stop and self.planned[end][0].table == table:
+                end += 1
+            rows = [x.row for x, _ in self.planned[v:end]]
+            for w, rec in zip(range(v, end), self._records(table, rows)):
+                split = self.planned[w][1]
+                n = w if split == "train" else w - self.num_train
+                yield ChatItem(w, rec.source, sample_key=sample_key(split, n), split=split,
+                               media=rec.media, turns=rec.turns, skip=rec.skip,
+                               skip_detail=rec.detail)
+            v = end
+
+
+
+__all__ = ["ChatItem", "ChatmlSource", "SplitUnit", "split_of"]

@@ -25,7 +25,7 @@ from shardcook.errors import ConfigError
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.preencoded import POSTERIOR_PARTS, PREENCODED
-from shardcook.pipeline.raw import decode_images, meta_json
+from shardcook.pipeline.raw import check_image_options, decode_images, meta_json
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
 log = logging.getLogger(__name__)
@@ -289,6 +289,7 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
     token_file = token_file or cfg.auth.hf_token_file
     check_model(cfg)
     layout = encode_layout(cfg.model.layout)
+    check_image_options(cfg.image, cfg.image.workers or os.cpu_count() or 1)
     quiet_model_libraries()
     from shardcook.encoders.flux import FluxEncoders, torch_dtype
     from shardcook.pipeline.driver import run_pipeline

@@ -14,7 +14,10 @@ fn main() {
     for path in ["build.rs", "rust/jpeg_simd_check.rs", "Cargo.lock"] {
         println!("cargo::rerun-if-changed={path}");
     }
-    println!("cargo::rerun-if-env-changed={}", jpeg_simd_check::ALLOW_SLOW_JPEG);
+    println!(
+        "cargo::rerun-if-env-changed={}",
+        jpeg_simd_check::ALLOW_SLOW_JPEG
+    );
 
     let jconfig = jconfig_h();
     println!("cargo::rerun-if-changed={}", jconfig.display());
@@ -34,7 +37,10 @@ fn main() {
     let record = [
         ("JPEG_SIMD_COMPILED", simd.to_string()),
         ("NASM", nasm.unwrap_or_default()),
-        ("RUSTC", first_line_of(&rustc, "--version").unwrap_or_default()),
+        (
+            "RUSTC",
+            first_line_of(&rustc, "--version").unwrap_or_default(),
+        ),
         ("PROFILE", env::var("PROFILE").unwrap_or_default()),
         ("OPT_LEVEL", env::var("OPT_LEVEL").unwrap_or_default()),
         ("TARGET", env::var("TARGET").unwrap_or_default()),

@@ -79,7 +79,10 @@ pub fn build_info() -> BuildInfo {
             env!("SHARDCOOK_BUILD_LIBWEBP_SYS_VERSION")
         ),
         png: format!("png {} (Rust)", env!("SHARDCOOK_BUILD_PNG_VERSION")),
-        resizer: format!("fast_image_resize {}", env!("SHARDCOOK_BUILD_FAST_IMAGE_RESIZE_VERSION")),
+        resizer: format!(
+            "fast_image_resize {}",
+            env!("SHARDCOOK_BUILD_FAST_IMAGE_RESIZE_VERSION")
+        ),
         resizer_cpu_extensions: cpu_extensions_name(Resizer::new().cpu_extensions()),
     }
 }
@@ -91,7 +94,10 @@ mod tests {
     #[test]
     fn simd_is_active_only_when_compiled_in() {
         let info = build_info();
-        assert!(info.jpeg.simd_compiled || !info.jpeg.simd_active, "{info:?}");
+        assert!(
+            info.jpeg.simd_compiled || !info.jpeg.simd_active,
+            "{info:?}"
+        );
     }
 
     #[test]
@@ -108,6 +114,9 @@ mod tests {
     fn resizer_names_an_extension_this_cpu_supports() {
         let picked = Resizer::new().cpu_extensions();
         assert!(picked.is_supported());
-        assert_eq!(build_info().resizer_cpu_extensions, cpu_extensions_name(picked));
+        assert_eq!(
+            build_info().resizer_cpu_extensions,
+            cpu_extensions_name(picked)
+        );
     }
 }

@@ -68,7 +68,9 @@ mod tests {
     fn reads_simd_from_jconfig() {
         assert!(simd_compiled(WITH_SIMD));
         assert!(!simd_compiled(WITHOUT_SIMD));
-        assert!(!simd_compiled("/* #define WITH_SIMD 1 */\n#define WITH_SIMD_X 1\n"));
+        assert!(!simd_compiled(
+            "/* #define WITH_SIMD 1 */\n#define WITH_SIMD_X 1\n"
+        ));
     }
 
     #[test]
@@ -83,8 +85,14 @@ mod tests {
         let sentence = refusal(false, None, false, "x86_64").unwrap();
         assert!(sentence.starts_with("nasm is not installed"), "{sentence}");
         assert!(sentence.contains("apt-get install nasm"), "{sentence}");
-        assert!(sentence.contains("SHARDCOOK_ALLOW_SLOW_JPEG=1"), "{sentence}");
-        assert!(!sentence.contains('\n') && sentence.ends_with('.'), "one sentence: {sentence}");
+        assert!(
+            sentence.contains("SHARDCOOK_ALLOW_SLOW_JPEG=1"),
+            "{sentence}"
+        );
+        assert!(
+            !sentence.contains('\n') && sentence.ends_with('.'),
+            "one sentence: {sentence}"
+        );
     }
 
     #[test]
@@ -98,6 +106,9 @@ mod tests {
     #[test]
     fn other_architectures_do_not_ask_for_nasm() {
         let sentence = refusal(false, None, false, "aarch64").unwrap();
-        assert!(sentence.contains("aarch64") && !sentence.contains("nasm"), "{sentence}");
+        assert!(
+            sentence.contains("aarch64") && !sentence.contains("nasm"),
+            "{sentence}"
+        );
     }
 }

@@ -22,7 +22,7 @@ def shardcook(*args, check=False):
 def test_version_and_help():
     from shardcook import __version__
 
-    assert shardcook("--version").stdout.strip() == f"shardcook {__version__}"
+    assert shardcook("--version").stdout.splitlines()[0] == f"shardcook {__version__}"
     out = shardcook("--help").stdout
     for command in ("finalize", "validate", "info"):
         assert command in out

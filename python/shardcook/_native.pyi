@@ -3,7 +3,7 @@ built module: every name, every parameter, and the types of real results."""
 
 from collections.abc import Iterable, Iterator, Mapping
 from os import PathLike
-from typing import Literal, NamedTuple, TypeAlias, final
+from typing import Any, Literal, NamedTuple, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
@@ -183,3 +183,7 @@ def encode_image(
     pixels: npt.NDArray[np.uint8], format: _Format = "jpg", quality: int = 95
 ) -> bytes:
     """Encodes an HxWx3 uint8 array as jpg, png or (lossy) webp."""
+
+def build_info() -> dict[str, Any]:
+    """The native core's build: version, profile, opt_level, target, rustc, pyo3, jpeg {library,
+    simd_compiled, simd_active, nasm}, webp, png, resize {library, cpu_extensions}."""

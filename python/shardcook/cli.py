@@ -30,8 +30,9 @@ log = logging.getLogger("shardcook")
 def _version(value: bool) -> None:
     if value:
         from shardcook import __version__
+        from shardcook.buildinfo import build_info, build_lines
 
-        typer.echo(f"shardcook {__version__}")
+        typer.echo("\n".join([f"shardcook {__version__}", *build_lines(build_info())]))
         raise typer.Exit()
 
 

@@ -1,36 +1,31 @@
 //! Python values to Rust ones, written once for every binding: bytes-like inputs, bounded
 //! integers, "a list, not a str", and the named tuples the module returns.
 
-use pyo3::buffer::PyBuffer;
 use pyo3::call::PyCallArgs;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyMemoryView, PyString};
 
-/// Bytes handed over from Python: borrowed when immutable (bytes), copied otherwise
+/// Bytes handed over from Python: borrowed when immutable (bytes), copied once otherwise
 /// (bytearray, memoryview, a numpy array or anything else with a byte buffer).
-pub(super) enum Bytes {
-    Backed(PyBackedBytes),
-    Owned(Vec<u8>),
-}
+pub(super) type Bytes = PyBackedBytes;
 
-impl AsRef<[u8]> for Bytes {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Bytes::Backed(b) => b.as_ref(),
-            Bytes::Owned(v) => v,
-        }
-    }
-}
-
-/// The bytes of `value`, or None when it is not bytes-like.
+/// The bytes of `value`, or None when it is not bytes-like (no buffer, or items wider than a
+/// byte). Other buffers are read through `memoryview`: PyO3's `PyBuffer` is not in the stable
+/// ABI before CPython 3.11, and the module is built for abi3 from 3.10.
 pub(super) fn bytes_like(value: &Bound<'_, PyAny>) -> Option<Bytes> {
     if let Ok(b) = value.extract::<PyBackedBytes>() {
-        return Some(Bytes::Backed(b));
+        return Some(b);
     }
-    let buffer = PyBuffer::<u8>::get(value).ok()?;
-    buffer.to_vec(value.py()).ok().map(Bytes::Owned)
+    let view = PyMemoryView::from(value).ok()?;
+    let format: String = view.getattr("format").ok()?.extract().ok()?;
+    // struct-module codes for one unsigned byte, with any byte-order prefix.
+    if !matches!(format.trim_start_matches(['@', '=', '<', '>', '!']), "B" | "c") {
+        return None;
+    }
+    let copy = view.call_method0("tobytes").ok()?;
+    copy.extract::<PyBackedBytes>().ok()
 }
 
 /// The Python type name of `value`, for messages.

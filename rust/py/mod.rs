@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use crate::error::Error;
 
+mod build_info;
 mod convert;
 mod imaging;
 mod shards;
@@ -38,5 +39,6 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     shards::register(m)?;
     imaging::register(m)?;
+    build_info::register(m)?;
     Ok(())
 }

@@ -322,12 +322,13 @@ def blend(
         list[str], typer.Argument(help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)
     ],
     split: Annotated[str, typer.Option(help="The split part the blend defines and reads.")] = "train",
+    force: Annotated[bool, typer.Option(help="Replace an existing file (never a dataset's own).")] = False,
 ) -> None:
     """Write an Energon MetadatasetV2 .yaml that mixes datasets by sampling weight."""
     from shardcook.energon.blend import write_blend
 
     try:
-        path = write_blend(out, datasets, split=split)
+        path = write_blend(out, datasets, split=split, force=force)
     except ShardcookError as e:
         _fail(e)
     typer.echo(f"wrote {path}")

@@ -427,6 +427,26 @@ def demo(
 
 
 # ---- `shardcook preview` (issue 5; logic in shardcook.preview) -----------------------------
+#: More tiles than this make a sheet too large to look at (and to hold in memory).
+MAX_PREVIEW_COUNT = 1024
+
+
+def _check_preview_options(out: Path | None, count: int) -> None:
+    """Raises ConfigError for an --out that is not a .png in an existing folder, or a bad --count."""
+    from shardcook.errors import ConfigError
+
+    if not 1 <= count <= MAX_PREVIEW_COUNT:
+        raise ConfigError(f"--count must be between 1 and {MAX_PREVIEW_COUNT}, not {count}.")
+    if out is None:
+        return
+    if out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {str(out)!r} must name a .png file.")
+    if out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a folder; name the .png file to write.")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist.")
+
+
 @app.command()
 def preview(
     directory: Dir,
@@ -439,6 +459,7 @@ def preview(
     from shardcook.preview import preview as run
 
     try:
+        _check_preview_options(out, count)
         path = run(directory, out, count=count, model_path=model_path)
     except ShardcookError as e:
         _fail(e)

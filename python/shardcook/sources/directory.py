@@ -42,6 +42,9 @@ class DirectorySource:
 
     def __init__(self, input_dir: str | os.PathLike[str], max_samples: int | None = None):
         root = Path(os.path.abspath(input_dir))
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"--input-dir {str(root)!r} is a file, not a folder; name the folder "
+                              "holding the images.")
         if not root.is_dir():
             raise ConfigError(f"Input folder {str(root)!r} does not exist; check --input-dir.")
         self.root = root

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -128,6 +130,20 @@ def _master() -> tuple[str, int]:
     return addr, port
 
 
+def _reachable(addr: str, port: int, timeout_s: float) -> bool:
+    """Whether something accepts connections at addr:port within `timeout_s` (polled here: the
+    store client's own retries print a C++ stack trace per failed attempt)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=max(min(1.0, timeout_s), 0.1)):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
 def _connect(rank: int, world: int, timeout_s: float) -> Store:
     """A TCP store shared by all ranks: torchrun's agent store, else one hosted by rank 0."""
     from torch.distributed import DistError, TCPStore
@@ -135,6 +151,11 @@ def _connect(rank: int, world: int, timeout_s: float) -> Store:
     addr, port = _master()
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     host = rank == 0 and not agent
+    if not host and not _reachable(addr, port, timeout_s):
+        raise ConfigError(
+            f"Rank {rank} found no rank 0 at MASTER_ADDR:MASTER_PORT={addr}:{port} within "
+            f"{timeout_s:g} s; start rank 0, or raise {JOIN_TIMEOUT_ENV}."
+        )
     try:
         # rank 0 does not wait for clients here: the join below names who is missing
         return TCPStore(addr, port, world, is_master=host, timeout=timedelta(seconds=timeout_s),
@@ -152,24 +173,25 @@ def _connect(rank: int, world: int, timeout_s: float) -> Store:
 
 
 def _join(store: Store, rank: int, world: int, timeout_s: float) -> None:
-    """Marks this rank as joined and waits for every rank, naming the missing ones on timeout."""
-    from torch.distributed import DistError
+    """Marks this rank as joined and waits for every rank, naming the missing ones on timeout.
 
+    Polls with `check` (which never blocks) rather than a blocking `wait`, whose timeout c10d
+    also logs as a warning of its own.
+    """
     prefix = f"{_JOINED}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     store.set(f"{prefix}/{rank}", "1")
-    keys = [f"{prefix}/{r}" for r in range(world)]
-    try:
-        store.wait(keys, timedelta(seconds=timeout_s))
-    except (DistError, RuntimeError):
-        try:
-            missing = [r for r, key in zip(range(world), keys) if not store.check([key])]
-        except (DistError, RuntimeError):
-            missing = []
-        named = ", ".join(str(r) for r in missing) if missing else "some"
-        raise ConfigError(
-            f"Rank(s) {named} of WORLD_SIZE={world} did not join within {timeout_s:g} s; "
-            f"start every rank, or raise {JOIN_TIMEOUT_ENV}."
-        ) from None
+    deadline = time.monotonic() + timeout_s
+    missing = list(range(world))
+    while True:
+        missing = [r for r in missing if not store.check([f"{prefix}/{r}"])]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise ConfigError(
+                f"Rank(s) {', '.join(map(str, missing))} of WORLD_SIZE={world} did not join "
+                f"within {timeout_s:g} s; start every rank, or raise {JOIN_TIMEOUT_ENV}."
+            )
+        time.sleep(0.05)
 
 
 def init(backend: str = "gloo", timeout_s: float = COLLECTIVE_TIMEOUT_S) -> Dist:

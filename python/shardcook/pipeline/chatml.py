@@ -29,7 +29,7 @@ from shardcook.conversations import ConversationError, count_images, find_conver
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.run import Loaded, Outcome
-from shardcook.sources.base import MISSING_IMAGE, Item
+from shardcook.sources.base import MISSING_IMAGE, Item, read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class ChatItem(Item):
         return self.sample_key
 
     def image_bytes(self) -> list[bytes]:  # type: ignore[override]
-        return [bytes(i) if isinstance(i, (bytes, bytearray)) else Path(i).read_bytes()
+        return [bytes(i) if isinstance(i, (bytes, bytearray)) else read_regular_file(i)
                 for i in self.images]
 
 

@@ -15,6 +15,7 @@ from shardcook.sources.base import (
     Extra,
     Item,
     decode_caption,
+    read_regular_file,
 )
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
@@ -90,6 +91,6 @@ class DirectorySource:
         skip: str | None = MISSING_CAPTION
         if captions:
             extras += [Extra(c, DUPLICATE_CAPTION, captions[0]) for c in captions[1:]]
-            caption, skip = decode_caption(Path(captions[0]).read_bytes())
+            caption, skip = decode_caption(read_regular_file(captions[0]))
         return Item(index, image_path, image_path=image_path, caption=caption, skip=skip,
                     extras=tuple(extras))

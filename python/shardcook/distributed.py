@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from shardcook.errors import ConfigError
 
 if TYPE_CHECKING:
-    from torch.distributed import Store
+    from torch.distributed import Store  # type: ignore[attr-defined]
 
 #: Seconds every rank waits for the others to join (env `SHARDCOOK_JOIN_TIMEOUT` overrides).
 DEFAULT_JOIN_TIMEOUT_S = 300.0
@@ -146,7 +146,7 @@ def _reachable(addr: str, port: int, timeout_s: float) -> bool:
 
 def _connect(rank: int, world: int, timeout_s: float) -> Store:
     """A TCP store shared by all ranks: torchrun's agent store, else one hosted by rank 0."""
-    from torch.distributed import DistError, TCPStore
+    from torch.distributed import DistError, TCPStore  # type: ignore[attr-defined]
 
     addr, port = _master()
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"

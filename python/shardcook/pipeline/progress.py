@@ -49,8 +49,10 @@ def read_marker(out: Path, unit: int) -> dict[str, Any] | None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if not isinstance(record, dict):
+        return None
     shard = record.get("shard")
-    if shard is not None and not (out / shard).is_file():
+    if shard is not None and not (isinstance(shard, str) and (out / shard).is_file()):
         return None
     return record
 

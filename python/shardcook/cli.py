@@ -348,12 +348,13 @@ def blend(
         list[str], typer.Argument(help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)
     ],
     split: Annotated[str, typer.Option(help="The split part the blend defines and reads.")] = "train",
+    force: Annotated[bool, typer.Option(help="Replace an existing file (never a dataset's own).")] = False,
 ) -> None:
     """Write an Energon MetadatasetV2 .yaml that mixes datasets by sampling weight."""
     from shardcook.energon.blend import write_blend
 
     try:
-        path = write_blend(out, datasets, split=split)
+        path = write_blend(out, datasets, split=split, force=force)
     except ShardcookError as e:
         _fail(e)
     typer.echo(f"wrote {path}")
@@ -452,6 +453,26 @@ def demo(
 
 
 # ---- `shardcook preview` (issue 5; logic in shardcook.preview) -----------------------------
+#: More tiles than this make a sheet too large to look at (and to hold in memory).
+MAX_PREVIEW_COUNT = 1024
+
+
+def _check_preview_options(out: Path | None, count: int) -> None:
+    """Raises ConfigError for an --out that is not a .png in an existing folder, or a bad --count."""
+    from shardcook.errors import ConfigError
+
+    if not 1 <= count <= MAX_PREVIEW_COUNT:
+        raise ConfigError(f"--count must be between 1 and {MAX_PREVIEW_COUNT}, not {count}.")
+    if out is None:
+        return
+    if out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {str(out)!r} must name a .png file.")
+    if out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a folder; name the .png file to write.")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist.")
+
+
 @app.command()
 def preview(
     directory: Dir,
@@ -464,6 +485,7 @@ def preview(
     from shardcook.preview import preview as run
 
     try:
+        _check_preview_options(out, count)
         path = run(directory, out, count=count, model_path=model_path)
     except ShardcookError as e:
         _fail(e)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import types
 import typing
@@ -23,6 +24,10 @@ from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
+#: The largest image side shardcook writes: WebP's limit, and a 16383^2 RGB image is 0.8 GB.
+MAX_IMAGE_SIDE = 16383
+#: --workers above this many threads per core is capped (thousands of threads only thrash).
+MAX_WORKERS_PER_CPU = 4
 RESIZE_MODES = ("crop", "stretch", "variable", "bucket")
 #: Primus's `vae_latent_mode` values -> our `latent_mode`.
 PRIMUS_LATENT_MODES = {"presampled": "sample", "resample": "resample"}
@@ -487,10 +492,15 @@ def check(cfg: RunConfig) -> None:
     for name in ("image_size", "max_size", "max_pixels"):
         if getattr(i, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(i, name)}.")
+    for name in ("image_size", "max_size"):
+        if getattr(i, name) > MAX_IMAGE_SIDE:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at most {MAX_IMAGE_SIDE} "
+                              f"(WebP's largest side), not {getattr(i, name)}.")
     if i.min_size < 0:
         raise ConfigError(f"--min-size must be 0 or more, not {i.min_size}.")
     if i.workers is not None and i.workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {i.workers}.")
+    i.workers = cap_workers(i.workers)
     if cfg.chatml is not None:
         check_chatml(cfg.chatml, s, i)
 
@@ -521,6 +531,17 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
         raise ConfigError("--hf-val-split needs a Hugging Face dataset (--hf-dataset).")
     if c.val_rows is not None and c.train_rows is None and c.hf_val_split is None:
         raise ConfigError("--val-rows needs --train-rows (or --hf-val-split).")
+
+
+def cap_workers(workers: int | None) -> int | None:
+    """`workers`, capped at `MAX_WORKERS_PER_CPU` per core with one log line saying so."""
+    limit = MAX_WORKERS_PER_CPU * (os.cpu_count() or 1)
+    if workers is None or workers <= limit:
+        return workers
+    logging.getLogger(__name__).warning(
+        "--workers %d is more than %d per core; using %d threads.", workers,
+        MAX_WORKERS_PER_CPU, limit)
+    return limit
 
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.

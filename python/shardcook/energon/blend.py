@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.layouts.names import INFO_JSON, META_DIR
+from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 
 __all__ = ["BlendEntry", "parse_blend_entry", "write_blend"]
 
@@ -66,29 +67,76 @@ def _check_dataset(path: Path) -> None:
         )
 
 
+#: A split part name: what Energon's split.yaml keys and a MetadatasetV2's `splits` look like.
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _check_split(split: str) -> None:
+    if not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split):
+        raise ConfigError(
+            f"--split {split!r} is not a split part name; use letters, digits, '_', '-' or '.' "
+            "(e.g. train)."
+        )
+
+
+def _enclosing_dataset(path: Path) -> Path | None:
+    """The dataset folder `path` lies in (a folder with `.nv-meta/` above it), if any."""
+    return next((d for d in path.parents if (d / META_DIR).is_dir()), None)
+
+
+def _check_out(out: Path, inputs: Sequence[Path], force: bool) -> None:
+    """Refuses an output that would replace a dataset's file, an input, or (without `force`)
+    any existing file: nothing is written when this raises."""
+    if out.suffix != ".yaml":
+        raise ConfigError(f"{out}: the blend file must end in .yaml (Energon requires it).")
+    if out.is_dir():
+        raise ConfigError(f"{out} is a folder; name the .yaml file to write.")
+    target = out.resolve()
+    if any(target == p for p in inputs):
+        raise ConfigError(f"{out} is one of the blend's own inputs; write the blend elsewhere.")
+    if any(part in (META_DIR, OURS_DIR) for part in target.parts):
+        raise ConfigError(
+            f"{out} is inside a dataset's {META_DIR} or {OURS_DIR} folder; writing there would "
+            "break the dataset, so write the blend elsewhere."
+        )
+    if target.exists():
+        dataset = _enclosing_dataset(target)
+        if dataset is not None:
+            raise ConfigError(
+                f"{out} already exists inside the dataset {dataset}; blend never replaces a "
+                "dataset's files, so write it elsewhere."
+            )
+        if not force:
+            raise ConfigError(f"{out} already exists; add --force to replace it.")
+
+
 def write_blend(
     out: str | Path,
     entries: Sequence[BlendEntry | str],
     *,
     split: str = "train",
     check: bool = True,
+    force: bool = False,
 ) -> Path:
     """Writes a MetadatasetV2 YAML that samples the given datasets by weight.
 
     Paths are written relative to the YAML's folder (Energon resolves them from there), so the
-    file keeps working when the folder tree moves as a whole.
+    file keeps working when the folder tree moves as a whole. The file is written under a
+    temporary name, loaded by Energon (when `check`), and only then renamed to `out`.
 
     Args:
         out: The `.yaml` file to write.
         entries: `BlendEntry`s or `PATH=WEIGHT` strings.
         split: The split part the blend defines (and reads from every dataset).
-        check: Load the written file with Energon to make sure it is valid.
+        check: Load the written file's `split` with Energon to make sure it is valid.
+        force: Replace an existing file at `out` (never one inside a dataset or an input).
 
     Returns:
         The path written.
 
     Raises:
-        ConfigError: No entries, a bad entry, a path that is not a dataset, or `out` not `.yaml`.
+        ConfigError: No entries, a bad entry or split name, a path that is not a dataset, `out`
+            not `.yaml`, inside a dataset, one of the inputs, or existing without `force`.
 
     Example:
         >>> write_blend("mix.yaml", ["data/laion=0.7", "data/cc12m=0.3"])
@@ -96,11 +144,11 @@ def write_blend(
     import yaml
 
     out = Path(out)
-    if out.suffix != ".yaml":
-        raise ConfigError(f"{out}: the blend file must end in .yaml (Energon requires it).")
+    _check_split(split)
     parsed = [parse_blend_entry(e) if isinstance(e, str) else e for e in entries]
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
+    _check_out(out, [e.path.resolve() for e in parsed], force)
     base = out.resolve().parent
     blend = []
     for entry in parsed:
@@ -114,15 +162,37 @@ def write_blend(
         "__class__": "MetadatasetV2",
         "splits": {split: {"blend": blend}},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    os.replace(tmp, out)
-    if check:
-        from megatron.energon import load_dataset
-
-        try:
-            load_dataset(str(out))
-        except Exception as e:
-            raise ConfigError(f"Energon cannot load the blend written to {out}: {e}") from e
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"Cannot create the folder of {out} ({e.strerror or e}).") from None
+    # Energon needs the .yaml suffix and resolves paths from the file's folder: same folder
+    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}.yaml")
+    try:
+        tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        if check:
+            _check_loads(tmp, out, split)
+        os.replace(tmp, out)
+    except OSError as e:
+        raise ConfigError(f"Cannot write {out} ({e.strerror or e}).") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
+
+
+def _check_loads(path: Path, out: Path, split: str) -> None:
+    """Loads the blend at `path` and its `split` of every dataset with Energon."""
+    from megatron.energon import WorkerConfig, load_dataset
+
+    try:
+        load_dataset(str(path)).get_datasets(
+            training=False, split_part=split,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0))
+    except Exception as e:  # noqa: BLE001 - any failure means the blend is unusable
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, KeyError):
+            detail = f"no split part {split!r} in a blended dataset"
+        raise ConfigError(
+            f"Energon cannot load split {split!r} of the blend for {out} ({detail}); "
+            "nothing was written."
+        ) from None

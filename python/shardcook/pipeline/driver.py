@@ -15,7 +15,12 @@ from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
-from shardcook.pipeline.progress import check_output, clear_output, write_json_atomic
+from shardcook.pipeline.progress import (
+    check_output,
+    check_writable,
+    clear_output,
+    write_json_atomic,
+)
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
 
@@ -53,11 +58,14 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
 def _setup(cfg: RunConfig, manifest: dict) -> None:
     """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
     out = Path(cfg.output.output_dir)
-    check_output(out)
     if cfg.output.overwrite:
-        clear_output(out)
-        check_output(out)
+        kept = clear_output(out)
+        if kept:
+            log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s",
+                        len(kept), out, ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else ""))
+        check_writable(out)
     else:
+        check_output(out)
         rep.check_resume(out, manifest)
     _native.remove_partial_shards(out)  # the writer's tmp folder: a killed run's partial shards
     write_json_atomic(rep.manifest_path(out), manifest)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,6 +61,11 @@ def apply_layout_defaults(cfg: RunConfig) -> None:
             setattr(cfg.model, name, value)
 
 
+#: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
+T5_MAX_LENGTH = 512
+DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
+
+
 def check_model(cfg: RunConfig) -> None:
     """Raises ConfigError naming the first `model`/image option `encode` cannot work with."""
     from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
@@ -79,8 +85,11 @@ def check_model(cfg: RunConfig) -> None:
                           f"stores one latent: {' or '.join(BRIDGE_LATENT_MODES)}.")
     if m.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
-    if m.t5_max_length < 1:
-        raise ConfigError(f"--t5-max-length must be at least 1, not {m.t5_max_length}.")
+    if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:
+        raise ConfigError(f"--t5-max-length must be between 1 and {T5_MAX_LENGTH} (the FLUX T5 "
+                          f"tokenizer's limit), not {m.t5_max_length}.")
+    if m.device is not None and not DEVICE.fullmatch(m.device):
+        raise ConfigError(f"--device must be cpu, cuda or cuda:N, not {m.device!r}.")
     if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
         raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
                           f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
@@ -102,6 +111,10 @@ def pick_device(requested: str | None) -> str:
                               "use --device cpu or run on a GPU machine.")
         if requested == "cuda":
             return f"cuda:{local % torch.cuda.device_count()}"
+        index = int(requested.partition(":")[2])
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"--device {requested} does not exist: "
+                              f"{torch.cuda.device_count()} CUDA device(s) are visible.")
     return requested
 
 

@@ -22,7 +22,7 @@ from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.conversations import MEDIA_KINDS
 from shardcook.errors import ConfigError
 from shardcook.pipeline.plan import WorkUnit
-from shardcook.sources.base import Item
+from shardcook.sources.base import Item, read_regular_file
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
 
 SPLITS = ("train", "val")
@@ -71,7 +71,7 @@ class ChatItem(Item):
         return self.sample_key
 
     def read_media(self) -> dict[str, list[bytes]]:
-        return {kind: [r if isinstance(r, bytes) else Path(r).read_bytes() for r in refs]
+        return {kind: [r if isinstance(r, bytes) else read_regular_file(r) for r in refs]
                 for kind, refs in self.media.items()}
 
 

@@ -15,6 +15,7 @@ from shardcook.sources.base import (
     Extra,
     Item,
     decode_caption,
+    read_regular_file,
 )
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
@@ -42,6 +43,9 @@ class DirectorySource:
 
     def __init__(self, input_dir: str | os.PathLike[str], max_samples: int | None = None):
         root = Path(os.path.abspath(input_dir))
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"--input-dir {str(root)!r} is a file, not a folder; name the folder "
+                              "holding the images.")
         if not root.is_dir():
             raise ConfigError(f"Input folder {str(root)!r} does not exist; check --input-dir.")
         self.root = root
@@ -87,6 +91,6 @@ class DirectorySource:
         skip: str | None = MISSING_CAPTION
         if captions:
             extras += [Extra(c, DUPLICATE_CAPTION, captions[0]) for c in captions[1:]]
-            caption, skip = decode_caption(Path(captions[0]).read_bytes())
+            caption, skip = decode_caption(read_regular_file(captions[0]))
         return Item(index, image_path, image_path=image_path, caption=caption, skip=skip,
                     extras=tuple(extras))

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from shardcook._native import count_samples, read_shard
+from shardcook.dataset.braces import expand_braces
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.sources.base import (
     MISSING_CAPTION,
@@ -25,17 +26,29 @@ JSON_CAPTION_FIELDS = ("caption", "text", "prompt", "txt")
 
 
 def expand_tars(pattern: str) -> list[str]:
-    """Tar paths named by a glob, brace pattern or folder, sorted and without repeats."""
-    from braceexpand import braceexpand
+    """Tar paths named by a glob, brace pattern or folder, sorted and without repeats.
 
+    Raises:
+        ConfigError: unbalanced braces, too many names, or a brace alternative that names no
+            existing tar (a missing shard must not shrink the dataset silently).
+    """
+    try:
+        alternatives = expand_braces(pattern)
+    except ConfigError as e:
+        raise ConfigError(f"--input-path: {e}.") from None
     found: set[str] = set()
-    for pat in braceexpand(pattern):
+    for pat in alternatives:
         if os.path.isdir(pat):
             found.update(str(p) for p in Path(pat).rglob("*.tar"))
         elif glob.has_magic(pat):
             found.update(p for p in glob.glob(pat, recursive=True) if os.path.isfile(p))
         elif os.path.isfile(pat):
             found.add(pat)
+        elif len(alternatives) > 1:
+            raise ConfigError(
+                f"--input-path {pattern!r} names {pat!r}, which does not exist; fix the pattern "
+                "or restore the file."
+            )
     return sorted(found)
 
 

@@ -1,0 +1,42 @@
+"""The typer application every command registers on: the root callback (--version, logging)
+and `fail`, the one way a command refuses bad input (one line on stderr, exit 2)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+app = typer.Typer(
+    name="shardcook",
+    help="Prepare image+text datasets for Megatron-Energon, and prove them whole.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from shardcook import __version__
+        from shardcook.buildinfo import build_info, build_lines
+
+        typer.echo("\n".join([f"shardcook {__version__}", *build_lines(build_info())]))
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+
+
+def fail(e: Exception) -> NoReturn:
+    """Prints `error: E` on stderr and exits 2 (bad input, nothing written)."""
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)

@@ -1,0 +1,1 @@
+"""Helper functions shared by the tests, by subsystem (fixtures live in conftest.py files)."""

@@ -131,7 +131,7 @@ def first_sample_problems(
 def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> list[str]:
     """Loads the first sample of each non-empty split through Energon's own loader, raw bytes
     only (no decoding, no unpickling)."""
-    from megatron.energon import (  # type: ignore[import-untyped]
+    from megatron.energon import (
         Cooker,
         DefaultTaskEncoder,
         Sample,
@@ -141,21 +141,21 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
         reraise_exception,
         stateless,
     )
-    from megatron.energon.edataclass import edataclass  # type: ignore[import-untyped]
-    from megatron.energon.savable_loader import (  # type: ignore[import-untyped]
-        BasicDataLoader,
-    )
+    from megatron.energon.edataclass import edataclass
+    from megatron.energon.savable_loader import BasicDataLoader
 
     @edataclass
-    class PartNames(Sample):  # type: ignore[misc]
+    class PartNames(Sample):
         parts: list[str]
 
-    @stateless  # type: ignore[untyped-decorator]
+    @stateless
     def cook(crude: dict[str, Any]) -> PartNames:
         names = [k for k in crude if not k.startswith("__")]
         return PartNames(**basic_sample_keys(crude), parts=names)
 
-    class PartNamesEncoder(DefaultTaskEncoder):  # type: ignore[misc]
+    class PartNamesEncoder(
+        DefaultTaskEncoder[PartNames, PartNames, list[PartNames], list[PartNames]]
+    ):
         decoder = None
         cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
 

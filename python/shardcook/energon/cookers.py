@@ -14,7 +14,7 @@ import json
 import pickle
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import torch
@@ -40,11 +40,27 @@ __all__ = [
 ImageFormat = Literal["tensor", "pil"]
 
 
-def _key(sample: dict) -> str:
+class _VaeFactors(TypedDict, total=False):
+    """The VAE factors a resample dataset's `meta.json` records."""
+
+    scaling_factor: float | None
+    shift_factor: float | None
+
+
+class _MetaFields(TypedDict, total=False):
+    """The sample fields read from `meta.json`."""
+
+    source: str | None
+    orig_size: tuple[int, int] | None
+    crop: tuple[int, int] | None
+    size: tuple[int, int] | None
+
+
+def _key(sample: dict[str, Any]) -> str:
     return str(sample.get("__key__", "<unknown key>"))
 
 
-def _part_bytes(sample: dict, part: str) -> bytes:
+def _part_bytes(sample: dict[str, Any], part: str) -> bytes:
     """Returns the raw bytes of `part`, with a clear error when it is missing or pre-decoded."""
     try:
         data = sample[part]
@@ -98,7 +114,7 @@ def load_tensor(data: bytes, *, key: str, part: str) -> torch.Tensor:
     return obj
 
 
-def _text(sample: dict, part: str) -> str:
+def _text(sample: dict[str, Any], part: str) -> str:
     try:
         return _part_bytes(sample, part).decode("utf-8")
     except UnicodeDecodeError as e:
@@ -112,7 +128,7 @@ def _pair(value: Any) -> tuple[int, int] | None:
     return int(a), int(b)
 
 
-def _meta_fields(sample: dict) -> dict[str, Any]:
+def _meta_fields(sample: dict[str, Any]) -> _MetaFields:
     """Reads the optional `meta.json` part into the sample's meta fields."""
     if "meta.json" not in sample:
         return {}
@@ -147,7 +163,7 @@ def _factor(meta: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _vae_factors(sample: dict[str, Any]) -> dict[str, float | None]:
+def _vae_factors(sample: dict[str, Any]) -> _VaeFactors:
     """`scaling_factor` and `shift_factor` from the optional `meta.json` (resample datasets)."""
     if "meta.json" not in sample:
         return {}
@@ -155,13 +171,15 @@ def _vae_factors(sample: dict[str, Any]) -> dict[str, float | None]:
         meta = json.loads(_part_bytes(sample, "meta.json"))
         if not isinstance(meta, dict):
             return {}
-        return {name: _factor(meta, name) for name in ("scaling_factor", "shift_factor")}
+        return _VaeFactors(
+            scaling_factor=_factor(meta, "scaling_factor"), shift_factor=_factor(meta, "shift_factor")
+        )
     except (ValueError, TypeError) as e:
         raise SampleDecodeError(f"sample {_key(sample)!r}: part 'meta.json' is invalid: {e}") from e
 
 
 @stateless
-def cook_preencoded_diffusion(sample: dict) -> DiffusionSample:
+def cook_preencoded_diffusion(sample: dict[str, Any]) -> DiffusionSample:
     """Cooks a pre-encoded crude sample into a `DiffusionSample`.
 
     Args:
@@ -209,7 +227,7 @@ def _decode_image(data: bytes, *, key: str, part: str) -> Any:
 
 
 @stateless
-def cook_raw_images(sample: dict, *, image_format: ImageFormat = "tensor") -> RawImageSample:
+def cook_raw_images(sample: dict[str, Any], *, image_format: ImageFormat = "tensor") -> RawImageSample:
     """Cooks a raw crude sample (`jpg|png|webp`, `txt`, `meta.json`) into a `RawImageSample`.
 
     Args:
@@ -245,7 +263,7 @@ def cook_raw_images(sample: dict, *, image_format: ImageFormat = "tensor") -> Ra
     )
 
 
-def raw_images_cooker(image_format: ImageFormat = "tensor") -> Callable[[dict], RawImageSample]:
+def raw_images_cooker(image_format: ImageFormat = "tensor") -> Callable[[dict[str, Any]], RawImageSample]:
     """Returns `cook_raw_images` bound to `image_format`, still marked stateless for Energon.
 
     Args:
@@ -337,7 +355,7 @@ def _bridge_json(sample: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-@stateless  # type: ignore[untyped-decorator]
+@stateless
 def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
     """What Megatron-Bridge's FLUX `cook` returns (`json`, `pth`, `pickle` decoded), but read
     safely from raw bytes: plug it into Bridge's `FluxTaskEncoder` with `decoder = None` instead
@@ -357,7 +375,7 @@ def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-@stateless  # type: ignore[untyped-decorator]
+@stateless
 def cook_bridge_flux(sample: dict[str, Any]) -> DiffusionSample:
     """Cooks a `megatron-bridge` sample into a `DiffusionSample` (latents unscaled, as stored;
     the json's `scaling_factor`/`shift_factor` scale them).

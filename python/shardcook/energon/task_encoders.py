@@ -156,7 +156,8 @@ class EncodedDiffusionTaskEncoder(
         self.scaling_factor = scaling_factor
         self.shift_factor = shift_factor
         if resample_latents:  # only then pay for Energon's per-sample reseeding
-            self.encode_sample = self._resample
+            # A per-instance override: Energon calls whichever encode_sample the encoder has.
+            self.encode_sample = self._resample  # type: ignore[method-assign]
 
     @stateless(restore_seeds=True)
     def _resample(self, sample: DiffusionSample) -> DiffusionSample:
@@ -239,7 +240,7 @@ class DiffusionTaskEncoder(
         ]
         self.resample_latents = resample_latents
         if resample_latents:
-            self.encode_sample = self._resample
+            self.encode_sample = self._resample  # type: ignore[method-assign]  # as above
 
     @stateless(restore_seeds=True)
     def _resample(

@@ -16,6 +16,9 @@ from shardcook.pipeline.progress import OURS, read_marker, write_json_atomic
 
 FORMAT_VERSION = 1
 
+#: A JSON object as read from or written to manifest.json, report.json and the unit markers.
+JsonObject = dict[str, Any]
+
 
 def manifest_path(out: Path) -> Path:
     return out / OURS / MANIFEST_JSON
@@ -25,8 +28,8 @@ def report_path(out: Path) -> Path:
     return out / OURS / REPORT_JSON
 
 
-def new_manifest(cfg: RunConfig, encoding: str, source: dict, num_inputs: int,
-                 extra: dict | None = None) -> dict:
+def new_manifest(cfg: RunConfig, encoding: str, source: JsonObject, num_inputs: int,
+                 extra: JsonObject | None = None) -> JsonObject:
     """The manifest written before any work: what is being made (counts filled in at the end)."""
     from shardcook import __version__
 
@@ -46,7 +49,7 @@ def new_manifest(cfg: RunConfig, encoding: str, source: dict, num_inputs: int,
     return manifest
 
 
-def _flat(config: dict) -> dict:
+def _flat(config: JsonObject) -> JsonObject:
     cfg = RunConfig(chatml=ChatmlConfig() if "chatml" in config else None)
     for section, values in config.items():
         sec = getattr(cfg, section, None)
@@ -58,7 +61,7 @@ def _flat(config: dict) -> dict:
     return output_affecting(cfg)
 
 
-def compare_manifest(old: dict, new: dict) -> list[str]:
+def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
     """The differences between an earlier run's manifest and this run's, as `name: old -> new`."""
     diffs = []
     if old.get("encoding") != new.get("encoding"):
@@ -77,7 +80,7 @@ def compare_manifest(old: dict, new: dict) -> list[str]:
     return diffs
 
 
-def check_resume(out: Path, manifest: dict) -> None:
+def check_resume(out: Path, manifest: JsonObject) -> None:
     """Raises ConfigError if `out` holds a run made with different options."""
     try:
         old = metadata.read_manifest(out)
@@ -93,7 +96,7 @@ def check_resume(out: Path, manifest: dict) -> None:
         )
 
 
-def collect(out: Path, units: list[WorkUnit]) -> tuple[list[dict], list[int]]:
+def collect(out: Path, units: list[WorkUnit]) -> tuple[list[JsonObject], list[int]]:
     """(records of the finished units, numbers of the units that are not finished)."""
     records, missing = [], []
     for unit in units:
@@ -105,9 +108,9 @@ def collect(out: Path, units: list[WorkUnit]) -> tuple[list[dict], list[int]]:
     return records, missing
 
 
-def build_report(records: list[dict], *, encoding: str, num_inputs: int, wall_seconds: float,
+def build_report(records: list[JsonObject], *, encoding: str, num_inputs: int, wall_seconds: float,
                  stage_seconds: dict[str, float], world_size: int, units_resumed: int,
-                 inputs_this_run: int, finalize_seconds: float | None) -> dict:
+                 inputs_this_run: int, finalize_seconds: float | None) -> JsonObject:
     """report.json: counts, every skip with its reason, shards, timings."""
     skipped = [s for r in records for s in r["skipped"]]
     by_reason = Counter(s["reason"] for s in skipped)
@@ -139,7 +142,7 @@ def build_report(records: list[dict], *, encoding: str, num_inputs: int, wall_se
     }
 
 
-def media_totals(records: list[dict]) -> dict[str, int]:
+def media_totals(records: list[JsonObject]) -> dict[str, int]:
     """The units' per-sample media counts summed (empty when no unit recorded any)."""
     totals: Counter[str] = Counter()
     for r in records:
@@ -147,7 +150,7 @@ def media_totals(records: list[dict]) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
-def finish_manifest(manifest: dict, report: dict) -> dict:
+def finish_manifest(manifest: JsonObject, report: JsonObject) -> JsonObject:
     done = dict(manifest)
     done.update(num_samples=report["num_written"], num_skipped=report["num_skipped"],
                 shards=report["shards"], complete=True)
@@ -156,12 +159,12 @@ def finish_manifest(manifest: dict, report: dict) -> dict:
     return done
 
 
-def write_outputs(out: Path, manifest: dict, report: dict) -> None:
+def write_outputs(out: Path, manifest: JsonObject, report: JsonObject) -> None:
     write_json_atomic(report_path(out), report)
     write_json_atomic(manifest_path(out), manifest)
 
 
-def summary_lines(report: dict, out: Path) -> list[str]:
+def summary_lines(report: JsonObject, out: Path) -> list[str]:
     """The human summary printed at the end of a run."""
     lines = [
         f"{report['encoding']} dataset in {out}",

@@ -17,11 +17,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from shardcook._native import ShardWriter
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.progress import read_marker, write_marker
+from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source
 
 UNREADABLE_IMAGE = "unreadable_image"
@@ -98,18 +99,26 @@ def load(item: Item) -> Loaded:
 
 
 def skip_record(key: str | None, source: str, reason: str, detail: str | None = None,
-                **extra) -> dict:
-    rec = {"key": key, "source": source, "reason": reason}
+                **extra: object) -> JsonObject:
+    rec: JsonObject = {"key": key, "source": source, "reason": reason}
     if detail:
         rec["detail"] = detail
     rec.update(extra)
     return rec
 
 
-_END = object()
+#: The last message on the reader's and the writer's queues.
+_END: Final = "stop"
+
+#: Reader -> main thread: ("batch", unit, inputs), ("end", unit, None), ("error", None, exception)
+#: and finally (_END, None, None).
+_ReaderMessage = tuple[str, "WorkUnit | None", "list[Loaded] | BaseException | None"]
+#: Main -> writer thread: ("batch", unit, outcomes), ("end", unit, None), (_END, None, None).
+_WriterMessage = tuple[str, "WorkUnit | None", "list[Outcome] | None"]
 
 
-def _reader(source: Source, units: list[WorkUnit], batch_size: int, q: queue.Queue,
+def _reader(source: Source, units: list[WorkUnit], batch_size: int,
+            q: queue.Queue[_ReaderMessage],
             stop: threading.Event, seconds: list[float]) -> None:
     """Puts ("batch", unit, [Loaded]) and ("end", unit, None) on `q`; exceptions are forwarded."""
     try:
@@ -136,8 +145,9 @@ def _reader(source: Source, units: list[WorkUnit], batch_size: int, q: queue.Que
 
 
 def _batches(source: Source, units: list[WorkUnit], batch_size: int,
-             prefetch: int, seconds: list[float]) -> Iterator[tuple[str, WorkUnit, object]]:
-    q: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
+             prefetch: int, seconds: list[float]
+             ) -> Iterator[tuple[str, WorkUnit, list[Loaded] | None]]:
+    q: queue.Queue[_ReaderMessage] = queue.Queue(maxsize=max(prefetch, 1))
     stop = threading.Event()
     t = threading.Thread(target=_reader, args=(source, units, batch_size, q, stop, seconds),
                          name="shardcook-reader", daemon=True)
@@ -145,10 +155,11 @@ def _batches(source: Source, units: list[WorkUnit], batch_size: int,
     try:
         while True:
             kind, unit, payload = q.get()
-            if kind is _END:
+            if kind == _END:
                 return
-            if kind == "error":
-                raise payload  # type: ignore[misc]
+            if isinstance(payload, BaseException):  # the reader failed
+                raise payload
+            assert unit is not None  # every other message names its unit
             yield kind, unit, payload
     finally:
         stop.set()
@@ -168,11 +179,11 @@ class _UnitWriter:
     """
 
     def __init__(self, out: Path, stats: RunStats, on_progress: Callable[[str, int], None] | None,
-                 depth: int = 2):
+                 depth: int = 2) -> None:
         self.out, self.stats, self.on_progress = out, stats, on_progress
         self.seconds = 0.0
         self.error: BaseException | None = None
-        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._q: queue.Queue[_WriterMessage] = queue.Queue(maxsize=depth)
         self._thread = threading.Thread(target=self._run, name="shardcook-writer", daemon=True)
         self._thread.start()
 
@@ -199,16 +210,17 @@ class _UnitWriter:
 
     def _run(self) -> None:
         writer: ShardWriter | None = None
-        record: dict = {}
+        record: JsonObject = {}
         try:
             while True:
                 kind, unit, outcomes = self._q.get()
-                if kind is _END:
+                if kind == _END:
                     return
+                assert unit is not None  # every other message names its unit
                 t0 = time.perf_counter()
                 if writer is None:
                     writer, record = self._open(unit)
-                if kind == "batch":
+                if outcomes is not None:  # a batch
                     self._write(writer, record, outcomes)
                 else:  # end of unit
                     shards = writer.close()
@@ -219,7 +231,7 @@ class _UnitWriter:
                     self._count(record)
                 self.seconds += time.perf_counter() - t0
                 if self.on_progress:
-                    if kind == "batch":
+                    if outcomes is not None:
                         self.on_progress("samples", len(outcomes))
                     else:
                         self.on_progress("unit", 1)
@@ -229,18 +241,18 @@ class _UnitWriter:
             if writer is not None:
                 writer.abort()
 
-    def _open(self, unit: WorkUnit) -> tuple[ShardWriter, dict]:
+    def _open(self, unit: WorkUnit) -> tuple[ShardWriter, JsonObject]:
         # a shard without a marker was cut off before its unit was recorded: redo it
         for stale in (self.out / unit.name, self.out / f"{unit.name}.idx"):
             stale.unlink(missing_ok=True)
         writer = ShardWriter(self.out, shard_size=max(len(unit), 1), prefix=unit.prefix,
                              first_shard=unit.number)
-        record = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
+        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
                   "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
         return writer, record
 
     @staticmethod
-    def _write(writer: ShardWriter, record: dict, outcomes: list[Outcome]) -> None:
+    def _write(writer: ShardWriter, record: JsonObject, outcomes: list[Outcome]) -> None:
         for o in outcomes:
             record["inputs"] += 1
             for ex in o.item.extras:
@@ -259,7 +271,7 @@ class _UnitWriter:
             if o.item.caption == "":
                 record["empty_captions"] += 1
 
-    def _count(self, record: dict) -> None:
+    def _count(self, record: JsonObject) -> None:
         s = self.stats
         s.units_written += 1
         s.inputs += record["inputs"]
@@ -299,8 +311,8 @@ def run_units(
     writer = _UnitWriter(out, stats, on_progress, depth=max(prefetch, 1))
     try:
         for kind, unit, payload in _batches(source, pending, batch_size, prefetch, read_seconds):
-            if kind == "batch":
-                writer.put(kind, unit, processor.process(payload))  # type: ignore[arg-type]
+            if payload is not None:  # a batch
+                writer.put(kind, unit, processor.process(payload))
             else:
                 writer.put(kind, unit, None)
     finally:

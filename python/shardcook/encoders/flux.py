@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,19 +16,23 @@ from shardcook.errors import ConfigError
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
+    from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+    from transformers import CLIPTextModel, PreTrainedTokenizerBase, T5EncoderModel
 
 log = logging.getLogger(__name__)
 
 CLIP_MAX_LENGTH = 77
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a precision name (bf16, fp16, fp32)."""
     import torch
 
     if name not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {name!r}.")
-    return getattr(torch, PRECISIONS[name])
+    dtype: torch.dtype = getattr(torch, PRECISIONS[name])
+    return dtype
 
 
 def sample_seed(seed: int, key: str) -> int:
@@ -36,7 +41,7 @@ def sample_seed(seed: int, key: str) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def tensor_bytes(t: torch.Tensor, dtype=None) -> bytes:
+def tensor_bytes(t: torch.Tensor, dtype: torch.dtype | None = None) -> bytes:
     """`torch.save` bytes of a contiguous CPU clone of `t` (never a view into a batch)."""
     import torch
 
@@ -53,7 +58,7 @@ class LatentFactors:
     latent_channels: int
 
 
-def latent_factors(config: dict) -> LatentFactors:
+def latent_factors(config: Mapping[str, Any]) -> LatentFactors:
     """Scaling, shift (0 when absent) and channel count from a VAE config."""
     return LatentFactors(float(config.get("scaling_factor", 1.0)),
                          float(config.get("shift_factor") or 0.0),
@@ -71,9 +76,11 @@ class FluxEncoders:
         scale_latents: Apply the VAE's shift and scaling factors; False keeps the raw latent.
     """
 
-    def __init__(self, vae, clip_tokenizer, clip, t5_tokenizer, t5, *, device, dtype,
-                 t5_max_length: int = 512, latent_mode: str = "sample", seed: int = 0,
-                 t5_attention_mask: bool = False, scale_latents: bool = True):
+    def __init__(self, vae: AutoencoderKL, clip_tokenizer: PreTrainedTokenizerBase,
+                 clip: CLIPTextModel, t5_tokenizer: PreTrainedTokenizerBase, t5: T5EncoderModel,
+                 *, device: str, dtype: torch.dtype, t5_max_length: int = 512,
+                 latent_mode: str = "sample", seed: int = 0, t5_attention_mask: bool = False,
+                 scale_latents: bool = True) -> None:
         factors = latent_factors(dict(vae.config))
         self.vae, self.clip_tokenizer, self.clip = vae, clip_tokenizer, clip
         self.t5_tokenizer, self.t5 = t5_tokenizer, t5
@@ -83,11 +90,17 @@ class FluxEncoders:
         self.t5_attention_mask, self.scale_latents = t5_attention_mask, scale_latents
 
     @classmethod
-    def load(cls, *, model_path=None, vae_path=None, clip_path=None, t5_path=None,
-             revision=None, token_file=None, precision="bf16", device="cpu",
-             t5_max_length=512, latent_mode="sample", seed=0, t5_attention_mask=False,
-             scale_latents=True) -> FluxEncoders:
+    def load(cls, *, model_path: str | None = None, vae_path: str | None = None,
+             clip_path: str | None = None, t5_path: str | None = None,
+             revision: str | None = None, token_file: str | None = None,
+             precision: str = "bf16", device: str = "cpu", t5_max_length: int = 512,
+             latent_mode: str = "sample", seed: int = 0, t5_attention_mask: bool = False,
+             scale_latents: bool = True) -> FluxEncoders:
         """Resolves the sources and the token, then loads all three encoders."""
+        # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
+        from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
+        from transformers import CLIPTextModel, T5EncoderModel
+
         sources = resolve_sources(model_path, vae_path, clip_path, t5_path, revision)
         token, _ = resolve_token(token_file)
         dtype = torch_dtype(precision)
@@ -95,17 +108,22 @@ class FluxEncoders:
         clip, clip_tok = load_encoder(sources["clip"], token, dtype, device)
         t5, t5_tok = load_encoder(sources["t5"], token, dtype, device)
         del token
+        # load_encoder loads each encoder with its own class and the text encoders' tokenizers
+        assert isinstance(vae, AutoencoderKL)
+        assert isinstance(clip, CLIPTextModel) and isinstance(t5, T5EncoderModel)
+        assert clip_tok is not None and t5_tok is not None
         return cls(vae, clip_tok, clip, t5_tok, t5, device=device, dtype=dtype,
                    t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed,
                    t5_attention_mask=t5_attention_mask, scale_latents=scale_latents)
 
-    def _posterior(self, pixels: np.ndarray | torch.Tensor) -> Any:
+    def _posterior(self, pixels: np.ndarray | torch.Tensor) -> DiagonalGaussianDistribution:
         """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
         import torch
 
         x = torch.as_tensor(pixels).to(self.device, non_blocking=True)
         x = x.permute(0, 3, 1, 2).to(torch.float32).div_(127.5).sub_(1.0).to(self.dtype)
-        return self.vae.encode(x).latent_dist
+        dist: DiagonalGaussianDistribution = self.vae.encode(x).latent_dist
+        return dist
 
     def encode_posterior(
         self, pixels: np.ndarray | torch.Tensor

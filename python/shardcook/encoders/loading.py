@@ -12,9 +12,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.auth import TOKEN_WAYS, redact
 from shardcook.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +46,7 @@ class EncoderSource:
     revision: str | None
     option: str  # the option that named it
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"source": self.source, "local": self.local, "subfolder": self.subfolder,
                 "tokenizer_subfolder": self.tokenizer_subfolder, "revision": self.revision}
 
@@ -122,8 +127,8 @@ def _failed(src: EncoderSource, e: Exception, token: str | None) -> ConfigError:
         f"three ways: {TOKEN_WAYS[0]}; {TOKEN_WAYS[1]}; or {TOKEN_WAYS[2]}.")
 
 
-def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict:
-    kw: dict = {"local_files_only": src.local or offline()}
+def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str, Any]:
+    kw: dict[str, Any] = {"local_files_only": src.local or offline()}
     if sub:
         kw["subfolder"] = sub
     if not src.local:
@@ -133,12 +138,13 @@ def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict:
     return kw
 
 
-def vae_config(src: EncoderSource, token: str | None) -> dict:
+def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
     """The VAE's config.json (scaling_factor, shift_factor, latent_channels, ...)."""
     try:
         if src.local:
             folder = Path(src.source) / (src.subfolder or "")
-            return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+            config: dict[str, Any] = json.loads((folder / "config.json").read_text("utf-8"))
+            return config
         from diffusers import AutoencoderKL
 
         return dict(AutoencoderKL.load_config(src.source, **_kwargs(src, token, src.subfolder)))
@@ -148,7 +154,9 @@ def vae_config(src: EncoderSource, token: str | None) -> dict:
         raise _failed(src, e, token) from None
 
 
-def load_encoder(src: EncoderSource, token: str | None, dtype, device):
+def load_encoder(
+    src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase | None]:
     """(model, tokenizer or None) for one encoder, in eval mode on `device` in `dtype`."""
     try:
         if src.name == "vae":

@@ -38,7 +38,7 @@ def _clip_tokenizer(folder: Path) -> None:
     from transformers import CLIPTokenizer
 
     chars = list(_bytes_to_unicode().values())
-    vocab = {}
+    vocab: dict[str, int] = {}
     for c in chars:
         vocab[c] = len(vocab)
     for c in chars:
@@ -64,7 +64,9 @@ def _t5_tokenizer(folder: Path) -> None:
         processors,
         trainers,
     )
-    from transformers import T5TokenizerFast
+
+    # transformers 5 keeps T5TokenizerFast as a lazy alias its type information does not declare
+    from transformers import T5TokenizerFast  # type: ignore[attr-defined]
 
     words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow", "orange", "purple", "white", "black", "grey", "circle", "square", "triangle", "star", "stripe", "dot", "small", "large", "big", "photo", "picture", "image", "of", "background", "cat", "dog", "astronaut", "coffee", "rocket", "camera"]
     corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
@@ -89,7 +91,9 @@ def build_tiny_flux(root: str | Path, *, seed: int = 0) -> Path:
     (T5EncoderModel, d_model 32).
     """
     import torch
-    from diffusers import AutoencoderKL
+
+    # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
+    from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     root = Path(root)

@@ -63,6 +63,13 @@ class OutputConfig:
     overwrite: bool = False
     quiet: bool = False
 
+    @property
+    def path(self) -> Path:
+        """`output_dir` as a path; ConfigError when it is not set."""
+        if not self.output_dir:
+            raise ConfigError("--output-dir is required (or output.output_dir in the config).")
+        return Path(self.output_dir)
+
 
 @dataclass
 class ImageConfig:
@@ -471,8 +478,7 @@ def check(cfg: RunConfig) -> None:
         )
     if s.max_samples is not None and s.max_samples < 1:
         raise ConfigError(f"--max-samples must be at least 1, not {s.max_samples}.")
-    if not o.output_dir:
-        raise ConfigError("--output-dir is required (or output.output_dir in the config).")
+    o.path  # noqa: B018 - raises ConfigError when no output folder was given
     if o.shard_size < 1:
         raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
     try:

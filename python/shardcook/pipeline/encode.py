@@ -20,16 +20,31 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError
+from shardcook.imaging import ImageResult
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.preencoded import POSTERIOR_PARTS, PREENCODED
-from shardcook.pipeline.raw import check_image_options, decode_images, meta_json
+from shardcook.pipeline.raw import (
+    check_image_options,
+    decode_images,
+    result_meta_json,
+    result_pixels,
+)
+from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, split_skipped
 
+if TYPE_CHECKING:
+    import torch
+    from shardcook.encoders.flux import FluxEncoders
+
 log = logging.getLogger(__name__)
+
+#: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
+Decoded = list[tuple[int, ImageResult]]
 
 EMPTY_DIR = "empty_encodings"
 PARTS = ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
@@ -118,7 +133,7 @@ def pick_device(requested: str | None) -> str:
     return requested
 
 
-def encoder_manifest(cfg: RunConfig, token_file: str | None) -> dict:
+def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
     """The manifest's encoder facts (docs/FORMAT.md §6); reads only the VAE config. No token."""
     from shardcook.encoders.auth import resolve_token
     from shardcook.encoders.flux import latent_factors
@@ -149,7 +164,8 @@ class EncodeProcessor:
     """Turns loaded inputs into one pre-encoded sample of the run's layout each, one outcome per
     input, in order."""
 
-    def __init__(self, cfg: RunConfig, encoders, stored_dtype):
+    def __init__(self, cfg: RunConfig, encoders: FluxEncoders,
+                 stored_dtype: torch.dtype) -> None:
         self.image, self.enc = cfg.image, encoders
         self.bridge = cfg.model.layout == BRIDGE_FLUX.name
         #: The facts every `megatron-bridge` json carries so a user can scale the latents later.
@@ -167,20 +183,22 @@ class EncodeProcessor:
         self._prep = ThreadPoolExecutor(1, thread_name_prefix="shardcook-prep")
         self._ser = ThreadPoolExecutor(1, thread_name_prefix="shardcook-serialize")
 
-    def _prepare(self, batch: list[Loaded], idx: list[int]):
+    def _prepare(
+        self, batch: list[Loaded], idx: list[int]
+    ) -> tuple[Decoded, dict[int, Outcome]]:
         """Decode/resize `idx` of `batch`: ([(n, ImageResult)], {n: Outcome skip})."""
         t0 = time.perf_counter()
         prepared = decode_images(batch, idx, self.image, self.workers)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 
-    def _encode(self, batch: list[Loaded], group):
+    def _encode(self, batch: list[Loaded], group: Decoded) -> tuple[torch.Tensor, ...]:
         """One shape group on the encoders; returns CPU tensors in the stored dtype."""
         import numpy as np
 
         t0 = time.perf_counter()
         items = [batch[n].item for n, _ in group]
-        pixels = np.stack([r.pixels for _, r in group])
+        pixels = np.stack([result_pixels(r) for _, r in group])
         if self.resample:
             lat, *posterior = self.enc.encode_posterior(pixels)
         else:
@@ -190,13 +208,14 @@ class EncodeProcessor:
         self.stage_seconds["encode"] += time.perf_counter() - t0
         return out
 
-    def _serialize(self, batch: list[Loaded], group, tensors) -> list[tuple[int, Outcome]]:
+    def _serialize(self, batch: list[Loaded], group: Decoded,
+                   tensors: tuple[torch.Tensor, ...]) -> list[tuple[int, Outcome]]:
         from shardcook.encoders.flux import tensor_bytes
         from shardcook.pipeline.bridge_parts import bridge_parts
 
         t0 = time.perf_counter()
         lat, t5, pooled, *posterior = tensors
-        done = []
+        done: list[tuple[int, Outcome]] = []
         for j, (n, r) in enumerate(group):
             item = batch[n].item
             if self.bridge:
@@ -204,8 +223,7 @@ class EncodeProcessor:
                                      encoders=self.bridge_facts)
                 done.append((n, Outcome(item, parts=parts)))
                 continue
-            h, w = r.pixels.shape[:2]
-            meta = meta_json(item.source, r.orig_size, r.crop, (h, w))
+            meta = result_meta_json(item.source, r)
             parts = [
                 ("latents.pth", tensor_bytes(lat[j])),
                 ("prompt_embeds.pth", tensor_bytes(t5[j])),
@@ -230,15 +248,15 @@ class EncodeProcessor:
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
         chunks = iter([todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)])
-        prepared: deque[Future] = deque()
-        serialized: deque[Future] = deque()
+        prepared: deque[Future[tuple[Decoded, dict[int, Outcome]]]] = deque()
+        serialized: deque[Future[list[tuple[int, Outcome]]]] = deque()
 
         def prefetch() -> None:
             chunk = next(chunks, None)
             if chunk:
                 prepared.append(self._prep.submit(self._prepare, batch, chunk))
 
-        def collect(f: Future) -> None:
+        def collect(f: Future[list[tuple[int, Outcome]]]) -> None:
             for n, o in f.result():
                 outcomes[n] = o
 
@@ -251,9 +269,9 @@ class EncodeProcessor:
             prefetch()
             for n, o in skips.items():
                 outcomes[n] = o
-            groups: dict[tuple, list] = {}
+            groups: dict[tuple[int, ...], Decoded] = {}
             for n, r in good:  # one shape per encoder batch
-                groups.setdefault(r.pixels.shape, []).append((n, r))
+                groups.setdefault(result_pixels(r).shape, []).append((n, r))
             for group in groups.values():
                 tensors = self._encode(batch, group)
                 serialized.append(self._ser.submit(self._serialize, batch, group, tensors))
@@ -264,7 +282,7 @@ class EncodeProcessor:
         return outcomes  # type: ignore[return-value]
 
 
-def write_empty_encodings(out: Path, encoders) -> None:
+def write_empty_encodings(out: Path, encoders: FluxEncoders) -> None:
     """empty_encodings/t5_empty.npy [1, L, D_t5] and clip_empty.npy [1, D_clip], float32."""
     import numpy as np
     import torch
@@ -290,7 +308,7 @@ def quiet_model_libraries() -> None:
     diffusers.utils.logging.disable_progress_bar()
 
 
-def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
+def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject | None:
     """`shardcook encode`: the whole run for this rank; returns report.json's content on rank 0.
 
     Args:
@@ -314,17 +332,19 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> dict | None:
 
         torch.cuda.set_device(torch.device(device))
     m = cfg.model
+    precision, latent_mode = m.precision, m.latent_mode
+    assert precision is not None and latent_mode is not None  # check_model filled them in
 
     def make_processor(cfg: RunConfig) -> EncodeProcessor:
         encoders = FluxEncoders.load(
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
             t5_path=m.t5_path, revision=m.revision, token_file=token_file,
-            precision=m.precision, device=device, t5_max_length=m.t5_max_length,
-            latent_mode=m.latent_mode, seed=m.seed,
+            precision=precision, device=device, t5_max_length=m.t5_max_length,
+            latent_mode=latent_mode, seed=m.seed,
             t5_attention_mask=layout is BRIDGE_FLUX, scale_latents=layout is not BRIDGE_FLUX)
         if int(os.environ.get("RANK", "0")) == 0:
-            write_empty_encodings(Path(cfg.output.output_dir), encoders)
-        return EncodeProcessor(cfg, encoders, torch_dtype(m.stored_dtype or m.precision))
+            write_empty_encodings(cfg.output.path, encoders)
+        return EncodeProcessor(cfg, encoders, torch_dtype(m.stored_dtype or precision))
 
     return run_pipeline(cfg, encoding=layout.encoding, make_processor=make_processor,
                         batch_size=max(4 * m.batch_size, 8), manifest_extra=extra,

@@ -76,8 +76,8 @@ def decode_images(
     return good, skips
 
 
-def _pixels(result: imaging.ImageResult) -> np.ndarray:
-    # `decode_images` keeps only results that hold pixels.
+def result_pixels(result: imaging.ImageResult) -> np.ndarray:
+    """The pixels of a usable `decode_images` result."""
     assert result.pixels is not None
     return result.pixels
 
@@ -85,7 +85,7 @@ def _pixels(result: imaging.ImageResult) -> np.ndarray:
 def result_meta_json(source: str, result: imaging.ImageResult) -> bytes:
     """meta.json for a usable `decode_images` result: its sizes and crop, and the stored size."""
     assert result.orig_size is not None and result.crop is not None
-    h, w = _pixels(result).shape[:2]
+    h, w = result_pixels(result).shape[:2]
     return meta_json(source, result.orig_size, result.crop, (h, w))
 
 
@@ -113,7 +113,7 @@ class RawProcessor:
             outcomes[n] = o
         t1 = time.perf_counter()
         self.stage_seconds["preprocess"] += t1 - t0
-        pixels = [_pixels(r) for _, r in keep]
+        pixels = [result_pixels(r) for _, r in keep]
         encoded = list(self._pool.map(self._try_encode, pixels)) if self._pool else [
             self._try_encode(p) for p in pixels]
         self.stage_seconds["encode"] += time.perf_counter() - t1

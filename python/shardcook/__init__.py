@@ -4,6 +4,7 @@ that read them back."""
 from importlib.metadata import PackageNotFoundError, version
 
 from shardcook._native import ShardWriter, count_samples, read_shard
+from shardcook.dataset import build_index, finalize, validate
 from shardcook.errors import (
     ConfigError,
     DatasetError,
@@ -13,7 +14,6 @@ from shardcook.errors import (
     ShardcookIOError,
     ShardError,
 )
-from shardcook.dataset import build_index, finalize, validate
 
 try:
     __version__ = version("shardcook")

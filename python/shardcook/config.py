@@ -24,6 +24,9 @@ from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
+#: The input option each source type needs.
+SOURCE_LOCATIONS = {"directory": "input_dir", "huggingface": "hf_dataset",
+                    "webdataset": "input_path", "jsonl": "input_path"}
 #: The largest image side shardcook writes: WebP's limit, and a 16383^2 RGB image is 0.8 GB.
 MAX_IMAGE_SIDE = 16383
 #: --workers above this many threads per core is capped (thousands of threads only thrash).
@@ -50,6 +53,18 @@ class SourceConfig:
     hf_data_files: list[str] | None = None
     input_path: str | None = None
     max_samples: int | None = None
+
+    def location(self) -> str:
+        """The input option `source_type` needs (`input_dir`, `hf_dataset` or `input_path`);
+        ConfigError when it is not set."""
+        need = SOURCE_LOCATIONS[self.source_type]
+        value = getattr(self, need)
+        if not value:
+            raise ConfigError(
+                f"--source-type {self.source_type} needs --{need.replace('_', '-')} "
+                f"(or source.{need} in the config)."
+            )
+        return str(value)
 
 
 @dataclass
@@ -169,7 +184,6 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-SECTIONS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(RunConfig)}
 _SECTION_CLASSES = {
     "source": SourceConfig,
     "output": OutputConfig,
@@ -182,9 +196,9 @@ _SECTION_CLASSES = {
 # option name -> section name; a name two sections share goes to the first (chatml's
 # `max_pixels` is addressed as `chatml.max_pixels`)
 OPTION_SECTION: dict[str, str] = {}
-for _section, _cls in _SECTION_CLASSES.items():
+for _section_name, _cls in _SECTION_CLASSES.items():
     for _f in dataclasses.fields(_cls):
-        OPTION_SECTION.setdefault(_f.name, _section)
+        OPTION_SECTION.setdefault(_f.name, _section_name)
 
 
 def _section(cfg: RunConfig, name: str) -> Any:
@@ -468,14 +482,7 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--source-type must be one of {', '.join(SOURCE_TYPES)}, not {s.source_type!r}."
         )
-    needed = {"directory": "input_dir", "huggingface": "hf_dataset", "webdataset": "input_path",
-              "jsonl": "input_path"}
-    need = needed[s.source_type]
-    if not getattr(s, need):
-        raise ConfigError(
-            f"--source-type {s.source_type} needs --{need.replace('_', '-')} "
-            f"(or source.{need} in the config)."
-        )
+    s.location()  # raises ConfigError when the input option is not set
     if s.max_samples is not None and s.max_samples < 1:
         raise ConfigError(f"--max-samples must be at least 1, not {s.max_samples}.")
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
@@ -565,4 +572,5 @@ def output_affecting(cfg: RunConfig, *, with_model: bool = False) -> dict[str, A
         for key, value in values.items():
             if key not in RUNTIME_ONLY:
                 flat[key if key not in flat else f"{section}.{key}"] = value
-    return json.loads(json.dumps(flat))
+    as_json: dict[str, Any] = json.loads(json.dumps(flat))  # tuples become lists, as on disk
+    return as_json

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shardcook.errors import ConfigError
 from shardcook.sources.base import Extra, Item, Source
+
+if TYPE_CHECKING:
+    from shardcook.config import RunConfig
 
 __all__ = ["Extra", "Item", "Source", "open_source"]
 
@@ -19,27 +24,28 @@ def _single(name: str, one: str | None, several: list[str] | None) -> str | None
     return names[0] if names else None
 
 
-def open_source(cfg) -> Source:
+def open_source(cfg: RunConfig) -> Source:
     """The source a `RunConfig` names, opened and checked (raises ConfigError on bad setup)."""
     s, f = cfg.source, cfg.data_format
     if s.source_type == "directory":
         from shardcook.sources.caption_index import CaptionIndexSource, find_index
         from shardcook.sources.directory import DirectorySource
 
-        index = find_index(s.input_dir)
+        input_dir = s.location()
+        index = find_index(input_dir)
         if index is not None:
-            return CaptionIndexSource(s.input_dir, index, s.max_samples, f.caption_column)
-        return DirectorySource(s.input_dir, s.max_samples)
+            return CaptionIndexSource(input_dir, index, s.max_samples, f.caption_column)
+        return DirectorySource(input_dir, s.max_samples)
     if s.source_type == "huggingface":
         from shardcook.encoders.auth import resolve_token
         from shardcook.sources.huggingface import HuggingFaceSource
 
         token, _ = resolve_token(cfg.auth.hf_token_file)
-        return HuggingFaceSource(s.hf_dataset, s.hf_split, s.hf_data_files or None, s.max_samples,
+        return HuggingFaceSource(s.location(), s.hf_split, s.hf_data_files or None, s.max_samples,
                                  f.image_column, f.caption_column, image_columns=f.image_columns,
                                  caption_columns=f.caption_columns, token=token)
     from shardcook.sources.webdataset import WebDatasetSource
 
-    return WebDatasetSource(s.input_path, s.max_samples,
+    return WebDatasetSource(s.location(), s.max_samples,
                             _single("image column", f.image_column, f.image_columns),
                             _single("caption column", f.caption_column, f.caption_columns))

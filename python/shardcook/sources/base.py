@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 # Skip reasons a source itself can decide (the image stage adds its own).
 MISSING_CAPTION = "missing_caption"
@@ -113,7 +113,7 @@ class Source(Protocol):
     def items(self, start: int, stop: int) -> Iterator[Item]:
         """Yields the items with start <= index < stop, in order, reading only those."""
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """A JSON-safe description for manifest.json."""
 
 
@@ -131,7 +131,7 @@ def clean_caption(text: str) -> str:
     return text.lstrip("\ufeff").strip()
 
 
-def dotted_get(obj, path: str):
+def dotted_get(obj: object, path: str) -> object:
     """obj["a"]["b"] for path "a.b" (list indices as numbers); raises KeyError if absent."""
     for part in path.split("."):
         if isinstance(obj, dict):

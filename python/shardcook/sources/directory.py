@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from shardcook.errors import ConfigError
 from shardcook.sources.base import (
@@ -74,7 +75,7 @@ class DirectorySource:
     def __len__(self) -> int:
         return len(self._stems)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"type": "directory", "path": str(self.root.resolve()), "layout": self.layout}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.auth import redact
 from shardcook.errors import ConfigError
@@ -18,6 +18,9 @@ from shardcook.sources.base import (
     dotted_get,
 )
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+
 CAPTION_NAMES = ("caption", "text", "prompt", "captions", "txt", "description", "alt_text",
                  "sentence", "title")
 IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
@@ -27,7 +30,7 @@ CHUNK = 64
 
 
 def load(name: str, split: str, data_files: list[str] | None = None, *,
-         token: str | None = None):
+         token: str | None = None) -> Dataset:
     """Opens one split as a memory-mapped `datasets.Dataset` (nothing is read into memory).
 
     `token` (from `--hf-token-file`, HF_TOKEN or the saved login) reads gated or private hub
@@ -91,7 +94,7 @@ def detect_columns(features: dict[str, Any], image_column: str | None,
     if image_column is None:
         typed = [n for n in names if isinstance(features[n], datasets.Image)]
         named = [n for n in IMAGE_NAMES if n in features]
-        image_column = (typed or named or [None])[0]
+        image_column = next(iter(typed or named), None)
         if image_column is None:
             raise ConfigError(
                 f"No image column found among {', '.join(names)}; name it with --image-column."
@@ -167,7 +170,7 @@ class HuggingFaceSource:
     def __len__(self) -> int:
         return self._len
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"type": "huggingface", "dataset": self.name, "split": self.split,
                 "image_column": self.image_column, "caption_column": self.caption_column}
 
@@ -180,7 +183,7 @@ class HuggingFaceSource:
                 row = {k: v[j] for k, v in rows.items()}
                 yield self._item(a + j, row)
 
-    def _item(self, index: int, row: dict) -> Item:
+    def _item(self, index: int, row: dict[str, Any]) -> Item:
         source = f"{self.name}[{self.split}][{index}]"
         image = _first_value(row, self.image_paths)
         image_bytes, image_path = None, None

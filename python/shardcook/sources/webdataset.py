@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from shardcook._native import count_samples, read_shard
 from shardcook.dataset.braces import expand_braces
@@ -85,7 +86,7 @@ class WebDatasetSource:
     def __len__(self) -> int:
         return self._len
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"type": "webdataset", "pattern": self.pattern, "tars": len(self.tars)}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:

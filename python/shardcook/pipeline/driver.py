@@ -21,6 +21,7 @@ from shardcook.pipeline.progress import (
     clear_output,
     write_json_atomic,
 )
+from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
 
@@ -37,15 +38,17 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        Task,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
 
     class Rate(TextColumn):
-        def render(self, task):  # images/s for the samples bar
+        def render(self, task: Task) -> Text:  # images/s for the samples bar
             speed = task.finished_speed or task.speed
-            return super().render(task) if speed is None else f"{speed:,.1f}/s"
+            return super().render(task) if speed is None else Text(f"{speed:,.1f}/s")
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   Rate(""), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -55,9 +58,9 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
         yield lambda kind, n: bar.advance(tasks[kind], n)
 
 
-def _setup(cfg: RunConfig, manifest: dict) -> None:
+def _setup(cfg: RunConfig, manifest: JsonObject) -> None:
     """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
-    out = Path(cfg.output.output_dir)
+    out = cfg.output.path
     if cfg.output.overwrite:
         kept = clear_output(out)
         if kept:
@@ -77,12 +80,12 @@ def run_pipeline(
     encoding: str,
     make_processor: Callable[[RunConfig], Processor],
     batch_size: int = 32,
-    manifest_extra: dict | None = None,
+    manifest_extra: JsonObject | None = None,
     backend: str = "gloo",
     make_source: Callable[[RunConfig], Source] | None = None,
     make_units: Callable[[Source], list[WorkUnit]] | None = None,
-    finish: Callable[[Path, dict], None] | None = None,
-) -> dict | None:
+    finish: Callable[[Path, JsonObject], None] | None = None,
+) -> JsonObject | None:
     """Runs the whole pipeline on this process's rank; returns the report on rank 0.
 
     `make_source`, `make_units` and `finish` replace the defaults (`open_source`, consecutive
@@ -126,7 +129,7 @@ def run_pipeline(
         assert source is not None
         processor = make_processor(cfg)
 
-        out = Path(cfg.output.output_dir)
+        out = cfg.output.path
         units = (make_units(source) if make_units is not None
                  else plan_units(len(source), cfg.output.shard_size))
         mine = units_for_rank(units, dist.rank, dist.world_size)
@@ -135,7 +138,7 @@ def run_pipeline(
             stats = run_units(out, source, mine, processor, batch_size=batch_size,
                               on_progress=on_progress)
         all_stats: list[RunStats] = dist.gather(stats)
-        result: dict | None = None
+        result: JsonObject | None = None
         failure: ShardcookError | None = None
         if dist.is_main:
             try:
@@ -153,9 +156,9 @@ def run_pipeline(
         dist.close()
 
 
-def _finish(cfg: RunConfig, out: Path, units, manifest: dict, all_stats: list[RunStats],
-            world_size: int, encoding: str, t_start: float,
-            finish: Callable[[Path, dict], None] | None = None) -> dict:
+def _finish(cfg: RunConfig, out: Path, units: list[WorkUnit], manifest: JsonObject,
+            all_stats: list[RunStats], world_size: int, encoding: str, t_start: float,
+            finish: Callable[[Path, JsonObject], None] | None = None) -> JsonObject:
     records, missing = rep.collect(out, units)
     if missing:
         raise DatasetError(
@@ -168,7 +171,7 @@ def _finish(cfg: RunConfig, out: Path, units, manifest: dict, all_stats: list[Ru
             stages[k] = stages.get(k, 0.0) + v
     inputs_this_run = sum(s.inputs for s in all_stats)
 
-    def report(finalize_seconds: float | None) -> dict:
+    def report(finalize_seconds: float | None) -> JsonObject:
         return rep.build_report(
             records, encoding=encoding, num_inputs=manifest["num_inputs"],
             wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,

@@ -12,6 +12,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardcook.config import RunConfig
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
            "yellow": (240, 210, 40), "purple": (140, 60, 180), "orange": (245, 140, 30)}
@@ -62,7 +66,7 @@ class DemoResult:
     lines: list[str] = field(default_factory=list)
 
 
-def _config(images: Path, out: Path, model: Path | None):
+def _config(images: Path, out: Path, model: Path | None) -> RunConfig:
     from shardcook.config import resolve
 
     values = {"input_dir": str(images), "output_dir": str(out), "shard_size": 8,
@@ -95,6 +99,7 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
         build_tiny_flux(model)
     raw_report = run_raw(_config(images, raw_out, None))
     enc_report = run_encode(_config(images, enc_out, model))
+    assert raw_report is not None and enc_report is not None  # one process: rank 0 reports
     lines = [f"shardcook demo in {root.resolve()}",
              f"  inputs:   {len(made)} generated images with captions in {images}",
              f"            e.g. {made[0][0]}: \"{made[0][1]}\"",

@@ -12,12 +12,17 @@ import io
 import json
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
 from shardcook.layouts import IMAGE_PARTS
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 TILE = 192
 CAPTION_LINES = 3
@@ -50,7 +55,7 @@ def _first_samples(root: Path, count: int) -> list[tuple[str, dict[str, bytes]]]
     return got
 
 
-def _false_colour(latent):
+def _false_colour(latent: torch.Tensor) -> np.ndarray:
     """[C, h, w] -> h*8 x w*8 RGB uint8 from channels 0..2 (fewer channels repeat)."""
     import numpy as np
 
@@ -61,7 +66,9 @@ def _false_colour(latent):
     return np.kron(rgb, np.ones((8, 8, 1), np.uint8))
 
 
-def _latent_and_caption(encoding: str, key: str, parts: dict[str, bytes]):
+def _latent_and_caption(
+    encoding: str, key: str, parts: dict[str, bytes]
+) -> tuple[torch.Tensor, str]:
     """The stored latent tensor and the caption of one encoded sample."""
     from shardcook.energon.cookers import load_tensor
 
@@ -74,7 +81,7 @@ def _latent_and_caption(encoding: str, key: str, parts: dict[str, bytes]):
 
 
 class _Decoder:
-    def __init__(self, model_path: str, manifest: dict, *, scaled: bool = True):
+    def __init__(self, model_path: str, manifest: dict[str, Any], *, scaled: bool = True) -> None:
         import torch
 
         from shardcook.pipeline.encode import quiet_model_libraries
@@ -86,18 +93,23 @@ class _Decoder:
 
         src = resolve_sources(model_path)["vae"]
         token, _ = resolve_token(None)
-        self.vae, _ = load_encoder(src, token, torch.float32, "cpu")
+        vae, _ = load_encoder(src, token, torch.float32, "cpu")
         del token
-        f = latent_factors(dict(self.vae.config))
-        self.scale = manifest.get("scaling_factor", f.scaling_factor) if scaled else 1.0
-        self.shift = manifest.get("shift_factor", f.shift_factor) if scaled else 0.0
+        # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
+        from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
 
-    def __call__(self, latent):
+        assert isinstance(vae, AutoencoderKL)  # load_encoder loads the VAE with its own class
+        self.vae = vae
+        f = latent_factors(dict(self.vae.config))
+        self.scale: float = manifest.get("scaling_factor", f.scaling_factor) if scaled else 1.0
+        self.shift: float = manifest.get("shift_factor", f.shift_factor) if scaled else 0.0
+
+    def __call__(self, latent: torch.Tensor) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
             z = latent.float()[None] / self.scale + self.shift
-            x = self.vae.decode(z).sample[0]
+            x: torch.Tensor = self.vae.decode(z).sample[0]
         return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 

@@ -8,12 +8,15 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
 from shardcook.energon.errors import EmptyLoaderError, LoaderStateError, NotCheckpointableError
 from shardcook.layouts.names import INFO_JSON, META_DIR, SPLIT_YAML
+
+if TYPE_CHECKING:
+    from shardcook.energon.cookers import ImageFormat
 
 __all__ = [
     "EnergonDataloader",
@@ -269,7 +272,7 @@ def dataset_encoding(path: str | Path) -> str | None:
 
 
 def task_encoder_for(
-    path: str | Path, *, image_format: str = "tensor", resample_latents: bool = False
+    path: str | Path, *, image_format: ImageFormat = "tensor", resample_latents: bool = False
 ) -> Any:
     """Picks the task encoder for a dataset from its `encoding` subflavor.
 
@@ -298,13 +301,13 @@ def task_encoder_for(
     encoding = dataset_encoding(path)
     if encoding is None:
         return DiffusionTaskEncoder(
-            image_format=image_format,  # type: ignore[arg-type]
+            image_format=image_format,
             resample_latents=resample_latents,
         )
     if encoding == ENCODING_PREENCODED:
         return EncodedDiffusionTaskEncoder(resample_latents=resample_latents)
     if encoding == ENCODING_RAW:
-        return RawDiffusionTaskEncoder(image_format=image_format)  # type: ignore[arg-type]
+        return RawDiffusionTaskEncoder(image_format=image_format)
     if encoding == BRIDGE_FLUX.encoding:
         return BridgeFluxTaskEncoder()
     raise DatasetError(
@@ -416,7 +419,7 @@ def get_diffusion_loader(
     num_workers: int = 4,
     shuffle_buffer_size: int | None = 100,
     max_samples_per_sequence: int | None = 100,
-    image_format: str = "tensor",
+    image_format: ImageFormat = "tensor",
     rank: int | None = None,
     world_size: int | None = None,
     data_parallel_group: Any = None,

@@ -44,9 +44,10 @@ ENCODING_RAW = RAW.encoding
 
 def _stack_optional(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
     """Stacks the tensors when every sample has one, else None."""
-    if any(t is None for t in tensors):
+    present = [t for t in tensors if t is not None]
+    if len(present) < len(tensors):
         return None
-    return torch.stack(tensors)  # type: ignore[arg-type]
+    return torch.stack(present)
 
 
 def _stack_diffusion(samples: list[DiffusionSample]) -> DiffusionBatch:
@@ -257,9 +258,10 @@ class DiffusionTaskEncoder(
         self, samples: list[DiffusionSample | RawImageSample]
     ) -> DiffusionBatch | RawImageBatch:
         """Stacks samples of one group into the batch type of their encoding."""
+        # groups never mix encodings (batch_group_criterion), so the filters keep every sample
         if isinstance(samples[0], DiffusionSample):
-            return _stack_diffusion(samples)  # type: ignore[arg-type]
-        return _stack_raw(samples)  # type: ignore[arg-type]
+            return _stack_diffusion([s for s in samples if isinstance(s, DiffusionSample)])
+        return _stack_raw([s for s in samples if isinstance(s, RawImageSample)])
 
     def batch_group_criterion(
         self, sample: DiffusionSample | RawImageSample

@@ -35,7 +35,7 @@ from shardcook.pipeline.raw import (
     result_pixels,
 )
 from shardcook.pipeline.report import JsonObject
-from shardcook.pipeline.run import Loaded, Outcome, split_skipped
+from shardcook.pipeline.run import Loaded, Outcome, completed, split_skipped
 
 if TYPE_CHECKING:
     import torch
@@ -279,7 +279,7 @@ class EncodeProcessor:
                     collect(serialized.popleft())
         while serialized:
             collect(serialized.popleft())
-        return outcomes  # type: ignore[return-value]
+        return completed(outcomes)
 
 
 def write_empty_encodings(out: Path, encoders: FluxEncoders) -> None:

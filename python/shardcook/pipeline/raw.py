@@ -14,7 +14,7 @@ from shardcook import imaging  # the Rust image core
 from shardcook.config import ImageConfig, RunConfig
 from shardcook.errors import ConfigError, ImageError, ImageErrorKind
 from shardcook.pipeline.report import JsonObject
-from shardcook.pipeline.run import Loaded, Outcome, split_skipped
+from shardcook.pipeline.run import Loaded, Outcome, completed, split_skipped
 
 DECODE_ERROR = "decode_error"
 TOO_LARGE = "too_large"
@@ -128,7 +128,7 @@ class RawProcessor:
                 ("meta.json", result_meta_json(item.source, r)),
             ]
             outcomes[n] = Outcome(item, parts=parts)
-        return outcomes  # type: ignore[return-value]
+        return completed(outcomes)
 
     def _try_encode(self, pixels: np.ndarray) -> bytes | str:
         try:

@@ -66,6 +66,13 @@ def split_skipped(batch: list[Loaded]) -> tuple[list[Outcome | None], list[int]]
     return outcomes, todo
 
 
+def completed(outcomes: list[Outcome | None]) -> list[Outcome]:
+    """The outcomes of a processed batch, where every input has one by now."""
+    done = [o for o in outcomes if o is not None]
+    assert len(done) == len(outcomes), "a processor left an input without an outcome"
+    return done
+
+
 class Processor(Protocol):
     """Turns loaded inputs into sample parts, one outcome per input, in order."""
 

@@ -1,0 +1,200 @@
+"""Run configuration: dataclasses per section, YAML loading, and CLI > YAML > default precedence.
+
+A YAML config has the sections `source`, `output`, `image`, `model`, `data_format`, `auth` and
+(for `chatml`) `chatml`; inside a section the keys are the CLI option names with `_` for `-`
+(`--image-size` is `image.image_size`; chatml's `--max-pixels` is `chatml.max_pixels`). AMD
+Primus's data-prep keys are accepted as well (`source.type`, `image.center_crop`,
+`model.vae_latent_mode`, ...; see `PRIMUS_KEYS`) and resolve to ours; a key given in both
+spellings with different values is an error naming both.
+
+This module resolves a config (YAML, command line, defaults); `sections` holds the dataclasses,
+`primus` the translation of Primus's keys and flags, `checks` the checks of a resolved config.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+from shardcook.config.checks import check, output_affecting
+from shardcook.config.primus import (
+    PRIMUS_FLAGS,
+    PRIMUS_KEYS,
+    PRIMUS_VALUE_KEYS,
+    Setting,
+    _flag,
+    merge_settings,
+)
+from shardcook.config.sections import (
+    _SECTION_CLASSES,
+    IMAGE_FORMAT_ALIASES,
+    OPTION_SECTION,
+    ChatmlConfig,
+    ImageConfig,
+    RunConfig,
+)
+from shardcook.errors import ConfigError
+
+
+def _section(cfg: RunConfig, name: str) -> Any:
+    """The section object `name` of `cfg`, creating the optional chatml section on first use."""
+    if name == "chatml" and cfg.chatml is None:
+        cfg.chatml = ChatmlConfig()
+    return getattr(cfg, name)
+
+
+def _option(name: str) -> tuple[str, str]:
+    """(section, field) of a CLI option name, plain (`image_size`) or dotted (`chatml.max_pixels`)."""
+    if "." in name:
+        section, _, key = name.partition(".")
+        return section, key
+    if name not in OPTION_SECTION:
+        raise AssertionError(f"CLI option {name!r} has no config field")
+    return OPTION_SECTION[name], name
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_type(where: str, value: Any, hint: Any) -> Any:
+    """Returns `value` converted to `hint` where that is lossless, or raises ConfigError."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, getattr(types, "UnionType", Union)):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check_type(where, value, inner)
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value] if inner is not float else value
+        if isinstance(value, str) and inner is float:
+            value = [p for p in value.split(",") if p.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"`{where}` must be a list, not {type(value).__name__} {value!r}.")
+        return [_check_type(f"{where}[{i}]", v, inner) for i, v in enumerate(value)]
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"`{where}` must be true or false, not {value!r}.")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"`{where}` must be an integer, not {value!r}.")
+    if hint is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"`{where}` must be a number, not {value!r}.")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"`{where}` must be a string, not {value!r}.")
+    raise AssertionError(f"unhandled config type {hint!r}")
+
+
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Reads a config file into {section: {option: value}} in our keys, checking names, types
+    and that Primus spellings agree with ours."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"Config file {str(p)!r} does not exist; pass an existing --config file.")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"Config file {str(p)!r} is not valid YAML ({first}).") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {str(p)!r} must be a mapping of sections, not a list or value.")
+    ours: dict[tuple[str, str], Setting] = {}
+    primus: dict[tuple[str, str], Setting] = {}
+    for section, values in data.items():
+        if section not in _SECTION_CLASSES:
+            raise ConfigError(
+                f"Unknown config section `{section}` in {str(p)!r}; "
+                f"the sections are {', '.join(_SECTION_CLASSES)}."
+            )
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"Config section `{section}` must be a mapping of options.")
+        hints = _type_hints(_SECTION_CLASSES[section])
+        for key, value in values.items():
+            where = f"{section}.{key}"
+            if key in hints:
+                ours[(section, key)] = (_check_type(where, value, hints[key]), where)
+            elif (section, key) in PRIMUS_KEYS:
+                target = PRIMUS_KEYS[(section, key)]
+                hint = _type_hints(_SECTION_CLASSES[target[0]])[target[1]]
+                primus[(section, key)] = (_check_type(where, value, hint), where)
+            elif (section, key) in PRIMUS_VALUE_KEYS:
+                primus[(section, key)] = (value, where)
+            else:
+                extra = [k for (sec, k) in (*PRIMUS_KEYS, *PRIMUS_VALUE_KEYS) if sec == section]
+                raise ConfigError(
+                    f"Unknown config key `{where}` in {str(p)!r}; "
+                    f"`{section}` takes {', '.join([*hints, *extra])}."
+                )
+    out: dict[str, dict[str, Any]] = {}
+    for (section, key), (value, _) in merge_settings(ours, primus).items():
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def resolve(
+    cli_values: dict[str, Any],
+    explicit: set[str] | frozenset[str] = frozenset(),
+    config_file: str | os.PathLike[str] | None = None,
+    primus_flags: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Builds the run config: an explicit CLI option > the YAML file > the CLI/dataclass default.
+
+    Args:
+        cli_values: option name -> value as parsed (explicit or default).
+        explicit: the option names given on the command line; those win over the YAML.
+        config_file: optional YAML file.
+        primus_flags: Primus's flags given on the command line (`PRIMUS_FLAGS` names -> value);
+            they count as explicit options, and one that contradicts an explicit option of ours
+            is a ConfigError naming both.
+    """
+    cfg = RunConfig()
+    yaml_values = load_yaml(config_file) if config_file else {}
+    for section, values in yaml_values.items():
+        sec = _section(cfg, section)
+        for key, value in values.items():
+            setattr(sec, key, value)
+    given: dict[tuple[str, str], Setting] = {}
+    for name, value in cli_values.items():
+        section, key = _option(name)
+        in_yaml = key in yaml_values.get(section, {})
+        if name in explicit or not in_yaml:
+            hint = _type_hints(_SECTION_CLASSES[section])[key]
+            where = f"--{key.replace('_', '-')}"
+            checked = _check_type(where, value, hint)
+            if name in explicit:
+                given[(section, key)] = (checked, where)
+            setattr(_section(cfg, section), key, checked)
+    primus = {PRIMUS_FLAGS[n]: (v, _flag(n, v)) for n, v in (primus_flags or {}).items()}
+    for (section, name), (value, _) in merge_settings(given, primus).items():
+        setattr(getattr(cfg, section), name, value)
+    cfg.image.image_format = IMAGE_FORMAT_ALIASES.get(cfg.image.image_format,
+                                                      cfg.image.image_format)
+    check(cfg)
+    return cfg
+
+
+__all__ = ["PRIMUS_FLAGS", "ChatmlConfig", "ImageConfig", "RunConfig", "load_yaml",
+           "output_affecting", "resolve"]

@@ -1,0 +1,136 @@
+"""Checks of a resolved run configuration (one sentence per problem, before any work), and the
+options a resumed run must repeat."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from shardcook.config.sections import (
+    CHATML_IMAGE_FORMATS,
+    IMAGE_FORMATS,
+    MAX_IMAGE_SIDE,
+    MAX_WORKERS_PER_CPU,
+    RESIZE_MODES,
+    SOURCE_TYPES,
+    VIDEO_LAYOUTS,
+    ChatmlConfig,
+    ImageConfig,
+    RunConfig,
+    SourceConfig,
+)
+from shardcook.dataset.splits import parse_ratio
+from shardcook.errors import ConfigError
+
+
+def check_auth(cfg: RunConfig) -> None:
+    """Reads the token file now (and forgets the token), so a missing or loose file stops the
+    run before any work."""
+    from shardcook.encoders.auth import read_token_file
+
+    if cfg.auth.hf_token_file:
+        read_token_file(cfg.auth.hf_token_file)
+
+
+def check(cfg: RunConfig) -> None:
+    """Raises ConfigError naming the first option whose value cannot work."""
+    check_auth(cfg)
+    s, o, i = cfg.source, cfg.output, cfg.image
+    if s.source_type not in SOURCE_TYPES:
+        raise ConfigError(
+            f"--source-type must be one of {', '.join(SOURCE_TYPES)}, not {s.source_type!r}."
+        )
+    s.location()  # raises ConfigError when the input option is not set
+    if s.max_samples is not None and s.max_samples < 1:
+        raise ConfigError(f"--max-samples must be at least 1, not {s.max_samples}.")
+    o.path  # noqa: B018 - raises ConfigError when no output folder was given
+    if o.shard_size < 1:
+        raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
+    try:
+        parse_ratio(o.split)
+    except ConfigError as e:
+        raise ConfigError(f"--split: {e}") from None
+    if i.resize_mode not in RESIZE_MODES:
+        raise ConfigError(
+            f"--resize-mode must be one of {', '.join(RESIZE_MODES)}, not {i.resize_mode!r}."
+        )
+    if i.image_format not in IMAGE_FORMATS:
+        raise ConfigError(
+            f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, not {i.image_format!r}."
+        )
+    if not 1 <= i.image_quality <= 100:
+        raise ConfigError(f"--image-quality must be between 1 and 100, not {i.image_quality}.")
+    for name in ("image_size", "max_size", "max_pixels"):
+        if getattr(i, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(i, name)}.")
+    for name in ("image_size", "max_size"):
+        if getattr(i, name) > MAX_IMAGE_SIDE:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at most {MAX_IMAGE_SIDE} "
+                              f"(WebP's largest side), not {getattr(i, name)}.")
+    if i.min_size < 0:
+        raise ConfigError(f"--min-size must be 0 or more, not {i.min_size}.")
+    if i.workers is not None and i.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {i.workers}.")
+    i.workers = cap_workers(i.workers)
+    if cfg.chatml is not None:
+        check_chatml(cfg.chatml, s, i)
+
+
+def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
+    """The chatml section's checks (part of `check`)."""
+    if i.image_format not in CHATML_IMAGE_FORMATS:
+        raise ConfigError(f"--image-format must be jpg or png for chatml, not {i.image_format!r}.")
+    if not 0.0 <= c.val_fraction < 1.0:
+        raise ConfigError(f"--val-fraction must be at least 0 and below 1, not {c.val_fraction}.")
+    for name in ("max_pixels", "train_rows", "val_rows"):
+        value = getattr(c, name)
+        if value is not None and value < (0 if name == "val_rows" else 1):
+            least = 0 if name == "val_rows" else 1
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, not {value}.")
+    if c.video_layout not in VIDEO_LAYOUTS:
+        raise ConfigError(
+            f"--video-layout must be one of {', '.join(VIDEO_LAYOUTS)}, not {c.video_layout!r}.")
+    if not c.video_fps > 0:
+        raise ConfigError(f"--video-fps must be above 0, not {c.video_fps}.")
+    if c.max_frames < 1:
+        raise ConfigError(f"--max-frames must be at least 1, not {c.max_frames}.")
+    if (c.question_column is None) != (c.answer_column is None):
+        raise ConfigError("--question-column and --answer-column go together; give both.")
+    if c.system_prompt is not None and c.question_column is None:
+        raise ConfigError("--system-prompt needs --question-column and --answer-column.")
+    if c.hf_val_split is not None and s.source_type != "huggingface":
+        raise ConfigError("--hf-val-split needs a Hugging Face dataset (--hf-dataset).")
+    if c.val_rows is not None and c.train_rows is None and c.hf_val_split is None:
+        raise ConfigError("--val-rows needs --train-rows (or --hf-val-split).")
+
+
+def cap_workers(workers: int | None) -> int | None:
+    """`workers`, capped at `MAX_WORKERS_PER_CPU` per core with one log line saying so."""
+    limit = MAX_WORKERS_PER_CPU * (os.cpu_count() or 1)
+    if workers is None or workers <= limit:
+        return workers
+    logging.getLogger(__name__).warning(
+        "--workers %d is more than %d per core; using %d threads.", workers,
+        MAX_WORKERS_PER_CPU, limit)
+    return limit
+
+
+# Options that change what is written; a resumed run must match the earlier run on all of them.
+RUNTIME_ONLY = frozenset(
+    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file"}
+)
+
+
+def output_affecting(cfg: RunConfig, *, with_model: bool = False) -> dict[str, Any]:
+    """The flat {option: value} map a resumed run is compared on (runtime-only options left out)."""
+    flat: dict[str, Any] = {}
+    for section, values in cfg.to_dict().items():
+        if section == "model" and not with_model:
+            continue
+        for key, value in values.items():
+            if key not in RUNTIME_ONLY:
+                flat[key if key not in flat else f"{section}.{key}"] = value
+    as_json: dict[str, Any] = json.loads(json.dumps(flat))  # tuples become lists, as on disk
+    return as_json

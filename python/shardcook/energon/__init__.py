@@ -24,14 +24,7 @@ from shardcook.energon.errors import (
     SampleDecodeError,
     UnsafeSampleError,
 )
-from shardcook.energon.loader import (
-    EnergonDataloader,
-    LoaderState,
-    MegatronDataloaderWrapper,
-    dataset_encoding,
-    get_diffusion_loader,
-    task_encoder_for,
-)
+from shardcook.energon.loader import dataset_encoding, get_diffusion_loader, task_encoder_for
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
@@ -44,6 +37,7 @@ from shardcook.energon.task_encoders import (
     EncodedDiffusionTaskEncoder,
     RawDiffusionTaskEncoder,
 )
+from shardcook.energon.wrapper import EnergonDataloader, LoaderState, MegatronDataloaderWrapper
 
 __all__ = [
     "BlendEntry",

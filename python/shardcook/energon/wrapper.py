@@ -1,0 +1,227 @@
+"""The training-loop side of a loader: a cycling wrapper that saves and restores Energon's state
+(typed, checked against the dataset it came from), and returns None where nothing can be saved."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from typing_extensions import Self
+
+from shardcook.energon.errors import EmptyLoaderError, LoaderStateError, NotCheckpointableError
+
+__all__ = ["EnergonDataloader", "LoaderState", "MegatronDataloaderWrapper"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """What `MegatronDataloaderWrapper.save_state()` returns: Energon's state for this rank plus
+    what it must be restored into.
+
+    Attributes:
+        energon: `save_state_rank()` of the Energon loader.
+        dataset_id: The dataset and split the state was saved on (None when not known).
+        num_workers: The loader's worker processes per rank.
+    """
+
+    energon: Any
+    dataset_id: str | None
+    num_workers: int
+
+
+def _saved_workers(energon_state: Any) -> int | None:
+    """The `num_workers` an Energon loader state was saved with, or None if it is no such state."""
+    from megatron.energon.savable_loader import SavableDataLoaderState, SavableDatasetCheckpoint
+
+    if not isinstance(energon_state, SavableDataLoaderState):
+        return None
+    states = energon_state.worker_states
+    if not isinstance(states, list) or not states:
+        return None
+    if all(isinstance(w, SavableDatasetCheckpoint) for w in states):
+        return len(states)
+    return 0 if len(states) == 1 else None
+
+
+class MegatronDataloaderWrapper:
+    """Makes any loader an endless iterator with checkpointing, as Megatron's training loop wants.
+
+    Megatron calls `next()` on its data iterator once per micro-batch and never expects
+    `StopIteration`. This wrapper restarts the wrapped loader whenever a pass ends, and forwards
+    `save_state()`/`restore_state()` to Energon's `save_state_rank()`/`restore_state_rank()`.
+    It never reads ahead, so a saved state always matches the batches handed out.
+
+    Works with Energon loaders (`get_savable_loader`, `get_loader`), `torch.utils.data.DataLoader`
+    and plain re-iterable objects (lists, ...).
+
+    A loader without `save_state_rank` (a plain DataLoader, synthetic data) is not an error:
+    `save_state()` returns None, as Primus's wrapper does, so a Megatron loop that checkpoints
+    still runs; restoring a real state into such a loader is refused.
+
+    Args:
+        loader: The loader or iterable to cycle.
+        dataset_id: What the loader reads (`get_diffusion_loader` passes the dataset and split);
+            a saved state remembers it and `restore_state()` refuses a state of another dataset.
+
+    Attributes:
+        loader: The wrapped loader.
+        passes_completed: How many times the wrapped loader reached its end (epochs cycled).
+
+    Example:
+        >>> train_iter = MegatronDataloaderWrapper(get_savable_loader(dataset))
+        >>> batch = next(train_iter)
+        >>> state = train_iter.save_state()        # store it with the model checkpoint
+        >>> fresh = MegatronDataloaderWrapper(get_savable_loader(dataset))
+        >>> fresh.restore_state(state)             # before drawing the first batch
+    """
+
+    def __init__(self, loader: Iterable[Any], *, dataset_id: str | None = None) -> None:
+        self.loader = loader
+        self.dataset_id = dataset_id
+        self.passes_completed = 0
+        self._iterator: Iterator[Any] | None = None
+        self._closed = False
+        self._said_not_checkpointable = False
+
+    def __iter__(self) -> MegatronDataloaderWrapper:
+        return self
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise RuntimeError("This MegatronDataloaderWrapper was closed; build a new one.")
+        if self._iterator is None:
+            self._iterator = iter(self.loader)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            pass
+        self.passes_completed += 1
+        self._iterator = iter(self.loader)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            one_shot = iter(self.loader) is self.loader
+            hint = (
+                " It is a one-shot iterator (e.g. a generator) that cannot restart; pass a "
+                "re-iterable loader (an Energon loader, a DataLoader, a list) instead."
+                if one_shot
+                else " Check that the dataset split is not empty and that drop_last does not "
+                "drop every batch."
+            )
+            raise EmptyLoaderError(
+                f"{type(self.loader).__name__} yielded no batch in a whole pass, so it cannot be "
+                f"cycled.{hint}"
+            ) from None
+
+    def close(self) -> None:
+        """Ends the current pass, which stops the loader's worker processes promptly.
+
+        Energon and torch otherwise stop workers only when the loader is garbage collected,
+        which can take many seconds. The wrapper cannot be iterated after `close()`.
+        """
+        iterator, self._iterator = self._iterator, None
+        self._closed = True
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        """The wrapped loader's length (batches per pass, per rank), when it has one."""
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def _num_workers(self) -> int:
+        return int(getattr(self.loader, "num_workers", 0) or 0)
+
+    def save_state(self) -> LoaderState | None:
+        """Returns this rank's loader state, to store in a checkpoint and give to `restore_state`.
+
+        Returns:
+            A `LoaderState`, or None when the wrapped loader cannot save one (no
+            `save_state_rank`, e.g. a plain `torch.utils.data.DataLoader`); that is logged once.
+        """
+        save = getattr(self.loader, "save_state_rank", None)
+        if save is None:
+            if not self._said_not_checkpointable:
+                log.info(
+                    "%s has no save_state_rank; its checkpoints hold no loader state (None)",
+                    type(self.loader).__name__,
+                )
+                self._said_not_checkpointable = True
+            return None
+        return LoaderState(save(), self.dataset_id, self._num_workers())
+
+    def restore_state(self, state: Any) -> None:
+        """Restores a state from `save_state()`; call it before drawing the first batch.
+
+        Args:
+            state: What `save_state()` returned; None (nothing was saved) leaves the loader at its
+                start. A bare Energon `save_state_rank()` state is accepted too.
+
+        Raises:
+            LoaderStateError: `state` is not a loader state, or was saved on another dataset or
+                split, with another `num_workers`, or another batch size.
+            NotCheckpointableError: A real state, but the wrapped loader has no
+                `restore_state_rank`.
+            RuntimeError: Batches were already drawn from this wrapper.
+        """
+        if state is None:
+            return
+        energon_state, dataset_id = state, None
+        if isinstance(state, LoaderState):
+            energon_state, dataset_id = state.energon, state.dataset_id
+        saved_workers = _saved_workers(energon_state)
+        if saved_workers is None:
+            raise LoaderStateError(
+                f"restore_state() needs what save_state() returned (or None), not a "
+                f"{type(state).__name__}; pass the state stored with the checkpoint unchanged."
+            )
+        restore = getattr(self.loader, "restore_state_rank", None)
+        if restore is None:
+            raise NotCheckpointableError(
+                f"{type(self.loader).__name__} cannot restore a state (no restore_state_rank); "
+                "build it with megatron.energon.get_savable_loader to resume mid-epoch."
+            )
+        if self._iterator is not None:
+            raise RuntimeError(
+                "restore_state() must be called before the first batch is drawn; build a fresh "
+                "loader and wrapper to restore into."
+            )
+        if dataset_id is not None and self.dataset_id is not None and dataset_id != self.dataset_id:
+            raise LoaderStateError(
+                f"This loader state was saved on {dataset_id} but the loader reads "
+                f"{self.dataset_id}; restore it into a loader of the same dataset and split."
+            )
+        if saved_workers != self._num_workers():
+            raise LoaderStateError(
+                f"This loader state was saved with num_workers={saved_workers} but the loader has "
+                f"num_workers={self._num_workers()}; build it with num_workers={saved_workers} "
+                "to restore."
+            )
+        try:
+            restore(energon_state)
+        except (AssertionError, ValueError) as e:  # Energon's checks (e.g. another batch size)
+            raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
+
+
+class EnergonDataloader(MegatronDataloaderWrapper):
+    """Deprecated alias of `MegatronDataloaderWrapper`; emits a DeprecationWarning."""
+
+    def __init__(self, loader: Iterable[Any]) -> None:
+        warnings.warn(
+            "EnergonDataloader is deprecated; use shardcook.energon.MegatronDataloaderWrapper.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(loader)

@@ -5,6 +5,7 @@ sample by sample and read back (frames unpickled with no class allowed, decoded)
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +44,13 @@ def make_inputs(folder: Path, images: list[tuple[str, str]], image_dir: Path) ->
     for i, (colour, rgb) in enumerate(COLOURS.items()):
         clip = folder / f"{colour}.mp4"
         make_clip(clip, rgb, 2 + i)
-        record: dict[str, object] = {"id": f"clip-{i}", "video": str(clip), "conversation": [
+        record: dict[str, object] = {"id": f"clip-{i}", "video": clip.name, "conversation": [
             {"from": "human", "value": "<video>\nWhich colour is the moving square?"},
             {"from": "gpt", "value": f"It is {colour}."}]}
         if i % 3 == 0:
             name, caption = images[i]
-            record["image"] = str(image_dir / name)
+            # media paths in a JSONL are relative to its folder
+            record["image"] = os.path.relpath(image_dir / name, folder)
             record["conversation"] = [
                 {"from": "human", "value": "<image><video>\nDescribe the picture, then the clip."},
                 {"from": "gpt", "value": f"The picture shows {caption}; the square is {colour}."}]

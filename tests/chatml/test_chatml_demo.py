@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -10,15 +11,19 @@ from PIL import Image
 from tests.helpers.chatml import media_of, read_all, turns_of
 
 
-def test_chatml_demo_writes_a_valid_video_dataset(tmp_path):
+def test_chatml_demo_writes_a_valid_video_dataset(tmp_path, monkeypatch):
     from shardcook import validate
     from shardcook.demo import COLOURS, make_images
     from shardcook.demo_chatml import CLIP_SIZE, run_chatml_demo
     from shardcook.layouts.chatml import load_videos
 
-    made = make_images(tmp_path / "images")
-    lines = run_chatml_demo(tmp_path, made, tmp_path / "images")
-    out = tmp_path / "chatml"
+    # a relative output folder, as `shardcook demo --output-dir demo` gives: the JSONL's media
+    # paths must still resolve (they are relative to the JSONL's folder)
+    monkeypatch.chdir(tmp_path)
+    root = Path("demo")
+    made = make_images(root / "images")
+    lines = run_chatml_demo(root, made, root / "images")
+    out = tmp_path / "demo" / "chatml"
     assert "finalized and validated" in lines[0]
     assert validate(out, deep=True).ok
     samples = read_all(out)

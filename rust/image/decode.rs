@@ -78,7 +78,10 @@ pub struct Pixels {
 }
 
 fn err(format: Format, what: impl std::fmt::Display) -> Error {
-    Error::image(ImageKind::DecodeError, format!("cannot decode {}: {what}", format.name()))
+    Error::image(
+        ImageKind::DecodeError,
+        format!("cannot decode {}: {what}", format.name()),
+    )
 }
 
 /// Reads the header, lets `plan` check it and choose a [`Request`], then decodes.
@@ -88,13 +91,19 @@ pub fn decode(
     plan: impl FnOnce(&Header) -> Result<Request>,
 ) -> Result<(Header, Pixels)> {
     if data.is_empty() {
-        return Err(Error::image(ImageKind::UnsupportedFormat, "empty input (0 bytes)"));
+        return Err(Error::image(
+            ImageKind::UnsupportedFormat,
+            "empty input (0 bytes)",
+        ));
     }
     let Some(format) = Format::sniff(data) else {
-        return Err(Error::image(ImageKind::UnsupportedFormat, format!(
-            "not an image: unrecognised format (first bytes {:02x?})",
-            &data[..data.len().min(8)]
-        )));
+        return Err(Error::image(
+            ImageKind::UnsupportedFormat,
+            format!(
+                "not an image: unrecognised format (first bytes {:02x?})",
+                &data[..data.len().min(8)]
+            ),
+        ));
     };
     let check = |h: &Header| -> Result<()> {
         if h.width == 0 || h.height == 0 {
@@ -104,10 +113,13 @@ pub fn decode(
             ));
         }
         if h.width as u64 * h.height as u64 > max_pixels {
-            return Err(Error::image(ImageKind::TooLarge, format!(
-                "image too large: {}×{} (more than max_pixels={max_pixels})",
-                h.width, h.height
-            )));
+            return Err(Error::image(
+                ImageKind::TooLarge,
+                format!(
+                    "image too large: {}×{} (more than max_pixels={max_pixels})",
+                    h.width, h.height
+                ),
+            ));
         }
         Ok(())
     };
@@ -216,11 +228,12 @@ fn decode_png(
             .map_or(Orientation::NORMAL, orient::from_exif),
     };
     plan(&header)?;
-    let size = reader
-        .output_buffer_size()
-        .ok_or_else(|| {
-            Error::image(ImageKind::TooLarge, "cannot decode png: image too large for this machine")
-        })?;
+    let size = reader.output_buffer_size().ok_or_else(|| {
+        Error::image(
+            ImageKind::TooLarge,
+            "cannot decode png: image too large for this machine",
+        )
+    })?;
     let mut buf = super::zeroed(size, "the decoded png")?;
     let frame = reader.next_frame(&mut buf).map_err(e)?;
     let pixels = frame.width as usize * frame.height as usize;

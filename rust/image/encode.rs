@@ -6,7 +6,12 @@ use crate::error::{Error, ImageKind, Result};
 
 /// Encodes `rgb` (`width`×`height`, packed RGB8) as "jpg"/"jpeg", "png" or "webp".
 pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) -> Result<Vec<u8>> {
-    let e = |what: String| Error::image(ImageKind::EncodeError, format!("cannot encode {format}: {what}"));
+    let e = |what: String| {
+        Error::image(
+            ImageKind::EncodeError,
+            format!("cannot encode {format}: {what}"),
+        )
+    };
     if width == 0 || height == 0 || rgb.len() != width as usize * height as usize * 3 {
         return Err(e(format!(
             "expected {width}×{height}×3 bytes of RGB, got {}",

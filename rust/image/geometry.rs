@@ -106,7 +106,10 @@ pub fn default_buckets(size: u32) -> Vec<(u32, u32)> {
 /// The geometry of `mode` for an oriented image of `w`×`h` pixels.
 pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
     if w == 0 || h == 0 {
-        return Err(Error::image(ImageKind::BadOption, format!("image has no pixels: {w}×{h}")));
+        return Err(Error::image(
+            ImageKind::BadOption,
+            format!("image has no pixels: {w}×{h}"),
+        ));
     }
     let (wf, hf) = (w as f64, h as f64);
     let centred = |bw: f64, bh: f64| SourceBox {
@@ -135,9 +138,10 @@ pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
                 )
             };
             if tw == 0 || th == 0 {
-                return Err(Error::image(ImageKind::TooSmall, format!(
-                    "image too small for mode 'variable': {w}×{h} leaves no 16×16 block"
-                )));
+                return Err(Error::image(
+                    ImageKind::TooSmall,
+                    format!("image too small for mode 'variable': {w}×{h} leaves no 16×16 block"),
+                ));
             }
             (tw as u32, th as u32, centred(tw as f64 / s, th as f64 / s))
         }

@@ -172,7 +172,7 @@ pub fn preprocess_guarded(data: &[u8], options: &Options) -> Result<Processed> {
         Ok(r) => r,
         Err(_) => Err(Error::image(
             ImageKind::Internal,
-            "internal error while decoding this image (please report it)"
+            "internal error while decoding this image (please report it)",
         )),
     }
 }
@@ -193,7 +193,10 @@ pub fn pool(workers: usize) -> Result<Arc<rayon::ThreadPool>> {
         .thread_name(|i| format!("shardcook-image-{i}"))
         .build()
         .map_err(|e| {
-            Error::image(ImageKind::Internal, format!("cannot start {workers} image threads: {e}"))
+            Error::image(
+                ImageKind::Internal,
+                format!("cannot start {workers} image threads: {e}"),
+            )
         })?;
     let p = Arc::new(p);
     pools.insert(workers, p.clone());
@@ -368,7 +371,10 @@ mod tests {
             ..options(Mode::Crop { size: 16 })
         };
         let e = preprocess_one(&good, &tight).unwrap_err();
-        assert_eq!(e.to_string(), "image too large: 32×32 (more than max_pixels=1000)");
+        assert_eq!(
+            e.to_string(),
+            "image too large: 32×32 (more than max_pixels=1000)"
+        );
         assert_eq!(e.kind(), "too_large");
         assert_eq!(out[1].as_ref().unwrap_err().kind(), "unsupported_format");
         assert_eq!(out[2].as_ref().unwrap_err().kind(), "decode_error");
@@ -382,11 +388,18 @@ mod tests {
         // The batch refuses the option once, before decoding anything.
         let e = preprocess_batch(&[Input::Bytes(&good)], &huge, 1).unwrap_err();
         assert_eq!(e.kind(), "bad_option");
-        assert!(e.to_string().contains("size 100000 asks for 10000000000 output pixels"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("size 100000 asks for 10000000000 output pixels"),
+            "{e}"
+        );
         // One image on its own gets a per-image verdict instead of a 30 GB allocation.
         let e = preprocess_one(&good, &huge).unwrap_err();
         assert_eq!(e.kind(), "too_large");
-        assert!(e.to_string().starts_with("output too large: 100000×100000"), "{e}");
+        assert!(
+            e.to_string().starts_with("output too large: 100000×100000"),
+            "{e}"
+        );
         let buckets = options(Mode::Bucket {
             buckets: vec![(64, 64), (60_000, 60_000)],
         });

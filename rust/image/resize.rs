@@ -32,10 +32,13 @@ impl Filter {
             "mitchell" => Filter::Mitchell,
             "lanczos3" | "lanczos" => Filter::Lanczos3,
             other => {
-                return Err(Error::image(ImageKind::BadOption, format!(
-                    "unknown filter {other:?}; use one of nearest, box, bilinear, hamming, \
+                return Err(Error::image(
+                    ImageKind::BadOption,
+                    format!(
+                        "unknown filter {other:?}; use one of nearest, box, bilinear, hamming, \
                      bicubic, mitchell, lanczos3"
-                )))
+                    ),
+                ))
             }
         })
     }
@@ -81,7 +84,8 @@ pub fn resize(
     let e = |what: String| Error::image(ImageKind::EncodeError, format!("cannot resize: {what}"));
     let src = ImageRef::new(width, height, rgb, PixelType::U8x3).map_err(|x| e(x.to_string()))?;
     let buffer = super::zeroed(tw as usize * th as usize * 3, "the resized image")?;
-    let mut dst = Image::from_vec_u8(tw, th, buffer, PixelType::U8x3).map_err(|x| e(x.to_string()))?;
+    let mut dst =
+        Image::from_vec_u8(tw, th, buffer, PixelType::U8x3).map_err(|x| e(x.to_string()))?;
     // Clamp the box to the image (it may overshoot by rounding after a scaled decode).
     let left = source.left.clamp(0.0, width as f64);
     let top = source.top.clamp(0.0, height as f64);

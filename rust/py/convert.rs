@@ -21,7 +21,10 @@ pub(super) fn bytes_like(value: &Bound<'_, PyAny>) -> Option<Bytes> {
     let view = PyMemoryView::from(value).ok()?;
     let format: String = view.getattr("format").ok()?.extract().ok()?;
     // struct-module codes for one unsigned byte, with any byte-order prefix.
-    if !matches!(format.trim_start_matches(['@', '=', '<', '>', '!']), "B" | "c") {
+    if !matches!(
+        format.trim_start_matches(['@', '=', '<', '>', '!']),
+        "B" | "c"
+    ) {
         return None;
     }
     let copy = view.call_method0("tobytes").ok()?;
@@ -96,7 +99,9 @@ pub(super) fn list_arg<'py>(
         return Err(wrong());
     }
     let items = value.try_iter().map_err(|_| wrong())?;
-    items.collect::<PyResult<Vec<_>>>().map_err(|e| format!("{name}: {e}"))
+    items
+        .collect::<PyResult<Vec<_>>>()
+        .map_err(|e| format!("{name}: {e}"))
 }
 
 /// A `collections.namedtuple` class of this module, made once.

@@ -33,15 +33,22 @@ fn side(py: Python<'_>, value: &IntArg, name: &str) -> PyResult<u32> {
 
 /// `buckets` as (width, height) pairs with sides in 1..=MAX_SIDE.
 fn bucket_list(py: Python<'_>, buckets: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, u32)>> {
-    let items = list_arg(buckets, "buckets", "(width, height) pairs").map_err(|m| bad_option(py, m))?;
+    let items =
+        list_arg(buckets, "buckets", "(width, height) pairs").map_err(|m| bad_option(py, m))?;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let pair = list_arg(&item, "each bucket", "two sides").map_err(|m| bad_option(py, m))?;
         let [w, h] = pair.as_slice() else {
-            return Err(bad_option(py, format!("bucket {item} is not a (width, height) pair")));
+            return Err(bad_option(
+                py,
+                format!("bucket {item} is not a (width, height) pair"),
+            ));
         };
         let (w, h) = (w.extract::<IntArg>()?, h.extract::<IntArg>()?);
-        out.push((side(py, &w, "a bucket width")?, side(py, &h, "a bucket height")?));
+        out.push((
+            side(py, &w, "a bucket width")?,
+            side(py, &h, "a bucket height")?,
+        ));
     }
     Ok(out)
 }
@@ -75,7 +82,10 @@ fn hold(value: &Bound<'_, PyAny>, index: usize) -> Held {
     if let Ok(p) = value.extract::<PathBuf>() {
         return Held::Path(p);
     }
-    Held::Bad(format!("input {index} is a {}, not bytes or a path", type_name(value)))
+    Held::Bad(format!(
+        "input {index} is a {}, not bytes or a path",
+        type_name(value)
+    ))
 }
 
 /// The outcome for one input of `preprocess_batch`.
@@ -124,7 +134,8 @@ fn preprocess_batch(
     max_pixels: IntArg,
     workers: Option<IntArg>,
 ) -> PyResult<Vec<PreprocessedImage>> {
-    let inputs = list_arg(inputs, "inputs", "images (bytes or paths)").map_err(|m| bad_option(py, m))?;
+    let inputs =
+        list_arg(inputs, "inputs", "images (bytes or paths)").map_err(|m| bad_option(py, m))?;
     let options = Options {
         mode: mode(py, mode_name, &size, &max_size, buckets)?,
         filter: Filter::from_name(filter).map_err(|e| to_py(py, e))?,

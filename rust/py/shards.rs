@@ -17,7 +17,10 @@ static SHARD_COUNT: NamedTuple = NamedTuple::new("ShardCount", &["name", "sample
 /// `(key, parts)`: one sample of a shard, parts mapping names to bytes.
 static SAMPLE: NamedTuple = NamedTuple::new("Sample", &["key", "parts"]);
 
-fn shard_counts<'py>(py: Python<'py>, counts: &[(String, u64)]) -> PyResult<Vec<Bound<'py, PyAny>>> {
+fn shard_counts<'py>(
+    py: Python<'py>,
+    counts: &[(String, u64)],
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
     counts
         .iter()
         .map(|(name, count)| SHARD_COUNT.make(py, (name, *count)))
@@ -68,9 +71,13 @@ impl PyShardWriter {
         first_shard: IntArg,
     ) -> PyResult<Self> {
         let check = |arg: &IntArg, name: &str, min: u64| {
-            arg.check(name, min, UNBOUNDED).map_err(|m| config_error(py, m))
+            arg.check(name, min, UNBOUNDED)
+                .map_err(|m| config_error(py, m))
         };
-        let (shard_size, first_shard) = (check(&shard_size, "shard_size", 1)?, check(&first_shard, "first_shard", 0)?);
+        let (shard_size, first_shard) = (
+            check(&shard_size, "shard_size", 1)?,
+            check(&first_shard, "first_shard", 0)?,
+        );
         let inner = ShardWriter::new(&directory, shard_size, prefix, first_shard)
             .map_err(|e| to_py(py, e))?;
         Ok(Self {
@@ -269,7 +276,8 @@ fn shard_file_name(py: Python<'_>, number: IntArg, prefix: &str) -> PyResult<Str
 /// folder no writer is using.
 #[pyfunction]
 fn remove_partial_shards(py: Python<'_>, directory: PathBuf) -> PyResult<u64> {
-    py.detach(|| remove_partials(&directory)).map_err(|e| to_py(py, e))
+    py.detach(|| remove_partials(&directory))
+        .map_err(|e| to_py(py, e))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -149,7 +149,10 @@ impl ShardWriter {
             )));
         }
         // Not ending in .tar, so Energon never mistakes a half-written shard for a shard.
-        let tmp_path = self.dir.join(TMP_DIR).join(format!("{name}{PARTIAL_SUFFIX}"));
+        let tmp_path = self
+            .dir
+            .join(TMP_DIR)
+            .join(format!("{name}{PARTIAL_SUFFIX}"));
         let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
         self.current = Some(OpenShard {
             name,
@@ -265,7 +268,10 @@ mod tests {
     #[test]
     fn the_writer_names_its_shards_and_clears_only_partial_ones() {
         assert_eq!(shard_file_name("", 7), "000007.tar");
-        assert_eq!(shard_file_name("val-shard-", 1_234_567), "val-shard-1234567.tar");
+        assert_eq!(
+            shard_file_name("val-shard-", 1_234_567),
+            "val-shard-1234567.tar"
+        );
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(remove_partial_shards(dir.path()).unwrap(), 0); // no tmp folder yet
         let mut w = ShardWriter::new(dir.path(), 2, "p-", 3).unwrap();
@@ -275,7 +281,10 @@ mod tests {
         drop(w); // dropping an open shard removes it already; leave one as a killed run would
         fs::write(tmp.join("p-000004.tar.partial"), b"cut off").unwrap();
         assert_eq!(remove_partial_shards(dir.path()).unwrap(), 1);
-        let left: Vec<_> = fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> = fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(left, ["notes"]);
         let e = ShardWriter::new(dir.path(), 0, "", 0).err().unwrap();
         assert_eq!(e.kind(), "config");

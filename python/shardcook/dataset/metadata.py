@@ -148,9 +148,7 @@ def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
     _check_folder(root, path.parent.name)
     if not path.exists():
         return None
-    label = _label(root, path)
-    # Energon's files can be rebuilt from the shards; ours record what cannot, so no advice
-    fix = f"; run `shardcook finalize --force {root}`" if path.parent.name == META_DIR else ""
+    label, fix = _label(root, path), _fix(root, path)
     if not path.is_file():
         raise DatasetError(f"{label} is not a regular file{fix}")
     try:
@@ -166,6 +164,26 @@ def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
     except (ValueError, RecursionError) as e:
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"{label} is not valid JSON ({detail}){fix}") from None
+
+
+def _fix(root: Path, path: Path) -> str:
+    """The repair advice for a bad file: Energon's files can be rebuilt from the shards; ours
+    record what cannot, so they get none."""
+    return f"; run `shardcook finalize --force {root}`" if path.parent.name == META_DIR else ""
+
+
+def _load_object(
+    root: Path, path: Path, parse: Callable[[str], Any]
+) -> tuple[dict[str, Any], str, str] | None:
+    """The parsed file as a mapping, with its label and repair advice; None when it is absent."""
+    data = _load(root, path, parse)
+    if data is None and not path.exists():
+        return None
+    label, fix = _label(root, path), _fix(root, path)
+    if not isinstance(data, dict):
+        what = "a JSON object" if parse is _json else "a mapping"
+        raise DatasetError(f"{label} must be {what}, not {_kind(data)}{fix}")
+    return data, label, fix
 
 
 def _json(text: str) -> Any:
@@ -190,12 +208,10 @@ def _str_list(value: Any) -> bool:
 
 def read_dataset_yaml(root: Path) -> DatasetYaml | None:
     path = meta_path(root, DATASET_YAML)
-    data = _load(root, path, yaml.safe_load)
-    if data is None and not path.exists():
+    loaded = _load_object(root, path, yaml.safe_load)
+    if loaded is None:
         return None
-    label, fix = _label(root, path), f"; run `shardcook finalize --force {root}`"
-    if not isinstance(data, dict):
-        raise DatasetError(f"{label} must be a mapping, not {_kind(data)}{fix}")
+    data, label, fix = loaded
     if not isinstance(data.get("__class__"), str) or not data["__class__"]:
         raise DatasetError(f"{label} has no '__class__' naming the sample class{fix}")
     if "__module__" in data and not isinstance(data["__module__"], str):
@@ -220,12 +236,10 @@ def read_dataset_yaml(root: Path) -> DatasetYaml | None:
 
 def read_split_yaml(root: Path) -> SplitYaml | None:
     path = meta_path(root, SPLIT_YAML)
-    data = _load(root, path, yaml.safe_load)
-    if data is None and not path.exists():
+    loaded = _load_object(root, path, yaml.safe_load)
+    if loaded is None:
         return None
-    label, fix = _label(root, path), f"; run `shardcook finalize --force {root}`"
-    if not isinstance(data, dict):
-        raise DatasetError(f"{label} must be a mapping, not {_kind(data)}{fix}")
+    data, label, fix = loaded
     split_parts = data.get("split_parts")
     if not isinstance(split_parts, dict):
         raise DatasetError(f"{label}: 'split_parts' must map split names to shard lists, not "
@@ -252,12 +266,10 @@ def _expand(label: str, patterns: Sequence[str], fix: str) -> list[str]:
 
 def read_info_json(root: Path) -> InfoJson | None:
     path = meta_path(root, INFO_JSON)
-    data = _load(root, path, _json)
-    if data is None and not path.exists():
+    loaded = _load_object(root, path, _json)
+    if loaded is None:
         return None
-    label, fix = _label(root, path), f"; run `shardcook finalize --force {root}`"
-    if not isinstance(data, dict):
-        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}{fix}")
+    data, label, fix = loaded
     counts = data.get("shard_counts")
     if not isinstance(counts, dict):
         raise DatasetError(f"{label}: 'shard_counts' must map shard names to sample counts, not "
@@ -286,12 +298,10 @@ def read_index_uuid(root: Path) -> str | None:
 def read_manifest(root: Path) -> dict[str, Any] | None:
     """manifest.json as a checked mapping: `encoding` a name, `shards` a mapping of counts."""
     path = ours_path(root, MANIFEST_JSON)
-    data = _load(root, path, _json)
-    if data is None and not path.exists():
+    loaded = _load_object(root, path, _json)
+    if loaded is None:
         return None
-    label = _label(root, path)
-    if not isinstance(data, dict):
-        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
+    data, label, _ = loaded
     if data.get("encoding") is not None and not isinstance(data["encoding"], str):
         raise DatasetError(f"{label}: 'encoding' must be a name, not {_kind(data['encoding'])}")
     shards = data.get("shards")
@@ -312,12 +322,10 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
 
 def read_finalize_record(root: Path) -> FinalizeRecord | None:
     path = ours_path(root, FINALIZE_JSON)
-    data = _load(root, path, _json)
-    if data is None and not path.exists():
+    loaded = _load_object(root, path, _json)
+    if loaded is None:
         return None
-    label = _label(root, path)
-    if not isinstance(data, dict):
-        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
+    data, label, _ = loaded
     exclude = data.get("exclude") or []
     encoding = data.get("encoding")
     split = data.get("split")

@@ -60,7 +60,8 @@ pub struct Header {
 /// What the caller wants decoded, decided from the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
-    /// JPEG only: decode at 1/`denom` scale (1, 2, 4 or 8) in the DCT domain.
+    /// Decode at 1/`denom` scale (1, 2, 4 or 8): JPEG in the DCT domain, opaque WebP with
+    /// libwebp's rescaler; other formats decode whole.
     pub denom: u32,
     /// JPEG only: rows of the (scaled) image needed from the top; later rows are not decoded.
     pub rows: Option<u32>,
@@ -287,7 +288,10 @@ fn decode_webp(
         height: features.height as u32,
         orientation: webp_chunk(data, b"EXIF").map_or(Orientation::NORMAL, orient::from_exif),
     };
-    plan(&header)?;
+    let request = plan(&header)?;
+    if request.denom > 1 && features.has_alpha == 0 {
+        return decode_webp_scaled(data, header, request.denom);
+    }
     let (wd, ht) = (header.width as usize, header.height as usize);
     let channels = if features.has_alpha != 0 { 4 } else { 3 };
     let mut buf = super::zeroed(wd * ht * channels, "the decoded webp")?;
@@ -321,6 +325,47 @@ fn decode_webp(
         buf
     };
     Ok((header, whole(rgb, header.width, header.height)))
+}
+
+/// An opaque WebP decoded at 1/`denom` size by libwebp's own area-averaging rescaler, which
+/// works on the decoded rows as they come: no full-size RGB image is ever made. (With alpha the
+/// rescaler would average colour and alpha apart, so those decode whole and are composited first.)
+fn decode_webp_scaled(data: &[u8], header: Header, denom: u32) -> Result<(Header, Pixels)> {
+    use libwebp_sys as w;
+    let width = header.width.div_ceil(denom);
+    let height = header.height.div_ceil(denom);
+    let stride = width as usize * 3;
+    let mut buf = super::zeroed(stride * height as usize, "the decoded webp")?;
+    let mut config = std::mem::MaybeUninit::<w::WebPDecoderConfig>::zeroed();
+    // SAFETY: initialises the zeroed config for this libwebp's ABI version.
+    if !unsafe { w::WebPInitDecoderConfig(config.as_mut_ptr()) } {
+        return Err(err(
+            Format::Webp,
+            "libwebp's decoder version does not match",
+        ));
+    }
+    // SAFETY: initialised by the successful call above.
+    let mut config = unsafe { config.assume_init() };
+    config.options.use_scaling = 1;
+    config.options.scaled_width = width as i32;
+    config.options.scaled_height = height as i32;
+    config.output.colorspace = w::WEBP_CSP_MODE::MODE_RGB;
+    config.output.is_external_memory = 1;
+    config.output.u.RGBA = w::WebPRGBABuffer {
+        rgba: buf.as_mut_ptr(),
+        stride: stride as i32,
+        size: buf.len(),
+    };
+    // SAFETY: libwebp reads at most `data.len()` bytes and writes into `buf` only, whose size
+    // and stride it was given; with external memory it allocates no output to free.
+    let status = unsafe { w::WebPDecode(data.as_ptr(), data.len(), &mut config) };
+    if status != w::VP8StatusCode::VP8_STATUS_OK {
+        return Err(err(
+            Format::Webp,
+            format!("corrupt or truncated data ({status:?})"),
+        ));
+    }
+    Ok((header, whole(buf, width, height)))
 }
 
 fn decode_other(

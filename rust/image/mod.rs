@@ -97,9 +97,9 @@ pub struct Processed {
     pub crop: (u32, u32),
 }
 
-/// The largest JPEG DCT scale denominator (1, 2, 4, 8) that still leaves at least twice the
+/// The largest decode scale denominator (1, 2, 4, 8) that still leaves at least twice the
 /// target resolution inside the box (`bw`×`bh` source pixels to `tw`×`th`).
-pub fn jpeg_denom(bw: f64, bh: f64, tw: u32, th: u32) -> u32 {
+pub fn decode_denom(bw: f64, bh: f64, tw: u32, th: u32) -> u32 {
     [8u32, 4, 2]
         .into_iter()
         .find(|&k| bw / k as f64 >= 2.0 * tw as f64 && bh / k as f64 >= 2.0 * th as f64)
@@ -129,8 +129,10 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
             denom: 1,
             rows: None,
         };
+        if matches!(h.format, Format::Jpeg | Format::Webp) {
+            request.denom = decode_denom(stored.width, stored.height, tw, th);
+        }
         if h.format == Format::Jpeg {
-            request.denom = jpeg_denom(stored.width, stored.height, tw, th);
             // Rows below the box plus the kernel's reach are never needed.
             let scaled_h = (h.height as f64 / request.denom as f64).ceil();
             let fy = scaled_h / h.height as f64;
@@ -319,8 +321,8 @@ mod tests {
         let (w, h) = (2048, 1536);
         let rgb = gradient(w, h);
         let jpg = encode(&rgb, w, h, "jpg", 95).unwrap();
-        assert_eq!(jpeg_denom(1536.0, 1536.0, 128, 128), 4);
-        assert_eq!(jpeg_denom(1536.0, 1536.0, 1024, 1024), 1);
+        assert_eq!(decode_denom(1536.0, 1536.0, 128, 128), 4);
+        assert_eq!(decode_denom(1536.0, 1536.0, 1024, 1024), 1);
         let p = preprocess_one(&jpg, &options(Mode::Crop { size: 128 })).unwrap();
         let g = geometry(w, h, &Mode::Crop { size: 128 }).unwrap();
         let want = resize::resize(&rgb, w, h, g.source, 128, 128, Filter::Lanczos3).unwrap();

@@ -129,7 +129,7 @@ def make_case(case: str) -> tuple[bytes, np.ndarray | None]:
         return save(Image.fromarray(with_alpha(rgb)), "PNG"), None
     if case == "png_interlaced":
         return png_bytes(rgb, interlace=True), rgb
-    if case == "webp":
+    if case in ("webp", "webp_big"):  # big: decoded at 1/2-1/4 scale by libwebp's rescaler
         return save(im, "WEBP", quality=92), None
     if case == "webp_lossless":
         return save(im, "WEBP", lossless=True), None
@@ -150,7 +150,7 @@ CASES = [
     "jpeg", "jpeg_big", "jpeg_big_portrait", "jpeg_progressive", "jpeg_gray", "jpeg_cmyk",
     *[f"jpeg_exif{o}" for o in range(1, 9)],
     "png", "png_exif6", "png16_rgb", "png16_gray", "png_palette_trns", "png_rgba",
-    "png_interlaced", "webp", "webp_lossless", "webp_alpha", "webp_exif8", "gif", "bmp", "tiff",
+    "png_interlaced", "webp", "webp_big", "webp_lossless", "webp_alpha", "webp_exif8", "gif", "bmp", "tiff",
 ]  # fmt: skip
 
 

@@ -1,7 +1,8 @@
-"""The shared read -> process -> write loop: writing on its own thread, errors and resume."""
+"""The shared read -> prepare -> process -> write loop: its threads, errors and resume."""
 
 from __future__ import annotations
 
+import tarfile
 import threading
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from shardcook.errors import ShardcookError
 from shardcook.pipeline.plan import plan_units
 from shardcook.pipeline.progress import marker_path
-from shardcook.pipeline.run import Outcome, run_units
+from shardcook.pipeline.run import Loaded, Outcome, Processor, run_units
 from shardcook.sources.base import Item
 
 
@@ -30,7 +31,7 @@ class Numbers:
         return {"kind": "numbers"}
 
 
-class Echo:
+class Echo(Processor):
     """Writes each input as one part; `fail_at` raises on that index, `bad_part_at` makes the
     writer refuse that sample's part name."""
 
@@ -77,6 +78,49 @@ def test_writing_runs_on_its_own_thread(tmp_path: Path):
     assert sum(n for _, kind, n in calls if kind == "samples") == 20
     assert sorted(shards(tmp_path)) == ["000000.tar", "000001.tar", "000002.tar", "000003.tar"]
     assert stats.stage_seconds["write"] > 0
+
+
+class Staged(Echo):
+    """Echo that records where and when `start`, `prepare` and `process` run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str, int]] = []
+        self.started = threading.Event()
+
+    def start(self) -> None:
+        self.events.append(("start", threading.current_thread().name, -1))
+        self.started.wait(5)  # the models load while the reader prepares ahead
+
+    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+        self.events.append(("prepare", threading.current_thread().name, batch[0].item.index))
+        if batch[0].item.index == 2:  # the reader got past the first batch during `start`
+            self.started.set()
+        return [Loaded(x.item, image=b"prepared " + (x.image or b"")) for x in batch]
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]:
+        self.events.append(("process", threading.current_thread().name, batch[0].item.index))
+        return super().process(batch)
+
+
+def test_prepare_runs_on_the_reader_thread_while_start_loads(tmp_path: Path):
+    proc = Staged()
+    stats = run(tmp_path, 10, proc)
+    assert stats.written == 10
+    main = threading.current_thread().name
+    kinds = [(kind, thread) for kind, thread, _ in proc.events]
+    assert [thread for kind, thread in kinds if kind == "start"] == [main]
+    assert {thread for kind, thread in kinds if kind == "prepare"} == {"shardcook-reader"}
+    assert {thread for kind, thread in kinds if kind == "process"} == {main}
+    # two batches were prepared before the first was processed: start did not hold them up
+    first_process = kinds.index(("process", main))
+    assert sum(1 for kind, _ in kinds[:first_process] if kind == "prepare") >= 2
+    # every batch is processed after it was prepared, in input order
+    prepared = [i for kind, _, i in proc.events if kind == "prepare"]
+    processed = [i for kind, _, i in proc.events if kind == "process"]
+    assert prepared == processed == [0, 2, 4, 5, 7, 9]
+    with tarfile.open(tmp_path / "000000.tar") as tar:
+        assert tar.extractfile("0000000000.txt").read() == b"prepared 0"  # type: ignore[union-attr]
 
 
 def test_processor_error_keeps_finished_units_and_resume_completes(tmp_path: Path):

@@ -24,7 +24,7 @@ from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.layouts import chatml as layout
 from shardcook.media import MediaError, audio, video
 from shardcook.pipeline.raw import DECODE_ERROR, ENCODE_ERROR, classify_error
-from shardcook.pipeline.run import Loaded, Outcome, split_skipped
+from shardcook.pipeline.run import Loaded, Outcome, Processor, split_skipped
 from shardcook.sources.chat import ChatItem
 
 VIDEO_COUNT = "video_count"
@@ -86,7 +86,7 @@ class Built:
     totals: dict[str, int] = field(default_factory=dict)
 
 
-class ChatmlProcessor:
+class ChatmlProcessor(Processor):
     """Loaded conversations -> (media parts, conversation.json) parts."""
 
     def __init__(self, cfg: RunConfig, images: str | None, video_layout: str | None,

@@ -80,6 +80,7 @@ def run_pipeline(
     encoding: str,
     make_processor: Callable[[RunConfig], Processor],
     batch_size: int = 32,
+    prefetch: int = 2,
     manifest_extra: JsonObject | None = None,
     backend: str = "gloo",
     make_source: Callable[[RunConfig], Source] | None = None,
@@ -91,6 +92,7 @@ def run_pipeline(
     `make_source`, `make_units` and `finish` replace the defaults (`open_source`, consecutive
     units of `shard_size`, `finalize` by --split ratios) for pipelines with their own input kinds,
     shard names and metadata (`chatml`); `finish(out, report)` runs on rank 0 after the report.
+    `prefetch` batches wait, read and prepared, for the processor.
 
     Raises:
         ConfigError: bad setup, before any work (on every rank).
@@ -136,7 +138,7 @@ def run_pipeline(
         show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
         with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
             stats = run_units(out, source, mine, processor, batch_size=batch_size,
-                              on_progress=on_progress)
+                              prefetch=prefetch, on_progress=on_progress)
         all_stats: list[RunStats] = dist.gather(stats)
         result: JsonObject | None = None
         failure: ShardcookError | None = None

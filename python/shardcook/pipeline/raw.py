@@ -14,7 +14,7 @@ from shardcook import imaging  # the Rust image core
 from shardcook.config import ImageConfig, RunConfig
 from shardcook.errors import ConfigError, ImageError, ImageErrorKind
 from shardcook.pipeline.report import JsonObject
-from shardcook.pipeline.run import Loaded, Outcome, completed, split_skipped
+from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
 
 DECODE_ERROR = "decode_error"
 TOO_LARGE = "too_large"
@@ -89,7 +89,7 @@ def result_meta_json(source: str, result: imaging.ImageResult) -> bytes:
     return meta_json(source, result.orig_size, result.crop, (h, w))
 
 
-class RawProcessor:
+class RawProcessor(Processor):
     """Turns loaded inputs into (image, txt, meta.json) parts."""
 
     def __init__(self, cfg: RunConfig) -> None:

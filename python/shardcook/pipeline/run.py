@@ -1,13 +1,14 @@
 """The bounded prefetch -> process -> write loop over this rank's work units, with resume.
 
-A reader thread pulls each unit's items from the source and loads their bytes into a bounded
-queue; the main thread hands batches to a `Processor` (raw: decode/resize/encode; encode: GPU
+A reader thread pulls each unit's items from the source, loads their bytes and runs the
+processor's `prepare` on each batch (encode: decode and resize; its image threads run while the
+main thread still loads the encoders, and across batch boundaries) into a bounded queue; the main
+thread hands the batches to the processor's `process` (raw: decode/resize/encode; encode: the
 models); a writer thread writes the results in input order with one `ShardWriter` per unit. After
 a unit's shard has its final name, a progress marker records the unit; a unit with a marker is
 skipped on the next run. Memory is bounded by `prefetch` batches of `batch_size` items on each
 side of the processor.
 """
-
 from __future__ import annotations
 
 import queue
@@ -17,9 +18,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from shardcook._native import ShardWriter
+from shardcook.imaging import ImageResult
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.progress import read_marker, write_marker
 from shardcook.pipeline.report import JsonObject
@@ -38,6 +40,8 @@ class Loaded:
     skip: str | None = None
     detail: str | None = None
     media: dict[str, list[bytes]] | None = None
+    #: The decoded and resized image, when the processor's `prepare` did that (encode).
+    decoded: ImageResult | None = None
 
 
 @dataclass
@@ -73,12 +77,24 @@ def completed(outcomes: list[Outcome | None]) -> list[Outcome]:
     return done
 
 
-class Processor(Protocol):
-    """Turns loaded inputs into sample parts, one outcome per input, in order."""
+class Processor:
+    """Turns loaded inputs into sample parts, one outcome per input, in order.
+
+    The loop calls `start` once the reader runs, `prepare` on the reader thread for each batch,
+    and `process` on the main thread for each batch.
+    """
 
     stage_seconds: dict[str, float]
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]: ...
+    def start(self) -> None:
+        """Loads what `process` needs (the encoders) while the first batches are prepared."""
+
+    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+        """The CPU work that needs no model, ahead of `process`."""
+        return batch
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]:
+        raise NotImplementedError
 
 
 @dataclass
@@ -125,9 +141,10 @@ _WriterMessage = tuple[str, "WorkUnit | None", "list[Outcome] | None"]
 
 
 def _reader(source: Source, units: list[WorkUnit], batch_size: int,
-            q: queue.Queue[_ReaderMessage],
+            processor: Processor, q: queue.Queue[_ReaderMessage],
             stop: threading.Event, seconds: list[float]) -> None:
-    """Puts ("batch", unit, [Loaded]) and ("end", unit, None) on `q`; exceptions are forwarded."""
+    """Puts ("batch", unit, prepared [Loaded]) and ("end", unit, None) on `q`; exceptions are
+    forwarded."""
     try:
         for unit in units:
             batch: list[Loaded] = []
@@ -136,13 +153,13 @@ def _reader(source: Source, units: list[WorkUnit], batch_size: int,
                 batch.append(load(item))
                 if len(batch) == batch_size:
                     seconds[0] += time.perf_counter() - t0
-                    q.put(("batch", unit, batch))
+                    q.put(("batch", unit, processor.prepare(batch)))
                     if stop.is_set():
                         return
                     batch, t0 = [], time.perf_counter()
             seconds[0] += time.perf_counter() - t0
             if batch:
-                q.put(("batch", unit, batch))
+                q.put(("batch", unit, processor.prepare(batch)))
             q.put(("end", unit, None))
             if stop.is_set():
                 return
@@ -152,16 +169,21 @@ def _reader(source: Source, units: list[WorkUnit], batch_size: int,
 
 
 def _batches(source: Source, units: list[WorkUnit], batch_size: int,
-             prefetch: int, seconds: list[float]
+             processor: Processor, prefetch: int, seconds: list[float]
              ) -> Iterator[tuple[str, WorkUnit, list[Loaded] | None]]:
+    """The reader's messages in order; seconds[0] += reading, seconds[1] += waiting for them."""
     q: queue.Queue[_ReaderMessage] = queue.Queue(maxsize=max(prefetch, 1))
     stop = threading.Event()
-    t = threading.Thread(target=_reader, args=(source, units, batch_size, q, stop, seconds),
+    t = threading.Thread(target=_reader,
+                         args=(source, units, batch_size, processor, q, stop, seconds),
                          name="shardcook-reader", daemon=True)
     t.start()
     try:
+        processor.start()
         while True:
+            t0 = time.perf_counter()
             kind, unit, payload = q.get()
+            seconds[1] += time.perf_counter() - t0
             if kind == _END:
                 return
             if isinstance(payload, BaseException):  # the reader failed
@@ -298,8 +320,9 @@ def run_units(
 ) -> RunStats:
     """Processes and writes every unit in `units` that is not already done.
 
-    Three threads overlap: the reader loads the next batches, this thread runs `processor`, the
-    writer writes the previous batch's outcomes.
+    Three threads overlap: the reader loads and prepares the next batches, this thread runs
+    `processor.process`, the writer writes the previous batch's outcomes. Stage `input_wait` is
+    this thread's time waiting for the reader.
 
     Args:
         on_progress: called with ("unit", 1) per finished unit and ("samples", n) per batch.
@@ -314,10 +337,11 @@ def run_units(
                 on_progress("samples", len(unit))
         else:
             pending.append(unit)
-    read_seconds = [0.0]
+    reader_seconds = [0.0, 0.0]  # reading, and waiting for the reader
     writer = _UnitWriter(out, stats, on_progress, depth=max(prefetch, 1))
     try:
-        for kind, unit, payload in _batches(source, pending, batch_size, prefetch, read_seconds):
+        for kind, unit, payload in _batches(source, pending, batch_size, processor, prefetch,
+                                            reader_seconds):
             if payload is not None:  # a batch
                 writer.put(kind, unit, processor.process(payload))
             else:
@@ -326,7 +350,8 @@ def run_units(
         writer.close()
     if writer.error is not None:
         raise writer.error
-    stage = Counter({"read": read_seconds[0], "write": writer.seconds})
+    stage = Counter({"read": reader_seconds[0], "input_wait": reader_seconds[1],
+                     "write": writer.seconds})
     stage.update(processor.stage_seconds)
     stats.stage_seconds = dict(stage)
     return stats

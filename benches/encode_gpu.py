@@ -4,7 +4,7 @@ Builds architecture-faithful FLUX.1 encoders with random weights from the public
 (VAE: 16 latent channels, blocks 128/256/512/512; T5-XXL encoder: d_model 4096, 24 layers;
 CLIP-L text: 768, 12 layers), no download, saved in the FLUX layout in bf16; then
   1. runs `shardcook encode` on real photos at 512 and 1024 px and prints images/s and the share of
-     encoder time spent waiting for pixels (report.json `encoder_wait` / (`encoder_wait` + `encode`));
+     encoder time spent waiting for pixels (report.json `input_wait` / (`input_wait` + `encode`));
   2. times the encoders alone on synthetic batches, before/after: channels_last VAE, larger
      batches, torch.compile of the VAE encoder (SDPA is transformers' default attention);
   3. with --bridge-script (a local copy of Megatron-Bridge's prepare_energon_dataset_flux.py,
@@ -88,9 +88,9 @@ def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
     st = rep["stage_seconds"]
     return {"size": size, "batch": batch, "samples": rep["num_written"],
             "wall_s": rep["wall_seconds"], "samples_per_s_wall": rep["inputs_per_second"],
-            "encode_s": st["encode"], "encoder_wait_s": st["encoder_wait"],
-            "samples_per_s_encoding": round(rep["num_written"] / (st["encode"] + st["encoder_wait"]), 2),
-            "wait_share": round(st["encoder_wait"] / (st["encode"] + st["encoder_wait"]), 4)}
+            "encode_s": st["encode"], "input_wait_s": st["input_wait"],
+            "samples_per_s_encoding": round(rep["num_written"] / (st["encode"] + st["input_wait"]), 2),
+            "wait_share": round(st["input_wait"] / (st["encode"] + st["input_wait"]), 4)}
 
 
 def encoder_only(model, size, batch, device, precision, variant, t5_len, reps=5) -> float:

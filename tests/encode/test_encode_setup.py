@@ -228,3 +228,37 @@ def test_variable_sizes_broken_images_and_groups_of_one_shape(tiny_flux, tmp_pat
             want = (vae.encode(x).latent_dist.mode()[0] - 0.25) * 0.5
         torch.testing.assert_close(lat, want, atol=1e-4, rtol=1e-4)
     assert shapes == {(4, 6, 8), (4, 8, 6)}
+
+
+def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
+    from shardcook.pipeline.encode import cpu_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert cpu_threads(None) == (8, 8)
+    assert cpu_threads(12) == (4, 12)
+    assert cpu_threads(20) == (1, 20)  # --workers is the user's; torch keeps one thread
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: four processes share the cores
+    assert cpu_threads(None) == (2, 2)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert cpu_threads(None) == (1, 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's torch threads are kept
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    threads = torch.get_num_threads()
+    assert cpu_threads(None) == (threads, max(1, 16 - threads))
+
+
+def test_decoded_pixels_waiting_for_the_encoders_are_bounded():
+    from shardcook.config import resolve
+    from shardcook.pipeline.encode import PREPARED_BYTES, prefetch_batches
+
+    def depth(**v):
+        v = {"input_dir": "photos", "output_dir": "out", **v}
+        return prefetch_batches(resolve(v, set(v)), 32)
+
+    assert depth(image_size=256) == 16  # 16 batches of 32 at 256 px: 96 MiB
+    assert depth(image_size=1024) == PREPARED_BYTES // (32 * 3 * 1024 * 1024) == 5
+    assert depth(image_size=4096) == 2  # never fewer than two
+    assert depth(image_size=256, resize_mode="variable", max_size=2048) == 2

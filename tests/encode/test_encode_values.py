@@ -24,8 +24,10 @@ def encoded(tiny_flux, tmp_path_factory):
     src = make_folder(tmp / "in", N, photos=4)
     (src / "captions" / "0003.txt").write_text("", encoding="utf-8")  # an empty caption, kept
     out = tmp / "out"
+    threads = torch.get_num_threads()
     run_in_process(encode_args(tiny_flux, src, out, "--latent-mode", "mode", "--shard-size", "3",
                                "--batch-size", "2"))
+    assert torch.get_num_threads() == threads  # the CPU split is undone for the caller
     return src, out
 
 
@@ -118,7 +120,8 @@ def test_manifest_report_and_empty_encodings(encoded, tiny_flux):
     assert m["config"]["model"]["precision"] == "fp32"
     assert m["shards"] == {"000000.tar": 3, "000001.tar": 3, "000002.tar": 1}
     stages = report(out)["stage_seconds"]
-    for stage in ("encoder_wait", "encode", "serialize", "preprocess", "write", "read"):
+    for stage in ("input_wait", "load_encoders", "encode", "serialize", "preprocess", "write",
+                  "read"):
         assert stage in stages
     assert stages["encode"] > 0
     t5_empty = np.load(out / "empty_encodings" / "t5_empty.npy")

@@ -2,12 +2,11 @@
 `primus` layout (docs/FORMAT.md §3) or Megatron-Bridge's (`megatron-bridge`,
 `pipeline.bridge_parts`).
 
-Inside each reader batch, three stages overlap through bounded look-ahead: a CPU thread decodes
-and resizes the next encoder batch (Rust image core), the calling thread runs the encoders, and a
-serializer thread turns the previous batch's tensors into `.pth` bytes. report.json's
-`stage_seconds` shows `encoder_wait` (encoders idle, waiting for pixels), `encode` and
-`serialize` (plus the source `read` and tar `write` of the shared loop's reader and writer
-threads, which overlap with all of these).
+Three stages overlap: the shared loop's reader thread decodes and resizes the next batches (Rust
+image core, `preprocess`), the main thread runs the encoders (`encode`), and a serializer thread
+turns the previous encoder batch's tensors into parts (`serialize`). report.json's
+`stage_seconds` also shows `input_wait` (encoders idle, waiting for pixels), `load_encoders`
+(during which the first batches decode), and the loop's `read` and tar `write`.
 """
 
 from __future__ import annotations
@@ -18,7 +17,9 @@ import os
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ from shardcook.pipeline.raw import (
     result_pixels,
 )
 from shardcook.pipeline.report import JsonObject
-from shardcook.pipeline.run import Loaded, Outcome, completed, split_skipped
+from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
 
 if TYPE_CHECKING:
     import torch
@@ -160,35 +161,48 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
     }
 
 
-class EncodeProcessor:
+class EncodeProcessor(Processor):
     """Turns loaded inputs into one pre-encoded sample of the run's layout each, one outcome per
-    input, in order."""
+    input, in order.
 
-    def __init__(self, cfg: RunConfig, encoders: FluxEncoders,
-                 stored_dtype: torch.dtype) -> None:
-        self.image, self.enc = cfg.image, encoders
+    `prepare` (the reader thread) decodes and resizes a batch with the Rust image core;
+    `process` (the main thread) runs the encoders on it, one encoder batch of one shape at a
+    time, while a serializer thread turns the previous encoder batch's tensors into parts. The
+    encoders are loaded by `start`, once the reader runs, so the first batches decode meanwhile.
+    """
+
+    def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
+                 stored_dtype: torch.dtype, workers: int) -> None:
+        self.image, self.model = cfg.image, cfg.model
         self.bridge = cfg.model.layout == BRIDGE_FLUX.name
-        #: The facts every `megatron-bridge` json carries so a user can scale the latents later.
-        self.bridge_facts = {
-            "latent_mode": cfg.model.latent_mode, "scaling_factor": encoders.scaling_factor,
-            "shift_factor": encoders.shift_factor,
-            "latent_seed": cfg.model.seed if cfg.model.latent_mode == "sample" else None,
-        }
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
-        self.workers = cfg.image.workers or os.cpu_count() or 1
-        self.stage_seconds = {"preprocess": 0.0, "encoder_wait": 0.0, "encode": 0.0,
+        self.workers = workers
+        self.stage_seconds = {"preprocess": 0.0, "load_encoders": 0.0, "encode": 0.0,
                               "serialize": 0.0}
-        self._prep = ThreadPoolExecutor(1, thread_name_prefix="shardcook-prep")
+        self._load_encoders = load_encoders
+        self._enc: FluxEncoders | None = None
         self._ser = ThreadPoolExecutor(1, thread_name_prefix="shardcook-serialize")
 
-    def _prepare(
-        self, batch: list[Loaded], idx: list[int]
-    ) -> tuple[Decoded, dict[int, Outcome]]:
-        """Decode/resize `idx` of `batch`: ([(n, ImageResult)], {n: Outcome skip})."""
+    @property
+    def enc(self) -> FluxEncoders:
+        if self._enc is None:
+            t0 = time.perf_counter()
+            self._enc = self._load_encoders()
+            self.stage_seconds["load_encoders"] += time.perf_counter() - t0
+        return self._enc
+
+    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+        """The batch with each image decoded and resized, or skipped with the reason."""
         t0 = time.perf_counter()
-        prepared = decode_images(batch, idx, self.image, self.workers)
+        _, todo = split_skipped(batch)
+        good, skips = decode_images(batch, todo, self.image, self.workers)
+        prepared = list(batch)
+        for n, r in good:
+            prepared[n] = replace(batch[n], image=None, decoded=r)
+        for n, o in skips.items():
+            prepared[n] = replace(batch[n], image=None, skip=o.skip, detail=o.detail)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 
@@ -196,14 +210,15 @@ class EncodeProcessor:
         """One shape group on the encoders; returns CPU tensors in the stored dtype."""
         import numpy as np
 
+        enc = self.enc
         t0 = time.perf_counter()
         items = [batch[n].item for n, _ in group]
         pixels = np.stack([result_pixels(r) for _, r in group])
         if self.resample:
-            lat, *posterior = self.enc.encode_posterior(pixels)
+            lat, *posterior = enc.encode_posterior(pixels)
         else:
-            lat, posterior = self.enc.encode_images(pixels, [it.key for it in items]), []
-        t5, pooled = self.enc.encode_text([it.caption or "" for it in items])
+            lat, posterior = enc.encode_images(pixels, [it.key for it in items]), []
+        t5, pooled = enc.encode_text([it.caption or "" for it in items])
         out = tuple(t.to("cpu", dtype=self.stored_dtype) for t in (lat, t5, pooled, *posterior))
         self.stage_seconds["encode"] += time.perf_counter() - t0
         return out
@@ -220,7 +235,7 @@ class EncodeProcessor:
             item = batch[n].item
             if self.bridge:
                 parts = bridge_parts(item, r, lat[j], t5[j], pooled[j], image=self.image,
-                                     encoders=self.bridge_facts)
+                                     encoders=self._bridge_facts())
                 done.append((n, Outcome(item, parts=parts)))
                 continue
             meta = result_meta_json(item.source, r)
@@ -239,46 +254,40 @@ class EncodeProcessor:
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return done
 
+    def _bridge_facts(self) -> dict[str, object]:
+        """What every `megatron-bridge` json carries so a user can scale the latents later."""
+        m = self.model
+        return {"latent_mode": m.latent_mode, "scaling_factor": self.enc.scaling_factor,
+                "shift_factor": self.enc.shift_factor,
+                "latent_seed": m.seed if m.latent_mode == "sample" else None}
+
     def _with_factors(self, meta: bytes) -> bytes:
         """meta.json plus the VAE factors a resampling task encoder needs."""
         fields = json.loads(meta)
         fields.update(scaling_factor=self.enc.scaling_factor, shift_factor=self.enc.shift_factor)
         return json.dumps(fields, ensure_ascii=False).encode("utf-8")
 
+    def start(self) -> None:
+        self.enc  # noqa: B018 - loads the encoders (and writes empty_encodings)
+
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
-        chunks = iter([todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)])
-        prepared: deque[Future[tuple[Decoded, dict[int, Outcome]]]] = deque()
         serialized: deque[Future[list[tuple[int, Outcome]]]] = deque()
-
-        def prefetch() -> None:
-            chunk = next(chunks, None)
-            if chunk:
-                prepared.append(self._prep.submit(self._prepare, batch, chunk))
-
-        def collect(f: Future[list[tuple[int, Outcome]]]) -> None:
-            for n, o in f.result():
-                outcomes[n] = o
-
-        prefetch()
-        prefetch()  # two encoder batches of pixels ahead at most
-        while prepared:
-            t0 = time.perf_counter()
-            good, skips = prepared.popleft().result()
-            self.stage_seconds["encoder_wait"] += time.perf_counter() - t0
-            prefetch()
-            for n, o in skips.items():
-                outcomes[n] = o
+        for k in range(0, len(todo), self.batch_size):
             groups: dict[tuple[int, ...], Decoded] = {}
-            for n, r in good:  # one shape per encoder batch
+            for n in todo[k:k + self.batch_size]:  # one shape per encoder batch
+                r = batch[n].decoded
+                assert r is not None  # `prepare` decoded every input it did not skip
                 groups.setdefault(result_pixels(r).shape, []).append((n, r))
             for group in groups.values():
                 tensors = self._encode(batch, group)
                 serialized.append(self._ser.submit(self._serialize, batch, group, tensors))
                 while len(serialized) > 2:
-                    collect(serialized.popleft())
-        while serialized:
-            collect(serialized.popleft())
+                    for n, o in serialized.popleft().result():
+                        outcomes[n] = o
+        for f in serialized:
+            for n, o in f.result():
+                outcomes[n] = o
         return completed(outcomes)
 
 
@@ -308,6 +317,33 @@ def quiet_model_libraries() -> None:
     diffusers.utils.logging.disable_progress_bar()
 
 
+#: The most memory decoded pixels waiting for the encoders may take: enough to keep the image
+#: threads busy while the encoders load (a few seconds) without holding a whole shard.
+PREPARED_BYTES = 512 << 20
+
+
+def prefetch_batches(cfg: RunConfig, batch_size: int) -> int:
+    """How many decoded reader batches may wait for the encoders: PREPARED_BYTES' worth, 2-16."""
+    i = cfg.image
+    side = i.image_size if i.resize_mode in ("crop", "stretch") else max(i.image_size, i.max_size)
+    return max(2, min(16, PREPARED_BYTES // (batch_size * 3 * side * side)))
+
+
+def cpu_threads(workers: int | None) -> tuple[int, int]:
+    """(torch threads, image threads) for encoding on the CPU: this rank's cores split between
+    the encoders and the image decoder (half each unless --workers or OMP_NUM_THREADS says), so
+    they do not take cores from each other; a preempted OpenMP thread stalls every other one at
+    the end of each operator."""
+    import torch
+
+    cores = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch_threads = torch.get_num_threads()
+    else:
+        torch_threads = max(1, cores - workers) if workers else max(1, cores - cores // 2)
+    return torch_threads, workers or max(1, cores - torch_threads)
+
+
 def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject | None:
     """`shardcook encode`: the whole run for this rank; returns report.json's content on rank 0.
 
@@ -320,22 +356,28 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject |
     token_file = token_file or cfg.auth.hf_token_file
     check_model(cfg)
     layout = encode_layout(cfg.model.layout)
-    check_image_options(cfg.image, cfg.image.workers or os.cpu_count() or 1)
-    quiet_model_libraries()
-    from shardcook.encoders.flux import FluxEncoders, torch_dtype
+    from shardcook.encoders.flux import torch_dtype
     from shardcook.pipeline.driver import run_pipeline
 
     extra = encoder_manifest(cfg, token_file)
     device = pick_device(cfg.model.device)
-    if device.startswith("cuda"):
-        import torch
+    import torch
 
+    callers_threads = threads = torch.get_num_threads()
+    if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+        workers = cfg.image.workers or os.cpu_count() or 1
+    else:  # fixed for the whole run: float32 CPU kernels round differently with other counts
+        threads, workers = cpu_threads(cfg.image.workers)
+    check_image_options(cfg.image, workers)
     m = cfg.model
     precision, latent_mode = m.precision, m.latent_mode
     assert precision is not None and latent_mode is not None  # check_model filled them in
 
-    def make_processor(cfg: RunConfig) -> EncodeProcessor:
+    def load_encoders() -> FluxEncoders:
+        quiet_model_libraries()
+        from shardcook.encoders.flux import FluxEncoders
+
         encoders = FluxEncoders.load(
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
             t5_path=m.t5_path, revision=m.revision, token_file=token_file,
@@ -344,8 +386,18 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject |
             t5_attention_mask=layout is BRIDGE_FLUX, scale_latents=layout is not BRIDGE_FLUX)
         if int(os.environ.get("RANK", "0")) == 0:
             write_empty_encodings(cfg.output.path, encoders)
-        return EncodeProcessor(cfg, encoders, torch_dtype(m.stored_dtype or precision))
+        return encoders
 
-    return run_pipeline(cfg, encoding=layout.encoding, make_processor=make_processor,
-                        batch_size=max(4 * m.batch_size, 8), manifest_extra=extra,
-                        backend="nccl" if device.startswith("cuda") else "gloo")
+    def make_processor(cfg: RunConfig) -> EncodeProcessor:
+        return EncodeProcessor(cfg, load_encoders, torch_dtype(m.stored_dtype or precision),
+                               workers)
+
+    batch_size = max(4 * m.batch_size, 8)
+    torch.set_num_threads(threads)
+    try:
+        return run_pipeline(cfg, encoding=layout.encoding, make_processor=make_processor,
+                            batch_size=batch_size, prefetch=prefetch_batches(cfg, batch_size),
+                            manifest_extra=extra,
+                            backend="nccl" if device.startswith("cuda") else "gloo")
+    finally:
+        torch.set_num_threads(callers_threads)

@@ -3,7 +3,7 @@
 decode/resize, VAE, T5, CLIP, webdataset.ShardWriter), on the same photos with the same tiny
 random-weight FLUX-layout encoders (shardcook.encoders.tiny) on the CPU.
 
-    python benches/encode_vs_bridge.py --bridge-script PATH [--n 48] [--size 256] [--repeats 2]
+    python benches/encode_vs_bridge.py --bridge-script PATH [--n 192] [--size 256] [--repeats 1]
 
 PATH is a local copy of Bridge's public script (not part of this repository; get it from
 https://github.com/NVIDIA-NeMo/Megatron-Bridge at that path; it needs opencv-python-headless,
@@ -12,7 +12,9 @@ folder's `meta.json` ({"file_name", "caption"} rows), crop to --size x --size (B
 `--center-crop`, its default bilinear filter, `--no-memory-optimization` so the tiny VAE is not
 tiled; shardcook: `--resize-mode crop`), T5 padded to 512 as Bridge does, fp32, and run as
 separate processes; times include start-up and loading the encoders, and shardcook's finalize
-(Energon's index), which Bridge leaves to a later `energon prepare`. Work files go under
+(Energon's index), which Bridge leaves to a later `energon prepare`. Each side runs on n photos
+and on 2n (the n plus n more): the whole-process rate at 2n, and the steady-state rate
+n / (time(2n) - time(n)), in which start-up and loading cancel out. Work files go under
 bench-out/encode_vs_bridge (git-ignored).
 """
 
@@ -80,15 +82,24 @@ def count_samples(out: Path, suffix: str) -> int:
     return n
 
 
+def first_photos(src: Path, n: int, dest: Path) -> None:
+    """dest: hard links to the first n photos of src (and their captions), with their meta.json."""
+    rows = json.loads((src / "meta.json").read_text(encoding="utf-8"))[:n]
+    dest.mkdir(parents=True)
+    for row in rows:
+        for f in (src / row["file_name"], (src / row["file_name"]).with_suffix(".txt")):
+            os.link(f, dest / f.name)
+    (dest / "meta.json").write_text(json.dumps(rows), encoding="utf-8")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bridge-script", type=Path, default=None,
                     help="A local copy of Bridge's prepare_energon_dataset_flux.py.")
-    ap.add_argument("--n", type=int, default=48)
+    ap.add_argument("--n", type=int, default=192)
     ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
-    import torch
     from shardcook.encoders.tiny import build_tiny_flux
 
     if WORK.exists():
@@ -99,9 +110,12 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "benches"))
     from raw_vs_peers import make_photos
 
-    src = WORK / f"photos-{args.n}"
-    info = make_photos(src, args.n)
-    write_meta_json(src)
+    sizes = (args.n, 2 * args.n)
+    src = {sizes[1]: WORK / f"photos-{sizes[1]}"}
+    info = make_photos(src[sizes[1]], sizes[1])
+    write_meta_json(src[sizes[1]])
+    src[sizes[0]] = WORK / f"photos-{sizes[0]}"
+    first_photos(src[sizes[1]], sizes[0], src[sizes[0]])
     script = args.bridge_script
     if script is not None and not script.is_file():
         sys.exit(f"--bridge-script {script} does not exist.")
@@ -109,28 +123,36 @@ def main() -> None:
         print("Bridge row skipped: pass --bridge-script with a local copy of Megatron-Bridge's "
               "examples/diffusion/recipes/flux/prepare_energon_dataset_flux.py "
               "(github.com/NVIDIA-NeMo/Megatron-Bridge); it needs opencv-python-headless.")
-    times: dict[str, list[float]] = {"shardcook encode": [], "Bridge's script": []}
+    names = ["shardcook encode"] + (["Bridge's script"] if script is not None else [])
+    times: dict[tuple[str, int], list[float]] = {(k, n): [] for k in names for n in sizes}
     for r in range(args.repeats):  # alternate, so background load hits both alike
-        if script is not None:
-            out = WORK / f"bridge{r}"
-            times["Bridge's script"].append(timed(bridge_cmd(script, model, src, out, args.size)))
-            assert count_samples(out, ".pickle") == args.n, "Bridge's script skipped samples"
-        out = WORK / f"sc{r}"
-        times["shardcook encode"].append(timed(shardcook_cmd(model, src, out, args.size)))
-        assert count_samples(out, ".pickle") == args.n
-    print(f"{args.n} photos of {info['mp_min']}-{info['mp_max']} MP (mean {info['mp_mean']}, "
+        for n in sizes:
+            if script is not None:
+                out = WORK / f"bridge{r}-{n}"
+                times["Bridge's script", n].append(
+                    timed(bridge_cmd(script, model, src[n], out, args.size)))
+                assert count_samples(out, ".pickle") == n, "Bridge's script skipped samples"
+                shutil.rmtree(out)
+            out = WORK / f"sc{r}-{n}"
+            times["shardcook encode", n].append(
+                timed(shardcook_cmd(model, src[n], out, args.size)))
+            assert count_samples(out, ".pickle") == n
+            shutil.rmtree(out)
+    print(f"{sizes[1]} photos of {info['mp_min']}-{info['mp_max']} MP (mean {info['mp_mean']}, "
           f"{info['formats']}) -> {args.size} px crop, tiny encoders (fp32, CPU, "
-          f"{torch.get_num_threads()} torch threads), T5 length {T5_LEN}, medians of "
-          f"{args.repeats} runs (each a fresh process: start-up, loading, encoding, writing)")
-    rates = {}
-    for name, ts in times.items():
-        if ts:
-            rates[name] = args.n / statistics.median(ts)
-            print(f"  {name:<17} {rates[name]:7.2f} samples/s   runs: "
-                  + ", ".join(f"{t:.2f} s" for t in ts))
-    if len(rates) == 2:
-        ratio = rates["shardcook encode"] / rates["Bridge's script"]
-        print(f"  ratio: {ratio:.2f}x")
+          f"{os.cpu_count()} cores), T5 length {T5_LEN}; medians of {args.repeats} run(s), each a "
+          "fresh process (start-up, loading, encoding, writing)")
+    whole, steady = {}, {}
+    for name in names:
+        t_n, t_2n = (statistics.median(times[name, n]) for n in sizes)
+        whole[name], steady[name] = sizes[1] / t_2n, args.n / (t_2n - t_n)
+        print(f"  {name:<17} {sizes[0]} photos {t_n:6.2f} s, {sizes[1]} photos {t_2n:6.2f} s: "
+              f"whole run {whole[name]:6.2f} samples/s, steady state {steady[name]:6.2f} "
+              "samples/s")
+    if len(names) == 2:
+        a, b = names
+        print(f"  ratio: whole run ({sizes[1]} photos) {whole[a] / whole[b]:.2f}x, "
+              f"steady state {steady[a] / steady[b]:.2f}x")
 
 
 if __name__ == "__main__":

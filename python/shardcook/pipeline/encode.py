@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -235,7 +236,7 @@ class EncodeProcessor(Processor):
             item = batch[n].item
             if self.bridge:
                 parts = bridge_parts(item, r, lat[j], t5[j], pooled[j], image=self.image,
-                                     encoders=self._bridge_facts())
+                                     encoders=self._bridge_facts)
                 done.append((n, Outcome(item, parts=parts)))
                 continue
             meta = result_meta_json(item.source, r)
@@ -254,6 +255,7 @@ class EncodeProcessor(Processor):
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return done
 
+    @cached_property
     def _bridge_facts(self) -> dict[str, object]:
         """What every `megatron-bridge` json carries so a user can scale the latents later."""
         m = self.model
@@ -273,6 +275,11 @@ class EncodeProcessor(Processor):
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
         serialized: deque[Future[list[tuple[int, Outcome]]]] = deque()
+
+        def collect(f: Future[list[tuple[int, Outcome]]]) -> None:
+            for n, o in f.result():
+                outcomes[n] = o
+
         for k in range(0, len(todo), self.batch_size):
             groups: dict[tuple[int, ...], Decoded] = {}
             for n in todo[k:k + self.batch_size]:  # one shape per encoder batch
@@ -283,11 +290,9 @@ class EncodeProcessor(Processor):
                 tensors = self._encode(batch, group)
                 serialized.append(self._ser.submit(self._serialize, batch, group, tensors))
                 while len(serialized) > 2:
-                    for n, o in serialized.popleft().result():
-                        outcomes[n] = o
-        for f in serialized:
-            for n, o in f.result():
-                outcomes[n] = o
+                    collect(serialized.popleft())
+        while serialized:
+            collect(serialized.popleft())
         return completed(outcomes)
 
 

@@ -9,6 +9,7 @@ a unit's shard has its final name, a progress marker records the unit; a unit wi
 skipped on the next run. Memory is bounded by `prefetch` batches of `batch_size` items on each
 side of the processor.
 """
+
 from __future__ import annotations
 
 import queue

@@ -1,4 +1,4 @@
-"""GPU measurement for `shardcook encode` (prepared; NOT yet run on a GPU: none was lent so far).
+"""GPU measurement for `shardcook encode` (prepared; not yet run on a GPU).
 
 Builds architecture-faithful FLUX.1 encoders with random weights from the public configs' shapes
 (VAE: 16 latent channels, blocks 128/256/512/512; T5-XXL encoder: d_model 4096, 24 layers;

@@ -2,25 +2,50 @@
 
 Heavy libraries are imported inside the commands so `shardcook --help`, `info` and `validate`
 start fast. The commands live by group (`dataset`, `pipelines`, `demo`); they are registered
-here, in the order `shardcook --help` lists them.
+here, in the panels and order `shardcook --help` lists them: as a user meets them.
 """
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
 
 from shardcook.cli.app import app
 from shardcook.cli.dataset import blend, finalize, info, preview, validate
 from shardcook.cli.demo import demo
 from shardcook.cli.pipelines import chatml, encode, raw
+from shardcook.docsite import docs_url
 
 __all__ = ["app", "main"]
 
-for command in (finalize, validate, info, raw, chatml, blend, encode, demo, preview):
-    app.command()(command)
+# Panel, then (command, its page on the documentation site).
+PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
+    ("Try it", ((demo, "DEMO/"),)),
+    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"))),
+    ("Finish and check", ((finalize, "DATASETS/#finalize"), (validate, "DATASETS/#validate-and-info"),
+                          (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),
+                          (blend, "DATASETS/#blend"))),
+)
+
+
+def command_help(text: str, page: str) -> str:
+    """`text` (a docstring) with each paragraph on one line, since typer's command list keeps a
+    docstring's line breaks mid-sentence; then the address of the command's guide, as a paragraph
+    of its own so the list shows only the summary."""
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n")]
+    return "\n\n".join([*paragraphs, f"Guide: {docs_url(page)}"])
+
+
+for panel, commands in PANELS:
+    for command, page in commands:
+        app.command(help=command_help(command.__doc__ or "", page), rich_help_panel=panel)(command)
 
 # Primus's command names, word for word: `primus-cli direct -- data diffusion-encoded ...` is
 # `shardcook diffusion-encoded ...`.
-app.command("diffusion-encoded", help="Primus's name for `encode` (same options).")(encode)
-app.command("diffusion-raw", help="Primus's name for `raw` (same options).")(raw)
+for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw)):
+    app.command(alias, rich_help_panel="Primus's names", help=command_help(
+        f"Primus's name for `{command.__name__}` (same options).", "PRIMUS/"))(command)
 
 
 def main() -> None:

@@ -9,9 +9,12 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from shardcook.docsite import docs_url
+
 app = typer.Typer(
     name="shardcook",
-    help="Prepare image+text datasets for Megatron-Energon, and prove them whole.",
+    help="Prepare image+text datasets for Megatron-Energon, and prove them whole.\n\n"
+         f"Documentation: {docs_url()}",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

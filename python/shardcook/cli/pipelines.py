@@ -201,8 +201,7 @@ def encode(
     compress: CompressOpt = None,
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
-    shards (docs/FORMAT.md §3, preencoded). Resumable; one GPU or many under torchrun. Alias:
-    diffusion-encoded."""
+    shards. Resumable; one GPU or many under torchrun. Alias: diffusion-encoded."""
     try:
         cfg = resolve_config(ctx, config)
         from shardcook.pipeline.encode import apply_layout_defaults, check_model

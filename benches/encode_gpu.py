@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -151,7 +150,7 @@ def bridge_vs_shardcook(model, src, size, device, t5_len, script: Path) -> dict:
     out: dict = {"size": size, "samples": n}
     for name, cmd in runs.items():
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+        subprocess.run(cmd, check=True)
         out[f"{name}_samples_per_s"] = round(n / (time.perf_counter() - t0), 2)
     out["ratio"] = round(out["shardcook_samples_per_s"] / out["bridge_script_samples_per_s"], 2)
     return out

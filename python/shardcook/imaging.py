@@ -2,7 +2,7 @@
 
 Each resize mode is a source box in the EXIF-oriented image (fractional coordinates allowed)
 resampled to a target size; `geometry` gives the same numbers `preprocess` uses, so batches can
-be grouped by shape before decoding. See the README section "Image core" for formats and speed.
+be grouped by shape before decoding. See docs/IMAGING.md for formats and speed.
 """
 
 from __future__ import annotations

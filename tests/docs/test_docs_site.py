@@ -50,11 +50,12 @@ def test_readme_is_a_front_door():
     assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines"
 
 
-def test_every_readme_link_and_anchor_resolves():
+@pytest.mark.parametrize("readme", [README, ROOT / "benches" / "README.md"], ids=lambda p: p.parent.name)
+def test_every_readme_link_and_anchor_resolves(readme: Path):
     broken = []
-    for target in _relative_links(README):
+    for target in _relative_links(readme):
         file, _, anchor = target.partition("#")
-        page = (README.parent / file) if file else README
+        page = (readme.parent / file) if file else readme
         if not page.is_file():
             broken.append(f"{target}: no file {file}")
         elif anchor and anchor not in _anchors(page):

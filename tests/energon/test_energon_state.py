@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 from megatron.energon.savable_loader import SavableDataLoaderState
-from shardcook.energon import LoaderState, LoaderStateError, get_diffusion_loader
+from shardcook.energon import LoaderState, LoaderStateError, get_diffusion_loader, write_blend
 
 from tests.helpers.energon import make_encoded_dataset
 
@@ -101,6 +101,20 @@ def test_state_of_a_same_named_dataset_is_refused_on_every_path(data, restore_wi
         _restore_paths(_build(data[1]))[restore_with](state)
 
 
+def test_state_of_a_blend_of_another_same_named_dataset_is_refused(data):
+    """Two blends whose files are byte for byte the same (`path: data`, relative) but name
+    different datasets."""
+    blends = [write_blend(d.parent / "mix.yaml", [f"{d}=1"], force=True) for d in data]
+    assert blends[0].read_bytes() == blends[1].read_bytes()
+    state, _ = _saved(blends[0])
+    with (_build(blends[1]) as other,
+          pytest.raises(LoaderStateError, match=r"saved on mix.yaml split 'train' \(index \w+\) "
+                        r"but the loader reads mix.yaml split 'train'")):
+        other.restore_state(state)
+    with _build(blends[0]) as same:
+        same.restore_state(state)
+
+
 def test_a_copy_of_the_dataset_elsewhere_restores(data, tmp_path):
     """Identity is the content, not the folder's name or path."""
     copy = tmp_path / "moved" / "renamed"
@@ -144,3 +158,11 @@ def test_old_loader_state_checkpoints_still_restore(data, tmp_path, restore_with
     with (_build(data[0]) as other,
           pytest.raises(LoaderStateError, match="saved on data split 'train' \\(index 0+\\)")):
         _restore_paths(other)[restore_with](foreign)
+
+
+def test_a_dataset_id_that_is_no_identity_is_refused_at_once():
+    from shardcook.energon import MegatronDataloaderWrapper
+
+    with pytest.raises(TypeError, match="dataset_id must be what shardcook.energon.state."
+                       "dataset_identity\\(\\) returns, not a str"):
+        MegatronDataloaderWrapper([1, 2], dataset_id="ds split 'train'")

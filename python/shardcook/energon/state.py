@@ -234,12 +234,14 @@ class CheckedSavableDataLoader(SavableDataLoader):  # type: ignore[type-arg]
             raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
 
 
-def _state_classes() -> list[type]:
+def _energon_state_classes() -> list[type]:
+    """Energon's `State` and its subclasses defined by Energon (not by user code)."""
     found: list[type] = []
     pending: list[type] = [State]
     while pending:
         cls = pending.pop()
-        found.append(cls)
+        if cls.__module__.startswith("megatron.energon."):
+            found.append(cls)
         pending.extend(cls.__subclasses__())
     return found
 
@@ -253,8 +255,8 @@ def allow_weights_only_load(*extra: type) -> None:
 
     Megatron-LM's multimodal data provider and Energon's guide load the state with a plain
     `torch.load(path)`; without this it fails and Megatron silently starts the data over. Only
-    plain-data classes are allowed: Energon's state dataclasses (every subclass of its `State`
-    imported so far, `SliceState`, `SystemRngState`), `FlexState`, numpy integer arrays (the RNG
+    plain-data classes are allowed: Energon's state dataclasses (the subclasses of its `State`
+    that Energon defines and has imported so far, `SliceState`, `SystemRngState`), `FlexState`, numpy integer arrays (the RNG
     states) and `extra` (shardcook's older `LoaderState`); the restricted unpickler still refuses
     everything else. That unpickler cannot fill a dict subclass item by item, so `FlexState` is
     registered with `copyreg` to pickle as `FlexState(dict)` (the same value; the bytes still name
@@ -270,7 +272,7 @@ def allow_weights_only_load(*extra: type) -> None:
     reconstruct = importlib.import_module("numpy._core.multiarray")._reconstruct
     numpy_types: list[Any] = [reconstruct, np.ndarray, np.dtype]
     numpy_types += [type(np.dtype(code)) for code in np.typecodes["AllInteger"]]
-    wanted = [*_state_classes(), SliceState, SystemRngState, FlexState, *numpy_types, *extra]
+    wanted = [*_energon_state_classes(), SliceState, SystemRngState, FlexState, *numpy_types, *extra]
     known = set(map(id, torch.serialization.get_safe_globals()))
     new = [g for g in dict.fromkeys(wanted) if id(g) not in known]
     if new:

@@ -66,8 +66,9 @@ class MegatronDataloaderWrapper:
 
     Args:
         loader: The loader or iterable to cycle.
-        dataset_id: What the loader reads (`get_diffusion_loader` passes it); a saved state
-            remembers it and a restore refuses a state of another dataset or split.
+        dataset_id: What the loader reads, from `state.dataset_identity(path, split)`
+            (`get_diffusion_loader` passes it); a saved state remembers it and a restore refuses a
+            state of another dataset or split.
 
     Attributes:
         loader: The wrapped loader.
@@ -82,6 +83,11 @@ class MegatronDataloaderWrapper:
     """
 
     def __init__(self, loader: Iterable[Any], *, dataset_id: DatasetIdentity | None = None) -> None:
+        if dataset_id is not None and not isinstance(dataset_id, DatasetIdentity):
+            raise TypeError(
+                f"dataset_id must be what shardcook.energon.state.dataset_identity() returns, not "
+                f"a {type(dataset_id).__name__}; leave it out unless you build the loader yourself."
+            )
         self.loader = loader
         self.dataset_id = dataset_id
         self.passes_completed = 0

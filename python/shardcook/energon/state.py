@@ -256,11 +256,11 @@ def allow_weights_only_load(*extra: type) -> None:
     Megatron-LM's multimodal data provider and Energon's guide load the state with a plain
     `torch.load(path)`; without this it fails and Megatron silently starts the data over. Only
     plain-data classes are allowed: Energon's state dataclasses (the subclasses of its `State`
-    that Energon defines and has imported so far, `SliceState`, `SystemRngState`), `FlexState`, numpy integer arrays (the RNG
-    states) and `extra` (shardcook's older `LoaderState`); the restricted unpickler still refuses
-    everything else. That unpickler cannot fill a dict subclass item by item, so `FlexState` is
-    registered with `copyreg` to pickle as `FlexState(dict)` (the same value; the bytes still name
-    only Energon's classes).
+    that Energon defines and has imported so far, `SliceState`, `SystemRngState`), `FlexState`,
+    numpy integer arrays (the RNG states) and `extra` (shardcook's older `LoaderState`); the
+    restricted unpickler still refuses everything else. That unpickler cannot fill a dict subclass
+    item by item, so `FlexState` is registered with `copyreg` to pickle as `FlexState(dict)` (the
+    same value; the bytes still name only Energon's classes).
     """
     import copyreg
     import importlib
@@ -269,11 +269,14 @@ def allow_weights_only_load(*extra: type) -> None:
     import torch
 
     copyreg.pickle(FlexState, _reduce_flex_state)
-    reconstruct = importlib.import_module("numpy._core.multiarray")._reconstruct
+    core = "numpy._core" if int(np.__version__.split(".")[0]) >= 2 else "numpy.core"
+    reconstruct = importlib.import_module(f"{core}.multiarray")._reconstruct
     numpy_types: list[Any] = [reconstruct, np.ndarray, np.dtype]
     numpy_types += [type(np.dtype(code)) for code in np.typecodes["AllInteger"]]
-    wanted = [*_energon_state_classes(), SliceState, SystemRngState, FlexState, *numpy_types, *extra]
-    known = set(map(id, torch.serialization.get_safe_globals()))
+    energon = [*_energon_state_classes(), SliceState, SystemRngState, FlexState]
+    wanted = [*energon, *numpy_types, *extra]
+    listed = getattr(torch.serialization, "get_safe_globals", list)  # torch >= 2.5
+    known = set(map(id, listed()))
     new = [g for g in dict.fromkeys(wanted) if id(g) not in known]
     if new:
         torch.serialization.add_safe_globals(new)

@@ -118,6 +118,30 @@ def make_raw_dataset(path: Path, n: int, *, shard_size: int = 8,
     return built
 
 
+def make_bridge_flux_dataset(path: Path, n: int, *, shard_size: int = 8,
+                             latent_hw: tuple[int, int] = (8, 8)) -> BuiltDataset:
+    """Writes `n` samples in Megatron-Bridge's FLUX layout (`pth`, `pickle`, `json`), as
+    `shardcook encode --layout megatron-bridge` does."""
+    built = BuiltDataset(path=path, keys=[])
+    h, w = latent_hw
+    with shardcook.ShardWriter(str(path), shard_size=shard_size) as writer:
+        for i in range(n):
+            key = f"{i:010d}"
+            g = torch.Generator().manual_seed(i)
+            embeddings = {"prompt_embeds": torch.randn(L, D_T5, generator=g),
+                          "pooled_prompt_embeds": torch.randn(D_CLIP, generator=g)}
+            meta = {"processed_height": h * 8, "processed_width": w * 8,
+                    "caption": f"caption of {key}"}
+            writer.write(key, {"pth": tensor_bytes(torch.randn(C, h, w, generator=g)),
+                               "pickle": pickle.dumps(embeddings),
+                               "json": json.dumps(meta).encode()})
+            built.keys.append(key)
+            built.captions[key] = f"caption of {key}"
+            built.shapes[key] = (C, h, w)
+    prepare(path, "bridge-flux")
+    return built
+
+
 class Evil:
     """Unpickling this creates the file `target`: the payload of the malicious-shard test."""
 

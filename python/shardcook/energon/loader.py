@@ -3,13 +3,13 @@ task encoder its layout needs, wrapped for a Megatron training loop (see `wrappe
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.energon.wrapper import MegatronDataloaderWrapper
-from shardcook.layouts.names import INFO_JSON, META_DIR, SPLIT_YAML
+from shardcook.layouts.names import META_DIR, SPLIT_YAML
 
 if TYPE_CHECKING:
     from shardcook.energon.cookers import ImageFormat
@@ -100,6 +100,19 @@ def task_encoder_for(
     )
 
 
+def megatron_data_parallel_group() -> Any:
+    """Megatron's data-parallel group when `megatron.core.parallel_state` is initialized, else None.
+
+    Tensor- and pipeline-parallel peers of one replica must read the same batches, so they share
+    one data rank: the data-parallel one. Only looked up when the training code has imported
+    parallel_state itself (importing megatron.core here would cost seconds for nothing).
+    """
+    parallel_state = sys.modules.get("megatron.core.parallel_state")
+    if parallel_state is None or not parallel_state.model_parallel_is_initialized():
+        return None
+    return parallel_state.get_data_parallel_group()
+
+
 def _worker_config(
     num_workers: int, rank: int | None, world_size: int | None, data_parallel_group: Any
 ) -> Any:
@@ -110,6 +123,8 @@ def _worker_config(
     if (rank is None) != (world_size is None):
         raise ConfigError("Give both rank and world_size, or neither (then torch.distributed).")
     if rank is None:
+        if data_parallel_group is None:
+            data_parallel_group = megatron_data_parallel_group()
         return WorkerConfig.default_worker_config(
             num_workers=num_workers, data_parallel_group=data_parallel_group
         )
@@ -166,19 +181,6 @@ def _dataset_splits(path: Path) -> list[str] | None:
     return list(split_yaml.parts)
 
 
-def _dataset_id(path: Path, split: str) -> str:
-    """Names what a loader reads: the split plus a digest of the dataset's index (a folder's
-    .info.json and split.yaml, or a metadataset file's bytes), the same for a re-finalized copy."""
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else [path / META_DIR / INFO_JSON, path / META_DIR / SPLIT_YAML]
-    for file in files:
-        try:
-            digest.update(file.read_bytes())
-        except OSError:
-            digest.update(str(file).encode())
-    return f"{path.name} split {split!r} (index {digest.hexdigest()[:12]})"
-
-
 def _check_loader_args(path: Path, batch_size: object, split: object, num_workers: object) -> None:
     from shardcook.errors import ConfigError
 
@@ -218,8 +220,12 @@ def get_diffusion_loader(
     """Builds a checkpointable Energon loader for a shardcook dataset or metadataset, wrapped.
 
     The task encoder is picked from the dataset's `encoding` subflavor (see `task_encoder_for`).
-    Rank and world size come from `torch.distributed` when it is initialised (optionally within
-    `data_parallel_group`), unless given.
+    Rank and world size are the data-parallel ones, unless given: within `data_parallel_group`;
+    without it, within Megatron's data-parallel group when `megatron.core.parallel_state` is
+    initialized (so the tensor- and pipeline-parallel ranks of one replica get identical
+    batches); otherwise across all of `torch.distributed` (every process reads different samples,
+    which is right only without tensor or pipeline parallelism); a single process when
+    torch.distributed is not initialized.
 
     Args:
         path: A dataset folder or a metadataset `.yaml` (e.g. from `shardcook blend`).
@@ -231,9 +237,10 @@ def get_diffusion_loader(
         max_samples_per_sequence: Longest run of consecutive samples read from one shard slice
             before switching (training only).
         image_format: Raw datasets only: `"tensor"` or `"pil"`.
-        rank: Data-parallel rank; give with `world_size` to override torch.distributed.
+        rank: Data-parallel rank; give with `world_size` to override the above.
         world_size: Data-parallel world size.
-        data_parallel_group: The torch.distributed group to take rank and world size from.
+        data_parallel_group: The torch.distributed group to take rank and world size from
+            (default: Megatron's data-parallel group when parallel_state is initialized).
         repeat: Training only: False makes each pass one epoch (the wrapper still cycles).
         batch_drop_last: Drop the last, smaller batch of each shape group.
         task_encoder: Use this task encoder instead of picking one.
@@ -244,14 +251,18 @@ def get_diffusion_loader(
             fresh latent from each sample's posterior on every read.
 
     Returns:
-        A `MegatronDataloaderWrapper` around `megatron.energon.get_savable_loader(...)`; its
-        saved states restore only into a loader of the same dataset and split.
+        A `MegatronDataloaderWrapper` around Energon's `SavableDataLoader` (what
+        `get_savable_loader` builds); its saved states are Energon's own and restore, through the
+        wrapper or the loader, only into a loader of the same dataset (by content: index.uuid,
+        shards and counts), split and `num_workers`.
 
     Raises:
         ConfigError: A bad `batch_size`, `num_workers` or `split` (one the dataset lacks).
         DatasetError: The folder is not a finalized dataset.
     """
-    from megatron.energon import get_savable_loader, get_train_dataset, get_val_dataset
+    from megatron.energon import get_train_dataset, get_val_dataset
+
+    from shardcook.energon.state import CheckedSavableDataLoader, dataset_identity
 
     _check_loader_args(Path(path), batch_size, split, num_workers)
     if task_encoder is None:
@@ -281,9 +292,11 @@ def get_diffusion_loader(
             batch_drop_last=batch_drop_last,
             task_encoder=task_encoder,
         )
-    loader = get_savable_loader(
+    identity = dataset_identity(path, split)
+    loader = CheckedSavableDataLoader(  # what get_savable_loader builds, with checked states
         dataset,
+        identity=identity,
         checkpoint_every_sec=checkpoint_every_sec,
         checkpoint_every_min_n_samples=checkpoint_every_min_n_samples,
     )
-    return MegatronDataloaderWrapper(loader, dataset_id=_dataset_id(Path(path), split))
+    return MegatronDataloaderWrapper(loader, dataset_id=identity)

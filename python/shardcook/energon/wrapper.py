@@ -1,5 +1,6 @@
-"""The training-loop side of a loader: a cycling wrapper that saves and restores Energon's state
-(typed, checked against the dataset it came from), and returns None where nothing can be saved."""
+"""The training-loop side of a loader: a cycling wrapper whose checkpoint state is Energon's own
+(what Megatron-LM, Primus and Energon's guide save and restore), checked against the dataset and
+worker count it came from, and None where nothing can be saved."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from typing import Any
 from typing_extensions import Self
 
 from shardcook.energon.errors import EmptyLoaderError, LoaderStateError, NotCheckpointableError
+from shardcook.energon.state import (
+    DatasetIdentity,
+    allow_weights_only_load,
+    checked_energon_state,
+    tag_state,
+)
 
 __all__ = ["EnergonDataloader", "LoaderState", "MegatronDataloaderWrapper"]
 
@@ -20,8 +27,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoaderState:
-    """What `MegatronDataloaderWrapper.save_state()` returns: Energon's state for this rank plus
-    what it must be restored into.
+    """What older shardcook's `save_state()` returned; `restore_state()` still reads it from old
+    checkpoints. `save_state()` now returns Energon's own state.
 
     Attributes:
         energon: `save_state_rank()` of the Energon loader.
@@ -34,27 +41,21 @@ class LoaderState:
     num_workers: int
 
 
-def _saved_workers(energon_state: Any) -> int | None:
-    """The `num_workers` an Energon loader state was saved with, or None if it is no such state."""
-    from megatron.energon.savable_loader import SavableDataLoaderState, SavableDatasetCheckpoint
-
-    if not isinstance(energon_state, SavableDataLoaderState):
-        return None
-    states = energon_state.worker_states
-    if not isinstance(states, list) or not states:
-        return None
-    if all(isinstance(w, SavableDatasetCheckpoint) for w in states):
-        return len(states)
-    return 0 if len(states) == 1 else None
+allow_weights_only_load(LoaderState)
 
 
 class MegatronDataloaderWrapper:
     """Makes any loader an endless iterator with checkpointing, as Megatron's training loop wants.
 
     Megatron calls `next()` on its data iterator once per micro-batch and never expects
-    `StopIteration`. This wrapper restarts the wrapped loader whenever a pass ends, and forwards
-    `save_state()`/`restore_state()` to Energon's `save_state_rank()`/`restore_state_rank()`.
-    It never reads ahead, so a saved state always matches the batches handed out.
+    `StopIteration`. This wrapper restarts the wrapped loader whenever a pass ends. It never reads
+    ahead, so a saved state always matches the batches handed out.
+
+    Its state is Energon's own `SavableDataLoaderState` (from the loader's `save_state_rank()`),
+    so it goes wherever Energon's does: `torch.save`, `torch.load` (also with
+    `weights_only=True`), and the Energon loader's `restore_state_rank`. The wrapper answers
+    Megatron's and Primus's names (`save_state`/`restore_state`) and Energon's
+    (`save_state_rank`/`restore_state_rank`, `save_state_global`/`restore_state_global`).
 
     Works with Energon loaders (`get_savable_loader`, `get_loader`), `torch.utils.data.DataLoader`
     and plain re-iterable objects (lists, ...).
@@ -65,8 +66,9 @@ class MegatronDataloaderWrapper:
 
     Args:
         loader: The loader or iterable to cycle.
-        dataset_id: What the loader reads (`get_diffusion_loader` passes the dataset and split);
-            a saved state remembers it and `restore_state()` refuses a state of another dataset.
+        dataset_id: What the loader reads, from `state.dataset_identity(path, split)`
+            (`get_diffusion_loader` passes it); a saved state remembers it and a restore refuses a
+            state of another dataset or split.
 
     Attributes:
         loader: The wrapped loader.
@@ -80,13 +82,19 @@ class MegatronDataloaderWrapper:
         >>> fresh.restore_state(state)             # before drawing the first batch
     """
 
-    def __init__(self, loader: Iterable[Any], *, dataset_id: str | None = None) -> None:
+    def __init__(self, loader: Iterable[Any], *, dataset_id: DatasetIdentity | None = None) -> None:
+        if dataset_id is not None and not isinstance(dataset_id, DatasetIdentity):
+            raise TypeError(
+                f"dataset_id must be what shardcook.energon.state.dataset_identity() returns, not "
+                f"a {type(dataset_id).__name__}; leave it out unless you build the loader yourself."
+            )
         self.loader = loader
         self.dataset_id = dataset_id
         self.passes_completed = 0
         self._iterator: Iterator[Any] | None = None
         self._closed = False
         self._said_not_checkpointable = False
+        allow_weights_only_load()
 
     def __iter__(self) -> MegatronDataloaderWrapper:
         return self
@@ -144,12 +152,13 @@ class MegatronDataloaderWrapper:
     def _num_workers(self) -> int:
         return int(getattr(self.loader, "num_workers", 0) or 0)
 
-    def save_state(self) -> LoaderState | None:
+    def save_state(self) -> Any:
         """Returns this rank's loader state, to store in a checkpoint and give to `restore_state`.
 
         Returns:
-            A `LoaderState`, or None when the wrapped loader cannot save one (no
-            `save_state_rank`, e.g. a plain `torch.utils.data.DataLoader`); that is logged once.
+            Energon's `SavableDataLoaderState` (naming the dataset it was saved on), or None when
+            the wrapped loader cannot save one (no `save_state_rank`, e.g. a plain
+            `torch.utils.data.DataLoader`); that is logged once.
         """
         save = getattr(self.loader, "save_state_rank", None)
         if save is None:
@@ -160,14 +169,15 @@ class MegatronDataloaderWrapper:
                 )
                 self._said_not_checkpointable = True
             return None
-        return LoaderState(save(), self.dataset_id, self._num_workers())
+        return tag_state(save(), self.dataset_id)
 
     def restore_state(self, state: Any) -> None:
         """Restores a state from `save_state()`; call it before drawing the first batch.
 
         Args:
             state: What `save_state()` returned; None (nothing was saved) leaves the loader at its
-                start. A bare Energon `save_state_rank()` state is accepted too.
+                start. A bare Energon `save_state_rank()` state, and the `LoaderState` older
+                shardcook saved, are accepted too.
 
         Raises:
             LoaderStateError: `state` is not a loader state, or was saved on another dataset or
@@ -178,19 +188,61 @@ class MegatronDataloaderWrapper:
         """
         if state is None:
             return
-        energon_state, dataset_id = state, None
-        if isinstance(state, LoaderState):
-            energon_state, dataset_id = state.energon, state.dataset_id
-        saved_workers = _saved_workers(energon_state)
-        if saved_workers is None:
-            raise LoaderStateError(
-                f"restore_state() needs what save_state() returned (or None), not a "
-                f"{type(state).__name__}; pass the state stored with the checkpoint unchanged."
+        restore = self._restorer("restore_state_rank")
+        energon_state = checked_energon_state(
+            state, dataset=self.dataset_id, num_workers=self._num_workers()
+        )
+        try:
+            restore(energon_state)
+        except (AssertionError, ValueError) as e:  # Energon's checks (e.g. another batch size)
+            raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
+
+    #: Energon's name for `save_state` (per-rank state), as in Energon's save/restore guide.
+    save_state_rank = save_state
+    #: Energon's name for `restore_state`: what Megatron-LM's data providers call.
+    restore_state_rank = restore_state
+
+    def save_state_global(self, global_dst_rank: int) -> list[Any] | None:
+        """Energon's `save_state_global`: every rank's state gathered on `global_dst_rank`.
+
+        All ranks must call it. Returns the list of states on `global_dst_rank`, None elsewhere.
+        """
+        save = getattr(self.loader, "save_state_global", None)
+        if save is None:
+            raise NotCheckpointableError(
+                f"{type(self.loader).__name__} has no save_state_global; build it with "
+                "megatron.energon.get_savable_loader."
             )
-        restore = getattr(self.loader, "restore_state_rank", None)
+        states = save(global_dst_rank)
+        return None if states is None else [tag_state(s, self.dataset_id) for s in states]
+
+    def restore_state_global(self, state: list[Any] | None, *, src_rank: int | None = None) -> None:
+        """Energon's `restore_state_global`: restores what `save_state_global` gathered.
+
+        All ranks must call it before drawing a batch: with `src_rank`, only that rank (within
+        the data-parallel group) passes the list and the others None; without, every rank passes
+        the whole list.
+
+        Raises:
+            LoaderStateError: A state in the list is not a loader state, or does not fit this
+                loader (another dataset, split or `num_workers`).
+        """
+        restore = self._restorer("restore_state_global")
+        for rank_state in state if isinstance(state, list) else []:
+            if rank_state is not None:
+                checked_energon_state(
+                    rank_state, dataset=self.dataset_id, num_workers=self._num_workers()
+                )
+        try:
+            restore(state, src_rank=src_rank)
+        except (AssertionError, ValueError) as e:
+            raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
+
+    def _restorer(self, name: str) -> Any:
+        restore = getattr(self.loader, name, None)
         if restore is None:
             raise NotCheckpointableError(
-                f"{type(self.loader).__name__} cannot restore a state (no restore_state_rank); "
+                f"{type(self.loader).__name__} cannot restore a state (no {name}); "
                 "build it with megatron.energon.get_savable_loader to resume mid-epoch."
             )
         if self._iterator is not None:
@@ -198,21 +250,7 @@ class MegatronDataloaderWrapper:
                 "restore_state() must be called before the first batch is drawn; build a fresh "
                 "loader and wrapper to restore into."
             )
-        if dataset_id is not None and self.dataset_id is not None and dataset_id != self.dataset_id:
-            raise LoaderStateError(
-                f"This loader state was saved on {dataset_id} but the loader reads "
-                f"{self.dataset_id}; restore it into a loader of the same dataset and split."
-            )
-        if saved_workers != self._num_workers():
-            raise LoaderStateError(
-                f"This loader state was saved with num_workers={saved_workers} but the loader has "
-                f"num_workers={self._num_workers()}; build it with num_workers={saved_workers} "
-                "to restore."
-            )
-        try:
-            restore(energon_state)
-        except (AssertionError, ValueError) as e:  # Energon's checks (e.g. another batch size)
-            raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
+        return restore
 
 
 class EnergonDataloader(MegatronDataloaderWrapper):

@@ -1,0 +1,168 @@
+"""The loader's checkpoint state with the real Energon loader: it is Energon's own state (what
+Megatron-LM and Energon's guide save, load and restore), loads with torch.load's default
+`weights_only=True`, and a state of another dataset (by content, not name) or worker count is
+refused on every restore path; shardcook's older `LoaderState` checkpoints still restore."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from megatron.energon.savable_loader import SavableDataLoaderState
+from shardcook.energon import LoaderState, LoaderStateError, get_diffusion_loader, write_blend
+
+from tests.helpers.energon import make_encoded_dataset
+
+K, M = 3, 4
+
+
+def _build(path, num_workers=0):
+    return get_diffusion_loader(path, batch_size=2, num_workers=num_workers,
+                                shuffle_buffer_size=4, max_samples_per_sequence=2,
+                                checkpoint_every_min_n_samples=2)
+
+
+def _keys(batches):
+    return [b.__key__ for b in batches]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Two datasets in folders of the same name, with the same shard layout and samples."""
+    root = tmp_path_factory.mktemp("state")
+    return (make_encoded_dataset(root / "dA" / "data", 16, shard_size=4).path,
+            make_encoded_dataset(root / "dB" / "data", 16, shard_size=4).path)
+
+
+def _saved(path, num_workers=0):
+    """The state after K batches and the M batches an uninterrupted run draws next."""
+    with _build(path, num_workers) as w:
+        for _ in range(K):
+            next(w)
+        state = w.save_state()
+        return state, _keys(next(w) for _ in range(M))
+
+
+def test_state_is_energons_own_and_restores_as_megatron_restores_it(data, tmp_path):
+    """Megatron-LM's multimodal data provider: `torch.load(path, map_location="cpu")` and the
+    loader's `restore_state_rank` (here the Energon loader itself)."""
+    state, expected = _saved(data[0])
+    assert type(state) is SavableDataLoaderState
+    torch.save({"dataloader_state_dict": state}, tmp_path / "train_dataloader_dprank000.pt")
+    loaded = torch.load(tmp_path / "train_dataloader_dprank000.pt", map_location="cpu")
+    with _build(data[0]) as fresh:
+        fresh.loader.restore_state_rank(loaded["dataloader_state_dict"])
+        assert _keys(next(fresh) for _ in range(M)) == expected
+    with _build(data[0]) as fresh:  # teeth: without the state the data starts elsewhere
+        assert _keys(next(fresh) for _ in range(M)) != expected
+
+
+def test_a_new_process_loads_the_state_with_weights_only(data, tmp_path):
+    """Importing shardcook.energon is enough for a plain `torch.load` (Energon's guide)."""
+    state, _ = _saved(data[0], num_workers=2)
+    torch.save(state, tmp_path / "state.pth")
+    code = textwrap.dedent(f"""
+        import torch, shardcook.energon
+        state = torch.load({str(tmp_path / "state.pth")!r})
+        print(type(state).__name__, state.shardcook_dataset["split"], len(state.worker_states))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["SavableDataLoaderState", "train", "2"]
+
+
+def _restore_paths(w):
+    """Every way a training loop hands a state to a loader built by get_diffusion_loader."""
+    return {
+        "wrapper.restore_state": lambda s: w.restore_state(s),
+        "wrapper.restore_state_rank": lambda s: w.restore_state_rank(s),
+        "loader.restore_state_rank": lambda s: w.loader.restore_state_rank(s),
+        "wrapper.restore_state_global": lambda s: w.restore_state_global([s]),
+        "loader.restore_state_global": lambda s: w.loader.restore_state_global([s]),
+    }
+
+
+PATHS = ["wrapper.restore_state", "wrapper.restore_state_rank", "loader.restore_state_rank",
+         "wrapper.restore_state_global", "loader.restore_state_global"]
+
+
+@pytest.mark.parametrize("restore_with", PATHS)
+def test_state_of_a_same_named_dataset_is_refused_on_every_path(data, restore_with):
+    state, _ = _saved(data[0])
+    with pytest.raises(LoaderStateError, match=r"saved on data split 'train' \(index \w+\) "
+                       r"but the loader reads data split 'train' \(index \w+\); restore it "
+                       "into a loader of the same dataset and split"):
+        _restore_paths(_build(data[1]))[restore_with](state)
+
+
+def test_state_of_a_blend_of_another_same_named_dataset_is_refused(data):
+    """Two blends whose files are byte for byte the same (`path: data`, relative) but name
+    different datasets."""
+    blends = [write_blend(d.parent / "mix.yaml", [f"{d}=1"], force=True) for d in data]
+    assert blends[0].read_bytes() == blends[1].read_bytes()
+    state, _ = _saved(blends[0])
+    with (_build(blends[1]) as other,
+          pytest.raises(LoaderStateError, match=r"saved on mix.yaml split 'train' \(index \w+\) "
+                        r"but the loader reads mix.yaml split 'train'")):
+        other.restore_state(state)
+    with _build(blends[0]) as same:
+        same.restore_state(state)
+
+
+def test_a_copy_of_the_dataset_elsewhere_restores(data, tmp_path):
+    """Identity is the content, not the folder's name or path."""
+    copy = tmp_path / "moved" / "renamed"
+    shutil.copytree(data[0], copy)
+    state, expected = _saved(data[0])
+    with _build(copy) as moved:
+        moved.restore_state(state)
+        assert _keys(next(moved) for _ in range(M)) == expected
+
+
+@pytest.mark.parametrize("restore_with", PATHS)
+def test_state_of_another_worker_count_is_refused_on_every_path(data, restore_with):
+    state, _ = _saved(data[0], num_workers=0)
+    with pytest.raises(LoaderStateError, match="saved with num_workers=0 but the loader has "
+                       "num_workers=2; build it with num_workers=0 to restore"):
+        _restore_paths(_build(data[0], num_workers=2))[restore_with](state)
+
+
+def _old_dataset_id(path) -> str:
+    """What shardcook's `LoaderState.dataset_id` held before states became Energon's own."""
+    digest = hashlib.sha256()
+    for name in (".info.json", "split.yaml"):
+        digest.update((path / ".nv-meta" / name).read_bytes())
+    return f"{path.name} split 'train' (index {digest.hexdigest()[:12]})"
+
+
+@pytest.mark.parametrize("restore_with", ["wrapper.restore_state", "loader.restore_state_rank"])
+def test_old_loader_state_checkpoints_still_restore(data, tmp_path, restore_with):
+    with _build(data[0]) as w:
+        for _ in range(K):
+            next(w)
+        bare = w.loader.save_state_rank()
+        delattr(bare, "shardcook_dataset")  # as Energon saved it then
+        expected = _keys(next(w) for _ in range(M))
+    torch.save({"dataloader": LoaderState(bare, _old_dataset_id(data[0]), 0)}, tmp_path / "c.pt")
+    old = torch.load(tmp_path / "c.pt")["dataloader"]
+    with _build(data[0]) as fresh:
+        _restore_paths(fresh)[restore_with](old)
+        assert _keys(next(fresh) for _ in range(M)) == expected
+    foreign = LoaderState(bare, "data split 'train' (index 000000000000)", 0)
+    with (_build(data[0]) as other,
+          pytest.raises(LoaderStateError, match="saved on data split 'train' \\(index 0+\\)")):
+        _restore_paths(other)[restore_with](foreign)
+
+
+def test_a_dataset_id_that_is_no_identity_is_refused_at_once():
+    from shardcook.energon import MegatronDataloaderWrapper
+
+    with pytest.raises(TypeError, match="dataset_id must be what shardcook.energon.state."
+                       "dataset_identity\\(\\) returns, not a str"):
+        MegatronDataloaderWrapper([1, 2], dataset_id="ds split 'train'")

@@ -55,8 +55,8 @@ def older_energon_warning(root: Path) -> str | None:
     if not gaps:
         return None
     return (
-        f"{root} was indexed by an older Energon ({'; '.join(gaps)}): Energon trains on it as it "
-        f"is, but its lookups by key (`energon mount`, joined datasets) need {INDEX_SQLITE} "
-        f"with the {PARTS_TABLE} table and {INDEX_UUID}; `shardcook finalize --force {root}` "
-        "upgrades it to what today's `energon prepare` writes"
+        f"{root} has an older Energon's index or an incomplete one ({'; '.join(gaps)}): Energon "
+        "trains on it as it is, but its lookups by key (`energon mount`, joined datasets) need "
+        f"{INDEX_SQLITE} with the {PARTS_TABLE} table and {INDEX_UUID}; `shardcook finalize "
+        f"--force {root}` upgrades it to what today's `energon prepare` writes"
     )

@@ -81,6 +81,10 @@ def test_energon_loads_them_and_so_does_validate(old):
         "train": 6, "val": 6, "test": 0}
     has_gaps = (old / META / ".info.yaml").exists() or not (old / META / "index.uuid").exists()
     assert len([w for w in report.warnings if "older Energon" in w]) == (1 if has_gaps else 0)
+    deep = validate(old, deep=True)  # repeated parts found from the tars without sample_parts
+    assert deep.ok, deep.problems
+    r = cli("validate", old)
+    assert r.code == 0 and r.stdout.count("warning: ") == (1 if has_gaps else 0), r.stdout
 
 
 def test_the_warning_names_what_is_missing(prepared, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -142,3 +143,13 @@ def test_a_typed_dataset_energon_prepared_validates_and_info_shows_it(tmp_path):
     assert yaml.safe_load((root / META / "dataset.yaml").read_text()) == {
         "sample_type": {"__module__": "megatron.energon", "__class__": "ImageClassificationSample"},
         "field_map": json.loads(FIELD_MAP)}
+
+
+def test_finalize_without_validation_does_not_import_energon(tmp_path):
+    foreign_tars(tmp_path / "ds")
+    code = ("import sys; from shardcook import finalize; "
+            f"finalize({str(tmp_path / 'ds')!r}, encoding='generic', validate=False); "
+            "print('megatron.energon' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"

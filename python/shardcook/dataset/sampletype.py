@@ -12,6 +12,7 @@ from typing import Any
 from shardcook.errors import ConfigError
 
 ENERGON = "megatron.energon"
+CRUDE = "CrudeWebdataset"
 #: The keys of dataset.yaml that name its class, in either form.
 CLASS_KEYS = ("__module__", "__class__", "sample_type")
 
@@ -37,7 +38,8 @@ def class_keys(sample_type: str) -> dict[str, Any]:
     if not cls:
         raise ConfigError(f"--sample-type {sample_type!r} names no class; write Class or "
                           "module:Class")
-    if module == ENERGON and _is_energon_sample(cls):
+    # every layout's default; known without importing Energon (finalize --no-validate stays light)
+    if module == ENERGON and cls != CRUDE and _is_energon_sample(cls):
         return {"sample_type": {"__module__": module, "__class__": cls}}
     return {"__module__": module, "__class__": cls}
 

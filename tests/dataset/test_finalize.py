@@ -117,8 +117,10 @@ def test_sample_type_and_field_map(tmp_path):
         field_map={"image": "jpg", "caption": "txt"},
         validate=False,
     )
-    assert result.dataset_yaml["__class__"] == "CaptioningSample"
-    assert result.dataset_yaml["field_map"] == {"image": "jpg", "caption": "txt"}
+    # a Sample class goes under `sample_type`, as `energon prepare --sample-type` writes it
+    assert result.dataset_yaml == {
+        "sample_type": {"__module__": "megatron.energon", "__class__": "CaptioningSample"},
+        "field_map": {"image": "jpg", "caption": "txt"}}
 
 
 def test_empty_shard_is_refused(tmp_path):

@@ -35,6 +35,17 @@ def finalize(
         list[str] | None,
         typer.Option(help="Leave out shards whose path matches, repeatable [default: as recorded]."),
     ] = None,
+    sample_type: Annotated[
+        str | None,
+        typer.Option(help="dataset.yaml's class: CrudeWebdataset, a sample class of "
+                     "megatron.energon such as CaptioningSample (with --field-map), or "
+                     "module:Class (default: the encoding's)."),
+    ] = None,
+    field_map: Annotated[
+        str | None,
+        typer.Option(help="JSON object of sample field to part name for a sample class, e.g. "
+                     '\'{"image": "jpg", "caption": "txt"}\'.'),
+    ] = None,
     force: Annotated[
         bool, typer.Option(help="Rebuild an indexed folder, replacing damaged metadata.")
     ] = False,
@@ -48,6 +59,7 @@ def finalize(
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
     from shardcook.dataset import finalize as run
+    from shardcook.dataset.sampletype import parse_field_map
     from shardcook.dataset.splits import parse_split_parts
 
     try:
@@ -58,6 +70,8 @@ def finalize(
             split_parts=parse_split_parts(split_parts) if split_parts else None,
             shuffle_seed=shuffle_seed,
             exclude=exclude,
+            sample_type=sample_type,
+            field_map=parse_field_map(field_map) if field_map is not None else None,
             sqlite=sqlite,
             force=force,
             validate=validate,

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from shardcook.layouts import encodings
+
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
 
@@ -22,7 +24,7 @@ PRIMUS = "Primus aliases"
 Dir = Annotated[Path, typer.Argument(help="The dataset folder.", show_default=False)]
 EncodingOpt = Annotated[
     str | None,
-    typer.Option(help="preencoded, raw or chatml (default: from dataset.yaml or the manifest)."),
+    typer.Option(help=f"{', '.join(encodings())} (default: from dataset.yaml or the manifest)."),
 ]
 
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")]

@@ -24,10 +24,13 @@ from shardcook.layouts.names import INDEX_SQLITE, META_DIR
 SQLITE_TABLES = ("samples", "sample_parts")
 
 
-def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool) -> list[str]:
+def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
+                    samples_only_ok: bool = False) -> list[str]:
     """index.sqlite opens, has Energon's tables, holds one row per sample of each shard in
     .info.json's order, and no sample with the same part twice. A missing file is a problem
-    unless finalize recorded that it was not written."""
+    unless `expected` is False (finalize recorded that it was not written, or an older Energon
+    indexed the dataset); with `samples_only_ok` the `samples` table alone (Energon 6's index)
+    is accepted."""
     path = root / META_DIR / INDEX_SQLITE
     label = f"{META_DIR}/{INDEX_SQLITE}"
     fix = f"; run `shardcook finalize --force {root}`"
@@ -39,11 +42,11 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool) -> li
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             lacking = [t for t in SQLITE_TABLES if t not in tables]
-            if lacking:
+            if lacking and not (samples_only_ok and lacking == ["sample_parts"]):
                 return [f"{label} lacks Energon's table(s) {', '.join(lacking)}{fix}"]
             rows = dict(db.execute(
                 "SELECT tar_file_id, count(*) FROM samples GROUP BY tar_file_id").fetchall())
-            twice = db.execute(
+            twice = None if lacking else db.execute(
                 "SELECT tar_file_id, sample_index, part_name FROM sample_parts "
                 "GROUP BY tar_file_id, sample_index, part_name HAVING count(*) > 1 LIMIT 1"
             ).fetchone()

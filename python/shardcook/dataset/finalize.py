@@ -12,6 +12,7 @@ from typing import Any
 from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.dataset.index import IndexResult, plan_index, write_index
+from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.validate import ValidationReport
 from shardcook.dataset.validate import validate as run_validate
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -54,17 +55,17 @@ def dataset_yaml(
     """The dataset.yaml content: the existing one updated, never losing a user's subflavors.
 
     `sample_type` is `CrudeWebdataset` (the layout's class by default), another class name from
-    `megatron.energon`, or `module:Class` for a class elsewhere (e.g. Megatron-Bridge's).
+    `megatron.energon` (a Sample class is written under `sample_type:` and needs a field_map, as
+    `energon prepare` does), or `module:Class` for a class elsewhere (e.g. Megatron-Bridge's).
     """
     layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
     current = _current_dataset_yaml(root, force)
     out = dict(current)
-    if sample_type is None and "__class__" not in out:
+    if sample_type is None and "__class__" not in out and "sample_type" not in out:
         sample_type = layout.sample_type if layout else "CrudeWebdataset"
     if sample_type is not None:
-        module, _, cls = sample_type.rpartition(":")
-        out["__module__"] = module or "megatron.energon"
-        out["__class__"] = cls
+        rest = {k: v for k, v in out.items() if k not in CLASS_KEYS}
+        out = {**class_keys(sample_type), **rest}
     if field_map is not None:
         out["field_map"] = dict(field_map)
     merged = dict(current.get("subflavors") or {})
@@ -73,6 +74,7 @@ def dataset_yaml(
         merged.update(layout.dataset_yaml()["subflavors"])
     if merged or "subflavors" in current or subflavors is not None:
         out["subflavors"] = merged
+    check_typed(out)
     return out
 
 
@@ -82,7 +84,7 @@ def _layouts_like(root: Path, shards: list[str]) -> list[Layout]:
         _, parts = next(iter(_native.read_shard(root / shards[0])))
     except (ShardcookError, StopIteration):
         return []  # indexing names the damage
-    return [lay for lay in LAYOUTS.values() if not lay.missing_parts(parts)]
+    return [lay for lay in LAYOUTS.values() if lay.required and not lay.missing_parts(parts)]
 
 
 def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: str | None,
@@ -128,8 +130,9 @@ def finalize(
     (see `build_index`: split and exclusions not given are kept from an earlier finalize).
 
     Args:
-        encoding: A layout's encoding (`preencoded`, `raw`, `chatml`); by default read from
-            dataset.yaml or the manifest.
+        encoding: A layout's encoding (`shardcook.layouts.encodings()`: `generic` for any
+            tars, read as Energon's crude samples); by default read from dataset.yaml or the
+            manifest.
         sample_type, field_map, subflavors: What dataset.yaml declares (see `dataset_yaml`).
         force: Rebuild an indexed folder, replacing any damaged metadata file.
         validate: Run `validate` afterwards and raise when it finds problems.

@@ -24,7 +24,7 @@ from shardcook.dataset.splits import (
     split_by_ratio,
 )
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, META_DIR
+from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 
 log = logging.getLogger(__name__)
 
@@ -209,10 +209,10 @@ def plan_index(
     meta = root / META_DIR
     if not force and meta.exists() and not meta.is_dir():
         metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
-    if not force and ((meta / INFO_JSON).exists() or (meta / ".info.yaml").exists()):
+    if not force and ((meta / INFO_JSON).exists() or (meta / INFO_YAML).exists()):
         raise DatasetError(
-            f"{root} is already indexed ({META_DIR}/{INFO_JSON} exists); pass force=True "
-            "(--force) to rebuild its index"
+            f"{root} is already indexed ({META_DIR}/{metadata.info_file(root)} exists); pass "
+            "force=True (--force) to rebuild its index"
         )
     request, warnings = _resolve(root, encoding, split, split_parts, shuffle_seed, exclude, sqlite,
                                  force)

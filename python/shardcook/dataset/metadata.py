@@ -1,6 +1,7 @@
 """The one reader and writer of a dataset's metadata files (docs/FORMAT.md §5 and §6).
 
-Energon's `.nv-meta/{dataset.yaml, split.yaml, .info.json, index.uuid}` and shardcook's
+Energon's `.nv-meta/{dataset.yaml, split.yaml, .info.json, index.uuid}` (and `.info.yaml`, what
+Energon before 7.0 wrote instead of `.info.json`) and shardcook's
 `.shardcook/{manifest.json, finalize.json}`. Every reader checks the type and shape of what it
 loads and turns any problem (unreadable, not YAML/JSON, a list where a mapping belongs, a negative
 count, `.nv-meta` being a file) into one `DatasetError` line that names the file and says what is
@@ -24,11 +25,13 @@ import yaml
 from shardcook.dataset.braces import expand_braces
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import LAYOUTS, Layout, by_encoding
+from shardcook.layouts.base import CRUDE_WEBDATASET
 from shardcook.layouts.names import (
     DATASET_YAML,
     FINALIZE_JSON,
     INDEX_UUID,
     INFO_JSON,
+    INFO_YAML,
     MANIFEST_JSON,
     META_DIR,
     OURS_DIR,
@@ -41,17 +44,30 @@ MAX_COUNT = 2**63
 
 @dataclass(frozen=True)
 class DatasetYaml:
-    """`.nv-meta/dataset.yaml`, checked: the sample class, subflavors and field_map."""
+    """`.nv-meta/dataset.yaml`, checked: the sample class, subflavors and field_map.
+
+    The class is named at the top level (a dataset class such as CrudeWebdataset), or under
+    `sample_type` (a Sample class such as CaptioningSample, which Energon reads with its standard
+    webdataset factory: what `energon prepare --sample-type` writes for a sample class).
+    """
 
     content: dict[str, Any]
 
     @property
+    def class_entry(self) -> dict[str, Any]:
+        """The mapping that holds `__module__` and `__class__`."""
+        nested = self.content.get("sample_type")
+        if "__class__" not in self.content and isinstance(nested, dict):
+            return nested
+        return self.content
+
+    @property
     def module(self) -> str:
-        return str(self.content.get("__module__") or "megatron.energon")
+        return str(self.class_entry.get("__module__") or "megatron.energon")
 
     @property
     def cls(self) -> str:
-        return str(self.content["__class__"])
+        return str(self.class_entry["__class__"])
 
     @property
     def subflavors(self) -> dict[str, Any]:
@@ -68,6 +84,8 @@ class DatasetYaml:
         if encoding is not None:
             return str(encoding)
         named = f"{self.module}:{self.cls}"
+        if named == CRUDE_WEBDATASET:  # crude without a subflavor says nothing (e.g. generic)
+            return None
         return next((lay.encoding for lay in LAYOUTS.values()
                      if not lay.subflavored and lay.sample_type == named), None)
 
@@ -82,10 +100,12 @@ class SplitYaml:
 
 @dataclass(frozen=True)
 class InfoJson:
-    """`.nv-meta/.info.json`: samples per shard, in Energon's shard order."""
+    """`.nv-meta/.info.json` (or `.info.yaml`): samples per shard, in Energon's shard order."""
 
     shard_counts: dict[str, int]
     energon_version: str | None = None
+    #: The file it was read from: INFO_JSON, or INFO_YAML for a dataset of Energon before 7.0.
+    file: str = INFO_JSON
 
 
 @dataclass(frozen=True)
@@ -212,11 +232,12 @@ def read_dataset_yaml(root: Path) -> DatasetYaml | None:
     if loaded is None:
         return None
     data, label, fix = loaded
-    if not isinstance(data.get("__class__"), str) or not data["__class__"]:
+    entry = DatasetYaml(data).class_entry
+    if not isinstance(entry.get("__class__"), str) or not entry["__class__"]:
         raise DatasetError(f"{label} has no '__class__' naming the sample class{fix}")
-    if "__module__" in data and not isinstance(data["__module__"], str):
+    if "__module__" in entry and not isinstance(entry["__module__"], str):
         raise DatasetError(f"{label}: '__module__' must be a module name, not "
-                           f"{_kind(data['__module__'])}{fix}")
+                           f"{_kind(entry['__module__'])}{fix}")
     subflavors = data.get("subflavors")
     if subflavors is not None and not (
         isinstance(subflavors, dict) and all(isinstance(k, str) for k in subflavors)
@@ -264,9 +285,18 @@ def _expand(label: str, patterns: Sequence[str], fix: str) -> list[str]:
         raise DatasetError(f"{label}: {e}{fix}") from None
 
 
+def info_file(root: Path) -> str:
+    """The name of the shard-count file Energon reads: `.info.json`, else a `.info.yaml` that
+    Energon before 7.0 wrote."""
+    json_path, yaml_path = meta_path(root, INFO_JSON), meta_path(root, INFO_YAML)
+    return INFO_YAML if not json_path.exists() and yaml_path.exists() else INFO_JSON
+
+
 def read_info_json(root: Path) -> InfoJson | None:
-    path = meta_path(root, INFO_JSON)
-    loaded = _load_object(root, path, _json)
+    """`.info.json`, else `.info.yaml`, as Energon reads them (same fields)."""
+    name = info_file(root)
+    path = meta_path(root, name)
+    loaded = _load_object(root, path, _json if name == INFO_JSON else yaml.safe_load)
     if loaded is None:
         return None
     data, label, fix = loaded
@@ -279,7 +309,7 @@ def read_info_json(root: Path) -> InfoJson | None:
             raise DatasetError(f"{label}: the count of {shard} must be a whole number from 0 to "
                                f"2**63-1, not {n!r}{fix}")
     version = data.get("energon_version")
-    return InfoJson(dict(counts), version if isinstance(version, str) else None)
+    return InfoJson(dict(counts), version if isinstance(version, str) else None, name)
 
 
 def read_index_uuid(root: Path) -> str | None:
@@ -428,11 +458,16 @@ def write_split_yaml(root: Path, parts: Mapping[str, list[str]], exclude: Sequen
 
 
 def write_info_json(root: Path, energon_version: str, counts: Mapping[str, int]) -> None:
-    """`.info.json` as Energon writes it: `json.dump(indent=2)`, no trailing newline."""
+    """`.info.json` as Energon writes it: `json.dump(indent=2)`, no trailing newline. A
+    `.info.yaml` there (from Energon before 7.0) is rewritten with the same content, as
+    `energon prepare` does, so an older Energon reading it sees the same counts."""
     path = meta_path(root, INFO_JSON)
     remove_broken(path)
     obj = {"energon_version": energon_version, "shard_counts": dict(counts)}
     write_text_atomic(path, json.dumps(obj, indent=2))
+    legacy = meta_path(root, INFO_YAML)
+    if legacy.is_file():
+        write_text_atomic(legacy, yaml.safe_dump(obj))
 
 
 def write_index_uuid(root: Path) -> None:

@@ -11,7 +11,7 @@ from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.errors import DatasetError, ShardcookError
-from shardcook.layouts.names import INFO_JSON, META_DIR
+from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
 
 
 @dataclass
@@ -78,7 +78,8 @@ def read_metadata(
     info = metadata.read_info_json(root)
     if info is None:
         raise DatasetError(
-            f"{root} has no {META_DIR}/{INFO_JSON}; run `shardcook finalize {root}` first"
+            f"{root} has no {META_DIR}/{INFO_JSON} (nor the {INFO_YAML} of Energon before 7.0); "
+            f"run `shardcook finalize {root}` first"
         )
     split_yaml = metadata.read_split_yaml(root)
     return info.shard_counts, split_yaml.parts if split_yaml else {}, metadata.read_dataset_yaml(

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shardcook import _native
-from shardcook.dataset import checks, metadata
+from shardcook.dataset import checks, legacy, metadata
 from shardcook.dataset.index import list_shards
 from shardcook.dataset.samplecheck import load_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
 from shardcook.layouts import Layout
-from shardcook.layouts.names import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
+from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
 
 T = TypeVar("T")
 
@@ -130,33 +130,42 @@ def validate(
     manifest = _read(report, metadata.read_manifest, root)
     record = _read(report, metadata.read_finalize_record, root)
     _read(report, metadata.read_index_uuid, root)
+    # Not finalized by shardcook: `energon prepare` indexed it, maybe an older one (legacy.py)
+    by_energon = record is None
     fix = f"; run `shardcook finalize --force {root}`"
     for name, present in ((DATASET_YAML, dataset), (SPLIT_YAML, split_yaml),
                           (INDEX_UUID, (root / META_DIR / INDEX_UUID).is_file() or None)):
-        if present is None:
+        if present is None and not (by_energon and name == INDEX_UUID):
             problems.append(f"{META_DIR}/{name} is missing{fix}")
+    older = legacy.older_energon_warning(root) if by_energon else None
+    if older:
+        report.warnings.append(older)
     layout = _layout(report, encoding, dataset, manifest)
+    info_name = metadata.info_file(root)
 
     excluded = _excluded(root, record, split_yaml)
     present_shards = set(list_shards(root)) - excluded
     listed = [s for s in counts if (root / s).is_file()]
-    problems += [f"shard {s} is listed in .info.json but missing" for s in counts
+    problems += [f"shard {s} is listed in {info_name} but missing" for s in counts
                  if not (root / s).is_file()]
     problems += [
-        f"shard {s} is not listed in .info.json; run `shardcook finalize --force {root}` to index it"
+        f"shard {s} is not listed in {info_name}; run `shardcook finalize --force {root}` to "
+        "index it"
         for s in sorted(present_shards - set(counts))
     ]
     verified = _native.verify_shards(root, [(s, counts[s]) for s in listed])
     for checked in verified.shards:
         problems += checked.problems
     problems += verified.problems
-    problems += checks.sqlite_problems(root, counts, record.sqlite if record else True)
+    problems += checks.sqlite_problems(root, counts, record.sqlite if record else False,
+                                       samples_only_ok=by_energon)
     seen: dict[str, str] = {}
     for split, shards in splits.items():
         unknown = [s for s in shards if s not in counts]
         if unknown:
             problems.append(
-                f"split {split} names {len(unknown)} shard(s) not in .info.json, e.g. {unknown[0]}"
+                f"split {split} names {len(unknown)} shard(s) not in {info_name}, e.g. "
+                f"{unknown[0]}"
             )
         for shard in shards:
             if shard in seen and seen[shard] != split:
@@ -190,6 +199,7 @@ def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[
         )
     if deep:
         report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
-        if not (root / META_DIR / INDEX_SQLITE).is_file():  # else sqlite_problems looked
+        # else sqlite_problems looked, in the sample_parts table
+        if legacy.PARTS_TABLE not in (legacy.sqlite_tables(root) or set()):
             report.problems += checks.repeated_part_problems(root, listed)
 

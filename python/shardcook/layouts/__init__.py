@@ -7,14 +7,16 @@ from shardcook.errors import ConfigError
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
+from shardcook.layouts.generic import GENERIC
 from shardcook.layouts.preencoded import PREENCODED
 from shardcook.layouts.raw import IMAGE_PARTS, RAW
 
 #: Every layout, by registry name.
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX)}
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, GENERIC)}
 
-__all__ = ["CHATML", "IMAGE_PARTS", "LAYOUTS", "PREENCODED", "RAW", "Layout", "by_encoding",
-           "get_layout"]
+__all__ = ["CHATML", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "PREENCODED", "RAW", "Layout", "by_encoding",
+           "encodings", "get_layout"]
 
 
 def get_layout(name: str) -> Layout:
@@ -25,6 +27,11 @@ def get_layout(name: str) -> Layout:
         raise ConfigError(
             f"unknown layout {name!r}; use one of {', '.join(sorted(LAYOUTS))}"
         ) from None
+
+
+def encodings() -> list[str]:
+    """Every layout's encoding, in registry order (what `--encoding` accepts)."""
+    return [layout.encoding for layout in LAYOUTS.values()]
 
 
 def by_encoding(encoding: str) -> Layout | None:

@@ -12,6 +12,9 @@ OURS_DIR = ".shardcook"
 DATASET_YAML = "dataset.yaml"
 SPLIT_YAML = "split.yaml"
 INFO_JSON = ".info.json"
+#: What Energon before 7.0 wrote instead of `.info.json` (same content, YAML); Energon still
+#: reads it when `.info.json` is absent.
+INFO_YAML = ".info.yaml"
 INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"
 MANIFEST_JSON = "manifest.json"

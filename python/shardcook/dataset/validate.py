@@ -1,7 +1,8 @@
 """Proves a dataset whole: metadata present, well-formed and consistent with a fresh Rust scan of
 every shard and with index.sqlite, unique keys, splits that exist, the first sample of each split
-with its layout's parts and loadable through Energon; with `deep`, every part of every sample
-decoded. The rules (required parts, checkers) come from the dataset's layout."""
+with its layout's parts and loaded through Energon with its layout's cooker (tensors and pickles
+loaded safely); with `deep`, every part of every sample decoded, each `.pth` archive checked
+against its CRCs. The rules (required parts, checkers) come from the dataset's layout."""
 
 from __future__ import annotations
 
@@ -203,7 +204,7 @@ def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[
     report.problems += checks.first_sample_problems(root, splits, layout, field_map, manifest,
                                                     None if deep else checker)
     if energon:
-        report.problems += checks.energon_load_problems(root, splits)
+        report.problems += checks.energon_load_problems(root, splits, layout)
     if deep:
         report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
         if not (root / META_DIR / INDEX_SQLITE).is_file():  # else sqlite_problems looked

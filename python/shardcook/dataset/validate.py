@@ -6,6 +6,7 @@ against its CRCs. The rules (required parts, checkers) come from the dataset's l
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 
 from shardcook import _native
 from shardcook.dataset import checks, metadata, trust
-from shardcook.dataset.index import list_shards
+from shardcook.dataset.index import list_shards, shard_name_problem
 from shardcook.dataset.samplecheck import load_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
@@ -162,12 +163,12 @@ def validate(
     excluded = _excluded(root, record, split_yaml)
     present_shards = set(list_shards(root)) - excluded
     listed = [s for s in counts if (root / s).is_file()]
-    problems += [f"shard {s} is listed in .info.json but missing" for s in counts
-                 if not (root / s).is_file()]
-    problems += [
-        f"shard {s} is not listed in .info.json; run `shardcook finalize --force {root}` to index it"
-        for s in sorted(present_shards - set(counts))
-    ]
+    problems += [(shard_name_problem(root, s) if os.path.lexists(root / s) else None)
+                 or f"shard {s} is listed in .info.json but missing"
+                 for s in counts if not (root / s).is_file()]
+    problems += [shard_name_problem(root, s) or f"shard {s} is not listed in .info.json; run "
+                 f"`shardcook finalize --force {root}` to index it"
+                 for s in sorted(present_shards - set(counts))]
     verified = _native.verify_shards(root, [(s, counts[s]) for s in listed])
     for checked in verified.shards:
         problems += checked.problems

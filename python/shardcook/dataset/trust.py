@@ -14,9 +14,16 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import yaml
+
+from shardcook.dataset import metadata
+from shardcook.errors import DatasetError
+from shardcook.layouts.names import DATASET_YAML, META_DIR
 
 #: The packages whose modules a dataset may name (with their submodules).
 TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
@@ -55,6 +62,53 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
                 walk(value)
 
     walk(content)
+    return problems
+
+
+def _referenced(content: Any, base: Path) -> Iterator[Path]:
+    """The datasets and metadatasets a metadataset names (`path:` at any depth, relative to
+    `base`), with the dataset.yaml stand-ins its `dataset_config:` entries name."""
+    if isinstance(content, dict):
+        if isinstance(content.get("path"), str):
+            target = base / content["path"]
+            yield target
+            if isinstance(content.get("dataset_config"), str):
+                yield target / META_DIR / content["dataset_config"]
+        for value in content.values():
+            yield from _referenced(value, base)
+    elif isinstance(content, list):
+        for value in content:
+            yield from _referenced(value, base)
+
+
+def blend_code_problems(path: Path, fix: str) -> list[str]:
+    """`code_problems` of everything Energon would load for a blend entry: a dataset folder's
+    dataset.yaml, or a metadataset .yaml and, through it, each dataset and metadataset it names
+    (each once). A file that cannot be read is passed over: Energon cannot load code from it
+    either, and its own check names it."""
+    problems: list[str] = []
+    seen: set[Path] = set()
+    todo = [path]
+    while todo:
+        target = todo.pop().resolve()
+        if target in seen:
+            continue
+        seen.add(target)
+        if target.is_dir():
+            try:
+                dataset = metadata.read_dataset_yaml(target)
+            except DatasetError:
+                continue
+            if dataset is not None:
+                problems += code_problems(dataset.content, str(target / META_DIR / DATASET_YAML),
+                                          fix)
+        elif target.is_file():
+            try:
+                content = yaml.safe_load(target.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            problems += code_problems(content, str(target), fix)
+            todo += _referenced(content, target.parent)
     return problems
 
 

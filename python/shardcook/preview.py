@@ -43,7 +43,7 @@ def _encoding(root: Path) -> str:
 def _first_samples(root: Path, count: int) -> list[tuple[str, dict[str, bytes]]]:
     from shardcook import read_shard
 
-    shards = sorted(root.glob("*.tar"))
+    shards = sorted(p for p in root.glob("*.tar") if p.is_file())  # never a FIFO or device
     if not shards:
         raise DatasetError(f"{root} holds no .tar shards to preview.")
     got = []

@@ -393,8 +393,8 @@ def test_a_folder_named_like_a_shard_is_refused(tmp_path):
     (d / "x.tar").mkdir()
     r = cli("finalize", d, "--encoding", "raw")
     assert r.code == 2 and one_error_line(r) == (
-        f"error: {d / 'x.tar'} is not a file, yet its name makes Energon read it as a shard; "
-        "rename it or leave it out with --exclude")
+        f"error: {d / 'x.tar'} is a folder, not a shard, yet its name makes Energon read it as "
+        "one; remove it or rename it (or leave it out with --exclude)")
     assert nothing_written(d)
     assert cli("finalize", d, "--encoding", "raw", "--exclude", "^x").code == 0
 

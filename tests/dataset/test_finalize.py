@@ -10,6 +10,7 @@ import pytest
 import yaml
 from shardcook import ConfigError, DatasetError, build_index, finalize
 
+from tests.helpers.dataset import raw_parts
 from tests.helpers.shards import write_shards
 
 
@@ -73,16 +74,7 @@ def test_exclude_leaves_shards_out_and_validate_knows(tmp_path):
 
 
 def test_dataset_yaml_for_our_encodings_keeps_user_subflavors(tmp_path):
-    write_shards(
-        tmp_path,
-        1,
-        2,
-        parts=lambda i: {
-            "jpg": b"j",
-            "txt": b"t",
-            "meta.json": b"{}",
-        },
-    )
+    write_shards(tmp_path, 1, 2, parts=raw_parts)  # validate decodes the first image
     meta = tmp_path / ".nv-meta"
     meta.mkdir()
     (meta / "dataset.yaml").write_text(
@@ -97,7 +89,7 @@ def test_dataset_yaml_for_our_encodings_keeps_user_subflavors(tmp_path):
 
 
 def test_encoding_comes_from_the_manifest(tmp_path):
-    write_shards(tmp_path, 1, 2, parts=lambda i: {"jpg": b"j", "txt": b"t", "meta.json": b"{}"})
+    write_shards(tmp_path, 1, 2, parts=raw_parts)
     (tmp_path / ".shardcook" / "manifest.json").write_text(json.dumps({"encoding": "raw"}))
     result = finalize(tmp_path)
     assert result.dataset_yaml["subflavors"] == {"encoding": "raw"}

@@ -1,5 +1,6 @@
 """The checks `validate` runs beyond reading the metadata: index.sqlite against .info.json, each
-split's first sample through shardcook's reader and through Energon, and every sample (`--deep`).
+split's first sample through shardcook's reader and through Energon with its layout's cooker, and
+every sample (`--deep`).
 Each returns one sentence per problem."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset.samplecheck import Checker, check_sample
+from shardcook.dataset.samplecheck import Checker, check_sample, registry_function
 from shardcook.errors import ShardcookError
 from shardcook.layouts import Layout
 from shardcook.layouts.names import INDEX_SQLITE, META_DIR
@@ -131,9 +132,11 @@ def first_sample_problems(
     return problems
 
 
-def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> list[str]:
-    """Loads the first sample of each non-empty split through Energon's own loader, raw bytes
-    only (no decoding, no unpickling)."""
+def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]],
+                          layout: Layout | None) -> list[str]:
+    """Loads the first sample of each non-empty split through Energon's own loader from raw
+    bytes and cooks it with the layout's cooker, which loads tensors and pickles safely (nothing
+    pickled runs); for a layout without a cooker only the part names are taken."""
     from megatron.energon import (
         Cooker,
         DefaultTaskEncoder,
@@ -152,17 +155,17 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
         parts: list[str]
 
     @stateless
-    def cook(crude: dict[str, Any]) -> PartNames:
+    def part_names(crude: dict[str, Any]) -> PartNames:
         names = [k for k in crude if not k.startswith("__")]
         return PartNames(**basic_sample_keys(crude), parts=names)
 
-    class PartNamesEncoder(
-        DefaultTaskEncoder[PartNames, PartNames, list[PartNames], list[PartNames]]
-    ):
+    cook = registry_function(layout.cooker) if layout and layout.cooker else part_names
+
+    class FirstSampleEncoder(DefaultTaskEncoder[Any, Any, list[Any], list[Any]]):
         decoder = None
         cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
 
-        def batch(self, samples: list[PartNames]) -> list[PartNames]:
+        def batch(self, samples: list[Any]) -> list[Any]:
             return samples
 
     problems = []
@@ -177,7 +180,7 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
             with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*pin_memory.*")
                 dataset = get_val_dataset(root, split_part=split, worker_config=config,
-                                          batch_size=1, task_encoder=PartNamesEncoder())
+                                          batch_size=1, task_encoder=FirstSampleEncoder())
                 # Energon's loader as `get_loader` builds it, without a gc pass per sample;
                 # its gc.collect() on creation is made cheap by freezing what already lives
                 gc.freeze()
@@ -186,7 +189,8 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]]) -> li
                 finally:
                     gc.unfreeze()
         except Exception as e:  # noqa: BLE001 (any failure inside Energon is the finding)
-            problems.append(f"Energon cannot load the {split} split: {type(e).__name__}: {e}")
+            detail = str(e).splitlines()[0] if str(e) else ""
+            problems.append(f"Energon cannot load the {split} split: {type(e).__name__}: {detail}")
     return problems
 
 

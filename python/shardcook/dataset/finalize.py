@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import metadata
+from shardcook.dataset import metadata, trust
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.validate import ValidationReport
 from shardcook.dataset.validate import validate as run_validate
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout
+from shardcook.layouts.names import DATASET_YAML, META_DIR
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,23 @@ def dataset_yaml(
         out["subflavors"] = merged
     check_typed(out)
     return out
+
+
+def _refuse_untrusted_code(root: Path, content: Mapping[str, Any],
+                           sample_type: str | None) -> None:
+    """Refuses, before anything is written, a dataset.yaml naming code that validating it would
+    make Energon import or run (a module off the allowlist, a Python file)."""
+    module = (sample_type or "").rpartition(":")[0]
+    if module and not trust.is_trusted(module):
+        raise ConfigError(f"sample_type {sample_type!r} names a class outside "
+                          f"{', '.join(trust.TRUSTED_PACKAGES)}, which validate will not import; "
+                          "name a class of one of them")
+    label = f"{root}/{META_DIR}/{DATASET_YAML}"
+    fix = (f"; finalize keeps the sample class it finds, so delete {label} (or pass a "
+           "sample_type of megatron.energon) and run finalize again")
+    untrusted = trust.code_problems(dict(content), label, fix)
+    if untrusted:
+        raise DatasetError(untrusted[0])
 
 
 def _layouts_like(root: Path, shards: list[str]) -> list[Layout]:
@@ -148,6 +166,7 @@ def finalize(
     plan = replace(plan, record=replace(plan.record, encoding=encoding))
     content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, force=force)
+    _refuse_untrusted_code(root, content, sample_type)
     index = write_index(plan)
     metadata.write_dataset_yaml(root, content)
     report = None

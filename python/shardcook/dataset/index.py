@@ -6,7 +6,9 @@ in `.shardcook/finalize.json` and split.yaml, so a later finalize without argume
 from __future__ import annotations
 
 import logging
+import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,19 +84,44 @@ def excluded_shards(directory: Path, exclude: Sequence[str]) -> list[str]:
     return [n for n in list_shards(directory) if n not in kept]
 
 
+#: What a path is, by its mode, when it is not a regular file.
+_NOT_FILES = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+              (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What `path` is when it is not a regular file nor a link to one (`a FIFO`, `a link to
+    /dev/zero, a device`, ...), found from its metadata alone; None for a regular file."""
+    link = f"a link to {os.readlink(path)}, " if path.is_symlink() else ""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:  # a link to nothing, a loop of links, no permission
+        return f"{link}which cannot be reached ({e.strerror or e})"
+    kind = next((k for test, k in _NOT_FILES if test(mode)), None)
+    return None if stat.S_ISREG(mode) else f"{link}{kind or 'not a regular file'}"
+
+
+def shard_name_problem(root: Path, name: str) -> str | None:
+    """Why `name`, a path Energon reads as a shard because of its ending, cannot be one: what
+    it is and what to do with it; None for a fine shard. Nothing is opened, so a FIFO or a device
+    is never read."""
+    what = _not_a_file(root / name)
+    if what is not None:
+        return (f"{root / name} is {what}, not a shard, yet its name makes Energon read it as "
+                "one; remove it or rename it (or leave it out with --exclude)")
+    if _BRACE_CHARS.search(name):
+        plain = re.sub(r"[{}\\,]", "_", name)
+        return (f"shard {name!r} has a brace or backslash in its name, which Energon's split.yaml "
+                f"would brace-expand into other names; rename it (e.g. to {plain!r})")
+    return None
+
+
 def _check_shard_names(root: Path, shards: Sequence[str]) -> None:
     """Refuses names Energon would misread, before anything is written."""
     for name in shards:
-        if not (root / name).is_file():
-            raise DatasetError(
-                f"{root / name} is not a file, yet its name makes Energon read it as a shard; "
-                "rename it or leave it out with --exclude"
-            )
-        if _BRACE_CHARS.search(name):
-            raise DatasetError(
-                f"shard {name!r} has a brace or backslash in its name, which Energon's split.yaml "
-                "would brace-expand into other names; rename it"
-            )
+        problem = shard_name_problem(root, name)
+        if problem is not None:
+            raise DatasetError(problem)
 
 
 @dataclass(frozen=True)

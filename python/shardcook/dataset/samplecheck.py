@@ -10,7 +10,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shardcook.dataset.tensorinfo import TensorInfo, tensor_info
+from shardcook.dataset.tensorinfo import (
+    TensorInfo,
+    is_torch_save_part,
+    tensor_info,
+    torch_save_damage,
+)
 from shardcook.layouts import IMAGE_PARTS, Layout
 from shardcook.layouts.chatml import (
     CONVERSATION_PART,
@@ -58,17 +63,27 @@ def part_problem(name: str, data: bytes) -> str | None:
                 json.loads(text)
             except (ValueError, RecursionError) as e:
                 return f"is not valid JSON ({str(e).splitlines()[0]})"
-    if ext in TENSOR_EXTENSIONS and tensor_info(data, name) is None:
-        return "is not a plain saved tensor"
+    if ext in TENSOR_EXTENSIONS:
+        damage = torch_save_damage(data) if is_torch_save_part(name) else None
+        if damage is not None:
+            return f"is damaged: {damage}"
+        if tensor_info(data, name) is None:
+            return "is not a plain saved tensor"
     return None
+
+
+def registry_function(spec: str) -> Any:
+    """The function `module:name` that shardcook's layout registry names (a cooker, a checker);
+    never a name a dataset gives."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def load_checker(layout: Layout | None) -> Checker | None:
     """The layout's `checker` function, imported."""
     if layout is None or layout.checker is None:
         return None
-    module, _, name = layout.checker.partition(":")
-    checker: Checker = getattr(importlib.import_module(module), name)
+    checker: Checker = registry_function(layout.checker)
     return checker
 
 
@@ -209,7 +224,9 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         return [(f"part {EMBEDDINGS_PART} holds more than tensors and plain types ({e}); it was "
                 "not run")]
     except Exception as e:  # noqa: BLE001 (arbitrary bytes can fail anywhere in a pickle)
-        return [f"part {EMBEDDINGS_PART} is not a readable pickle ({type(e).__name__})"]
+        detail = str(e).partition("\n")[0]
+        return [f"part {EMBEDDINGS_PART} is not a readable pickle ({type(e).__name__}"
+                + (f": {detail})" if detail else ")")]
     problems = []
     wanted = ((PROMPT_EMBEDS, 2, "[L, D]"), (POOLED_PROMPT_EMBEDS, 1, "[D]"))
     if not isinstance(embeddings, dict):

@@ -36,14 +36,36 @@ _STORAGE_DTYPES = {
 }
 
 
+#: Bytes per value of each storage dtype.
+_ITEM_SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+               "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+
+
 class _Storage:
-    def __init__(self, dtype: str):
+    """A storage record of a pickle: its dtype, its key (its file in a `torch.save` archive) and
+    how many values it holds."""
+
+    def __init__(self, dtype: str, key: str = "", numel: int = 0):
         self.dtype = dtype
+        self.key = key
+        self.numel = numel
 
 
-def _rebuild_tensor(storage: _Storage, _offset: int, size: tuple[int, ...],
-                    *_rest: object) -> TensorInfo:
-    return TensorInfo(tuple(int(s) for s in size), storage.dtype)
+@dataclass(frozen=True)
+class _Rebuilt:
+    """One tensor as its pickle rebuilds it: a view into a storage."""
+
+    storage: _Storage
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    def past_the_end(self) -> bool:
+        """Whether the view reaches beyond the storage's values."""
+        if 0 in self.size:
+            return False
+        last = self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride, strict=False))
+        return self.offset < 0 or last >= self.storage.numel
 
 
 #: The globals a plain tensor's pickle names: `torch.save` uses the first; `pickle.dumps(tensor)`
@@ -53,9 +75,21 @@ STORAGE_FROM_BYTES = ("torch.storage", "_load_from_bytes")
 
 
 class _TensorUnpickler(pickle.Unpickler):
+    """Walks a tensor's pickle, recording each tensor (`rebuilt`) instead of making it."""
+
+    def __init__(self, file: io.BytesIO):
+        super().__init__(file)
+        self.rebuilt: list[_Rebuilt] = []
+
+    def _rebuild_tensor(self, storage: _Storage, offset: int, size: tuple[int, ...],
+                        stride: tuple[int, ...] = (), *_rest: object) -> TensorInfo:
+        shape = tuple(int(s) for s in size)
+        self.rebuilt.append(_Rebuilt(storage, int(offset), shape, tuple(int(s) for s in stride)))
+        return TensorInfo(shape, storage.dtype)
+
     def find_class(self, module: str, name: str) -> object:
         if (module, name) == REBUILD_TENSOR:
-            return _rebuild_tensor
+            return self._rebuild_tensor
         if module == "torch" and name in _STORAGE_DTYPES:
             return _STORAGE_DTYPES[name]
         if module == "collections" and name == "OrderedDict":
@@ -64,8 +98,9 @@ class _TensorUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: object) -> _Storage:
         # ('storage', storage_type, key, location, numel)
-        if isinstance(pid, tuple) and len(pid) >= 2 and pid[0] == "storage":
-            return _Storage(pid[1] if isinstance(pid[1], str) else "unknown")
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
+            dtype = pid[1] if isinstance(pid[1], str) else "unknown"
+            return _Storage(dtype, str(pid[2]), int(pid[4]))
         raise pickle.UnpicklingError("unsupported persistent id")
 
 
@@ -102,15 +137,63 @@ def tensor_info(data: bytes, part: str) -> TensorInfo | None:
     return None
 
 
+def torch_save_damage(data: bytes) -> str | None:
+    """Why the `torch.save` archive `data` is damaged, or None: every member is read and its CRC
+    compared (a flipped byte anywhere shows), and each storage the pickle names must be a member
+    holding exactly its values, with the tensor inside it. Bytes that are no archive of one plain
+    tensor are for `tensor_info` to tell; they give None here."""
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        return None
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            bad = z.testzip()
+            sizes = {info.filename: info.file_size for info in z.infolist()}
+            pkl = next((n for n in sizes if n.endswith("/data.pkl")), None)
+            pickled = z.read(pkl) if bad is None and pkl is not None else b""
+    except Exception as e:  # noqa: BLE001 (a damaged archive can fail anywhere in zipfile)
+        detail = str(e).partition("\n")[0]
+        return f"its archive is unreadable ({type(e).__name__}: {detail})"
+    if bad is not None:
+        return f"its archive member {bad} fails its CRC check"
+    if pkl is None:
+        return None
+    unpickler = _TensorUnpickler(io.BytesIO(pickled))
+    try:
+        unpickler.load()
+    except Exception:  # noqa: BLE001 (not the pickle of a plain tensor: tensor_info says so)
+        return None
+    folder = pkl[: -len("data.pkl")]
+    for tensor in unpickler.rebuilt:
+        name, storage = f"{folder}data/{tensor.storage.key}", tensor.storage
+        needed = storage.numel * _ITEM_SIZES.get(storage.dtype, 0)
+        if sizes.get(name) != needed:
+            return (f"its tensor's storage {name} should hold {needed} bytes, the archive holds "
+                    f"{sizes.get(name, 0)}")
+        if tensor.past_the_end():
+            return f"its tensor reaches past the end of its storage {name}"
+    return None
+
+
 def _storage_from_bytes(data: bytes) -> _Storage:
-    """The storage of a legacy `torch.save` stream (magic, protocol, sys info, then the object),
-    which is what `pickle.dumps(tensor)` embeds for each storage."""
+    """The storage of a legacy `torch.save` stream (magic, protocol, sys info, the storage
+    record, the list of storage keys, then each storage's value count and values), which is what
+    `pickle.dumps(tensor)` embeds for each storage.
+
+    Raises:
+        ValueError: the values that follow the record are not as many as it says.
+    """
     stream = io.BytesIO(data)
     for _ in range(3):
         _TensorUnpickler(stream).load()
     storage = _TensorUnpickler(stream).load()
     if not isinstance(storage, _Storage):
         raise pickle.UnpicklingError("a pickled storage holds something else")
+    keys = _TensorUnpickler(stream).load()
+    count = int.from_bytes(stream.read(8), "little")
+    left = len(data) - stream.tell()
+    needed = storage.numel * _ITEM_SIZES.get(storage.dtype, 0)
+    if keys != [storage.key] or count != storage.numel or left != needed:
+        raise ValueError(f"a tensor's storage should hold {needed} bytes, the pickle holds {left}")
     return storage
 
 
@@ -130,8 +213,13 @@ def pickled_tensors_info(data: bytes) -> object:
     Raises:
         pickle.UnpicklingError: the pickle names any global beyond a plain tensor's (its message
             says which); nothing was run.
+        ValueError: a tensor's storage is not whole, or the tensor reaches past its end.
     """
-    return _PickledTensorsUnpickler(io.BytesIO(data)).load()
+    unpickler = _PickledTensorsUnpickler(io.BytesIO(data))
+    obj = unpickler.load()
+    if any(tensor.past_the_end() for tensor in unpickler.rebuilt):
+        raise ValueError("a tensor reaches past the end of its storage")
+    return obj
 
 
 def pickled_summary(data: bytes, part: str) -> str | None:

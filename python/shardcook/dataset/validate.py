@@ -1,23 +1,24 @@
 """Proves a dataset whole: metadata present, well-formed and consistent with a fresh Rust scan of
 every shard and with index.sqlite, unique keys, splits that exist, the first sample of each split
-with its layout's parts and loadable through Energon; with `deep`, every part of every sample
-decoded. The rules (required parts, checkers) come from the dataset's layout."""
+with its layout's parts and loaded through Energon with its layout's cooker (tensors and pickles
+loaded safely); with `deep`, every part of every sample decoded, each `.pth` archive checked
+against its CRCs. The rules (required parts, checkers) come from the dataset's layout."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from shardcook import _native
-from shardcook.dataset import checks, legacy, metadata
-from shardcook.dataset.index import list_shards
+from shardcook.dataset import checks, legacy, metadata, trust
+from shardcook.dataset.index import list_shards, shard_name_problem
 from shardcook.dataset.samplecheck import load_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
-from shardcook.layouts import Layout
+from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
 
 T = TypeVar("T")
@@ -55,16 +56,37 @@ def _read(report: ValidationReport, read: Callable[[Path], T], root: Path) -> T 
         return None
 
 
-def _unimportable_sample_class(dataset: metadata.DatasetYaml | None) -> str | None:
-    """`module.Class` of dataset.yaml's sample class when its module cannot be imported here
-    (e.g. Megatron-Bridge's ChatMLWebdataset without Megatron-Bridge installed), else None."""
+def _sample_class(report: ValidationReport, root: Path,
+                  dataset: metadata.DatasetYaml | None) -> bool:
+    """Checks the code dataset.yaml names before Energon would import it: every module on the
+    allowlist, no Python file to run, the sample class there. True when Energon may load the
+    dataset; a class of a known layout whose package is not installed here (e.g. Megatron-Bridge's
+    ChatMLWebdataset) is a warning, anything else unverifiable a problem."""
     if dataset is None:
-        return None
+        return False
+    label = f"{META_DIR}/{DATASET_YAML}"
+    fix = (f": if you trust it, load it with Energon yourself; else delete {label} and run "
+           f"`shardcook finalize --force {root}` to write one for its layout")
+    untrusted = trust.code_problems(dataset.content, label, fix)
+    if untrusted:
+        report.problems += untrusted
+        return False
+    named = f"{dataset.module}.{dataset.cls}"
     try:
-        found = importlib.util.find_spec(dataset.module) is not None
-    except (ImportError, ValueError):
-        found = False
-    return None if found else f"{dataset.module}.{dataset.cls}"
+        module = trust.import_installed(dataset.module, root)
+    except Exception as e:  # noqa: BLE001 (an installed package may fail in any way on import)
+        if f"{dataset.module}:{dataset.cls}" in {lay.sample_type for lay in LAYOUTS.values()}:
+            report.warnings.append(
+                f"Energon's load check was skipped: the sample class {named} is not importable "
+                f"here ({e}); each split's first sample was read with shardcook's reader")
+        else:
+            report.problems.append(f"{label} names the sample class {named}, which cannot be "
+                                   f"imported here ({e})")
+        return False
+    if not isinstance(getattr(module, dataset.cls, None), type):
+        report.problems.append(f"{label} names the sample class {named}, which does not exist")
+        return False
+    return True
 
 
 def _excluded(root: Path, record: metadata.FinalizeRecord | None,
@@ -142,17 +164,17 @@ def validate(
         report.warnings.append(older)
     layout = _layout(report, encoding, dataset, manifest)
     info_name = metadata.info_file(root)
+    energon = _sample_class(report, root, dataset)
 
     excluded = _excluded(root, record, split_yaml)
     present_shards = set(list_shards(root)) - excluded
     listed = [s for s in counts if (root / s).is_file()]
-    problems += [f"shard {s} is listed in {info_name} but missing" for s in counts
-                 if not (root / s).is_file()]
-    problems += [
-        f"shard {s} is not listed in {info_name}; run `shardcook finalize --force {root}` to "
-        "index it"
-        for s in sorted(present_shards - set(counts))
-    ]
+    problems += [(shard_name_problem(root, s) if os.path.lexists(root / s) else None)
+                 or f"shard {s} is listed in {info_name} but missing"
+                 for s in counts if not (root / s).is_file()]
+    problems += [shard_name_problem(root, s) or f"shard {s} is not listed in {info_name}; run "
+                 f"`shardcook finalize --force {root}` to index it"
+                 for s in sorted(present_shards - set(counts))]
     verified = _native.verify_shards(root, [(s, counts[s]) for s in listed])
     for checked in verified.shards:
         problems += checked.problems
@@ -176,27 +198,22 @@ def validate(
     report.summary = summarize(root, counts, splits, dataset)
     if not problems:
         # Only a structurally sound dataset is worth handing to Energon.
-        _check_samples(report, root, splits, listed, layout, dataset, manifest or {}, deep)
+        _check_samples(report, root, splits, listed, layout, dataset, manifest or {}, deep,
+                       energon)
     return report
 
 
 def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[str]],
                    listed: list[str], layout: Layout | None,
                    dataset: metadata.DatasetYaml | None, manifest: dict[str, Any],
-                   deep: bool) -> None:
+                   deep: bool, energon: bool) -> None:
     checker = load_checker(layout)
     field_map = dataset.field_map if dataset else {}
     # with `deep` every sample gets the checker below; do not report the first ones twice
     report.problems += checks.first_sample_problems(root, splits, layout, field_map, manifest,
                                                     None if deep else checker)
-    missing_class = _unimportable_sample_class(dataset)
-    if missing_class is None:
-        report.problems += checks.energon_load_problems(root, splits)
-    else:  # Energon cannot build a dataset of a class it cannot import
-        report.warnings.append(
-            f"Energon's load check was skipped: the sample class {missing_class} is not "
-            "importable here; each split's first sample was read with shardcook's reader"
-        )
+    if energon:
+        report.problems += checks.energon_load_problems(root, splits, layout)
     if deep:
         report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
         # else sqlite_problems looked, in the sample_parts table

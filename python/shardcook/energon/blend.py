@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardcook.dataset import metadata
+from shardcook.dataset import metadata, trust
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 
@@ -154,6 +154,7 @@ def write_blend(
     for entry in parsed:
         target = entry.path.resolve()
         _check_dataset(target)
+        _refuse_untrusted_code(target)
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             raise ConfigError(f"{entry.path}: the weight must be a positive number.")
         blend.append({"path": os.path.relpath(target, base), "weight": float(entry.weight)})
@@ -178,6 +179,14 @@ def write_blend(
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def _refuse_untrusted_code(path: Path) -> None:
+    """Refuses a dataset whose metadata (or a metadataset naming code anywhere below it) would
+    make Energon's load check import a module off the allowlist or run a Python file."""
+    untrusted = trust.blend_code_problems(path, "; leave that dataset out of the blend")
+    if untrusted:
+        raise ConfigError(untrusted[0])
 
 
 def _check_loads(path: Path, out: Path, split: str) -> None:

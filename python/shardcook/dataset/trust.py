@@ -1,0 +1,140 @@
+"""The code a dataset's metadata names, checked before anything imports or runs it.
+
+Energon builds a dataset from `.nv-meta/dataset.yaml`: it imports the module of every mapping
+holding `__module__` (at any depth: the sample class, a `part_filter` given as
+`{__module__, __function__}`, ...) and runs the Python file that a `sample_loader` or
+`part_filter` string names. A dataset from elsewhere could so run its own code in whoever checks
+it. shardcook imports only modules of a short allowlist, and only from where they are installed:
+one that would be found inside the dataset folder (the current folder under `python -m`) is
+refused as well. Nothing here imports a module the allowlist does not hold.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from shardcook.dataset import metadata
+from shardcook.errors import DatasetError
+from shardcook.layouts.names import DATASET_YAML, META_DIR
+
+#: The packages whose modules a dataset may name (with their submodules).
+TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
+
+#: dataset.yaml keys whose string value Energon runs as `file.py:function` from `.nv-meta`.
+CODE_FILE_KEYS = ("sample_loader", "part_filter")
+
+
+def is_trusted(module: str) -> bool:
+    """Whether `module` is one of `TRUSTED_PACKAGES` or inside one."""
+    return any(module == p or module.startswith(f"{p}.") for p in TRUSTED_PACKAGES)
+
+
+def code_problems(content: Any, label: str, fix: str) -> list[str]:
+    """One sentence per module or Python file that `content` (a parsed dataset.yaml, called
+    `label`) names and that may not be imported or run; `fix` ends each sentence."""
+    problems: list[str] = []
+    allowed = ", ".join(TRUSTED_PACKAGES)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            module = node.get("__module__")
+            if "__module__" in node and not (isinstance(module, str) and is_trusted(module)):
+                problems.append(
+                    f"{label} names the module {module!r}, which is not part of {allowed}; it was "
+                    f"not imported, as that would run the dataset's own code{fix}")
+            for key in CODE_FILE_KEYS:
+                if isinstance(node.get(key), str):
+                    problems.append(
+                        f"{label}'s {key} names the Python file {node[key]!r}, which Energon "
+                        f"would run; it was not run, as it is the dataset's own code{fix}")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(content)
+    return problems
+
+
+def _referenced(content: Any, base: Path) -> Iterator[Path]:
+    """The datasets and metadatasets a metadataset names (`path:` at any depth, relative to
+    `base`), with the dataset.yaml stand-ins its `dataset_config:` entries name."""
+    if isinstance(content, dict):
+        if isinstance(content.get("path"), str):
+            target = base / content["path"]
+            yield target
+            if isinstance(content.get("dataset_config"), str):
+                yield target / META_DIR / content["dataset_config"]
+        for value in content.values():
+            yield from _referenced(value, base)
+    elif isinstance(content, list):
+        for value in content:
+            yield from _referenced(value, base)
+
+
+def blend_code_problems(path: Path, fix: str) -> list[str]:
+    """`code_problems` of everything Energon would load for a blend entry: a dataset folder's
+    dataset.yaml, or a metadataset .yaml and, through it, each dataset and metadataset it names
+    (each once). A file that cannot be read is passed over: Energon cannot load code from it
+    either, and its own check names it."""
+    problems: list[str] = []
+    seen: set[Path] = set()
+    todo = [path]
+    while todo:
+        target = todo.pop().resolve()
+        if target in seen:
+            continue
+        seen.add(target)
+        if target.is_dir():
+            try:
+                dataset = metadata.read_dataset_yaml(target)
+            except DatasetError:
+                continue
+            if dataset is not None:
+                problems += code_problems(dataset.content, str(target / META_DIR / DATASET_YAML),
+                                          fix)
+        elif target.is_file():
+            try:
+                content = yaml.safe_load(target.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            problems += code_problems(content, str(target), fix)
+            todo += _referenced(content, target.parent)
+    return problems
+
+
+def _inside(place: str, root: Path) -> bool:
+    return Path(place).resolve().is_relative_to(root.resolve())
+
+
+def import_installed(module: str, root: Path) -> ModuleType:
+    """Imports `module` (a trusted name), package by package, refusing any of them that would
+    be found inside `root`.
+
+    Raises:
+        ImportError: a package of the name is missing, or lies inside `root` (the message says
+            which); nothing of it was run.
+    """
+    parts = module.split(".")
+    for n in range(1, len(parts) + 1):
+        name = ".".join(parts[:n])
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)  # its parent is imported: this runs nothing
+        if spec is None:
+            raise ImportError(f"there is no module {name}")
+        places = [spec.origin, *(spec.submodule_search_locations or [])]
+        if any(p and Path(p).is_absolute() and _inside(p, root) for p in places):
+            raise ImportError(f"{name} would be imported from inside the dataset folder")
+        importlib.import_module(name)
+    return sys.modules[module]
+

@@ -7,6 +7,7 @@ import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 from typing_extensions import Self
@@ -48,6 +49,23 @@ def _saved_workers(energon_state: Any) -> int | None:
     return 0 if len(states) == 1 else None
 
 
+def _check_loader(loader: object) -> None:
+    """Refuses what cannot be cycled (None, a number, a path) when the wrapper is built, not at
+    the first `next()`."""
+    from shardcook.errors import ConfigError
+
+    if isinstance(loader, (str, bytes, PathLike)):
+        raise ConfigError(
+            f"MegatronDataloaderWrapper needs a loader, not the path {loader!r}; build one with "
+            "shardcook.energon.get_diffusion_loader(path, ...) (already wrapped)."
+        )
+    if not isinstance(loader, Iterable) and not hasattr(loader, "__getitem__"):
+        raise ConfigError(
+            f"MegatronDataloaderWrapper needs a loader to iterate (an Energon loader, a "
+            f"DataLoader, a list), not {loader!r} ({type(loader).__name__})."
+        )
+
+
 class MegatronDataloaderWrapper:
     """Makes any loader an endless iterator with checkpointing, as Megatron's training loop wants.
 
@@ -81,6 +99,7 @@ class MegatronDataloaderWrapper:
     """
 
     def __init__(self, loader: Iterable[Any], *, dataset_id: str | None = None) -> None:
+        _check_loader(loader)
         self.loader = loader
         self.dataset_id = dataset_id
         self.passes_completed = 0

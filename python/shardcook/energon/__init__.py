@@ -8,6 +8,7 @@ Example:
     >>> batch = next(train_iter)     # DiffusionBatch: latents [8, 16, 128, 128], ...
 """
 
+from shardcook.dataset.verdict import validate_energon_dataset
 from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
 from shardcook.energon.cookers import (
     cook_bridge_crude,
@@ -67,5 +68,6 @@ __all__ = [
     "load_tensor",
     "parse_blend_entry",
     "task_encoder_for",
+    "validate_energon_dataset",
     "write_blend",
 ]

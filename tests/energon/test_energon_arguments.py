@@ -3,6 +3,8 @@ built, never by a traceback per sample from inside Energon; `batch_drop_last` fo
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import shardcook
 import yaml
@@ -104,6 +106,24 @@ def test_a_blend_member_the_task_encoder_cannot_read_is_named(datasets, tmp_path
     with pytest.raises(ConfigError, match="resample_latents=True resamples pre-encoded datasets, "
                                           "but .*blend.yaml holds none"):
         _loader(raw_only, resample_latents=True)
+
+
+def test_a_dataset_recording_no_encoding_is_read_by_a_single_layout_encoder(datasets, tmp_path):
+    """A dataset another tool prepared without `subflavors: {encoding: ...}` still loads with the
+    task encoder of its layout; a blend of it says what is missing."""
+    root = tmp_path / "noenc"
+    shutil.copytree(datasets["encoded"], root)
+    dataset_yaml = root / ".nv-meta" / "dataset.yaml"
+    content = yaml.safe_load(dataset_yaml.read_text())
+    del content["subflavors"]
+    dataset_yaml.write_text(yaml.safe_dump(content))
+    with _loader(root, task_encoder=EncodedDiffusionTaskEncoder()) as loader:
+        assert "latents" in next(loader)
+    with pytest.raises(ConfigError, match=r"DiffusionTaskEncoder cannot read .*noenc \(in .*\): "
+                                          r"it records no encoding; use the task encoder of its "
+                                          r"layout \(or record the layout with `shardcook "
+                                          r"finalize --force --encoding ...`\)\.$"):
+        _loader(_blend(tmp_path, root))
 
 
 @pytest.mark.parametrize("kwargs,message", [

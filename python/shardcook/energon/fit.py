@@ -35,6 +35,9 @@ def fitting_task_encoder(encoding: str | None) -> str:
         return _FITS[encoding]
     if encoding == "chatml":
         return "Megatron-Bridge's ChatML task encoder (not shardcook.energon)"
+    if encoding is None:
+        return ("the task encoder of its layout (or record the layout with `shardcook finalize "
+                "--force --encoding ...`)")
     return f"a task encoder with a cooker for encoding {encoding!r} (shardcook.energon has none)"
 
 
@@ -109,13 +112,14 @@ def _check_posterior(dataset: _Crude, task_encoder: Any) -> None:
         )
 
 
-def check_fit(path: str | Path, split: str, task_encoder: Any) -> None:
+def check_fit(path: str | Path, split: str, task_encoder: Any, *, picked: bool = False) -> None:
     """Refuses a task encoder that cannot read every dataset `split` of `path` reads.
 
     Args:
         path: A dataset folder or a metadataset `.yaml`.
         split: The split part the loader reads.
         task_encoder: The task encoder the loader will use.
+        picked: The loader picked it (so the message does not suggest letting it pick).
 
     Raises:
         ConfigError: A dataset whose `encoding` none of the task encoder's cookers matches
@@ -129,10 +133,12 @@ def check_fit(path: str | Path, split: str, task_encoder: Any) -> None:
     for dataset in datasets:
         if not any(c.is_match(dataset.subflavors) for c in cookers):
             encoding = dataset.subflavors.get("encoding")
+            what = "it records no encoding" if encoding is None else f"its encoding is {encoding!r}"
+            tail = "" if picked else (
+                ", or leave task_encoder unset and get_diffusion_loader picks the one that fits")
             raise ConfigError(
-                f"{name} cannot read {dataset.root}{where}: its encoding is {encoding!r}; use "
-                f"{fitting_task_encoder(encoding)}, or leave task_encoder unset and "
-                "get_diffusion_loader picks the one that fits."
+                f"{name} cannot read {dataset.root}{where}: {what}; use "
+                f"{fitting_task_encoder(encoding)}{tail}."
             )
     if not getattr(task_encoder, "resample_latents", False):
         return

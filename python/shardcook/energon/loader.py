@@ -283,7 +283,8 @@ def get_diffusion_loader(
         arguments.check_bool("batch_drop_last", batch_drop_last)
     arguments.check_task_encoder(task_encoder)
     arguments.check_worker_config(worker_config)
-    if task_encoder is None:
+    picked = task_encoder is None
+    if picked:
         task_encoder = task_encoder_for(
             path, image_format=image_format, resample_latents=resample_latents
         )
@@ -292,7 +293,7 @@ def get_diffusion_loader(
             "resample_latents= is for the task encoder get_diffusion_loader picks; with "
             "task_encoder= pass it there, e.g. EncodedDiffusionTaskEncoder(resample_latents=True)."
         )
-    check_fit(path, split, task_encoder)
+    check_fit(path, split, task_encoder, picked=picked)
     if batch_drop_last is None:
         batch_drop_last = split == "train"
     if worker_config is None:

@@ -136,6 +136,10 @@ def test_a_dataset_recording_no_encoding_is_read_by_a_single_layout_encoder(data
     ({"worker_config": "wc"}, "worker_config must be a megatron.energon.WorkerConfig or None"),
     ({"repeat": "no"}, "repeat must be True or False, not 'no'"),
     ({"batch_drop_last": 1}, "batch_drop_last must be True or False, not 1"),
+    ({"image_format": "png"}, "image_format must be 'tensor' or 'pil', not 'png'"),
+    ({"checkpoint_every_sec": float("nan")},
+     "checkpoint_every_sec must be a finite number of seconds, 0 or more, not nan"),
+    ({"checkpoint_every_min_n_samples": 0}, "checkpoint_every_min_n_samples must be a whole"),
     ({"resample_latents": True, "task_encoder": EncodedDiffusionTaskEncoder()},
      "with task_encoder= pass it there"),
 ])

@@ -10,8 +10,10 @@ from shardcook.errors import ConfigError
 
 __all__ = [
     "check_bool",
+    "check_choice",
     "check_factor",
     "check_optional_count",
+    "check_seconds",
     "check_task_encoder",
     "check_worker_config",
 ]
@@ -21,6 +23,19 @@ def check_bool(name: str, value: object) -> None:
     """Refuses anything but True or False."""
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, not {value!r}.")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """Refuses a value that is not one of `choices`."""
+    if value not in choices:
+        raise ConfigError(f"{name} must be {' or '.join(map(repr, choices))}, not {value!r}.")
+
+
+def check_seconds(name: str, value: object) -> None:
+    """Refuses a duration that is not a finite number of seconds, 0 or more."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value < 0):
+        raise ConfigError(f"{name} must be a finite number of seconds, 0 or more, not {value!r}.")
 
 
 def check_factor(name: str, value: object) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.layouts import PREENCODED, RAW
+from shardcook.layouts import CHATML, PREENCODED, RAW
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
 __all__ = ["check_fit", "fitting_task_encoder"]
@@ -33,7 +33,7 @@ def fitting_task_encoder(encoding: str | None) -> str:
     """Names what reads datasets of `encoding`, for error messages."""
     if encoding in _FITS:
         return _FITS[encoding]
-    if encoding == "chatml":
+    if encoding == CHATML.encoding:
         return "Megatron-Bridge's ChatML task encoder (not shardcook.energon)"
     if encoding is None:
         return ("the task encoder of its layout (or record the layout with `shardcook finalize "

@@ -281,6 +281,10 @@ def get_diffusion_loader(
         arguments.check_bool(name, flag)
     if batch_drop_last is not None:
         arguments.check_bool("batch_drop_last", batch_drop_last)
+    arguments.check_choice("image_format", image_format, ("tensor", "pil"))
+    arguments.check_seconds("checkpoint_every_sec", checkpoint_every_sec)
+    arguments.check_optional_count("checkpoint_every_min_n_samples",
+                                   checkpoint_every_min_n_samples, minimum=1, off="(no minimum)")
     arguments.check_task_encoder(task_encoder)
     arguments.check_worker_config(worker_config)
     picked = task_encoder is None

@@ -65,7 +65,9 @@ def _energon_loader(path: Path, task_encoder: Any) -> Any:
 
 class GuideEncodedTaskEncoder(DefaultTaskEncoder[DiffusionSample, DiffusionSample, dict, dict]):
     decoder = SampleDecoder(image_decode="pil")
-    cookers = [Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded"})]  # noqa: RUF012 - as users write it
+    cookers = [  # noqa: RUF012 - as users write it
+        Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded"}),
+    ]
 
     def __init__(self, worker_config: WorkerConfig | None = None):
         super().__init__()
@@ -95,7 +97,9 @@ def test_guides_encoded_task_encoder_with_the_default_decoder(encoded):
 
 class GuideRawTaskEncoder(DefaultTaskEncoder):
     decoder = SampleDecoder(image_decode="pil")
-    cookers = [Cooker(cook_raw_images, has_subflavors={"encoding": "raw"})]  # noqa: RUF012 - as users write it
+    cookers = [  # noqa: RUF012 - as users write it
+        Cooker(cook_raw_images, has_subflavors={"encoding": "raw"}),
+    ]
 
     def __init__(self, worker_config: WorkerConfig | None = None):
         super().__init__()

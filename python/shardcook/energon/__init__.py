@@ -6,6 +6,7 @@ Example:
     >>> from shardcook.energon import get_diffusion_loader
     >>> train_iter = get_diffusion_loader("data/flux", batch_size=8)
     >>> batch = next(train_iter)     # DiffusionBatch: latents [8, 16, 128, 128], ...
+    >>> batch = {k: v.cuda(non_blocking=True) for k, v in batch.items()}  # its tensors
 """
 
 from shardcook.dataset.verdict import validate_energon_dataset

@@ -185,7 +185,9 @@ def _dataset_id(path: Path, split: str) -> str:
     return f"{path.name} split {split!r} (index {digest.hexdigest()[:12]})"
 
 
-def _check_loader_args(path: object, batch_size: object, split: object, num_workers: object) -> None:
+def _check_loader_args(
+    path: object, batch_size: object, split: object, num_workers: object
+) -> None:
     from shardcook.errors import ConfigError
 
     if not isinstance(path, (str, Path)):

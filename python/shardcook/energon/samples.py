@@ -1,8 +1,9 @@
 """The sample and batch types that shardcook's cookers and task encoders produce.
 
 Batches are mappings (`MutableMapping`s over their own fields), as Primus's batch dicts are: their
-keys are the values a training step consumes (`latents`, `prompt_embeds`, ...; a raw batch's `images` and `txt`), so
-`{k: v.cuda(non_blocking=True) for k, v in batch.items()}` moves a pre-encoded batch to the GPU.
+keys are the values a training step consumes (`latents`, `prompt_embeds`, ...; a raw batch's
+`images` and `txt`), so `{k: v.cuda(non_blocking=True) for k, v in batch.items()}` moves a
+pre-encoded batch to the GPU.
 Everything else (captions, sizes, Energon's `__key__`) is an attribute. A raw sample is a mapping
 too, with the `images` and `txt` keys of Primus's raw cooker.
 """
@@ -51,7 +52,7 @@ class _FieldMapping(MutableMapping[str, Any]):
         setattr(self, self._KEYS[key], value)
 
     def __delitem__(self, key: str) -> None:
-        self[key]
+        self[key]  # the KeyError above for a key it does not hold
         setattr(self, self._KEYS[key], None)
 
     def __iter__(self) -> Iterator[str]:
@@ -143,7 +144,8 @@ class DiffusionBatch(_FieldMapping, Batch):
     """
 
     _KEYS: ClassVar[dict[str, str]] = {
-        name: name for name in ("latents", "prompt_embeds", "pooled_prompt_embeds", "mean", "logvar")
+        name: name
+        for name in ("latents", "prompt_embeds", "pooled_prompt_embeds", "mean", "logvar")
     }
 
     latents: torch.Tensor

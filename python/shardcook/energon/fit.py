@@ -50,7 +50,7 @@ class _Crude:
     first_shard: Path | None
 
 
-def _crude_datasets(path: Path, split: str) -> list[_Crude]:
+def _crude_datasets(path: str | Path, split: str) -> list[_Crude]:
     """The CrudeWebdatasets that `split` of `path` reads, as Energon resolves them (a blend's
     entries, nested blends, subflavors set in the blend, the shards of the split)."""
     from megatron.energon import CrudeSample, WorkerConfig, load_dataset
@@ -127,7 +127,7 @@ def check_fit(path: str | Path, split: str, task_encoder: Any, *, picked: bool =
             posterior or VAE factors.
     """
     name = type(task_encoder).__name__
-    datasets = _crude_datasets(Path(path), split)
+    datasets = _crude_datasets(path, split)  # as given: a URL must stay one
     where = f" (in {path})" if Path(path).is_file() else ""
     cookers = list(getattr(task_encoder, "cookers", ()) or ())
     for dataset in datasets:

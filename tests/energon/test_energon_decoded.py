@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
+import shardcook
 import torch
 from megatron.energon import (
     Cooker,
@@ -17,10 +18,12 @@ from megatron.energon import (
     WorkerConfig,
     get_loader,
     get_train_dataset,
+    reraise_exception,
 )
 from PIL import Image
 from shardcook.energon import (
     RawImageSample,
+    SafeSampleDecoder,
     SampleDecodeError,
     UnsafeSampleError,
     cook_bridge_flux,
@@ -32,6 +35,7 @@ from shardcook.energon import cookers as cookers_module
 from tests.helpers.energon import (
     encoded_parts,
     evil_plain_pickle,
+    evil_torch_save,
     image_bytes,
     make_encoded_dataset,
     make_raw_dataset,
@@ -160,15 +164,18 @@ class _DefaultDecoderEncoder(DefaultTaskEncoder):
         return samples
 
 
+@pytest.mark.parametrize("safe", [False, True], ids=["energons", "safe"])
 @pytest.mark.parametrize("layout", ["encoded", "raw", "bridge"])
-def test_every_layout_loads_under_energons_default_decoder(tmp_path, layout):
+def test_every_layout_loads_under_energons_default_decoder(tmp_path, layout, safe):
     make = {"encoded": make_encoded_dataset, "raw": make_raw_dataset,
             "bridge": make_bridge_dataset}[layout]
     built = make(tmp_path / layout, 4)
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    encoder = _DefaultDecoderEncoder()
+    if safe:
+        encoder.decoder = SafeSampleDecoder()
     ds = get_train_dataset(str(built.path), batch_size=2, shuffle_buffer_size=None,
-                           max_samples_per_sequence=None, worker_config=wc,
-                           task_encoder=_DefaultDecoderEncoder())
+                           max_samples_per_sequence=None, worker_config=wc, task_encoder=encoder)
     samples = next(iter(get_loader(ds)))
     assert len(samples) == 2 and all(s.__key__ in built.keys for s in samples)
     if layout == "raw":
@@ -176,3 +183,34 @@ def test_every_layout_loads_under_energons_default_decoder(tmp_path, layout):
     else:
         assert samples[0].latents.shape == (16, 8, 8)
     assert pickle.loads(pickle.dumps(samples[0])).__key__ == samples[0].__key__
+
+
+@pytest.mark.parametrize("decoder,runs", [(SampleDecoder(), True), (SafeSampleDecoder(), False)],
+                         ids=["energons", "safe"])
+def test_a_malicious_pth_runs_inside_energons_decoder_but_not_the_safe_one(tmp_path, monkeypatch,
+                                                                          decoder, runs):
+    """Why shardcook's task encoders turn the default decoder off: it unpickles `.pth` parts
+    (weights_only=False) before any cooker can refuse them. `SafeSampleDecoder` leaves them as
+    bytes, and the cooker refuses the payload without running it."""
+    monkeypatch.setattr("webdataset.autodecode.pytorch_weights_only", False)  # Energon's default
+    target, root = tmp_path / "pwned", tmp_path / "evil"
+    with shardcook.ShardWriter(str(root), shard_size=4) as w:
+        for i in range(2):
+            parts = encoded_parts(f"{i:010d}", (4, 4), seed=i)
+            parts["latents.pth"] = evil_torch_save(target)
+            w.write(f"{i:010d}", parts)
+    shardcook.finalize(root, encoding="preencoded", split=(1, 0, 0), validate=False)
+
+    class Encoder(DefaultTaskEncoder):
+        cookers = [Cooker(cook_preencoded_diffusion)]  # noqa: RUF012 - as users write it
+
+    Encoder.decoder = decoder
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0,
+                      global_error_handler=reraise_exception)
+    ds = get_train_dataset(str(root), batch_size=1, shuffle_buffer_size=None,
+                           max_samples_per_sequence=None, worker_config=wc,
+                           task_encoder=Encoder())
+    expected = SampleDecodeError if runs else UnsafeSampleError
+    with pytest.raises(expected):
+        next(iter(get_loader(ds)))
+    assert target.exists() is runs

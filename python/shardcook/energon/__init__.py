@@ -19,6 +19,7 @@ from shardcook.energon.cookers import (
     load_pickled_tensors,
     load_tensor,
 )
+from shardcook.energon.decoder import SafeSampleDecoder
 from shardcook.energon.errors import (
     EmptyLoaderError,
     LoaderStateError,
@@ -57,6 +58,7 @@ __all__ = [
     "RawDiffusionTaskEncoder",
     "RawImageBatch",
     "RawImageSample",
+    "SafeSampleDecoder",
     "SampleDecodeError",
     "UnsafeSampleError",
     "cook_bridge_crude",

@@ -10,7 +10,8 @@ it, such as a plain ``DefaultTaskEncoder`` subclass): tensors, PIL images, parse
 That decoder unpickles ``.pth`` parts with ``weights_only=False`` and ``pickle`` parts with
 ``pickle.loads`` *before* any cooker runs, so a malicious shard has already run its code by then:
 a cooker accepts such a part only when it is a tensor (or Bridge's dict of tensors) and logs a
-warning once per process. Use it on trusted data only.
+warning once per process. Use it on trusted data only, or use `SafeSampleDecoder`, which decodes
+like it but leaves pickle-based parts as bytes.
 """
 
 from __future__ import annotations

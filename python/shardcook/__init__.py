@@ -4,7 +4,7 @@ that read them back."""
 from importlib.metadata import PackageNotFoundError, version
 
 from shardcook._native import ShardWriter, count_samples, read_shard
-from shardcook.dataset import build_index, finalize, validate
+from shardcook.dataset import build_index, finalize, validate, validate_energon_dataset
 from shardcook.errors import (
     ConfigError,
     DatasetError,
@@ -35,4 +35,5 @@ __all__ = [
     "finalize",
     "read_shard",
     "validate",
+    "validate_energon_dataset",
 ]

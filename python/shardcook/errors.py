@@ -22,6 +22,8 @@ ImageErrorKind = Literal[
 ErrorKind = Literal[
     "error", "io", "shard", "invalid_name", "duplicate_key", "dataset", "config", "sqlite",
     ImageErrorKind,
+    # the loader side (`shardcook.energon.errors`)
+    "sample_decode", "unsafe_sample", "empty_loader", "not_checkpointable", "loader_state",
 ]
 
 

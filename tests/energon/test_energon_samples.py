@@ -85,10 +85,11 @@ def test_cook_preencoded_missing_part_names_key_and_part():
         cook_preencoded_diffusion(_crude("0000000003", parts))
 
 
-def test_cook_preencoded_refuses_parts_decoded_by_a_default_decoder():
+def test_cook_preencoded_refuses_a_decoded_part_that_is_not_a_tensor():
     parts = encoded_parts("k", (4, 4), seed=1)
-    parts["latents.pth"] = torch.zeros(C, 4, 4)
-    with pytest.raises(SampleDecodeError, match=r"decoder = None"):
+    parts["latents.pth"] = {"not": "a tensor"}
+    with pytest.raises(SampleDecodeError, match=r"latents\.pth' arrived decoded as a dict.*"
+                                                r"decoder = None"):
         cook_preencoded_diffusion(_crude("k", parts))
 
 
@@ -157,7 +158,8 @@ def test_encoded_batches_shapes_dtypes_and_values(encoded):
 
 
 def test_raw_batches_shapes_dtypes_and_pixels(raw):
-    wrapper = get_diffusion_loader(raw.path, batch_size=4, num_workers=0, repeat=False)
+    wrapper = get_diffusion_loader(raw.path, batch_size=4, num_workers=0, repeat=False,
+                                   batch_drop_last=False)
     seen = []
     for b in _one_pass(wrapper):
         assert isinstance(b, RawImageBatch)
@@ -187,7 +189,8 @@ def test_raw_batches_as_pil(raw):
 def test_bucketed_batches_hold_one_shape_each(fixture, request):
     built = request.getfixturevalue(fixture)
     wrapper = get_diffusion_loader(built.path, batch_size=3, num_workers=0, repeat=False,
-                                   shuffle_buffer_size=8, max_samples_per_sequence=2)
+                                   shuffle_buffer_size=8, max_samples_per_sequence=2,
+                                   batch_drop_last=False)
     shapes_seen = set()
     keys = []
     for b in _one_pass(wrapper):

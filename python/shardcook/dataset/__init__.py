@@ -6,6 +6,7 @@ from shardcook.dataset.finalize import FinalizeResult, finalize
 from shardcook.dataset.index import IndexResult, build_index, list_shards
 from shardcook.dataset.summary import DatasetSummary, info
 from shardcook.dataset.validate import ValidationReport, validate
+from shardcook.dataset.verdict import validate_energon_dataset
 
 __all__ = [
     "DatasetSummary",
@@ -17,4 +18,5 @@ __all__ = [
     "info",
     "list_shards",
     "validate",
+    "validate_energon_dataset",
 ]

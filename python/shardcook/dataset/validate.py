@@ -26,7 +26,8 @@ T = TypeVar("T")
 
 @dataclass
 class ValidationReport:
-    """`ok` is True when no problem was found; each problem is one sentence."""
+    """`ok` is True when no problem was found; each problem is one sentence. The report is
+    truthy exactly when `ok`, so `if not validate(path):` catches every problem."""
 
     directory: str
     problems: list[str] = field(default_factory=list)
@@ -36,6 +37,9 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def __bool__(self) -> bool:
+        return self.ok
 
     def to_dict(self) -> dict[str, Any]:
         return {

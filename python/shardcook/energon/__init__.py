@@ -6,8 +6,10 @@ Example:
     >>> from shardcook.energon import get_diffusion_loader
     >>> train_iter = get_diffusion_loader("data/flux", batch_size=8)
     >>> batch = next(train_iter)     # DiffusionBatch: latents [8, 16, 128, 128], ...
+    >>> batch = {k: v.cuda(non_blocking=True) for k, v in batch.items()}  # its tensors
 """
 
+from shardcook.dataset.verdict import validate_energon_dataset
 from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
 from shardcook.energon.cookers import (
     cook_bridge_crude,
@@ -17,6 +19,7 @@ from shardcook.energon.cookers import (
     load_pickled_tensors,
     load_tensor,
 )
+from shardcook.energon.decoder import SafeSampleDecoder
 from shardcook.energon.errors import (
     EmptyLoaderError,
     LoaderStateError,
@@ -55,6 +58,7 @@ __all__ = [
     "RawDiffusionTaskEncoder",
     "RawImageBatch",
     "RawImageSample",
+    "SafeSampleDecoder",
     "SampleDecodeError",
     "UnsafeSampleError",
     "cook_bridge_crude",
@@ -67,5 +71,6 @@ __all__ = [
     "load_tensor",
     "parse_blend_entry",
     "task_encoder_for",
+    "validate_energon_dataset",
     "write_blend",
 ]

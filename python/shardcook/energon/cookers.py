@@ -1,9 +1,17 @@
 """Energon cookers: turn a crude webdataset sample (part name -> bytes) into a typed sample.
 
-Every cooker expects raw bytes, i.e. a task encoder whose ``decoder`` is ``None``. ``.pth`` parts
-are loaded with ``torch.load(..., weights_only=True)`` and Megatron-Bridge's ``pickle`` part with an
-unpickler that loads tensors and plain types only, so a shard holding a malicious pickle is
+Given raw bytes (a task encoder whose ``decoder`` is ``None``, as all of shardcook's are), ``.pth``
+parts are loaded with ``torch.load(..., weights_only=True)`` and Megatron-Bridge's ``pickle`` part
+with an unpickler that loads tensors and plain types only, so a shard holding a malicious pickle is
 refused with `UnsafeSampleError` and never runs code.
+
+The cookers also take what Energon's default ``SampleDecoder`` delivers (a task encoder that keeps
+it, such as a plain ``DefaultTaskEncoder`` subclass): tensors, PIL images, parsed JSON, strings.
+That decoder unpickles ``.pth`` parts with ``weights_only=False`` and ``pickle`` parts with
+``pickle.loads`` *before* any cooker runs, so a malicious shard has already run its code by then:
+a cooker accepts such a part only when it is a tensor (or Bridge's dict of tensors) and logs a
+warning once per process. Use it on trusted data only, or use `SafeSampleDecoder`, which decodes
+like it but leaves pickle-based parts as bytes.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from __future__ import annotations
 import functools
 import io
 import json
+import logging
+import math
 import pickle
 import re
 from collections.abc import Callable
@@ -22,6 +32,7 @@ from megatron.energon import basic_sample_keys, stateless
 
 from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
 from shardcook.energon.samples import DiffusionSample, RawImageSample
+from shardcook.errors import ConfigError
 from shardcook.layouts import IMAGE_PARTS
 
 __all__ = [
@@ -38,6 +49,9 @@ __all__ = [
 
 #: How `cook_raw_images` returns images: uint8 CHW tensors or RGB PIL images.
 ImageFormat = Literal["tensor", "pil"]
+
+log = logging.getLogger(__name__)
+_warned_predecoded = False
 
 
 class _VaeFactors(TypedDict, total=False):
@@ -60,22 +74,58 @@ def _key(sample: dict[str, Any]) -> str:
     return str(sample.get("__key__", "<unknown key>"))
 
 
-def _part_bytes(sample: dict[str, Any], part: str) -> bytes:
-    """Returns the raw bytes of `part`, with a clear error when it is missing or pre-decoded."""
+def _part(sample: dict[str, Any], part: str) -> Any:
+    """Returns `part` as it arrived (bytes, or what a decoder made of it), or a clear error when
+    the sample lacks it."""
     try:
-        data = sample[part]
+        return sample[part]
     except KeyError:
         parts = sorted(k for k in sample if not k.startswith("__"))
         raise SampleDecodeError(
             f"sample {_key(sample)!r} has no part {part!r} (it has: {', '.join(parts)})"
         ) from None
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise SampleDecodeError(
-            f"sample {_key(sample)!r}: part {part!r} arrived already decoded "
-            f"({type(data).__name__}); set the task encoder's `decoder = None` so shardcook "
-            "reads raw bytes and loads .pth parts safely"
+
+
+def _is_bytes(data: Any) -> bool:
+    return isinstance(data, (bytes, bytearray, memoryview))
+
+
+def _wrong_type(sample: dict[str, Any], part: str, data: Any, expected: str) -> SampleDecodeError:
+    return SampleDecodeError(
+        f"sample {_key(sample)!r}: part {part!r} arrived decoded as a {type(data).__name__}, "
+        f"expected bytes or {expected}; set the task encoder's `decoder = None` so shardcook reads "
+        "the raw bytes"
+    )
+
+
+def _warn_predecoded(sample: dict[str, Any], part: str) -> None:
+    """Says once per process that a pickle-based part was unpickled before the cooker ran."""
+    global _warned_predecoded
+    if not _warned_predecoded:
+        _warned_predecoded = True
+        log.warning(
+            "sample %r: part %r arrived already unpickled by Energon's default decoder, which "
+            "runs any code a shard's pickle holds; for untrusted data set the task encoder's "
+            "`decoder = None` (shardcook's task encoders do) so the part is loaded safely",
+            _key(sample), part,
         )
-    return bytes(data)
+
+
+def _tensor_part(sample: dict[str, Any], part: str) -> torch.Tensor:
+    """A `.pth` part: bytes loaded safely, or the tensor a decoder already made."""
+    data = _part(sample, part)
+    if _is_bytes(data):
+        return load_tensor(bytes(data), key=_key(sample), part=part)
+    if isinstance(data, torch.Tensor):
+        _warn_predecoded(sample, part)
+        return data
+    raise _wrong_type(sample, part, data, "a tensor")
+
+
+def _json_part(sample: dict[str, Any], part: str) -> Any:
+    """A JSON part: bytes parsed here, or what a decoder already parsed."""
+    data = _part(sample, part)
+    return json.loads(bytes(data)) if _is_bytes(data) else data
 
 
 def load_tensor(data: bytes, *, key: str, part: str) -> torch.Tensor:
@@ -115,8 +165,13 @@ def load_tensor(data: bytes, *, key: str, part: str) -> torch.Tensor:
 
 
 def _text(sample: dict[str, Any], part: str) -> str:
+    data = _part(sample, part)
+    if isinstance(data, str):
+        return data
+    if not _is_bytes(data):
+        raise _wrong_type(sample, part, data, "a str")
     try:
-        return _part_bytes(sample, part).decode("utf-8")
+        return bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
         raise SampleDecodeError(f"sample {_key(sample)!r}: part {part!r} is not UTF-8: {e}") from e
 
@@ -133,7 +188,7 @@ def _meta_fields(sample: dict[str, Any]) -> _MetaFields:
     if "meta.json" not in sample:
         return {}
     try:
-        meta = json.loads(_part_bytes(sample, "meta.json"))
+        meta = _json_part(sample, "meta.json")
         if not isinstance(meta, dict):
             raise TypeError(f"expected a JSON object, got {type(meta).__name__}")
         return {
@@ -151,15 +206,15 @@ def _meta_fields(sample: dict[str, Any]) -> _MetaFields:
 def _optional_tensor(sample: dict[str, Any], part: str) -> torch.Tensor | None:
     if part not in sample:
         return None
-    return load_tensor(_part_bytes(sample, part), key=_key(sample), part=part)
+    return _tensor_part(sample, part)
 
 
 def _factor(meta: dict[str, Any], name: str) -> float | None:
     value = meta.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, not {value!r}")
     return float(value)
 
 
@@ -168,7 +223,7 @@ def _vae_factors(sample: dict[str, Any]) -> _VaeFactors:
     if "meta.json" not in sample:
         return {}
     try:
-        meta = json.loads(_part_bytes(sample, "meta.json"))
+        meta = _json_part(sample, "meta.json")
         if not isinstance(meta, dict):
             return {}
         return _VaeFactors(
@@ -183,10 +238,11 @@ def cook_preencoded_diffusion(sample: dict[str, Any]) -> DiffusionSample:
     """Cooks a pre-encoded crude sample into a `DiffusionSample`.
 
     Args:
-        sample: The crude sample from a `CrudeWebdataset` read with `decoder = None`: the parts
-            `latents.pth`, `prompt_embeds.pth`, `pooled_prompt_embeds.pth`, and optionally
-            `caption.txt` (else the caption is ""), `meta.json` and the posterior `mean.pth` +
-            `logvar.pth`, as bytes, plus Energon's `__key__`-style fields.
+        sample: The crude sample from a `CrudeWebdataset`: the parts `latents.pth`,
+            `prompt_embeds.pth`, `pooled_prompt_embeds.pth`, and optionally `caption.txt` (else
+            the caption is ""), `meta.json` and the posterior `mean.pth` + `logvar.pth`, as bytes
+            (`decoder = None`) or as Energon's default decoder made them (see the module
+            docstring), plus Energon's `__key__`-style fields.
 
     Returns:
         The sample, keeping Energon's basic sample keys (key, restore key, subflavors, sources).
@@ -195,18 +251,11 @@ def cook_preencoded_diffusion(sample: dict[str, Any]) -> DiffusionSample:
         UnsafeSampleError: A `.pth` part holds a pickle beyond plain tensors.
         SampleDecodeError: A part is missing or unreadable.
     """
-    key = _key(sample)
     return DiffusionSample(
         **basic_sample_keys(sample),
-        latents=load_tensor(_part_bytes(sample, "latents.pth"), key=key, part="latents.pth"),
-        prompt_embeds=load_tensor(
-            _part_bytes(sample, "prompt_embeds.pth"), key=key, part="prompt_embeds.pth"
-        ),
-        pooled_prompt_embeds=load_tensor(
-            _part_bytes(sample, "pooled_prompt_embeds.pth"),
-            key=key,
-            part="pooled_prompt_embeds.pth",
-        ),
+        latents=_tensor_part(sample, "latents.pth"),
+        prompt_embeds=_tensor_part(sample, "prompt_embeds.pth"),
+        pooled_prompt_embeds=_tensor_part(sample, "pooled_prompt_embeds.pth"),
         caption=_text(sample, "caption.txt") if "caption.txt" in sample else "",
         mean=_optional_tensor(sample, "mean.pth"),
         logvar=_optional_tensor(sample, "logvar.pth"),
@@ -226,13 +275,61 @@ def _decode_image(data: bytes, *, key: str, part: str) -> Any:
         raise SampleDecodeError(f"sample {key!r}: part {part!r} is not a readable image: {e}") from e
 
 
+def _decoded_to_pil(data: Any) -> Any:
+    """An RGB PIL image from what Energon's image decoders make: a PIL image, a `[C, H, W]`
+    tensor or an `[H, W, C]` array (uint8, or float in [0, 1]), or None for anything else."""
+    from PIL import Image
+
+    if isinstance(data, Image.Image):
+        return data if data.mode == "RGB" else data.convert("RGB")
+    if isinstance(data, torch.Tensor):
+        t = data.detach().cpu()
+        data = (t.permute(1, 2, 0) if t.ndim == 3 else t).numpy()
+    if not isinstance(data, np.ndarray) or data.ndim not in (2, 3):
+        return None
+    if data.dtype != np.uint8:  # the float decoders scale to [0, 1]
+        data = np.clip(np.rint(data.astype(np.float64) * 255), 0, 255).astype(np.uint8)
+    if data.ndim == 3 and data.shape[2] == 1:
+        data = data[:, :, 0]
+    return Image.fromarray(data).convert("RGB")
+
+
+def _image(sample: dict[str, Any], part: str, image_format: ImageFormat | None) -> Any:
+    """The sample's image in `image_format`; None keeps a decoded image as its decoder made it
+    (PIL made RGB) and gives bytes as a uint8 tensor."""
+    data = _part(sample, part)
+    if _is_bytes(data):
+        img = _decode_image(bytes(data), key=_key(sample), part=part)
+        image_format = image_format or "tensor"
+    else:
+        img = _decoded_to_pil(data)
+        if img is None:
+            raise _wrong_type(sample, part, data, "an image (PIL, tensor or array)")
+        if image_format is None:
+            return img if not isinstance(data, (torch.Tensor, np.ndarray)) else data
+    if image_format == "pil":
+        return img
+    return torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).contiguous()
+
+
+def _check_image_format(image_format: object, *, allow_none: bool) -> None:
+    if image_format not in ("tensor", "pil") and not (allow_none and image_format is None):
+        raise ConfigError(f"image_format must be 'tensor' or 'pil', not {image_format!r}.")
+
+
 @stateless
-def cook_raw_images(sample: dict[str, Any], *, image_format: ImageFormat = "tensor") -> RawImageSample:
-    """Cooks a raw crude sample (`jpg|png|webp`, `txt`, `meta.json`) into a `RawImageSample`.
+def cook_raw_images(
+    sample: dict[str, Any], *, image_format: ImageFormat | None = None
+) -> RawImageSample:
+    """Cooks a raw crude sample (`jpg|png|webp`, `txt`, `meta.json`) into a `RawImageSample`,
+    which is also the mapping Primus's raw cooker returns (`sample["images"]`, `sample["txt"]`).
 
     Args:
-        sample: The crude sample, read with `decoder = None` (parts as bytes).
-        image_format: `"tensor"` for a `uint8` `[3, H, W]` tensor, `"pil"` for an RGB PIL image.
+        sample: The crude sample, parts as bytes (`decoder = None`) or as Energon's default
+            decoder made them (PIL images, tensors, arrays, str).
+        image_format: `"tensor"` for a `uint8` `[3, H, W]` tensor, `"pil"` for an RGB PIL image;
+            None (default) gives bytes as a `uint8` tensor and keeps an image Energon's decoder
+            already made as it is (a PIL image made RGB).
 
     Returns:
         The sample, keeping Energon's basic sample keys.
@@ -240,24 +337,17 @@ def cook_raw_images(sample: dict[str, Any], *, image_format: ImageFormat = "tens
     Raises:
         SampleDecodeError: No image part, an undecodable image, or a missing caption.
     """
-    key = _key(sample)
+    _check_image_format(image_format, allow_none=True)
     part = next((p for p in IMAGE_PARTS if p in sample), None)
     if part is None:
         parts = sorted(k for k in sample if not k.startswith("__"))
         raise SampleDecodeError(
-            f"sample {key!r} has no image part ({'|'.join(IMAGE_PARTS)}); it has: "
+            f"sample {_key(sample)!r} has no image part ({'|'.join(IMAGE_PARTS)}); it has: "
             f"{', '.join(parts)}"
         )
-    img = _decode_image(_part_bytes(sample, part), key=key, part=part)
-    if image_format == "tensor":
-        image: Any = torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).contiguous()
-    elif image_format == "pil":
-        image = img
-    else:
-        raise ValueError(f"image_format must be 'tensor' or 'pil', not {image_format!r}")
     return RawImageSample(
         **basic_sample_keys(sample),
-        image=image,
+        image=_image(sample, part, image_format),
         caption=_text(sample, "txt"),
         **_meta_fields(sample),
     )
@@ -269,10 +359,7 @@ def raw_images_cooker(image_format: ImageFormat = "tensor") -> Callable[[dict[st
     Args:
         image_format: `"tensor"` (default) or `"pil"`.
     """
-    if image_format not in ("tensor", "pil"):
-        raise ValueError(f"image_format must be 'tensor' or 'pil', not {image_format!r}")
-    if image_format == "tensor":
-        return cook_raw_images
+    _check_image_format(image_format, allow_none=False)
     return stateless(functools.partial(cook_raw_images, image_format=image_format))
 
 
@@ -330,7 +417,11 @@ def _bridge_embeddings(sample: dict[str, Any]) -> dict[str, torch.Tensor]:
     from shardcook.layouts.bridge_flux import EMBEDDINGS_PART, POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
 
     key = _key(sample)
-    obj = load_pickled_tensors(_part_bytes(sample, EMBEDDINGS_PART), key=key, part=EMBEDDINGS_PART)
+    obj = _part(sample, EMBEDDINGS_PART)
+    if _is_bytes(obj):
+        obj = load_pickled_tensors(bytes(obj), key=key, part=EMBEDDINGS_PART)
+    elif isinstance(obj, dict):
+        _warn_predecoded(sample, EMBEDDINGS_PART)
     if not isinstance(obj, dict) or not all(
         isinstance(obj.get(n), torch.Tensor) for n in (PROMPT_EMBEDS, POOLED_PROMPT_EMBEDS)
     ):
@@ -345,7 +436,7 @@ def _bridge_json(sample: dict[str, Any]) -> dict[str, Any]:
     from shardcook.layouts.bridge_flux import META_PART
 
     try:
-        meta = json.loads(_part_bytes(sample, META_PART))
+        meta = _json_part(sample, META_PART)
     except ValueError as e:
         raise SampleDecodeError(f"sample {_key(sample)!r}: part {META_PART!r} is invalid: "
                                 f"{e}") from e
@@ -370,7 +461,7 @@ def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
     return dict(
         **basic_sample_keys(sample),
         json=_bridge_json(sample),
-        pth=load_tensor(_part_bytes(sample, LATENT_PART), key=_key(sample), part=LATENT_PART),
+        pth=_tensor_part(sample, LATENT_PART),
         pickle=_bridge_embeddings(sample),
     )
 

@@ -70,6 +70,7 @@ def task_encoder_for(
 
     Raises:
         DatasetError: The dataset has no or an unknown `encoding`.
+        ConfigError: `resample_latents=True` for a dataset that is not pre-encoded.
     """
     from shardcook.energon.task_encoders import (
         ENCODING_PREENCODED,
@@ -79,10 +80,15 @@ def task_encoder_for(
         EncodedDiffusionTaskEncoder,
         RawDiffusionTaskEncoder,
     )
-    from shardcook.errors import DatasetError
+    from shardcook.errors import ConfigError, DatasetError
     from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
     encoding = dataset_encoding(path)
+    if resample_latents and encoding not in (None, ENCODING_PREENCODED):
+        raise ConfigError(
+            f"resample_latents=True resamples pre-encoded datasets, but {path} has encoding "
+            f"{encoding!r}; leave it False."
+        )
     if encoding is None:
         return DiffusionTaskEncoder(
             image_format=image_format,
@@ -181,9 +187,14 @@ def _dataset_splits(path: Path) -> list[str] | None:
     return list(split_yaml.parts)
 
 
-def _check_loader_args(path: Path, batch_size: object, split: object, num_workers: object) -> None:
+def _check_loader_args(
+    path: object, batch_size: object, split: object, num_workers: object
+) -> None:
     from shardcook.errors import ConfigError
 
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(f"path must be a dataset folder or a metadataset .yaml, not {path!r}.")
+    path = Path(path)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
@@ -210,7 +221,7 @@ def get_diffusion_loader(
     world_size: int | None = None,
     data_parallel_group: Any = None,
     repeat: bool = True,
-    batch_drop_last: bool = False,
+    batch_drop_last: bool | None = None,
     task_encoder: Any = None,
     worker_config: Any = None,
     checkpoint_every_sec: float = 60,
@@ -242,13 +253,17 @@ def get_diffusion_loader(
         data_parallel_group: The torch.distributed group to take rank and world size from
             (default: Megatron's data-parallel group when parallel_state is initialized).
         repeat: Training only: False makes each pass one epoch (the wrapper still cycles).
-        batch_drop_last: Drop the last, smaller batch of each shape group.
-        task_encoder: Use this task encoder instead of picking one.
+        batch_drop_last: Drop the last, smaller batch of each shape group; None (default) drops
+            it for `"train"` (every step gets a full batch) and keeps it for other splits (every
+            sample is evaluated).
+        task_encoder: Use this task encoder instead of picking one; it must read every dataset
+            the split reads (checked before the first batch).
         worker_config: Use this `megatron.energon.WorkerConfig` instead of building one.
         checkpoint_every_sec: Energon's internal worker checkpoint interval.
         checkpoint_every_min_n_samples: Energon's minimum samples between worker checkpoints.
         resample_latents: Pre-encoded datasets written with `--latent-mode resample`: draw a
-            fresh latent from each sample's posterior on every read.
+            fresh latent from each sample's posterior on every read (refused for other datasets;
+            with `task_encoder=`, give it to the task encoder instead).
 
     Returns:
         A `MegatronDataloaderWrapper` around Energon's `SavableDataLoader` (what
@@ -257,18 +272,46 @@ def get_diffusion_loader(
         shards and counts), split and `num_workers`.
 
     Raises:
-        ConfigError: A bad `batch_size`, `num_workers` or `split` (one the dataset lacks).
+        ConfigError: A bad argument (`batch_size`, `num_workers`, a `split` the dataset lacks,
+            `max_samples_per_sequence=0`, a `task_encoder` or `worker_config` of the wrong
+            type, ...), or a task encoder that cannot read the dataset (naming the one that does).
         DatasetError: The folder is not a finalized dataset.
     """
     from megatron.energon import get_train_dataset, get_val_dataset
 
+    from shardcook.energon import arguments
+    from shardcook.energon.fit import check_fit
     from shardcook.energon.state import CheckedSavableDataLoader, dataset_identity
+    from shardcook.errors import ConfigError
 
-    _check_loader_args(Path(path), batch_size, split, num_workers)
-    if task_encoder is None:
+    _check_loader_args(path, batch_size, split, num_workers)
+    arguments.check_optional_count("shuffle_buffer_size", shuffle_buffer_size, minimum=0,
+                                   off="(no shuffling)")
+    arguments.check_optional_count("max_samples_per_sequence", max_samples_per_sequence,
+                                   minimum=1, off="(no limit)")
+    for name, flag in (("repeat", repeat), ("resample_latents", resample_latents)):
+        arguments.check_bool(name, flag)
+    if batch_drop_last is not None:
+        arguments.check_bool("batch_drop_last", batch_drop_last)
+    arguments.check_choice("image_format", image_format, ("tensor", "pil"))
+    arguments.check_seconds("checkpoint_every_sec", checkpoint_every_sec)
+    arguments.check_optional_count("checkpoint_every_min_n_samples",
+                                   checkpoint_every_min_n_samples, minimum=1, off="(no minimum)")
+    arguments.check_task_encoder(task_encoder)
+    arguments.check_worker_config(worker_config)
+    picked = task_encoder is None
+    if picked:
         task_encoder = task_encoder_for(
             path, image_format=image_format, resample_latents=resample_latents
         )
+    elif resample_latents:
+        raise ConfigError(
+            "resample_latents= is for the task encoder get_diffusion_loader picks; with "
+            "task_encoder= pass it there, e.g. EncodedDiffusionTaskEncoder(resample_latents=True)."
+        )
+    check_fit(path, split, task_encoder, picked=picked)
+    if batch_drop_last is None:
+        batch_drop_last = split == "train"
     if worker_config is None:
         worker_config = _worker_config(num_workers, rank, world_size, data_parallel_group)
     if split == "train":

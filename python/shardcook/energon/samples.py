@@ -1,13 +1,16 @@
 """The sample and batch types that shardcook's cookers and task encoders produce.
 
-Batches answer both attribute access (`batch.latents`) and the dict access Primus's training code
-uses (`batch["latents"]`, `batch["txt"]`).
+Batches are mappings (`MutableMapping`s over their own fields), as Primus's batch dicts are: their
+keys are the values a training step consumes (`latents`, `prompt_embeds`, ...; a raw batch's
+`images` and `txt`), so `{k: v.cuda(non_blocking=True) for k, v in batch.items()}` moves a
+pre-encoded batch to the GPU.
+Everything else (captions, sizes, Energon's `__key__`) is an attribute. A raw sample is a mapping
+too, with the `images` and `txt` keys of Primus's raw cooker.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any, ClassVar
 
 import torch
@@ -16,38 +19,47 @@ from megatron.energon import Batch, Sample, edataclass
 __all__ = ["DiffusionBatch", "DiffusionSample", "RawImageBatch", "RawImageSample"]
 
 
-class _DictAccess:
-    """`batch[name]`, `name in batch`, `keys()` and `get()` over a batch's data fields.
+class _FieldMapping(MutableMapping[str, Any]):
+    """Some fields of a dataclass as a mapping: `_KEYS` maps each key to its field, and a field
+    holding None is no key (as Primus leaves `mean` out of a batch without it).
 
-    The keys are the fields that hold a value (None fields are absent, as Primus leaves `mean`
-    out of a batch without it) plus `_ALIASES`, other names Primus uses for a field.
+    It is mutable so that torch's DataLoader (`default_convert`, `pin_memory`) copies it and
+    updates the copy, keeping the class and its other fields, instead of making a plain dict.
+    Assigning replaces a field's value; the keys themselves are fixed.
     """
 
-    _ALIASES: ClassVar[dict[str, str]] = {}
+    _KEYS: ClassVar[dict[str, str]] = {}
 
-    def keys(self) -> list[str]:
-        """The names `batch[name]` answers, in field order, then the aliases."""
-        names = [
-            f.name
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
-            if not f.name.startswith("__") and getattr(self, f.name) is not None
-        ]
-        return names + [alias for alias, name in self._ALIASES.items() if name in names]
+    def _present(self) -> list[str]:
+        return [key for key, name in self._KEYS.items() if getattr(self, name) is not None]
 
-    def __getitem__(self, name: str) -> Any:
-        if name not in self.keys():
-            raise KeyError(f"{type(self).__name__} has no {name!r}; it has {', '.join(self.keys())}")
-        return getattr(self, self._ALIASES.get(name, name))
+    def __getitem__(self, key: str) -> Any:
+        name = self._KEYS.get(key) if isinstance(key, str) else None
+        value = None if name is None else getattr(self, name)
+        if value is None:
+            raise KeyError(
+                f"{type(self).__name__} has no key {key!r}; its keys are "
+                f"{', '.join(self._present())}; read its other fields as attributes"
+            )
+        return value
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.keys()
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self._KEYS:
+            raise KeyError(
+                f"{type(self).__name__} has a fixed set of keys ({', '.join(self._KEYS)}), not "
+                f"{key!r}; copy it into a dict to add keys: dict(batch)"
+            )
+        setattr(self, self._KEYS[key], value)
+
+    def __delitem__(self, key: str) -> None:
+        self[key]  # the KeyError above for a key it does not hold
+        setattr(self, self._KEYS[key], None)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
+        return iter(self._present())
 
-    def get(self, name: str, default: Any = None) -> Any:
-        """`batch[name]`, or `default` when the batch has no such key."""
-        return self[name] if name in self.keys() else default
+    def __len__(self) -> int:
+        return len(self._present())
 
 
 @edataclass
@@ -86,18 +98,23 @@ class DiffusionSample(Sample):
 
 
 @edataclass
-class RawImageSample(Sample):
+class RawImageSample(_FieldMapping, Sample):
     """One raw sample (docs/FORMAT.md §3, `encoding: raw`): an RGB image and its caption.
 
+    `sample["images"]` is `sample.image` and `sample["txt"]` is `sample.caption`, the keys of
+    Primus's raw cooker.
+
     Attributes:
-        image: `uint8` tensor `[3, H, W]`, or a `PIL.Image.Image` in RGB mode when the cooker was
-            asked for PIL images.
+        image: `uint8` tensor `[3, H, W]`, or a `PIL.Image.Image` in RGB mode (see
+            `cook_raw_images` for which), or the image as Energon's decoder made it.
         caption: The caption (`txt` part).
         source: Where the input came from (`meta.json`), when present.
         orig_size: `(h, w)` of the input image before resizing, when present.
         crop: `(top, left)` of the crop in the resized image, when present.
         size: `(H, W)` of the stored image, when present.
     """
+
+    _KEYS: ClassVar[dict[str, str]] = {"images": "image", "txt": "caption"}
 
     image: torch.Tensor | Any
     caption: str
@@ -108,10 +125,12 @@ class RawImageSample(Sample):
 
 
 @edataclass
-class DiffusionBatch(_DictAccess, Batch):
+class DiffusionBatch(_FieldMapping, Batch):
     """A batch of `DiffusionSample`s of one latent shape, stacked along a new first dimension.
 
-    `batch["latents"]` is `batch.latents`, and so on for every field that holds a value.
+    Its keys are the tensors: `latents`, `prompt_embeds`, `pooled_prompt_embeds`, and `mean` and
+    `logvar` when the samples carry them and the task encoder did not already draw `latents`
+    from them. `batch["latents"]` is `batch.latents`; `captions` and `sizes` are attributes only.
 
     Attributes:
         latents: `[B, C, H/8, W/8]` (freshly drawn from mean and logvar when the task encoder
@@ -124,6 +143,11 @@ class DiffusionBatch(_DictAccess, Batch):
         logvar: `[B, C, H/8, W/8]` posterior log-variances, when the samples carry them.
     """
 
+    _KEYS: ClassVar[dict[str, str]] = {
+        name: name
+        for name in ("latents", "prompt_embeds", "pooled_prompt_embeds", "mean", "logvar")
+    }
+
     latents: torch.Tensor
     prompt_embeds: torch.Tensor
     pooled_prompt_embeds: torch.Tensor
@@ -134,10 +158,11 @@ class DiffusionBatch(_DictAccess, Batch):
 
 
 @edataclass
-class RawImageBatch(_DictAccess, Batch):
+class RawImageBatch(_FieldMapping, Batch):
     """A batch of `RawImageSample`s of one image size.
 
-    `batch["images"]` is `batch.images` and `batch["txt"]` is `batch.captions` (Primus's names).
+    Its keys are Primus's: `batch["images"]` is `batch.images` and `batch["txt"]` is
+    `batch.captions`; `sizes` is an attribute only.
 
     Attributes:
         images: A list of B RGB PIL images, or a `uint8` tensor `[B, 3, H, W]` when the task
@@ -146,7 +171,7 @@ class RawImageBatch(_DictAccess, Batch):
         sizes: The B `size` values from `meta.json` (None where absent).
     """
 
-    _ALIASES: ClassVar[dict[str, str]] = {"txt": "captions"}
+    _KEYS: ClassVar[dict[str, str]] = {"images": "images", "txt": "captions"}
 
     images: torch.Tensor | list[Any]
     captions: list[str]

@@ -1,18 +1,23 @@
 """Energon task encoders for shardcook datasets: cook with safe decoding, group by shape, stack.
 
 All of them set ``decoder = None``, so Energon hands the cookers raw bytes and its default
-decoder (which unpickles ``.pth`` parts with ``weights_only=False``) never runs.
+decoder (which unpickles ``.pth`` parts with ``weights_only=False``) never runs. Each registers its
+cooker for its layout's `encoding` subflavor, so a dataset of another layout is refused when the
+loader is built, never cooked with the wrong cooker; a subclass that declares `cookers` at class
+level keeps its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from megatron.energon import Cooker, SampleDecoder, TaskEncoder, WorkerConfig, stateless
 
+from shardcook.energon.arguments import check_bool, check_factor, check_worker_config
 from shardcook.energon.cookers import (
     ImageFormat,
     cook_bridge_flux,
@@ -27,6 +32,7 @@ from shardcook.energon.samples import (
     RawImageSample,
 )
 from shardcook.layouts import PREENCODED, RAW
+from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
 __all__ = [
     "ENCODING_PREENCODED",
@@ -40,6 +46,37 @@ __all__ = [
 #: The `encoding` subflavor values finalize writes into dataset.yaml (docs/FORMAT.md §5).
 ENCODING_PREENCODED = PREENCODED.encoding
 ENCODING_RAW = RAW.encoding
+
+
+@dataclass
+class _LayoutCooker(Cooker[Any]):
+    """A cooker for datasets whose `encoding` subflavor is `has_subflavors["encoding"]`, and
+    for datasets that record no encoding (e.g. written by Primus or Megatron-Bridge without one)."""
+
+    def is_match(self, subflavors: dict[str, Any]) -> bool:
+        assert self.has_subflavors is not None
+        return "encoding" not in subflavors or super().is_match(subflavors)
+
+
+def _layout_cooker(cook: Any, encoding: str) -> Cooker[Any]:
+    return _LayoutCooker(cook, has_subflavors={"encoding": encoding})
+
+
+def _declares_cookers(encoder: TaskEncoder[Any, Any, Any, Any]) -> bool:
+    """Whether a subclass outside shardcook declared `cookers` at class level (they win)."""
+    for cls in type(encoder).__mro__:
+        if "cookers" in vars(cls):
+            return cls.__module__ != __name__ and not cls.__module__.startswith("megatron.")
+    return False
+
+
+def _init_common(encoder: Any, worker_config: object, cookers: list[Cooker[Any]]) -> None:
+    """Keeps `worker_config` (Primus passes it; Energon takes it from `get_train_dataset`) and
+    registers `cookers` unless the class declares its own."""
+    check_worker_config(worker_config)
+    encoder.worker_config = worker_config
+    if not _declares_cookers(encoder):
+        encoder.cookers = cookers
 
 
 def _stack_optional(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
@@ -91,7 +128,10 @@ def resample_latent(
     mean = sample.mean.float()
     eps = torch.randn(mean.shape, dtype=torch.float32)
     latent = scale * (mean + torch.exp(0.5 * sample.logvar.float()) * eps - shift)
-    return dataclasses.replace(sample, latents=latent.to(sample.latents.dtype))
+    # the posterior is used up: batches carry the drawn latent only
+    return dataclasses.replace(
+        sample, latents=latent.to(sample.latents.dtype), mean=None, logvar=None
+    )
 
 
 def _stack_raw(samples: list[RawImageSample]) -> RawImageBatch:
@@ -136,6 +176,10 @@ class EncodedDiffusionTaskEncoder(
         scaling_factor: Overrides the VAE scaling factor recorded in the dataset (resample only).
         shift_factor: Overrides the VAE shift factor recorded in the dataset (resample only).
 
+    Raises:
+        ConfigError: A factor that is not a finite number, a `worker_config` that is not a
+            `WorkerConfig`.
+
     Example:
         >>> ds = get_train_dataset(path, task_encoder=EncodedDiffusionTaskEncoder(), ...)
     """
@@ -151,8 +195,12 @@ class EncodedDiffusionTaskEncoder(
         scaling_factor: float | None = None,
         shift_factor: float | None = None,
     ) -> None:
-        self.worker_config = worker_config
-        self.cookers = [Cooker(cook_preencoded_diffusion)]
+        check_bool("resample_latents", resample_latents)
+        check_factor("scaling_factor", scaling_factor)
+        check_factor("shift_factor", shift_factor)
+        _init_common(
+            self, worker_config, [_layout_cooker(cook_preencoded_diffusion, ENCODING_PREENCODED)]
+        )
         self.resample_latents = resample_latents
         self.scaling_factor = scaling_factor
         self.shift_factor = shift_factor
@@ -198,8 +246,8 @@ class RawDiffusionTaskEncoder(
     def __init__(
         self, worker_config: WorkerConfig | None = None, *, image_format: ImageFormat = "pil"
     ) -> None:
-        self.worker_config = worker_config
-        self.cookers = [Cooker(raw_images_cooker(image_format))]
+        cooker = _layout_cooker(raw_images_cooker(image_format), ENCODING_RAW)
+        _init_common(self, worker_config, [cooker])
 
     @stateless
     def batch(self, samples: list[RawImageSample]) -> RawImageBatch:
@@ -225,6 +273,7 @@ class DiffusionTaskEncoder(
     samples are grouped by encoding and shape.
 
     Args:
+        worker_config: Accepted for Primus compatibility and kept as an attribute.
         image_format: How raw images are returned, `"tensor"` (default) or `"pil"`.
         resample_latents: Pre-encoded samples get a fresh latent from their posterior on every
             read (see `EncodedDiffusionTaskEncoder`).
@@ -233,12 +282,17 @@ class DiffusionTaskEncoder(
     decoder: SampleDecoder | None = None
 
     def __init__(
-        self, *, image_format: ImageFormat = "tensor", resample_latents: bool = False
+        self,
+        worker_config: WorkerConfig | None = None,
+        *,
+        image_format: ImageFormat = "tensor",
+        resample_latents: bool = False,
     ) -> None:
-        self.cookers = [
+        check_bool("resample_latents", resample_latents)
+        _init_common(self, worker_config, [
             Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": ENCODING_PREENCODED}),
             Cooker(raw_images_cooker(image_format), has_subflavors={"encoding": ENCODING_RAW}),
-        ]
+        ])
         self.resample_latents = resample_latents
         if resample_latents:
             self.encode_sample = self._resample  # type: ignore[method-assign]  # as above
@@ -278,4 +332,5 @@ class BridgeFluxTaskEncoder(EncodedDiffusionTaskEncoder):
 
     def __init__(self, worker_config: WorkerConfig | None = None) -> None:
         super().__init__(worker_config)
-        self.cookers = [Cooker(cook_bridge_flux)]
+        if not _declares_cookers(self):
+            self.cookers = [_layout_cooker(cook_bridge_flux, BRIDGE_FLUX.encoding)]

@@ -8,6 +8,7 @@ import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 from typing_extensions import Self
@@ -42,6 +43,23 @@ class LoaderState:
 
 
 allow_weights_only_load(LoaderState)
+
+
+def _check_loader(loader: object) -> None:
+    """Refuses what cannot be cycled (None, a number, a path) when the wrapper is built, not at
+    the first `next()`."""
+    from shardcook.errors import ConfigError
+
+    if isinstance(loader, (str, bytes, PathLike)):
+        raise ConfigError(
+            f"MegatronDataloaderWrapper needs a loader, not the path {loader!r}; build one with "
+            "shardcook.energon.get_diffusion_loader(path, ...) (already wrapped)."
+        )
+    if not isinstance(loader, Iterable) and not hasattr(loader, "__getitem__"):
+        raise ConfigError(
+            f"MegatronDataloaderWrapper needs a loader to iterate (an Energon loader, a "
+            f"DataLoader, a list), not {loader!r} ({type(loader).__name__})."
+        )
 
 
 class MegatronDataloaderWrapper:
@@ -88,6 +106,7 @@ class MegatronDataloaderWrapper:
                 f"dataset_id must be what shardcook.energon.state.dataset_identity() returns, not "
                 f"a {type(dataset_id).__name__}; leave it out unless you build the loader yourself."
             )
+        _check_loader(loader)
         self.loader = loader
         self.dataset_id = dataset_id
         self.passes_completed = 0

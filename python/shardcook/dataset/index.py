@@ -17,6 +17,7 @@ from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.dataset.splits import (
     Splits,
+    check_parts,
     collapse,
     literal_pattern,
     parse_ratio,
@@ -172,7 +173,9 @@ def _resolve(
 
 def _split(shards: list[str], request: _Request) -> Splits:
     if request.split_parts:
-        return split_by_patterns(shards, request.split_parts)
+        splits = split_by_patterns(shards, request.split_parts)
+        check_parts(splits.parts)
+        return splits
     return split_by_ratio(shards, request.ratio, request.record.shuffle_seed)
 
 

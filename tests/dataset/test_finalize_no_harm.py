@@ -82,3 +82,31 @@ def test_build_index_refuses_a_shard_in_two_splits(tmp_path):
     with pytest.raises(ConfigError, match="000001.tar is in both the train and the test split"):
         build_index(d, split_parts={"train": "00000[01].*", "test": "000001.*"})
     assert tree_state(d) == before
+
+
+def _named_shards(d, prefixes):
+    for prefix in prefixes:
+        with ShardWriter(d, shard_size=2, prefix=prefix) as w:
+            for i in range(2):
+                w.write(f"{prefix}{i:010d}", raw_parts(i))
+    return d
+
+
+@pytest.mark.parametrize("prefixes, message", [
+    (["train-shard-", ""], "train-shard-000000.tar is named for its split but 000000.tar is not"),
+    (["val-shard-"], "no train split"),
+])
+def test_shard_names_that_cannot_say_the_split_are_refused(tmp_path, prefixes, message):
+    d = _named_shards(tmp_path / "d", prefixes)
+    before = tree_state(d)
+    with pytest.raises(ConfigError, match=message):
+        finalize(d, encoding="raw")
+    assert tree_state(d) == before
+
+
+def test_shard_names_say_the_split_when_nothing_records_it(tmp_path):
+    d = _named_shards(tmp_path / "d", ["train-shard-", "val-shard-", "test-shard-"])
+    result = finalize(d, encoding="raw")
+    assert result.index.splits == {"train": ["train-shard-000000.tar"],
+                                   "val": ["val-shard-000000.tar"],
+                                   "test": ["test-shard-000000.tar"]}

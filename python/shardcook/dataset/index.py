@@ -21,6 +21,7 @@ from shardcook.dataset.splits import (
     collapse,
     literal_pattern,
     parse_ratio,
+    parts_by_name,
     split_by_patterns,
     split_by_ratio,
 )
@@ -159,6 +160,8 @@ def _resolve(
     if split is None and split_parts is None and previous is not None:
         split_parts, shuffle_seed = previous.split_parts, previous.shuffle_seed
         split = previous.split
+    elif split is None and split_parts is None:
+        split_parts = parts_by_name(list_shards(root, exclude))
     ratio = parse_ratio(split if split is not None else (1, 0, 0))
     record = metadata.FinalizeRecord(
         exclude=list(exclude),
@@ -279,7 +282,8 @@ def build_index(
     Args:
         directory: The dataset folder; every `**/*.tar` under it is a shard.
         split: train,val,test ratios (ignored when `split_parts` is given). When neither is
-            given, the split an earlier finalize recorded is kept, else 1,0,0.
+            given, the split an earlier finalize recorded is kept; else shards named by split
+            (Megatron-Bridge's `train-`, `val-`, `test-` prefixes) go to that split; else 1,0,0.
         split_parts: Split name to shard-path pattern (brace-expanded, then `re.match`).
         shuffle_seed: Shuffle shards with `random.Random(seed)` before cutting ratios.
         exclude: Regexes; matching shard paths are left out of the dataset. None keeps the

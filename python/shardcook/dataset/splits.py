@@ -152,6 +152,26 @@ def check_parts(parts: Mapping[str, Sequence[str]]) -> None:
             owner[shard] = name
 
 
+def parts_by_name(shards: Sequence[str]) -> dict[str, str] | None:
+    """Split patterns from Megatron-Bridge's shard names (`train-`, `val-`, `test-` prefixes)
+    when every shard carries one; None when none does.
+
+    Raises:
+        ConfigError: some shards carry a split prefix and others do not.
+    """
+    named = {s: next((n for n in SPLIT_NAMES if s.startswith(f"{n}-")), None) for s in shards}
+    prefixed = [s for s, n in named.items() if n is not None]
+    if not prefixed:
+        return None
+    if len(prefixed) < len(shards):
+        other = next(s for s, n in named.items() if n is None)
+        raise ConfigError(
+            f"shard {prefixed[0]} is named for its split but {other} is not, and nothing records "
+            "which split each belongs to; say so with --split-parts, e.g. train:'train-.*'"
+        )
+    return {n: f"{n}-.*" for n in SPLIT_NAMES if n in named.values()}
+
+
 def parse_split_parts(items: Sequence[str]) -> dict[str, str]:
     """Parses CLI `NAME:PATTERN` items."""
     parts: dict[str, str] = {}

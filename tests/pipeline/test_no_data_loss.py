@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -98,6 +99,15 @@ def test_overwrite_deletes_only_what_the_earlier_run_wrote_and_logs_it(earlier_r
     assert {k: after.get(k) for k in users} == users
     assert run_cli("validate", str(out)).returncode == 0
     assert manifest(out)["config"]["image"]["image_size"] == 48
+
+
+def test_overwrite_after_a_killed_run_finds_its_shards_in_the_unit_markers(earlier_run):
+    base, out = earlier_run
+    killed = manifest(out) | {"shards": None, "complete": False}  # as a killed run leaves it
+    (out / ".shardcook" / "manifest.json").write_text(json.dumps(killed))
+    run_cli(*base, "--image-size", "48", "--overwrite")
+    assert manifest(out)["config"]["image"]["image_size"] == 48
+    assert run_cli("validate", str(out)).returncode == 0
 
 
 @pytest.fixture

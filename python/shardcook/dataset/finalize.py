@@ -152,17 +152,19 @@ def finalize(
             dataset.yaml or the manifest.
         sample_type, field_map, subflavors: What dataset.yaml declares (see `dataset_yaml`).
         force: Rebuild an indexed folder, replacing any damaged metadata file.
-        validate: Run `validate` afterwards and raise when it finds problems.
+        validate: Refuse an encoding whose parts the first sample lacks, and run `validate`
+            afterwards, undoing everything when it finds problems.
 
     Raises:
-        DatasetError: as `build_index`, or when validation fails.
-        ConfigError: an unknown encoding, or shards of a known layout with no encoding to say so.
+        DatasetError: as `build_index`, or when validation fails (the metadata is then as it was).
+        ConfigError: an unknown encoding, one whose parts the samples lack, or shards of a known
+            layout with no encoding to say so.
     """
     root = Path(directory)
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force)
     encoding = _encoding(root, plan.shards, encoding, sample_type, force)
-    if encoding is not None:
+    if encoding is not None and validate:
         _check_fits(root, plan.shards, encoding)
     plan = replace(plan, record=replace(plan.record, encoding=encoding))
     content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,

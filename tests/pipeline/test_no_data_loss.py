@@ -91,8 +91,10 @@ def test_overwrite_deletes_only_what_the_earlier_run_wrote_and_logs_it(earlier_r
     users = {k: v for k, v in tree_state(out).items()
              if k.startswith(("empty_encodings", ".nv-meta/my-notes"))}
     r = run_cli(*base, "--image-size", "48", "--overwrite")
-    assert ("--overwrite deletes 10 file(s) the earlier run wrote in" in r.stderr
-            and ".nv-meta/dataset.yaml" in r.stderr and "and 5 more" in r.stderr), r.stderr
+    assert (f"--overwrite deletes what the earlier run wrote in {out}: 2 shard(s) (000000.tar, "
+            "000001.tar), 2 .tar.idx, .nv-meta/.info.json, .nv-meta/dataset.yaml, "
+            ".nv-meta/index.sqlite, .nv-meta/index.uuid, .nv-meta/split.yaml, .shardcook/"
+            in r.stderr), r.stderr
     assert "kept 2 file(s) shardcook did not write" in r.stderr
     assert "empty_encodings/mynote.txt" in r.stderr and ".nv-meta/my-notes.md" in r.stderr
     after = tree_state(out)

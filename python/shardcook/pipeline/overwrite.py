@@ -22,6 +22,7 @@ from shardcook.layouts.names import (
     DATASET_YAML,
     EMPTY_ENCODINGS_DIR,
     INDEX_SQLITE,
+    INDEX_SUFFIX,
     INDEX_UUID,
     INFO_JSON,
     META_DIR,
@@ -77,6 +78,18 @@ def recorded_shards(out: Path) -> set[str]:
 def _listed(names: list[str]) -> str:
     more = len(names) - _SHOWN
     return ", ".join(names[:_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _described(out: Path, paths: list[Path]) -> str:
+    """`paths` in a few words: the shards listed (the first few), their `.tar.idx` counted, and
+    every other entry (a few metadata files and `.shardcook/`)."""
+    shards = [p.name for p in paths if p.name.endswith(SHARD_SUFFIX)]
+    indexes = [p for p in paths if p.name.endswith(INDEX_SUFFIX)]
+    words = [f"{len(shards)} shard(s) ({_listed(shards)})"] if shards else []
+    words += [f"{len(indexes)} .tar.idx"] if indexes else []
+    words += [str(p.relative_to(out)) + ("/" if p.is_dir() else "") for p in paths
+              if p.name not in shards and p not in indexes]
+    return ", ".join(words)
 
 
 def _first_tar(path: Path) -> Path | None:
@@ -148,9 +161,10 @@ def plan_overwrite(out: Path) -> OverwritePlan:
             else:
                 _keep(plan, out, path)
     if unrecorded:
+        them = "it" if len(unrecorded) == 1 else "them"
         raise ConfigError(
             f"Output folder {str(out)!r} holds {_listed(unrecorded)}, named like shardcook's "
-            "shards but not written by the run recorded there; move them away, then rerun "
+            f"shards but not written by the run recorded there; move {them} away, then rerun "
             "(nothing was deleted)."
         )
     return plan
@@ -161,9 +175,8 @@ def clear_output(out: Path) -> list[str]:
     (`plan_overwrite`), saying what; returns the entries kept (files shardcook did not write)."""
     plan = plan_overwrite(out)
     if plan.remove:
-        names = [str(p.relative_to(out)) + ("/" if p.is_dir() else "") for p in plan.remove]
-        log.info("--overwrite deletes %d file(s) the earlier run wrote in %s: %s",
-                 len(names), out, _listed(names))
+        log.info("--overwrite deletes what the earlier run wrote in %s: %s", out,
+                 _described(out, plan.remove))
     for path in plan.remove:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)

@@ -90,3 +90,20 @@ def test_a_folder_that_lost_its_split_records_keeps_val_out_of_train(tmp_path):
     (out / ".shardcook" / "finalize.json").unlink()
     run_cli("finalize", str(out))
     assert yaml.safe_load(split_yaml.read_text())["split_parts"] == made
+
+
+def test_a_run_whose_samples_all_went_to_val_is_refused(tmp_path):
+    from shardcook.sources.chat import split_of
+
+    src = tmp_path / "in"
+    names = write_images(src / "images", 2)
+    ids = [i for i in (f"s-{n}" for n in range(50)) if split_of(i, 0.9) == "val"][:3]
+    jsonl = write_jsonl(src / "data.jsonl", [
+        {"id": i, "image": f"images/{names[0]}", "conversations": turns(1)} for i in ids])
+    out = tmp_path / "out"
+    r = run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--val-fraction",
+                "0.9", "--quiet", check=False)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "holds no train shard (every sample was skipped or went to val)" in r.stderr
+    assert not (out / ".nv-meta" / "split.yaml").exists()

@@ -110,3 +110,14 @@ def test_shard_names_say_the_split_when_nothing_records_it(tmp_path):
     assert result.index.splits == {"train": ["train-shard-000000.tar"],
                                    "val": ["val-shard-000000.tar"],
                                    "test": ["test-shard-000000.tar"]}
+
+
+def test_a_refusal_while_indexing_leaves_the_old_index_byte_for_byte(good_raw):
+    import tarfile
+
+    tarfile.open(good_raw / "000003.tar", "w").close()  # an empty shard: found while indexing
+    before = tree_state(good_raw)
+    r = cli("finalize", good_raw, "--force")
+    assert r.code == 2
+    assert "shard 000003.tar holds no samples" in one_error_line(r)
+    assert tree_state(good_raw) == before

@@ -121,3 +121,13 @@ def test_a_refusal_while_indexing_leaves_the_old_index_byte_for_byte(good_raw):
     assert r.code == 2
     assert "shard 000003.tar holds no samples" in one_error_line(r)
     assert tree_state(good_raw) == before
+
+
+def test_build_index_refused_while_indexing_leaves_the_old_index_byte_for_byte(good_raw):
+    import tarfile
+
+    tarfile.open(good_raw / "000003.tar", "w").close()
+    before = tree_state(good_raw)
+    with pytest.raises(DatasetError, match="shard 000003.tar holds no samples"):
+        build_index(good_raw, force=True)
+    assert tree_state(good_raw) == before

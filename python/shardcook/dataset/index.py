@@ -25,6 +25,7 @@ from shardcook.dataset.splits import (
     split_by_patterns,
     split_by_ratio,
 )
+from shardcook.dataset.undo import undone_on_failure
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, META_DIR
 
@@ -292,9 +293,12 @@ def build_index(
         force: Rebuild an already indexed folder, repairing damaged metadata.
 
     Raises:
-        DatasetError: no shards, already indexed, an unreadable shard, a duplicate key.
-        ConfigError: a bad ratio or split pattern, an empty train split.
+        DatasetError: no shards, already indexed, an unreadable shard, a duplicate key (the
+            metadata is then as it was).
+        ConfigError: a bad ratio or split pattern, an empty or missing train split, a shard in
+            two splits.
     """
-    return write_index(plan_index(directory, split=split, split_parts=split_parts,
-                                  shuffle_seed=shuffle_seed, exclude=exclude, sqlite=sqlite,
-                                  force=force))
+    plan = plan_index(directory, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                      exclude=exclude, sqlite=sqlite, force=force)
+    with undone_on_failure(plan.root, plan.shards):
+        return write_index(plan)

@@ -4,6 +4,7 @@ replaces only what an earlier demo wrote, never a user's files."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -105,3 +106,14 @@ def test_preview_contact_sheets(tmp_path, tiny_flux):
     dec = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).numpy()
     assert np.abs(sheets["vae"][8:8 + TILE:3, 8:8 + TILE:3].astype(int) - dec.astype(int)).max() <= 1
     assert not np.array_equal(sheets["vae"], sheets["fc"])
+
+
+def test_demo_refuses_a_fifo_in_its_folder_without_reading_it(tmp_path):
+    root = tmp_path / "demo"
+    root.mkdir()
+    os.mkfifo(root / "pipe")
+    (root / ".shardcook-demo.json").write_text(json.dumps({"files": {"pipe": "0" * 64}}))
+    # a child with a timeout: reading the FIFO would block forever
+    r = run_cli("demo", "--output-dir", str(root), check=False)
+    assert r.returncode == 2
+    assert "holds pipe, which the demo did not write there" in r.stderr

@@ -3,7 +3,8 @@
 Generates images of coloured shapes with captions naming them, builds tiny FLUX-layout encoders
 with random weights (DEMO WEIGHTS, not a real model), runs `raw` and `encode`, finalizes and
 validates both, loads a batch of each through shardcook.energon, writes a tiny ChatML dataset with
-generated clips (`demo_chatml`), and says what it made where.
+generated clips (`demo_chatml`), and says what it made where. It writes only into a new or empty
+folder or an earlier demo's (`demo_folder`).
 """
 
 from __future__ import annotations
@@ -80,8 +81,25 @@ def _config(images: Path, out: Path, model: Path | None) -> RunConfig:
 
 
 def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResult:
-    """Makes the demo under `output_dir` (its images/, tiny-flux-DEMO-WEIGHTS/, raw/, encoded/
-    are replaced) and returns what it did."""
+    """Makes the demo under `output_dir` and returns what it did. The folder must be new, empty,
+    or hold only what an earlier demo wrote there (which is replaced).
+
+    Raises:
+        ConfigError: `output_dir` holds anything else (nothing is changed).
+        DatasetError: a demo dataset did not validate.
+    """
+    from shardcook.demo_folder import check_demo_folder, record_demo_folder
+
+    root = Path(output_dir)
+    check_demo_folder(root)
+    try:
+        return _run_demo(root, n)
+    finally:
+        if root.is_dir():
+            record_demo_folder(root)  # all in it is the demo's, even after a failure
+
+
+def _run_demo(root: Path, n: int) -> DemoResult:
     t0 = time.perf_counter()
     for name in ("shardcook.pipeline.encode", "shardcook.pipeline.driver"):
         logging.getLogger(name).setLevel(logging.ERROR)  # "encoding on the CPU": expected here
@@ -91,7 +109,6 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
     from shardcook.pipeline.raw import run_raw
 
     quiet_model_libraries()
-    root = Path(output_dir)
     images, model = root / "images", root / "tiny-flux-DEMO-WEIGHTS"
     raw_out, enc_out = root / "raw", root / "encoded"
     made = make_images(images, n)

@@ -1,8 +1,11 @@
 """Split patterns on chatml shard names behave as in Energon (brace expansion first, which also
 eats backslashes, then `re.match`), but a pattern that matches nothing, an invalid regex or an
-uncovered shard is reported before anything is written."""
+uncovered shard is reported before anything is written; with nothing recording the split, the
+shards' names decide it."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 import yaml
@@ -10,6 +13,8 @@ from shardcook import ShardWriter, finalize
 from shardcook.dataset.splits import collapse, split_by_patterns
 from shardcook.errors import ConfigError
 
+from tests.helpers.chatml import turns, write_images, write_jsonl
+from tests.helpers.raw import run_cli
 from tests.helpers.shards import energon_prepare
 
 PATTERNS = {
@@ -67,3 +72,38 @@ def test_a_shard_in_no_split_is_a_warning(tmp_path):
     assert splits.parts["train"] == shards[:3]
     assert splits.warnings == [
         "2 shard(s) are in no split (e.g. 'val-shard-000000.tar'); no loader will read them"]
+
+
+def test_a_folder_that_lost_its_split_records_keeps_val_out_of_train(tmp_path):
+    src = tmp_path / "in"
+    names = write_images(src / "images", 4)
+    jsonl = write_jsonl(src / "data.jsonl", [
+        {"id": f"s-{i}", "image": f"images/{names[i % 4]}", "conversations": turns(1)}
+        for i in range(12)])
+    out = tmp_path / "out"
+    run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--shard-size", "2",
+            "--val-fraction", "0.3", "--quiet")
+    split_yaml = out / ".nv-meta" / "split.yaml"
+    made = yaml.safe_load(split_yaml.read_text())["split_parts"]
+    assert made["train"] and made["val"]
+    shutil.rmtree(out / ".nv-meta")
+    (out / ".shardcook" / "finalize.json").unlink()
+    run_cli("finalize", str(out))
+    assert yaml.safe_load(split_yaml.read_text())["split_parts"] == made
+
+
+def test_a_run_whose_samples_all_went_to_val_is_refused(tmp_path):
+    from shardcook.sources.chat import split_of
+
+    src = tmp_path / "in"
+    names = write_images(src / "images", 2)
+    ids = [i for i in (f"s-{n}" for n in range(50)) if split_of(i, 0.9) == "val"][:3]
+    jsonl = write_jsonl(src / "data.jsonl", [
+        {"id": i, "image": f"images/{names[0]}", "conversations": turns(1)} for i in ids])
+    out = tmp_path / "out"
+    r = run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--val-fraction",
+                "0.9", "--quiet", check=False)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "holds no train shard (every sample was skipped or went to val)" in r.stderr
+    assert not (out / ".nv-meta" / "split.yaml").exists()

@@ -97,8 +97,10 @@ def test_encoding_comes_from_the_manifest(tmp_path):
 
 def test_finalize_fails_when_samples_lack_their_encodings_parts(tmp_path):
     write_shards(tmp_path, 1, 2)  # txt + json only
-    with pytest.raises(DatasetError, match="lacks the preencoded part"):
+    with pytest.raises(ConfigError, match="do not fit the preencoded encoding .*lacks "
+                       "latents.pth, prompt_embeds.pth, pooled_prompt_embeds.pth.*nothing was"):
         finalize(tmp_path, encoding="preencoded")
+    assert nothing_written(tmp_path)
 
 
 def test_sample_type_and_field_map(tmp_path):

@@ -1,10 +1,16 @@
-"""`shardcook demo` runs end to end here (no GPU, no network) and leaves valid datasets."""
+"""`shardcook demo` runs end to end here (no GPU, no network) and leaves valid datasets; it
+replaces only what an earlier demo wrote, never a user's files."""
 
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from tests.helpers.encode import encode_args, run_in_process
+from tests.helpers.files import tree_state
+from tests.helpers.raw import make_folder, run_cli
 
 
 def test_demo_runs_and_leaves_valid_datasets(tmp_path):
@@ -26,6 +32,34 @@ def test_demo_runs_and_leaves_valid_datasets(tmp_path):
                                            shuffle_buffer_size=None,
                                            max_samples_per_sequence=None)))
     assert all(c in captions for c in batch.captions)
+    # its own earlier output: replaced
+    r = run_in_process(["demo", "--output-dir", str(root)])
+    assert "finalized and validated" in r.output
+    # a file it did not write, or one changed since: the folder is refused as it is
+    (root / "raw" / "notes.txt").write_text("mine")
+    before = tree_state(root)
+    r = run_in_process(["demo", "--output-dir", str(root)], expect=2)
+    assert "holds raw/notes.txt, which the demo did not write there" in r.output
+    (root / "raw" / "notes.txt").unlink()
+    (root / "images" / "shape_000.txt").write_text("my caption\n")
+    r = run_in_process(["demo", "--output-dir", str(root)], expect=2)
+    assert "holds images/shape_000.txt, which the demo did not write there" in r.output
+    del before["raw/notes.txt"]
+    before["images/shape_000.txt"] = tree_state(root)["images/shape_000.txt"]
+    assert tree_state(root) == before
+
+
+@pytest.mark.parametrize("user_folder", ["raw", "encoded", "chatml", "."])
+def test_demo_refuses_a_folder_holding_a_users_dataset(tmp_path, user_folder):
+    src = make_folder(tmp_path / "in", 6, photos=0)
+    root = tmp_path / "demoX"
+    run_cli("raw", "--input-dir", str(src), "--output-dir", str(root / user_folder), "--quiet")
+    before = tree_state(root)
+    r = run_cli("demo", "--output-dir", str(root), check=False)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "the demo did not write" in r.stderr and "nothing was changed" in r.stderr
+    assert tree_state(root) == before
 
 
 def test_preview_contact_sheets(tmp_path, tiny_flux):
@@ -72,3 +106,14 @@ def test_preview_contact_sheets(tmp_path, tiny_flux):
     dec = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).numpy()
     assert np.abs(sheets["vae"][8:8 + TILE:3, 8:8 + TILE:3].astype(int) - dec.astype(int)).max() <= 1
     assert not np.array_equal(sheets["vae"], sheets["fc"])
+
+
+def test_demo_refuses_a_fifo_in_its_folder_without_reading_it(tmp_path):
+    root = tmp_path / "demo"
+    root.mkdir()
+    os.mkfifo(root / "pipe")
+    (root / ".shardcook-demo.json").write_text(json.dumps({"files": {"pipe": "0" * 64}}))
+    # a child with a timeout: reading the FIFO would block forever
+    r = run_cli("demo", "--output-dir", str(root), check=False)
+    assert r.returncode == 2
+    assert "holds pipe, which the demo did not write there" in r.stderr

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
-from pathlib import Path
 
 import pytest
 import yaml
@@ -13,13 +12,8 @@ from shardcook.energon import write_blend
 from shardcook.errors import ConfigError
 
 from tests.helpers.energon import make_raw_dataset
+from tests.helpers.files import tree_state
 from tests.helpers.raw import make_folder, manifest, run_cli, shard_hashes
-
-
-def _tree(root: Path) -> dict[str, str]:
-    """sha256 of every file below `root`, by relative path."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
@@ -54,12 +48,12 @@ def test_overwrite_refuses_a_foreign_tar_before_deleting_anything(earlier_run):
     base, out = earlier_run
     (out / "mine").mkdir()
     (out / "mine" / "extra.tar").write_bytes(b"not ours")
-    before = _tree(out)
+    before = tree_state(out)
     r = run_cli(*base, "--image-size", "48", "--overwrite", check=False)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "a tar shardcook did not write" in r.stderr and "nothing was deleted" in r.stderr
-    assert _tree(out) == before
+    assert tree_state(out) == before
 
 
 def test_overwrite_of_a_folder_that_is_no_run_deletes_nothing(tmp_path):
@@ -72,6 +66,50 @@ def test_overwrite_of_a_folder_that_is_no_run_deletes_nothing(tmp_path):
     assert r.returncode == 2 and "not a shardcook dataset" in r.stderr
     assert "--overwrite deletes nothing" in r.stderr
     assert sorted(os.listdir(out)) == ["000000.tar"]
+
+
+def test_overwrite_refuses_files_named_like_shards_that_no_record_names(earlier_run):
+    base, out = earlier_run
+    (out / "000009.tar").write_bytes(b"my own shard, named like yours")
+    (out / "train-shard-000000.tar").write_bytes(b"a chatml shard of mine")
+    (out / "empty_encodings").mkdir()
+    (out / "empty_encodings" / "mynote.txt").write_text("keep me")
+    before = tree_state(out)
+    r = run_cli(*base, "--image-size", "48", "--overwrite", check=False)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "holds 000009.tar, train-shard-000000.tar, named like shardcook's shards" in r.stderr
+    assert "nothing was deleted" in r.stderr
+    assert tree_state(out) == before
+
+
+def test_overwrite_deletes_only_what_the_earlier_run_wrote_and_logs_it(earlier_run):
+    base, out = earlier_run
+    (out / "empty_encodings").mkdir()
+    (out / "empty_encodings" / "mynote.txt").write_text("keep me")
+    (out / ".nv-meta" / "my-notes.md").write_text("mine too")
+    users = {k: v for k, v in tree_state(out).items()
+             if k.startswith(("empty_encodings", ".nv-meta/my-notes"))}
+    r = run_cli(*base, "--image-size", "48", "--overwrite")
+    assert (f"--overwrite deletes what the earlier run wrote in {out}: 2 shard(s) (000000.tar, "
+            "000001.tar), 2 .tar.idx, .nv-meta/.info.json, .nv-meta/dataset.yaml, "
+            ".nv-meta/index.sqlite, .nv-meta/index.uuid, .nv-meta/split.yaml, .shardcook/"
+            in r.stderr), r.stderr
+    assert "kept 2 file(s) shardcook did not write" in r.stderr
+    assert "empty_encodings/mynote.txt" in r.stderr and ".nv-meta/my-notes.md" in r.stderr
+    after = tree_state(out)
+    assert {k: after.get(k) for k in users} == users
+    assert run_cli("validate", str(out)).returncode == 0
+    assert manifest(out)["config"]["image"]["image_size"] == 48
+
+
+def test_overwrite_after_a_killed_run_finds_its_shards_in_the_unit_markers(earlier_run):
+    base, out = earlier_run
+    killed = manifest(out) | {"shards": None, "complete": False}  # as a killed run leaves it
+    (out / ".shardcook" / "manifest.json").write_text(json.dumps(killed))
+    run_cli(*base, "--image-size", "48", "--overwrite")
+    assert manifest(out)["config"]["image"]["image_size"] == 48
+    assert run_cli("validate", str(out)).returncode == 0
 
 
 @pytest.fixture
@@ -105,12 +143,12 @@ def test_blend_refuses_and_writes_nothing(tmp_path, dataset, case, message):
         "split_empty": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", ""],
         "split_missing": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", "val"],
     }[case]
-    before = {**_tree(dataset), **{f"../{k}": v for k, v in _tree(tmp_path).items()}}
+    before = {**tree_state(dataset), **{f"../{k}": v for k, v in tree_state(tmp_path).items()}}
     r = _blend_cli(*args)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert message in r.stderr
-    assert {**_tree(dataset), **{f"../{k}": v for k, v in _tree(tmp_path).items()}} == before
+    assert {**tree_state(dataset), **{f"../{k}": v for k, v in tree_state(tmp_path).items()}} == before
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
     assert run_cli("validate", str(dataset)).returncode == 0
 

@@ -22,7 +22,8 @@ def finalize(
     encoding: EncodingOpt = None,
     split: Annotated[
         str | None,
-        typer.Option(help="train,val,test ratios by whole shard [default: as recorded, else 1,0,0]."),
+        typer.Option(help="train,val,test ratios by whole shard [default: as recorded, else by "
+                          "train-/val-/test- shard names, else 1,0,0]."),
     ] = None,
     split_parts: Annotated[
         list[str] | None,

@@ -13,6 +13,7 @@ from shardcook import _native
 from shardcook.dataset import metadata, trust
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
+from shardcook.dataset.undo import undone_on_failure
 from shardcook.dataset.validate import ValidationReport
 from shardcook.dataset.validate import validate as run_validate
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -96,13 +97,33 @@ def _refuse_untrusted_code(root: Path, content: Mapping[str, Any],
         raise DatasetError(untrusted[0])
 
 
-def _layouts_like(root: Path, shards: list[str]) -> list[Layout]:
-    """The layouts whose required parts the first sample of the first shard has."""
+def _first_parts(root: Path, shards: list[str]) -> dict[str, bytes] | None:
+    """The parts of the first sample of the first shard; None when unreadable."""
     try:
-        _, parts = next(iter(_native.read_shard(root / shards[0])))
+        return next(iter(_native.read_shard(root / shards[0]))).parts
     except (ShardcookError, StopIteration):
-        return []  # indexing names the damage
-    return [lay for lay in LAYOUTS.values() if lay.required and not lay.missing_parts(parts)]
+        return None  # indexing names the damage
+
+
+def _layouts_like(parts: dict[str, bytes] | None) -> list[Layout]:
+    """The layouts whose required parts a sample with `parts` has."""
+    return [lay for lay in LAYOUTS.values() 
+            if parts is not None and lay.required and not lay.missing_parts(parts)]
+
+
+def _check_fits(root: Path, shards: list[str], encoding: str) -> None:
+    """Refuses, before anything is written, an encoding whose parts the first sample lacks."""
+    parts = _first_parts(root, shards)
+    missing = metadata.layout_of(encoding, "--encoding").missing_parts(parts or {})
+    if parts is None or not missing:
+        return
+    like = [lay.encoding for lay in _layouts_like(parts)]
+    fix = (f"they fit the {' or '.join(like)} encoding: pass --encoding {like[0]}" if like
+           else "no shardcook encoding fits them")
+    raise ConfigError(
+        f"{root}'s samples do not fit the {encoding} encoding (the first sample of {shards[0]} "
+        f"lacks {', '.join(missing)}); {fix}; nothing was changed"
+    )
 
 
 def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: str | None,
@@ -116,7 +137,7 @@ def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: 
         metadata.layout_of(encoding, f"{root}'s dataset.yaml or manifest")
     if encoding is not None or sample_type is not None:
         return encoding
-    like = _layouts_like(root, shards)
+    like = _layouts_like(_first_parts(root, shards))
     if like:
         raise ConfigError(
             f"{root} has no dataset.yaml or manifest naming its encoding, and its samples look "
@@ -153,28 +174,34 @@ def finalize(
             manifest.
         sample_type, field_map, subflavors: What dataset.yaml declares (see `dataset_yaml`).
         force: Rebuild an indexed folder, replacing any damaged metadata file.
-        validate: Run `validate` afterwards and raise when it finds problems.
+        validate: Refuse an encoding whose parts the first sample lacks, and run `validate`
+            afterwards, undoing everything when it finds problems.
 
     Raises:
-        DatasetError: as `build_index`, or when validation fails.
-        ConfigError: an unknown encoding, or shards of a known layout with no encoding to say so.
+        DatasetError: as `build_index`, or when validation fails (the metadata is then as it was).
+        ConfigError: an unknown encoding, one whose parts the samples lack, or shards of a known
+            layout with no encoding to say so.
     """
     root = Path(directory)
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force)
     encoding = _encoding(root, plan.shards, encoding, sample_type, force)
+    if encoding is not None and validate:
+        _check_fits(root, plan.shards, encoding)
     plan = replace(plan, record=replace(plan.record, encoding=encoding))
     content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, force=force)
     _refuse_untrusted_code(root, content, sample_type)
-    index = write_index(plan)
-    metadata.write_dataset_yaml(root, content)
     report = None
-    if validate:
-        report = run_validate(root, encoding=encoding)
-        if not report.ok:
-            raise DatasetError(
-                f"{root} was indexed but does not validate:\n  " + "\n  ".join(report.problems)
-            )
+    with undone_on_failure(root, plan.shards):
+        index = write_index(plan)
+        metadata.write_dataset_yaml(root, content)
+        if validate:
+            report = run_validate(root, encoding=encoding)
+            if not report.ok:
+                raise DatasetError(
+                    f"{root} does not validate with the new index, so finalize left its "
+                    "metadata as it was:\n  " + "\n  ".join(report.problems)
+                )
     return FinalizeResult(index, content, report)
 

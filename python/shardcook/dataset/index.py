@@ -19,12 +19,15 @@ from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.dataset.splits import (
     Splits,
+    check_parts,
     collapse,
     literal_pattern,
     parse_ratio,
+    parts_by_name,
     split_by_patterns,
     split_by_ratio,
 )
+from shardcook.dataset.undo import undone_on_failure
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 
@@ -185,6 +188,8 @@ def _resolve(
     if split is None and split_parts is None and previous is not None:
         split_parts, shuffle_seed = previous.split_parts, previous.shuffle_seed
         split = previous.split
+    elif split is None and split_parts is None:
+        split_parts = parts_by_name(list_shards(root, exclude))
     ratio = parse_ratio(split if split is not None else (1, 0, 0))
     record = metadata.FinalizeRecord(
         exclude=list(exclude),
@@ -199,7 +204,9 @@ def _resolve(
 
 def _split(shards: list[str], request: _Request) -> Splits:
     if request.split_parts:
-        return split_by_patterns(shards, request.split_parts)
+        splits = split_by_patterns(shards, request.split_parts)
+        check_parts(splits.parts)
+        return splits
     return split_by_ratio(shards, request.ratio, request.record.shuffle_seed)
 
 
@@ -303,7 +310,8 @@ def build_index(
     Args:
         directory: The dataset folder; every `**/*.tar` under it is a shard.
         split: train,val,test ratios (ignored when `split_parts` is given). When neither is
-            given, the split an earlier finalize recorded is kept, else 1,0,0.
+            given, the split an earlier finalize recorded is kept; else shards named by split
+            (Megatron-Bridge's `train-`, `val-`, `test-` prefixes) go to that split; else 1,0,0.
         split_parts: Split name to shard-path pattern (brace-expanded, then `re.match`).
         shuffle_seed: Shuffle shards with `random.Random(seed)` before cutting ratios.
         exclude: Regexes; matching shard paths are left out of the dataset. None keeps the
@@ -312,9 +320,12 @@ def build_index(
         force: Rebuild an already indexed folder, repairing damaged metadata.
 
     Raises:
-        DatasetError: no shards, already indexed, an unreadable shard, a duplicate key.
-        ConfigError: a bad ratio or split pattern, an empty train split.
+        DatasetError: no shards, already indexed, an unreadable shard, a duplicate key (the
+            metadata is then as it was).
+        ConfigError: a bad ratio or split pattern, an empty or missing train split, a shard in
+            two splits.
     """
-    return write_index(plan_index(directory, split=split, split_parts=split_parts,
-                                  shuffle_seed=shuffle_seed, exclude=exclude, sqlite=sqlite,
-                                  force=force))
+    plan = plan_index(directory, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                      exclude=exclude, sqlite=sqlite, force=force)
+    with undone_on_failure(plan.root, plan.shards):
+        return write_index(plan)

@@ -1,6 +1,6 @@
 """Train/val/test splits by whole shard, computed exactly as `energon prepare` does, but checked
-before anything is written: a bad ratio, a pattern that matches nothing or an empty train split is
-an error instead of a silently broken dataset."""
+before anything is written: a bad ratio, a pattern that matches nothing, an empty or missing train
+split or a shard in two splits is an error instead of a silently broken dataset."""
 
 from __future__ import annotations
 
@@ -130,6 +130,46 @@ def split_by_patterns(shards: Sequence[str], patterns: Mapping[str, str]) -> Spl
             "read them"
         )
     return splits
+
+
+def check_parts(parts: Mapping[str, Sequence[str]]) -> None:
+    """Refuses split parts without a train split, or with a shard in two splits: Energon loads
+    both, but training would find no data, or read a shard's samples in two splits."""
+    if "train" not in parts:
+        raise ConfigError(
+            f"the split patterns name no train split (only {', '.join(parts)}), and training "
+            "reads the train split; add one, e.g. train:'.*'"
+        )
+    owner: dict[str, str] = {}
+    for name, names in parts.items():
+        for shard in names:
+            if shard in owner:
+                raise ConfigError(
+                    f"shard {shard} is in both the {owner[shard]} and the {name} split, so its "
+                    "samples would be read by both; write split patterns that match each shard "
+                    "once"
+                )
+            owner[shard] = name
+
+
+def parts_by_name(shards: Sequence[str]) -> dict[str, str] | None:
+    """Split patterns from Megatron-Bridge's shard names (`train-`, `val-`, `test-` prefixes)
+    when every shard carries one; None when none does.
+
+    Raises:
+        ConfigError: some shards carry a split prefix and others do not.
+    """
+    named = {s: next((n for n in SPLIT_NAMES if s.startswith(f"{n}-")), None) for s in shards}
+    prefixed = [s for s, n in named.items() if n is not None]
+    if not prefixed:
+        return None
+    if len(prefixed) < len(shards):
+        other = next(s for s, n in named.items() if n is None)
+        raise ConfigError(
+            f"shard {prefixed[0]} is named for its split but {other} is not, and nothing records "
+            "which split each belongs to; say so with --split-parts, e.g. train:'train-.*'"
+        )
+    return {n: f"{n}-.*" for n in SPLIT_NAMES if n in named.values()}
 
 
 def parse_split_parts(items: Sequence[str]) -> dict[str, str]:

@@ -25,6 +25,9 @@ PROGRESS_DIR = "progress"
 TMP_DIR = "tmp"
 #: encode only: the encoders' outputs for the empty caption.
 EMPTY_ENCODINGS_DIR = "empty_encodings"
+#: ... its files: T5's and CLIP's encodings of "".
+T5_EMPTY = "t5_empty.npy"
+CLIP_EMPTY = "clip_empty.npy"
 
 SHARD_SUFFIX = ".tar"
 INDEX_SUFFIX = ".tar.idx"

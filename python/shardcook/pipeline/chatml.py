@@ -31,8 +31,11 @@ def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -
     shards = list_shards(out)
     patterns = {s: f"{s}-shard-.*" for s in SPLITS
                 if any(n.startswith(f"{s}-shard-") for n in shards)}
-    if not patterns:
-        raise DatasetError(f"{out} holds no train or val shards to finalize")
+    if "train" not in patterns:
+        raise DatasetError(
+            f"{out} holds no train shard (every sample was skipped or went to val), so training "
+            "would find no data; see report.json for the skips, or lower --val-fraction"
+        )
     result = finalize(out, encoding=CHATML.encoding, split_parts=patterns,
                       sample_type=CHATML.sample_type, field_map=fields, subflavors={},
                       sqlite=sqlite, force=True, validate=True)

@@ -14,13 +14,9 @@ from shardcook import _native
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.pipeline import report as rep
+from shardcook.pipeline.overwrite import clear_output
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
-from shardcook.pipeline.progress import (
-    check_output,
-    check_writable,
-    clear_output,
-    write_json_atomic,
-)
+from shardcook.pipeline.progress import check_output, check_writable, write_json_atomic
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source

@@ -29,6 +29,7 @@ from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
+from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
 from shardcook.layouts.preencoded import POSTERIOR_PARTS, PREENCODED
 from shardcook.pipeline.raw import (
     check_image_options,
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
 
-EMPTY_DIR = "empty_encodings"
 PARTS = ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
          "meta.json")
 
@@ -302,9 +302,9 @@ def write_empty_encodings(out: Path, encoders: FluxEncoders) -> None:
     import torch
 
     t5, pooled = encoders.encode_text([""])
-    folder = out / EMPTY_DIR
+    folder = out / EMPTY_ENCODINGS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    for name, t in (("t5_empty.npy", t5), ("clip_empty.npy", pooled)):
+    for name, t in ((T5_EMPTY, t5), (CLIP_EMPTY, pooled)):
         tmp = folder / f".{name}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
             np.save(f, t.to("cpu", torch.float32).numpy())

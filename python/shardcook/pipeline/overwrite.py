@@ -1,0 +1,187 @@
+"""`--overwrite`: deletes what the earlier run in the output folder wrote, and nothing else.
+
+The earlier run's manifest and unit markers name its shards; the metadata files finalize writes,
+encode's empty encodings and shardcook's own `.shardcook/` are known by name. Everything is decided
+before anything is deleted: a file named like a shard that no record names, or a `.tar` finalize
+would index, refuses the whole overwrite.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardcook.dataset import metadata
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.layouts.names import (
+    CLIP_EMPTY,
+    DATASET_YAML,
+    EMPTY_ENCODINGS_DIR,
+    INDEX_SQLITE,
+    INDEX_SUFFIX,
+    INDEX_UUID,
+    INFO_JSON,
+    META_DIR,
+    OURS_DIR,
+    PROGRESS_DIR,
+    SHARD_SUFFIX,
+    SPLIT_YAML,
+    T5_EMPTY,
+)
+from shardcook.pipeline.progress import check_not_a_file, is_ours, read_marker
+
+log = logging.getLogger(__name__)
+
+#: The files shardcook writes inside each of its folders in a dataset.
+_OWN_FILES = {
+    META_DIR: frozenset({DATASET_YAML, SPLIT_YAML, INFO_JSON, INDEX_SQLITE, INDEX_UUID}),
+    EMPTY_ENCODINGS_DIR: frozenset({T5_EMPTY, CLIP_EMPTY}),
+}
+#: Names like the shards shardcook writes (`000000.tar`, chatml's `train-shard-000000.tar`) and
+#: Energon's `.tar.idx` beside them: only those a record names are deleted.
+_SHARD_LIKE = re.compile(r"(?:[a-z]+-shard-)?\d{6}\.tar(?:\.idx)?")
+#: How many names a refusal or a log line lists.
+_SHOWN = 5
+
+
+@dataclass
+class OverwritePlan:
+    """What `--overwrite` deletes, decided before anything is."""
+
+    #: Files the earlier run wrote, and `.shardcook/` (a folder, removed whole).
+    remove: list[Path] = field(default_factory=list)
+    #: shardcook's folders left empty by `remove`, removed after it.
+    folders: list[Path] = field(default_factory=list)
+    #: Entries kept (relative to the output folder): files shardcook did not write.
+    keep: list[str] = field(default_factory=list)
+
+
+def recorded_shards(out: Path) -> set[str]:
+    """The shard files the earlier run's manifest or unit markers name."""
+    try:
+        manifest = metadata.read_manifest(out)
+    except DatasetError:
+        manifest = None  # damaged: the markers still name every finished unit's shard
+    names = set((manifest or {}).get("shards") or {})
+    progress = out / OURS_DIR / PROGRESS_DIR
+    for marker in sorted(progress.glob("*.json")) if progress.is_dir() else ():
+        record = read_marker(out, int(marker.stem)) if marker.stem.isdigit() else None
+        if record is not None and isinstance(record.get("shard"), str):
+            names.add(record["shard"])
+    return {n for n in names if _SHARD_LIKE.fullmatch(n) and n.endswith(SHARD_SUFFIX)}
+
+
+def _listed(names: list[str]) -> str:
+    more = len(names) - _SHOWN
+    return ", ".join(names[:_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _described(out: Path, paths: list[Path]) -> str:
+    """`paths` in a few words: the shards listed (the first few), their `.tar.idx` counted, and
+    every other entry (a few metadata files and `.shardcook/`)."""
+    shards = [p.name for p in paths if p.name.endswith(SHARD_SUFFIX)]
+    indexes = [p for p in paths if p.name.endswith(INDEX_SUFFIX)]
+    words = [f"{len(shards)} shard(s) ({_listed(shards)})"] if shards else []
+    words += [f"{len(indexes)} .tar.idx"] if indexes else []
+    words += [str(p.relative_to(out)) + ("/" if p.is_dir() else "") for p in paths
+              if p.name not in shards and p not in indexes]
+    return ", ".join(words)
+
+
+def _first_tar(path: Path) -> Path | None:
+    """`path` itself if it is a shard file finalize would index, else the first one below it."""
+    if not path.is_dir():
+        return path if path.name.endswith(SHARD_SUFFIX) else None
+    return next(iter(sorted(path.glob(f"**/*{SHARD_SUFFIX}"))), None)
+
+
+def _keep(plan: OverwritePlan, out: Path, path: Path) -> None:
+    """Keeps `path`, unless it is or holds a tar the next finalize would index into the dataset."""
+    foreign = _first_tar(path)
+    if foreign is not None:
+        raise ConfigError(
+            f"Output folder {str(out)!r} holds {str(foreign)!r}, a tar shardcook did not write "
+            "that finalize would index; move it away, then rerun (nothing was deleted)."
+        )
+    plan.keep.append(str(path.relative_to(out)))
+
+
+def _plan_own_folder(plan: OverwritePlan, out: Path, folder: Path) -> None:
+    """shardcook's files in `folder` are removed, any other kept (and the folder with them)."""
+    own = _OWN_FILES[folder.name]
+    kept = len(plan.keep)
+    with os.scandir(folder) as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            if entry.name in own and entry.is_file(follow_symlinks=False):
+                plan.remove.append(Path(entry.path))
+            else:
+                _keep(plan, out, Path(entry.path))
+    if len(plan.keep) == kept:
+        plan.folders.append(folder)
+
+
+def plan_overwrite(out: Path) -> OverwritePlan:
+    """What `--overwrite` removes from `out` and what it keeps, deleting nothing.
+
+    Only a folder that holds a shardcook run (or nothing) may be overwritten. Removed: the shards
+    its manifest or unit markers name and their `.tar.idx`, finalize's metadata files in
+    `.nv-meta/`, encode's files in `empty_encodings/`, and `.shardcook/`; every other file is kept.
+
+    Raises:
+        ConfigError: `out` is a file or not a shardcook run; or it holds files named like shards
+            that no record names, or a tar anywhere that finalize would index.
+    """
+    check_not_a_file(out)
+    plan = OverwritePlan()
+    if not out.exists():
+        return plan
+    if not is_ours(out):
+        raise ConfigError(
+            f"Output folder {str(out)!r} holds files that are not a shardcook dataset, so "
+            "--overwrite deletes nothing there; choose a new or empty folder."
+        )
+    shards = recorded_shards(out)
+    unrecorded: list[str] = []
+    with os.scandir(out) as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            path, own_dir = Path(entry.path), entry.is_dir(follow_symlinks=False)
+            if entry.name == OURS_DIR and own_dir:
+                plan.remove.append(path)
+            elif entry.name in _OWN_FILES and own_dir:
+                _plan_own_folder(plan, out, path)
+            elif (entry.name.removesuffix(".idx") in shards
+                  and entry.is_file(follow_symlinks=False)):
+                plan.remove.append(path)
+            elif _SHARD_LIKE.fullmatch(entry.name):
+                unrecorded.append(entry.name)
+            else:
+                _keep(plan, out, path)
+    if unrecorded:
+        them = "it" if len(unrecorded) == 1 else "them"
+        raise ConfigError(
+            f"Output folder {str(out)!r} holds {_listed(unrecorded)}, named like shardcook's "
+            f"shards but not written by the run recorded there; move {them} away, then rerun "
+            "(nothing was deleted)."
+        )
+    return plan
+
+
+def clear_output(out: Path) -> list[str]:
+    """Removes what the earlier shardcook run wrote, after checking everything
+    (`plan_overwrite`), saying what; returns the entries kept (files shardcook did not write)."""
+    plan = plan_overwrite(out)
+    if plan.remove:
+        log.info("--overwrite deletes what the earlier run wrote in %s: %s", out,
+                 _described(out, plan.remove))
+    for path in plan.remove:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    for folder in plan.folders:
+        folder.rmdir()
+    return plan.keep

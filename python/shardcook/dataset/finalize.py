@@ -107,7 +107,7 @@ def _first_parts(root: Path, shards: list[str]) -> dict[str, bytes] | None:
 
 def _layouts_like(parts: dict[str, bytes] | None) -> list[Layout]:
     """The layouts whose required parts a sample with `parts` has."""
-    return [lay for lay in LAYOUTS.values() 
+    return [lay for lay in LAYOUTS.values()
             if parts is not None and lay.required and not lay.missing_parts(parts)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from shardcook import validate
 from shardcook.pipeline.chatml_media import bounded_size
@@ -27,6 +28,7 @@ from tests.helpers.chatml_media import (
     write_audio,
     write_clip,
 )
+from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.raw import manifest, report, run_cli
 from tests.helpers.shards import energon_prepare
 
@@ -269,3 +271,20 @@ def test_resume_and_torchrun_are_byte_identical(tmp_path):
         assert (three / ".nv-meta" / name).read_bytes() == (one / ".nv-meta" / name).read_bytes()
     assert json.loads((one / ".shardcook" / "manifest.json").read_text())["media_totals"] == \
         json.loads((three / ".shardcook" / "manifest.json").read_text())["media_totals"]
+
+
+@pytest.mark.parametrize("fps", ["inf", "-inf", "nan", "0", "-2", "1e308", "5000"])
+def test_video_fps_that_cannot_work_is_refused_before_any_work(tmp_path, fps):
+    write_clip(tmp_path / "clip.mp4", seconds=1.0, fps=8)
+    jsonl = write_jsonl(tmp_path / "data.jsonl",
+                        [{"video": "clip.mp4", "conversations": video_turns(1)}])
+    out = tmp_path / "out"
+    r = cli("chatml", "--input", jsonl, "--output-dir", out, "--video-fps", fps, "--quiet")
+    assert r.code == 2, (r.code, r.stderr, r.escaped)
+    assert "--video-fps must be above 0 and at most 1000" in one_error_line(r)
+    assert not out.exists()
+    cfg = tmp_path / "c.yaml"
+    yaml_fps = {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}.get(fps, fps)
+    cfg.write_text(f"chatml:\n  video_fps: {yaml_fps}\n")
+    r = cli("chatml", "--config", cfg, "--input", jsonl, "--output-dir", out)
+    assert r.code == 2 and "--video-fps must be" in one_error_line(r) and not out.exists()

@@ -12,6 +12,7 @@ from shardcook.config.sections import (
     CHATML_IMAGE_FORMATS,
     IMAGE_FORMATS,
     MAX_IMAGE_SIDE,
+    MAX_VIDEO_FPS,
     MAX_WORKERS_PER_CPU,
     RESIZE_MODES,
     SOURCE_TYPES,
@@ -92,8 +93,9 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
     if c.video_layout not in VIDEO_LAYOUTS:
         raise ConfigError(
             f"--video-layout must be one of {', '.join(VIDEO_LAYOUTS)}, not {c.video_layout!r}.")
-    if not c.video_fps > 0:
-        raise ConfigError(f"--video-fps must be above 0, not {c.video_fps}.")
+    if not 0 < c.video_fps <= MAX_VIDEO_FPS:  # also refuses nan
+        raise ConfigError(f"--video-fps must be above 0 and at most {MAX_VIDEO_FPS:g} frames per "
+                          f"second, not {c.video_fps}.")
     if c.max_frames < 1:
         raise ConfigError(f"--max-frames must be at least 1, not {c.max_frames}.")
     if (c.question_column is None) != (c.answer_column is None):

@@ -25,6 +25,9 @@ IMAGE_FORMATS = ("jpg", "png", "webp")
 #: Other spellings of the image formats (Primus's raw takes JPEG, PNG, WEBP).
 IMAGE_FORMAT_ALIASES = {"jpeg": "jpg", "JPEG": "jpg", "JPG": "jpg", "PNG": "png", "WEBP": "webp"}
 VIDEO_LAYOUTS = ("frames", "mp4")
+#: The largest --video-fps: no camera records faster, and a grid finer than the clip's own
+#: frames only skips the video for too few frames.
+MAX_VIDEO_FPS = 1000.0
 #: What a chatml sample's single image part may be.
 CHATML_IMAGE_FORMATS = ("jpg", "png")
 

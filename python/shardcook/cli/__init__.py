@@ -7,6 +7,8 @@ here, in the order `shardcook --help` lists them.
 
 from __future__ import annotations
 
+import typer
+
 from shardcook.cli.app import app
 from shardcook.cli.dataset import blend, finalize, info, preview, validate
 from shardcook.cli.demo import demo
@@ -18,9 +20,13 @@ for command in (finalize, validate, info, raw, chatml, blend, encode, demo, prev
     app.command()(command)
 
 # Primus's command names, word for word: `primus-cli direct -- data diffusion-encoded ...` is
-# `shardcook diffusion-encoded ...`.
-app.command("diffusion-encoded", help="Primus's name for `encode` (same options).")(encode)
-app.command("diffusion-raw", help="Primus's name for `raw` (same options).")(raw)
+# `shardcook data diffusion-encoded ...`, also `shardcook diffusion-encoded ...`.
+data = typer.Typer(name="data", no_args_is_help=True, help="Primus's command group: "
+                   "`data diffusion-encoded` is `encode`, `data diffusion-raw` is `raw`.")
+for group in (app, data):
+    group.command("diffusion-encoded", help="Primus's name for `encode` (same options).")(encode)
+    group.command("diffusion-raw", help="Primus's name for `raw` (same options).")(raw)
+app.add_typer(data)
 
 
 def main() -> None:

@@ -91,7 +91,8 @@ def _latent_and_caption(
 
 
 class _Decoder:
-    def __init__(self, model_path: str, manifest: dict[str, Any], *, scaled: bool = True) -> None:
+    def __init__(self, model_path: str, manifest: dict[str, Any], *, scaled: bool = True,
+                 token_file: str | None = None) -> None:
         import torch
 
         from shardcook.pipeline.encode import quiet_model_libraries
@@ -102,7 +103,7 @@ class _Decoder:
         from shardcook.encoders.loading import load_encoder, resolve_sources
 
         src = resolve_sources(model_path)["vae"]
-        token, _ = resolve_token(None)
+        token, _ = resolve_token(token_file)
         vae, _ = load_encoder(src, token, torch.float32, "cpu")
         del token
         # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
@@ -166,19 +167,30 @@ def _save(sheet: PILImage.Image, target: Path) -> None:
 
 
 def preview(directory: str | Path, out: str | Path | None = None, *, count: int = 16,
-            model_path: str | None = None, columns: int | None = None) -> Path:
-    """Writes a contact sheet of the first `count` samples of `directory`; returns its path."""
+            model_path: str | None = None, columns: int | None = None,
+            hf_token_file: str | None = None) -> Path:
+    """Writes a contact sheet of the first `count` samples of `directory`; returns its path.
+
+    Args:
+        hf_token_file: A file holding the Hugging Face token for a gated `model_path` (else
+            HF_TOKEN, else the saved login); checked before any work, never printed.
+    """
     import math
 
     from PIL import Image, ImageDraw
 
+    from shardcook.encoders.auth import read_token_file
+
     root = Path(directory)
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
+    if hf_token_file:
+        read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
     encoding = _encoding(root)
     rows = _first_samples(root, count)
     manifest = metadata.read_manifest(root) or {}
-    decode = (_Decoder(model_path, manifest, scaled=encoding != BRIDGE_FLUX.encoding)
+    decode = (_Decoder(model_path, manifest, scaled=encoding != BRIDGE_FLUX.encoding,
+                       token_file=hf_token_file)
               if (model_path and encoding in ENCODED) else None)
     tiles = []
     unreadable = 0

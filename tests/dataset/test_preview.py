@@ -84,3 +84,28 @@ def test_preview_leaves_no_temporary_file_when_the_write_fails(tmp_path):
     with pytest.raises(ConfigError, match="cannot be written"):
         preview(ds, folder / "taken.png")
     assert [p.name for p in folder.iterdir()] == ["taken.png"]
+
+
+def _tiny_vae_parts(i: int) -> dict[str, bytes]:
+    """A preencoded sample whose latent fits the tiny test VAE (4 channels)."""
+    return {"latents.pth": pth(torch.rand(4, 4, 4, generator=torch.Generator().manual_seed(i))),
+            "prompt_embeds.pth": pth(torch.zeros(8, 32)),
+            "pooled_prompt_embeds.pth": pth(torch.zeros(24)),
+            "caption.txt": f"caption {i}".encode()}
+
+
+def test_preview_takes_an_hf_token_file_checks_it_first_and_never_prints_it(tmp_path, tiny_flux):
+    secret = "hf_previewTESTtoken0123456789abcdef"
+    ds = write_dataset(tmp_path / "ds", _tiny_vae_parts, n_shards=1, per_shard=2,
+                       encoding="preencoded", validate=False)
+    token = tmp_path / "token"
+    token.write_text(secret + "\n")
+    token.chmod(0o644)
+    out = tmp_path / "sheet.png"
+    r = cli("preview", ds, "--out", out, "--model-path", tiny_flux, "--hf-token-file", token)
+    assert r.code == 2 and "chmod 600" in one_error_line(r) and not out.exists()
+    token.chmod(0o600)
+    r = cli("preview", ds, "--out", out, "--model-path", tiny_flux, "--hf-token-file", token)
+    assert r.code == 0, (r.code, r.stderr, r.escaped)
+    assert secret not in r.stdout + r.stderr
+    assert _tile_pixel(Image.open(out), 0, 2) != GREY  # decoded by the VAE, not unreadable

@@ -130,6 +130,8 @@ def chatml(
     hf_val_split: Annotated[str | None, typer.Option(help="huggingface: take val from this split instead of --val-fraction.", rich_help_panel=OUT)] = None,
     train_rows: Annotated[int | None, typer.Option(help="Train = the first N inputs (val = the next --val-rows, or the first of --hf-val-split).", rich_help_panel=OUT)] = None,
     val_rows: Annotated[int | None, typer.Option("--val-rows", "--validation-rows", help="Val = M inputs after the train rows (or the first M of --hf-val-split).", rich_help_panel=OUT)] = None,
+    test_fraction: Annotated[float, typer.Option(help="Share of samples for test, by the same hash (beside --val-fraction's share).", rich_help_panel=OUT)] = 0.0,
+    test_rows: Annotated[int | None, typer.Option(help="Test = K inputs after the train and val rows (needs --train-rows).", rich_help_panel=OUT)] = None,
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and check at the end.", rich_help_panel=OUT)] = True,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
@@ -143,7 +145,7 @@ def chatml(
     max_frames: Annotated[int, typer.Option(help="frames: at most this many frames per video, evenly spread.", rich_help_panel=CHAT)] = 32,
 ) -> None:
     """Images, videos, audio and ChatML conversations (JSONL or Hugging Face) into
-    Megatron-Bridge's Energon layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs
+    Megatron-Bridge's Energon layout: train-/val-/test-shard-NNNNNN.tar, finalized. Resumable; runs
     under torchrun."""
 
     if (input is not None and hf_dataset is not None) or (

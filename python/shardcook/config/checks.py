@@ -83,12 +83,17 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
     """The chatml section's checks (part of `check`)."""
     if i.image_format not in CHATML_IMAGE_FORMATS:
         raise ConfigError(f"--image-format must be jpg or png for chatml, not {i.image_format!r}.")
-    if not 0.0 <= c.val_fraction < 1.0:
-        raise ConfigError(f"--val-fraction must be at least 0 and below 1, not {c.val_fraction}.")
-    for name in ("max_pixels", "train_rows", "val_rows"):
+    for name in ("val_fraction", "test_fraction"):  # the comparisons also refuse nan
+        if not 0.0 <= getattr(c, name) < 1.0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 0 and below 1, "
+                              f"not {getattr(c, name)}.")
+    if not c.val_fraction + c.test_fraction < 1.0:
+        raise ConfigError(f"--val-fraction {c.val_fraction} and --test-fraction {c.test_fraction} "
+                          "leave nothing for train; their sum must be below 1.")
+    for name in ("max_pixels", "train_rows", "val_rows", "test_rows"):
         value = getattr(c, name)
-        if value is not None and value < (0 if name == "val_rows" else 1):
-            least = 0 if name == "val_rows" else 1
+        least = 0 if name in ("val_rows", "test_rows") else 1
+        if value is not None and value < least:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, not {value}.")
     if c.video_layout not in VIDEO_LAYOUTS:
         raise ConfigError(
@@ -106,6 +111,9 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
         raise ConfigError("--hf-val-split needs a Hugging Face dataset (--hf-dataset).")
     if c.val_rows is not None and c.train_rows is None and c.hf_val_split is None:
         raise ConfigError("--val-rows needs --train-rows (or --hf-val-split).")
+    if c.test_rows is not None and c.train_rows is None:
+        raise ConfigError("--test-rows needs --train-rows (test takes the inputs after the "
+                          "train and val rows).")
 
 
 def cap_workers(workers: int | None) -> int | None:

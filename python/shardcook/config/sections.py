@@ -138,9 +138,12 @@ class ChatmlConfig:
     answer_column: str | None = None
     system_prompt: str | None = None
     val_fraction: float = 0.01
+    #: Share of samples for test, by the same hash (the band after val's).
+    test_fraction: float = 0.0
     hf_val_split: str | None = None
     train_rows: int | None = None
     val_rows: int | None = None
+    test_rows: int | None = None
     max_pixels: int | None = None
     video_layout: str = "frames"
     video_fps: float = 2.0

@@ -141,6 +141,7 @@ def chatml(
     workers: WorkersOpt = None,
     hf_token_file: HfTokenFileOpt = None,
     video_layout: Annotated[str, typer.Option(help="frames: sampled JPEG frames in `videos`; mp4: the MP4 file unchanged as `video.mp4`.", rich_help_panel=CHAT)] = "frames",
+    video_frames_part: Annotated[str, typer.Option(help="frames: the part's name, videos or mp4s (Megatron-Bridge's VALOR32K recipe: field_map videos: mp4s).", rich_help_panel=CHAT)] = "videos",
     video_fps: Annotated[float, typer.Option(help="frames: frames kept per second of video.", rich_help_panel=CHAT)] = 2.0,
     max_frames: Annotated[int, typer.Option(help="frames: at most this many frames per video, evenly spread.", rich_help_panel=CHAT)] = 32,
 ) -> None:

@@ -24,6 +24,7 @@ from shardcook.config.sections import (
 )
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
+from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -98,6 +99,12 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
     if c.video_layout not in VIDEO_LAYOUTS:
         raise ConfigError(
             f"--video-layout must be one of {', '.join(VIDEO_LAYOUTS)}, not {c.video_layout!r}.")
+    if c.video_frames_part not in VIDEO_FRAMES_PARTS:
+        raise ConfigError(f"--video-frames-part must be one of {', '.join(VIDEO_FRAMES_PARTS)}, "
+                          f"not {c.video_frames_part!r}.")
+    if c.video_frames_part != VIDEO_FRAMES_PARTS[0] and c.video_layout != "frames":
+        raise ConfigError("--video-frames-part names the frames part of --video-layout frames; "
+                          "drop it for --video-layout mp4 (its part is video.mp4).")
     if not 0 < c.video_fps <= MAX_VIDEO_FPS:  # also refuses nan
         raise ConfigError(f"--video-fps must be above 0 and at most {MAX_VIDEO_FPS:g} frames per "
                           f"second, not {c.video_fps}.")

@@ -146,6 +146,7 @@ class ChatmlConfig:
     test_rows: int | None = None
     max_pixels: int | None = None
     video_layout: str = "frames"
+    video_frames_part: str = "videos"
     video_fps: float = 2.0
     max_frames: int = 32
 

@@ -326,7 +326,7 @@ class ChatmlSource:
         from shardcook.layouts.chatml import field_map
 
         return field_map(self.images, self.cfg.image.image_format, self.video_layout,
-                         self.audio_extension)
+                         self.audio_extension, self.opts.video_frames_part)
 
     def units(self, shard_size: int) -> list[SplitUnit]:
         """Each split's planned inputs in consecutive units; numbered train, val, then test."""

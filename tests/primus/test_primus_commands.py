@@ -78,3 +78,12 @@ def test_nproc_per_node_under_a_launcher_is_one_sentence(tmp_path, monkeypatch):
             tmp_path / "out")
     assert r.code == 2 and "already runs under a launcher" in one_error_line(r)
     assert not (tmp_path / "out").exists()
+
+
+def test_nproc_per_node_in_process_is_one_sentence(tmp_path):
+    """In-process (this test's own sys.argv is pytest's) no worker is started with the wrong
+    command line."""
+    r = cli("--nproc-per-node", "2", "raw", "--input-dir", tmp_path, "--output-dir",
+            tmp_path / "out")
+    assert r.code == 2 and "works from the command line" in one_error_line(r)
+    assert not (tmp_path / "out").exists()

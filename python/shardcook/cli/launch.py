@@ -59,7 +59,11 @@ def remember(ctx: typer.Context, nproc: int | None) -> None:
     if "WORLD_SIZE" in os.environ:
         raise ConfigError("--nproc-per-node starts torchrun itself, but this process already runs "
                           "under a launcher (WORLD_SIZE is set); drop --nproc-per-node.")
-    ctx.obj = Launch(nproc, _without_nproc(sys.argv[1:]))
+    argv = _without_nproc(sys.argv[1:])
+    if ctx.invoked_subcommand not in argv:  # called in-process (tests, CliRunner), not a shell
+        raise ConfigError("--nproc-per-node works from the command line (`shardcook` or "
+                          "`python -m shardcook`); in Python, run the command under torchrun.")
+    ctx.obj = Launch(nproc, argv)
 
 
 def start_workers(ctx: typer.Context) -> None:

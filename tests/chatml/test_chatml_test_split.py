@@ -102,3 +102,39 @@ def test_test_split_options_that_cannot_work(jsonl, tmp_path, extra, message):
     r = cli("chatml", "--input", jsonl, "--output-dir", out, *extra)
     assert r.code == 2 and message in one_error_line(r)
     assert not out.exists()
+
+
+def test_test_rows_with_an_hf_val_split_follow_the_train_rows(tmp_path):
+    """With val from another split of the dataset, test takes the main split's rows after the
+    train rows."""
+    import datasets
+
+    from tests.helpers.raw import encode, generated
+
+    def split(n: int, tag: str) -> datasets.Dataset:
+        return datasets.Dataset.from_dict({
+            "image": [{"bytes": encode(generated(i, (40, 56)), "png"), "path": None}
+                      for i in range(n)],
+            "question": [f"{tag} question {i}" for i in range(n)],
+            "answer": [f"{tag} answer {i}" for i in range(n)],
+        }, features=datasets.Features({"image": datasets.Image(),
+                                       "question": datasets.Value("string"),
+                                       "answer": datasets.Value("string")}))
+
+    folder = tmp_path / "hf"
+    datasets.DatasetDict({"train": split(8, "t"), "validation": split(3, "v")}).save_to_disk(
+        str(folder))
+    out = tmp_path / "out"
+    run_cli("chatml", "--hf-dataset", str(folder), "--question-column", "question",
+            "--answer-column", "answer", "--hf-val-split", "validation", "--train-rows", "5",
+            "--test-rows", "2", "--output-dir", str(out), "--quiet")
+    samples = read_all(out)
+    assert sorted(samples) == sorted([*(f"train-{i:06d}" for i in range(5)),
+                                      *(f"val-{i:06d}" for i in range(3)),
+                                      "test-000000", "test-000001"])
+    questions = {k: turns_of(p["conversation.json"])[0]["content"][-1]["text"]
+                 for k, p in samples.items()}
+    assert [questions[f"test-{i:06d}"] for i in range(2)] == ["t question 5", "t question 6"]
+    assert questions["val-000002"] == "v question 2"
+    assert manifest(out)["source"]["split_sizes"] == {"train": 5, "val": 3, "test": 2}
+    assert cli("validate", out).code == 0

@@ -3,19 +3,23 @@
 Raw datasets show their images. Encoded datasets show their latents decoded by a VAE when a model
 is given (`(latent / scaling) + shift`, then `vae.decode`; `megatron-bridge` latents are stored
 unscaled and go to `vae.decode` as they are), else the first three latent channels as false colour
-(each channel stretched to its own min..max).
+(each channel stretched to its own min..max). A sample that cannot be read shows as a grey tile
+saying why; the sheet is written under a temporary name and renamed, so a failed write leaves
+nothing behind.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
+import os
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
-from shardcook.errors import DatasetError
+from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import IMAGE_PARTS
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
@@ -23,6 +27,9 @@ from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from PIL import Image as PILImage
+
+log = logging.getLogger(__name__)
 
 TILE = 192
 CAPTION_LINES = 3
@@ -74,14 +81,18 @@ def _latent_and_caption(
 
     if encoding == BRIDGE_FLUX.encoding:
         latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
-        meta = json.loads(parts.get(META_PART, b"{}"))
+        try:
+            meta = json.loads(parts.get(META_PART, b"{}"))
+        except ValueError:  # not JSON, not UTF-8: the latent is still worth showing
+            return latent, f"(the {META_PART} part is not valid JSON)"
         return latent, str(meta.get("caption", "")) if isinstance(meta, dict) else ""
     latent = load_tensor(parts["latents.pth"], key=key, part="latents.pth")
     return latent, parts.get("caption.txt", b"").decode("utf-8", "replace")
 
 
 class _Decoder:
-    def __init__(self, model_path: str, manifest: dict[str, Any], *, scaled: bool = True) -> None:
+    def __init__(self, model_path: str, manifest: dict[str, Any], *, scaled: bool = True,
+                 token_file: str | None = None) -> None:
         import torch
 
         from shardcook.pipeline.encode import quiet_model_libraries
@@ -92,7 +103,7 @@ class _Decoder:
         from shardcook.encoders.loading import load_encoder, resolve_sources
 
         src = resolve_sources(model_path)["vae"]
-        token, _ = resolve_token(None)
+        token, _ = resolve_token(token_file)
         vae, _ = load_encoder(src, token, torch.float32, "cpu")
         del token
         # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
@@ -113,33 +124,82 @@ class _Decoder:
         return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
+#: What reading one sample for its tile can raise: our decode errors, and PIL's and torch's on
+#: damaged bytes or a tensor of the wrong shape (PIL's decompression-bomb error is no OSError).
+TILE_ERRORS: tuple[type[Exception], ...] = (ShardcookError, OSError, ValueError, RuntimeError,
+                                            IndexError)
+
+
+def _tile(encoding: str, key: str, parts: dict[str, bytes],
+          decode: _Decoder | None) -> tuple[PILImage.Image, str]:
+    """One sample's picture and caption."""
+    from PIL import Image
+
+    if encoding in ENCODED:
+        latent, caption = _latent_and_caption(encoding, key, parts)
+        return Image.fromarray(decode(latent) if decode else _false_colour(latent)), caption
+    part = next((p for p in IMAGE_PARTS if p in parts), None)
+    if part is None:
+        raise DatasetError(f"sample {key} has no image part ({', '.join(parts)}).")
+    img = Image.open(io.BytesIO(parts[part])).convert("RGB")
+    return img, parts.get("txt", b"").decode("utf-8", "replace")
+
+
+def _unreadable_tile(error: Exception) -> tuple[PILImage.Image, str]:
+    """A grey tile for a sample that cannot be shown; its caption says why."""
+    from PIL import Image
+
+    first = (str(error).splitlines() or [type(error).__name__])[0]
+    return Image.new("RGB", (TILE, TILE), (200, 200, 200)), f"unreadable: {first}"
+
+
+def _save(sheet: PILImage.Image, target: Path) -> None:
+    """Writes the PNG under a temporary name beside `target`, then renames it; ConfigError in
+    one sentence (and nothing left behind) when the folder cannot take it."""
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    try:
+        sheet.save(tmp, format="PNG")
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"--out {str(target)!r} cannot be written ({e.strerror or e}); "
+                          "choose a .png in a folder you can write to.") from None
+
+
 def preview(directory: str | Path, out: str | Path | None = None, *, count: int = 16,
-            model_path: str | None = None, columns: int | None = None) -> Path:
-    """Writes a contact sheet of the first `count` samples of `directory`; returns its path."""
+            model_path: str | None = None, columns: int | None = None,
+            hf_token_file: str | None = None) -> Path:
+    """Writes a contact sheet of the first `count` samples of `directory`; returns its path.
+
+    Args:
+        hf_token_file: A file holding the Hugging Face token for a gated `model_path` (else
+            HF_TOKEN, else the saved login); checked before any work, never printed.
+    """
     import math
 
     from PIL import Image, ImageDraw
 
+    from shardcook.encoders.auth import read_token_file
+
     root = Path(directory)
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
+    if hf_token_file:
+        read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
     encoding = _encoding(root)
     rows = _first_samples(root, count)
     manifest = metadata.read_manifest(root) or {}
-    decode = (_Decoder(model_path, manifest, scaled=encoding != BRIDGE_FLUX.encoding)
+    decode = (_Decoder(model_path, manifest, scaled=encoding != BRIDGE_FLUX.encoding,
+                       token_file=hf_token_file)
               if (model_path and encoding in ENCODED) else None)
     tiles = []
+    unreadable = 0
     for key, parts in rows:
-        if encoding in ENCODED:
-            latent, caption = _latent_and_caption(encoding, key, parts)
-            pixels = decode(latent) if decode else _false_colour(latent)
-            img = Image.fromarray(pixels)
-        else:
-            part = next((p for p in IMAGE_PARTS if p in parts), None)
-            if part is None:
-                raise DatasetError(f"sample {key} has no image part ({', '.join(parts)}).")
-            img = Image.open(io.BytesIO(parts[part])).convert("RGB")
-            caption = parts.get("txt", b"").decode("utf-8", "replace")
+        try:
+            img, caption = _tile(encoding, key, parts, decode)
+        except TILE_ERRORS as e:
+            img, caption = _unreadable_tile(e)
+            unreadable += 1
         k = TILE / max(img.size)  # fit the tile, enlarging small images (nearest: crisp)
         img = img.resize((max(1, round(img.width * k)), max(1, round(img.height * k))),
                          Image.Resampling.NEAREST if k >= 1 else Image.Resampling.LANCZOS)
@@ -158,5 +218,8 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         for i, line in enumerate(lines):
             draw.text((x0, y0 + TILE + 2 + i * line_h), line, fill=(0, 0, 0))
     target = Path(out) if out else Path(f"{root.resolve().name}-preview.png")
-    sheet.save(target)
+    _save(sheet, target)
+    if unreadable:
+        log.warning("%d of the %d samples could not be read; their tiles say why.", unreadable,
+                    len(tiles))
     return target

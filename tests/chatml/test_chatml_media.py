@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from shardcook import validate
 from shardcook.pipeline.chatml_media import bounded_size
@@ -27,6 +28,7 @@ from tests.helpers.chatml_media import (
     write_audio,
     write_clip,
 )
+from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.raw import manifest, report, run_cli
 from tests.helpers.shards import energon_prepare
 
@@ -269,3 +271,65 @@ def test_resume_and_torchrun_are_byte_identical(tmp_path):
         assert (three / ".nv-meta" / name).read_bytes() == (one / ".nv-meta" / name).read_bytes()
     assert json.loads((one / ".shardcook" / "manifest.json").read_text())["media_totals"] == \
         json.loads((three / ".shardcook" / "manifest.json").read_text())["media_totals"]
+
+
+@pytest.mark.parametrize("fps", ["inf", "-inf", "nan", "0", "-2", "1e308", "5000"])
+def test_video_fps_that_cannot_work_is_refused_before_any_work(tmp_path, fps):
+    write_clip(tmp_path / "clip.mp4", seconds=1.0, fps=8)
+    jsonl = write_jsonl(tmp_path / "data.jsonl",
+                        [{"video": "clip.mp4", "conversations": video_turns(1)}])
+    out = tmp_path / "out"
+    r = cli("chatml", "--input", jsonl, "--output-dir", out, "--video-fps", fps, "--quiet")
+    assert r.code == 2, (r.code, r.stderr, r.escaped)
+    assert "--video-fps must be above 0 and at most 1000" in one_error_line(r)
+    assert not out.exists()
+    cfg = tmp_path / "c.yaml"
+    yaml_fps = {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}.get(fps, fps)
+    cfg.write_text(f"chatml:\n  video_fps: {yaml_fps}\n")
+    r = cli("chatml", "--config", cfg, "--input", jsonl, "--output-dir", out)
+    assert r.code == 2 and "--video-fps must be" in one_error_line(r) and not out.exists()
+
+
+def test_frames_under_bridges_mp4s_part_name(tmp_path):
+    """`--video-frames-part mp4s`: the same frames as the `videos` part, under the name
+    Megatron-Bridge's VALOR32K recipe maps (`field_map: {videos: mp4s}`); validate and Energon
+    read it; a damaged one is a validation problem naming it."""
+    src = tmp_path / "in"
+    src.mkdir()
+    write_clip(src / "clip.mp4", seconds=2, fps=8)
+    jsonl = write_jsonl(src / "d.jsonl", [
+        {"id": str(i), "video": "clip.mp4", "conversation": video_turns(1)} for i in range(2)])
+    outs = {}
+    for part in ("videos", "mp4s"):
+        outs[part] = tmp_path / part
+        run_cli("chatml", "--input", str(jsonl), "--output-dir", str(outs[part]),
+                "--val-fraction", "0", "--video-frames-part", part, "--quiet")
+    dataset = yaml.safe_load((outs["mp4s"] / ".nv-meta" / "dataset.yaml").read_text())
+    assert dataset["field_map"]["videos"] == "mp4s"
+    assert validate(outs["mp4s"], deep=True).ok
+    theirs, ours = through_energon(outs["mp4s"], tmp_path), read_all(outs["videos"])
+    assert sorted(theirs) == sorted(ours) == ["train-000000", "train-000001"]
+    for key, parts in theirs.items():
+        assert set(parts) == {"mp4s", "conversation.json"}
+        assert parts["mp4s"] == ours[key]["videos"]
+        assert [len(v) for v in bridge_decode_videos(parts["mp4s"])] == [4]
+    from shardcook import ShardWriter, finalize
+
+    broken = tmp_path / "broken"
+    with ShardWriter(broken, shard_size=2, prefix="train-shard-") as w:
+        w.write("train-000000", {"mp4s": b"not a pickle", "conversation.json": b"[]"})
+    finalize(broken, encoding="chatml", validate=False)
+    problems = validate(broken).problems
+    assert any("part mp4s:" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--video-frames-part", "mkvs"], "--video-frames-part must be one of videos, mp4s"),
+    (["--video-frames-part", "mp4s", "--video-layout", "mp4"], "drop it for --video-layout mp4"),
+])
+def test_video_frames_part_that_cannot_work(tmp_path, extra, message):
+    write_clip(tmp_path / "clip.mp4", seconds=1.0, fps=8)
+    jsonl = write_jsonl(tmp_path / "data.jsonl",
+                        [{"video": "clip.mp4", "conversations": video_turns(1)}])
+    r = cli("chatml", "--input", jsonl, "--output-dir", tmp_path / "out", *extra)
+    assert r.code == 2 and message in one_error_line(r) and not (tmp_path / "out").exists()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 
+from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.encode import encode_args, load_tensor, run_in_process, samples
 from tests.helpers.raw import encode, generated, make_folder, photo, run_cli
 
@@ -262,3 +264,22 @@ def test_decoded_pixels_waiting_for_the_encoders_are_bounded():
     assert depth(image_size=1024) == PREPARED_BYTES // (32 * 3 * 1024 * 1024) == 5
     assert depth(image_size=4096) == 2  # never fewer than two
     assert depth(image_size=256, resize_mode="variable", max_size=2048) == 2
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("LOCAL_RANK", "abc", "LOCAL_RANK='abc' is not an integer"),
+    ("LOCAL_RANK", "-1", "LOCAL_RANK=-1 must be 0 or more"),
+    ("LOCAL_WORLD_SIZE", "abc", "LOCAL_WORLD_SIZE='abc' is not an integer"),
+    ("LOCAL_WORLD_SIZE", "0", "LOCAL_WORLD_SIZE=0 must be at least 1"),
+    ("RANK", "1.5", "RANK='1.5' is not an integer"),
+    ("WORLD_SIZE", "", "WORLD_SIZE='' is not an integer"),
+])
+def test_torchrun_variables_that_are_not_counts_stop_encode_before_any_work(
+        tiny_flux, tmp_path, monkeypatch, name, value, message):
+    src = make_folder(tmp_path / "in", 2, photos=0)
+    out = tmp_path / "out"
+    monkeypatch.setenv(name, value)
+    r = cli(*encode_args(tiny_flux, src, out))
+    assert r.code == 2, (r.code, r.stderr, r.escaped)
+    assert message in one_error_line(r) and "let torchrun set it" in r.stderr
+    assert not out.exists()

@@ -108,3 +108,18 @@ def test_csv_without_file_name_is_one_sentence(paired, tmp_path):
     r = _raw(folder, tmp_path / "out", expect=2)
     assert r.output.count("\n") == 1 and "has no file_name column" in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_file_name_too_long_for_the_file_system_is_a_skipped_sample(paired, tmp_path):
+    src, paired_out, rows = paired
+    folder = _indexed(src, tmp_path / "in", rows)
+    long_name = "x" * 5000 + ".jpg"
+    objs = [{"file_name": n, "caption": c} for n, c in rows]
+    objs.append({"file_name": long_name, "caption": "a name no file system holds"})
+    (folder / "meta.json").write_text(json.dumps(objs), encoding="utf-8")
+    out = tmp_path / "out"
+    _raw(folder, out)
+    assert _content(out) == _content(paired_out)
+    (skip,) = report(out)["skipped"]
+    assert (skip["key"], skip["reason"]) == (f"{N:010d}", "missing_image")
+    assert skip["detail"] == "File name too long" and skip["source"] == str(folder / long_name)

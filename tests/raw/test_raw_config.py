@@ -195,8 +195,9 @@ def test_example_configs_run(demo_checkout, monkeypatch):
 
 
 def test_primus_example_configs_run(demo_checkout, monkeypatch):
-    """The Primus-style examples run with Primus's command names; the hub quickstart with a local
-    dataset and the demo's tiny encoders substituted on the command line."""
+    """The Primus-style examples run with Primus's command names; the hub ones with a local
+    dataset and the demo's tiny encoders substituted on the command line. text_to_image_2m_10k
+    reads the hub's tars (`hf_data_files`), so it is only resolved (tests/primus)."""
     import json
     import pathlib
 
@@ -208,19 +209,23 @@ def test_primus_example_configs_run(demo_checkout, monkeypatch):
     monkeypatch.chdir(demo_checkout)
     hf, n = _hf_copy_of_demo(demo_checkout)
     assert sorted(p.name for p in configs.glob("*.yaml")) == [
-        "example_directory.yaml", "quickstart_pokemon.yaml"]
+        "example_base.yaml", "example_directory.yaml", "example_huggingface.yaml",
+        "example_webdataset.yaml", "quickstart_pokemon.yaml", "text_to_image_2m_10k.yaml"]
     model = demo_checkout / "shardcook-demo" / "tiny-flux-DEMO-WEIGHTS"
+    tiny = ["--model-path", str(model), "--precision", "fp32", "--t5-max-length", "32",
+            "--device", "cpu", "--image-size", "64", "--max-samples", "6"]
+    encoded = ["data", "diffusion-encoded"]
     runs = {
-        "example_directory.yaml": ["diffusion-raw"],
-        "quickstart_pokemon.yaml": ["diffusion-encoded", "--hf-dataset", str(hf),
-                                    "--model-path", str(model), "--precision", "fp32",
-                                    "--t5-max-length", "32", "--device", "cpu",
-                                    "--image-size", "64", "--max-samples", "6"],
+        "example_directory.yaml": (["diffusion-raw"], []),
+        "quickstart_pokemon.yaml": (["diffusion-encoded"], ["--hf-dataset", str(hf), *tiny]),
+        "example_huggingface.yaml": (encoded, ["--hf-dataset", str(hf), *tiny]),
+        "example_webdataset.yaml": (encoded, tiny),
+        "example_base.yaml": (["data", "diffusion-raw"], ["--image-size", "64"]),
     }
-    for name, args in runs.items():
+    for name, (command, args) in runs.items():
         cfg = yaml.safe_load((configs / name).read_text())
-        r = CliRunner().invoke(app, [args[0], "--config", str(configs / name), "--quiet",
-                                     *args[1:]])
+        r = CliRunner().invoke(app, [*command, "--config", str(configs / name), "--quiet",
+                                     *args])
         assert r.exit_code == 0, (name, r.output)
         out = demo_checkout / cfg["output"]["output_dir"]
         assert validate(out, deep=True).ok, name

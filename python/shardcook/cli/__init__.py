@@ -11,6 +11,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import typer
+
 from shardcook.cli.app import app
 from shardcook.cli.dataset import blend, finalize, info, preview, validate
 from shardcook.cli.demo import demo
@@ -42,10 +44,15 @@ for panel, commands in PANELS:
         app.command(help=command_help(command.__doc__ or "", page), rich_help_panel=panel)(command)
 
 # Primus's command names, word for word: `primus-cli direct -- data diffusion-encoded ...` is
-# `shardcook diffusion-encoded ...`.
-for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw)):
-    app.command(alias, rich_help_panel="Primus's names", help=command_help(
-        f"Primus's name for `{command.__name__}` (same options).", "PRIMUS/"))(command)
+# `shardcook data diffusion-encoded ...`, also `shardcook diffusion-encoded ...`.
+data = typer.Typer(name="data", no_args_is_help=True, help="Primus's command group: "
+                   "`data diffusion-encoded` is `encode`, `data diffusion-raw` is `raw`.")
+groups: tuple[tuple[typer.Typer, str | None], ...] = ((app, "Primus's names"), (data, None))
+for group, alias_panel in groups:
+    for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw)):
+        group.command(alias, rich_help_panel=alias_panel, help=command_help(
+            f"Primus's name for `{command.__name__}` (same options).", "PRIMUS/"))(command)
+app.add_typer(data, rich_help_panel="Primus's names")
 
 
 def main() -> None:

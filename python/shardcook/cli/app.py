@@ -32,11 +32,23 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
+    nproc_per_node: Annotated[
+        int | None, typer.Option(help="raw, encode, chatml (and Primus's `data ...`): start N "
+                                      "torchrun workers on this machine, as Primus does.")
+    ] = None,
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    from shardcook.cli.launch import remember
+    from shardcook.errors import ConfigError
+
+    try:
+        remember(ctx, nproc_per_node)
+    except ConfigError as e:
+        fail(e)
 
 
 def fail(e: Exception) -> NoReturn:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.cli.options import Dir, EncodingOpt
+from shardcook.cli.options import Dir, EncodingOpt, HfTokenFileOpt
 from shardcook.errors import ShardcookError
 
 #: More tiles than this make a sheet too large to look at (and to hold in memory).
@@ -153,6 +153,7 @@ def preview(
     out: Annotated[Path | None, typer.Option(help="The PNG to write (default: DIRNAME-preview.png here).")] = None,
     count: Annotated[int, typer.Option(help="How many samples.")] = 16,
     model_path: Annotated[str | None, typer.Option(help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
+    hf_token_file: HfTokenFileOpt = None,
 ) -> None:
     """A contact sheet PNG of the first samples with their captions (raw: the images; encoded:
     latents decoded by --model-path's VAE, else channels 0-2 as false colour)."""
@@ -160,7 +161,7 @@ def preview(
 
     try:
         _check_preview_options(out, count)
-        path = run(directory, out, count=count, model_path=model_path)
+        path = run(directory, out, count=count, model_path=model_path, hf_token_file=hf_token_file)
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")

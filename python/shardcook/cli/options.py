@@ -41,7 +41,7 @@ QuietOpt = Annotated[bool, typer.Option(help="No progress bars and no summary.",
 ResizeModeOpt = Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=IMG)]
 MaxSizeOpt = Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=IMG)]
 MinSizeOpt = Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=IMG)]
-WorkersOpt = Annotated[int | None, typer.Option(help="Image threads (default: all cores; encode on a CPU: half of them).", rich_help_panel=IMG)]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", "--num-workers", help="Image threads (default: all cores; encode on a CPU: half of them). --num-workers is Primus's spelling.", rich_help_panel=IMG)]
 HfDatasetOpt = Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=SRC)]
 ImageColumnOpt = Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=FMT)]
 OutputDirOpt = Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=OUT)]

@@ -4,11 +4,12 @@ Primus aliases are registered in `shardcook.cli`; the logic is in shardcook.pipe
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcook.cli.app import fail
+from shardcook.cli.launch import start_workers
 from shardcook.cli.options import (
     FMT,
     IMG,
@@ -45,9 +46,21 @@ from shardcook.cli.options import (
 )
 from shardcook.errors import ShardcookError
 
+if TYPE_CHECKING:
+    from shardcook.config import RunConfig
+
 # More --help panels, for the options of one command.
 CHAT = "ChatML"
 MOD = "Model"
+
+
+def _print_config_or_start_workers(ctx: typer.Context, cfg: RunConfig, print_config: bool) -> None:
+    """With the options checked: --print-config prints the config and exits; `--nproc-per-node`
+    runs the command in that many workers and exits with their status."""
+    if print_config:
+        typer.echo(cfg.to_yaml(), nl=False)
+        raise typer.Exit()
+    start_workers(ctx)
 
 
 def raw(
@@ -88,9 +101,7 @@ def raw(
         cfg = resolve_config(ctx, config)
     except ShardcookError as e:
         fail(e)
-    if print_config:
-        typer.echo(cfg.to_yaml(), nl=False)
-        raise typer.Exit()
+    _print_config_or_start_workers(ctx, cfg, print_config)
     from shardcook.pipeline.raw import run_raw
 
     try:
@@ -118,7 +129,9 @@ def chatml(
     val_fraction: Annotated[float, typer.Option(help="Share of samples for val, by a stable hash of the sample id.", rich_help_panel=OUT)] = 0.01,
     hf_val_split: Annotated[str | None, typer.Option(help="huggingface: take val from this split instead of --val-fraction.", rich_help_panel=OUT)] = None,
     train_rows: Annotated[int | None, typer.Option(help="Train = the first N inputs (val = the next --val-rows, or the first of --hf-val-split).", rich_help_panel=OUT)] = None,
-    val_rows: Annotated[int | None, typer.Option(help="Val = M inputs after the train rows (or the first M of --hf-val-split).", rich_help_panel=OUT)] = None,
+    val_rows: Annotated[int | None, typer.Option("--val-rows", "--validation-rows", help="Val = M inputs after the train rows (or the first M of --hf-val-split).", rich_help_panel=OUT)] = None,
+    test_fraction: Annotated[float, typer.Option(help="Share of samples for test, by the same hash (beside --val-fraction's share).", rich_help_panel=OUT)] = 0.0,
+    test_rows: Annotated[int | None, typer.Option(help="Test = K inputs after the train and val rows (needs --train-rows).", rich_help_panel=OUT)] = None,
     finalize: Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and check at the end.", rich_help_panel=OUT)] = True,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
@@ -128,11 +141,12 @@ def chatml(
     workers: WorkersOpt = None,
     hf_token_file: HfTokenFileOpt = None,
     video_layout: Annotated[str, typer.Option(help="frames: sampled JPEG frames in `videos`; mp4: the MP4 file unchanged as `video.mp4`.", rich_help_panel=CHAT)] = "frames",
+    video_frames_part: Annotated[str, typer.Option(help="frames: the part's name, videos or mp4s (Megatron-Bridge's VALOR32K recipe: field_map videos: mp4s).", rich_help_panel=CHAT)] = "videos",
     video_fps: Annotated[float, typer.Option(help="frames: frames kept per second of video.", rich_help_panel=CHAT)] = 2.0,
     max_frames: Annotated[int, typer.Option(help="frames: at most this many frames per video, evenly spread.", rich_help_panel=CHAT)] = 32,
 ) -> None:
     """Images, videos, audio and ChatML conversations (JSONL or Hugging Face) into
-    Megatron-Bridge's Energon layout: train-/val-shard-NNNNNN.tar, finalized. Resumable; runs
+    Megatron-Bridge's Energon layout: train-/val-/test-shard-NNNNNN.tar, finalized. Resumable; runs
     under torchrun."""
 
     if (input is not None and hf_dataset is not None) or (
@@ -145,9 +159,7 @@ def chatml(
             extra={"source_type": (source_type, input is not None or hf_dataset is not None)})
     except ShardcookError as e:
         fail(e)
-    if print_config:
-        typer.echo(cfg.to_yaml(), nl=False)
-        raise typer.Exit()
+    _print_config_or_start_workers(ctx, cfg, print_config)
     from shardcook.pipeline.chatml import run_chatml
 
     try:
@@ -210,9 +222,7 @@ def encode(
         check_model(cfg)
     except ShardcookError as e:
         fail(e)
-    if print_config:
-        typer.echo(cfg.to_yaml(), nl=False)
-        raise typer.Exit()
+    _print_config_or_start_workers(ctx, cfg, print_config)
     from shardcook.pipeline.encode import run_encode
 
     try:

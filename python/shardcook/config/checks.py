@@ -12,6 +12,7 @@ from shardcook.config.sections import (
     CHATML_IMAGE_FORMATS,
     IMAGE_FORMATS,
     MAX_IMAGE_SIDE,
+    MAX_VIDEO_FPS,
     MAX_WORKERS_PER_CPU,
     RESIZE_MODES,
     SOURCE_TYPES,
@@ -23,6 +24,7 @@ from shardcook.config.sections import (
 )
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
+from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -82,18 +84,30 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
     """The chatml section's checks (part of `check`)."""
     if i.image_format not in CHATML_IMAGE_FORMATS:
         raise ConfigError(f"--image-format must be jpg or png for chatml, not {i.image_format!r}.")
-    if not 0.0 <= c.val_fraction < 1.0:
-        raise ConfigError(f"--val-fraction must be at least 0 and below 1, not {c.val_fraction}.")
-    for name in ("max_pixels", "train_rows", "val_rows"):
+    for name in ("val_fraction", "test_fraction"):  # the comparisons also refuse nan
+        if not 0.0 <= getattr(c, name) < 1.0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 0 and below 1, "
+                              f"not {getattr(c, name)}.")
+    if not c.val_fraction + c.test_fraction < 1.0:
+        raise ConfigError(f"--val-fraction {c.val_fraction} and --test-fraction {c.test_fraction} "
+                          "leave nothing for train; their sum must be below 1.")
+    for name in ("max_pixels", "train_rows", "val_rows", "test_rows"):
         value = getattr(c, name)
-        if value is not None and value < (0 if name == "val_rows" else 1):
-            least = 0 if name == "val_rows" else 1
+        least = 0 if name in ("val_rows", "test_rows") else 1
+        if value is not None and value < least:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, not {value}.")
     if c.video_layout not in VIDEO_LAYOUTS:
         raise ConfigError(
             f"--video-layout must be one of {', '.join(VIDEO_LAYOUTS)}, not {c.video_layout!r}.")
-    if not c.video_fps > 0:
-        raise ConfigError(f"--video-fps must be above 0, not {c.video_fps}.")
+    if c.video_frames_part not in VIDEO_FRAMES_PARTS:
+        raise ConfigError(f"--video-frames-part must be one of {', '.join(VIDEO_FRAMES_PARTS)}, "
+                          f"not {c.video_frames_part!r}.")
+    if c.video_frames_part != VIDEO_FRAMES_PARTS[0] and c.video_layout != "frames":
+        raise ConfigError("--video-frames-part names the frames part of --video-layout frames; "
+                          "drop it for --video-layout mp4 (its part is video.mp4).")
+    if not 0 < c.video_fps <= MAX_VIDEO_FPS:  # also refuses nan
+        raise ConfigError(f"--video-fps must be above 0 and at most {MAX_VIDEO_FPS:g} frames per "
+                          f"second, not {c.video_fps}.")
     if c.max_frames < 1:
         raise ConfigError(f"--max-frames must be at least 1, not {c.max_frames}.")
     if (c.question_column is None) != (c.answer_column is None):
@@ -104,6 +118,9 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
         raise ConfigError("--hf-val-split needs a Hugging Face dataset (--hf-dataset).")
     if c.val_rows is not None and c.train_rows is None and c.hf_val_split is None:
         raise ConfigError("--val-rows needs --train-rows (or --hf-val-split).")
+    if c.test_rows is not None and c.train_rows is None:
+        raise ConfigError("--test-rows needs --train-rows (test takes the inputs after the "
+                          "train and val rows).")
 
 
 def cap_workers(workers: int | None) -> int | None:

@@ -25,6 +25,9 @@ IMAGE_FORMATS = ("jpg", "png", "webp")
 #: Other spellings of the image formats (Primus's raw takes JPEG, PNG, WEBP).
 IMAGE_FORMAT_ALIASES = {"jpeg": "jpg", "JPEG": "jpg", "JPG": "jpg", "PNG": "png", "WEBP": "webp"}
 VIDEO_LAYOUTS = ("frames", "mp4")
+#: The largest --video-fps: no camera records faster, and a grid finer than the clip's own
+#: frames only skips the video for too few frames.
+MAX_VIDEO_FPS = 1000.0
 #: What a chatml sample's single image part may be.
 CHATML_IMAGE_FORMATS = ("jpg", "png")
 
@@ -135,11 +138,15 @@ class ChatmlConfig:
     answer_column: str | None = None
     system_prompt: str | None = None
     val_fraction: float = 0.01
+    #: Share of samples for test, by the same hash (the band after val's).
+    test_fraction: float = 0.0
     hf_val_split: str | None = None
     train_rows: int | None = None
     val_rows: int | None = None
+    test_rows: int | None = None
     max_pixels: int | None = None
     video_layout: str = "frames"
+    video_frames_part: str = "videos"
     video_fps: float = 2.0
     max_frames: int = 32
 

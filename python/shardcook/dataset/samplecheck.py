@@ -20,7 +20,7 @@ from shardcook.layouts import IMAGE_PARTS, Layout
 from shardcook.layouts.chatml import (
     CONVERSATION_PART,
     MULTI_IMAGE_PART,
-    VIDEO_FRAMES_PART,
+    VIDEO_FRAMES_PARTS,
     load_jpgs,
     load_videos,
     turns_problem,
@@ -179,16 +179,16 @@ def check_chatml(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: 
     why = (None if deep else undecodable) if undecodable else turns_problem(conversation)
     if why:
         problems.append(f"part {CONVERSATION_PART} {why}")
-    if VIDEO_FRAMES_PART in parts:
+    for frames_part in (p for p in VIDEO_FRAMES_PARTS if p in parts):
         try:
-            videos = load_videos(parts[VIDEO_FRAMES_PART])
+            videos = load_videos(parts[frames_part], frames_part)
         except ValueError as e:
-            return [*problems, f"part {VIDEO_FRAMES_PART}: {e}"]
+            return [*problems, f"part {frames_part}: {e}"]
         for v, frames in enumerate(videos if deep else ()):
             for n, data in enumerate(frames):
                 why = image_problem(data)
                 if why:
-                    problems.append(f"frame {n} of video {v} of part {VIDEO_FRAMES_PART} {why}")
+                    problems.append(f"frame {n} of video {v} of part {frames_part} {why}")
     if MULTI_IMAGE_PART in parts:
         try:
             images = load_jpgs(parts[MULTI_IMAGE_PART])

@@ -22,6 +22,9 @@ CONVERSATION_PART = "conversation.json"
 MULTI_IMAGE_PART = "jpgs"
 #: A pickled list of videos, each a list of JPEG frame bytes (`--video-layout frames`).
 VIDEO_FRAMES_PART = "videos"
+#: The names Bridge's video handler reads such a part under (`--video-frames-part`): `videos`,
+#: or `mp4s` as Bridge's VALOR32K recipe names it (`field_map: {videos: mp4s}`).
+VIDEO_FRAMES_PARTS = (VIDEO_FRAMES_PART, "mp4s")
 #: One video file's bytes, unchanged (`--video-layout mp4`).
 VIDEO_FILE_PART = "video.mp4"
 #: Audio files are stored unchanged as `audio.<ext>`.
@@ -40,7 +43,8 @@ def audio_part(extension: str) -> str:
 
 
 def field_map(images: str | None, image_format: str, video_layout: str | None,
-              audio_extension: str | None) -> dict[str, str]:
+              audio_extension: str | None,
+              frames_part: str = VIDEO_FRAMES_PART) -> dict[str, str]:
     """dataset.yaml's field_map.
 
     Args:
@@ -48,12 +52,13 @@ def field_map(images: str | None, image_format: str, video_layout: str | None,
         image_format: the single image part's format (`jpg` or `png`).
         video_layout: `frames`, `mp4` or None when the dataset has no video.
         audio_extension: the audio files' extension, or None when the dataset has no audio.
+        frames_part: the frames part's name (one of VIDEO_FRAMES_PARTS).
     """
     fields: dict[str, str] = {}
     if images is not None:
         fields["imgs"] = f"image.{image_format}" if images == "single" else MULTI_IMAGE_PART
     if video_layout is not None:
-        fields["videos"] = VIDEO_FRAMES_PART if video_layout == "frames" else VIDEO_FILE_PART
+        fields["videos"] = frames_part if video_layout == "frames" else VIDEO_FILE_PART
     if audio_extension is not None:
         fields["audio"] = audio_part(audio_extension)
     fields["conversation"] = CONVERSATION_PART
@@ -94,16 +99,16 @@ def load_jpgs(data: bytes) -> list[bytes]:
     return value
 
 
-def load_videos(data: bytes) -> list[list[bytes]]:
-    """A `videos` part -> its list of videos of JPEG frames, refusing anything else.
+def load_videos(data: bytes, part: str = VIDEO_FRAMES_PART) -> list[list[bytes]]:
+    """A `videos` (or `mp4s`) part -> its list of videos of JPEG frames, refusing anything else.
 
     Raises:
         ValueError: not a pickled list of lists of bytes.
     """
-    value = _unpickle(data, VIDEO_FRAMES_PART)
+    value = _unpickle(data, part)
     if not isinstance(value, list) or not all(
             isinstance(v, list) and all(isinstance(f, bytes) for f in v) for v in value):
-        raise ValueError("the videos part is not a list of lists of bytes")
+        raise ValueError(f"the {part} part is not a list of lists of bytes")
     return value
 
 
@@ -120,7 +125,7 @@ def turns_problem(data: bytes) -> str | None:
 
 
 #: The media parts a sample may carry; it has at least one of them.
-MEDIA_PARTS = ("image.jpg", "image.png", MULTI_IMAGE_PART, VIDEO_FRAMES_PART, VIDEO_FILE_PART,
+MEDIA_PARTS = ("image.jpg", "image.png", MULTI_IMAGE_PART, *VIDEO_FRAMES_PARTS, VIDEO_FILE_PART,
                *(audio_part(ext) for ext in AUDIO_EXTENSIONS))
 
 CHATML = Layout(

@@ -205,7 +205,7 @@ class ChatmlProcessor(Processor):
         if self.video_layout == "mp4":
             built.parts.append((layout.VIDEO_FILE_PART, videos[0]))
         else:
-            built.parts.append((layout.VIDEO_FRAMES_PART, layout.pickle_bytes_list(stored)))
+            built.parts.append((self.opts.video_frames_part, layout.pickle_bytes_list(stored)))
 
     def _frames(self, data: bytes, clip: video.Clip) -> tuple[list[bytes], list[float]]:
         """The selected frames of one video as JPEG bytes, and their timestamps."""

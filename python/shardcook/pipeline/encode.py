@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
+from shardcook.distributed import _env_int, env_rank_world
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.layouts.base import Layout
@@ -112,11 +113,30 @@ def check_model(cfg: RunConfig) -> None:
                           f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
 
 
+def local_env() -> tuple[int, int]:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) as torchrun sets them, (0, 1) outside it; RANK and
+    WORLD_SIZE are checked too, so a bad value stops the run before any work.
+
+    Raises:
+        ConfigError: a value that is not an integer, a negative LOCAL_RANK or a LOCAL_WORLD_SIZE
+            below 1, in one sentence.
+    """
+    env_rank_world()
+    local_rank, local_world = _env_int("LOCAL_RANK", "0"), _env_int("LOCAL_WORLD_SIZE", "1")
+    if local_rank < 0:
+        raise ConfigError(f"Environment variable LOCAL_RANK={local_rank} must be 0 or more; "
+                          "unset it or let torchrun set it.")
+    if local_world < 1:
+        raise ConfigError(f"Environment variable LOCAL_WORLD_SIZE={local_world} must be at "
+                          "least 1; unset it or let torchrun set it.")
+    return local_rank, local_world
+
+
 def pick_device(requested: str | None) -> str:
     """The torch device: as requested, else cuda:LOCAL_RANK when CUDA is present, else cpu."""
     import torch
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = local_env()[0]
     if requested in (None, "", "auto"):
         if torch.cuda.is_available():
             return f"cuda:{local % torch.cuda.device_count()}"
@@ -341,7 +361,7 @@ def cpu_threads(workers: int | None) -> tuple[int, int]:
     the end of each operator."""
     import torch
 
-    cores = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    cores = max(1, (os.cpu_count() or 1) // local_env()[1])
     if os.environ.get("OMP_NUM_THREADS"):
         torch_threads = torch.get_num_threads()
     else:
@@ -360,6 +380,7 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject |
     """
     token_file = token_file or cfg.auth.hf_token_file
     check_model(cfg)
+    local_env()
     layout = encode_layout(cfg.model.layout)
     from shardcook.encoders.flux import torch_dtype
     from shardcook.pipeline.driver import run_pipeline
@@ -389,7 +410,7 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject |
             precision=precision, device=device, t5_max_length=m.t5_max_length,
             latent_mode=latent_mode, seed=m.seed,
             t5_attention_mask=layout is BRIDGE_FLUX, scale_latents=layout is not BRIDGE_FLUX)
-        if int(os.environ.get("RANK", "0")) == 0:
+        if env_rank_world()[0] == 0:
             write_empty_encodings(cfg.output.path, encoders)
         return encoders
 

@@ -136,7 +136,11 @@ class CaptionIndexSource:
         source = str(path)
         if not path.is_relative_to(self.root):
             return Item(index, source, skip=IMAGE_OUTSIDE_FOLDER)
-        if not path.is_file():
+        try:
+            is_file = path.is_file()
+        except OSError as e:  # a name too long for the file system, a folder it may not read
+            return Item(index, source, skip=MISSING_IMAGE, skip_detail=e.strerror)
+        if not is_file:
             return Item(index, source, skip=MISSING_IMAGE)
         return Item(index, source, image_path=source, caption=row.caption,
                     skip=MISSING_CAPTION if row.caption is None else None)

@@ -2,12 +2,14 @@
 (docs/FORMAT.md, chatml).
 
 Inputs are put in their file/row order; each goes to `val` when a stable hash of its id is below
-`--val-fraction`, else to `train` (or: `--train-rows N --val-rows M` take the first N inputs for
-train and the next M for val; `--hf-val-split` takes val from another split of the dataset). Each
-split's inputs are cut into work units of `shard_size`; unit j of a split becomes
-`<split>-shard-{j:06d}.tar` and its inputs get keys `<split>-{n:06d}` (n = position among that
-split's inputs, so a skipped input leaves a gap and keys never depend on what other ranks skip).
-Units are numbered across both splits (train first) for distribution and resume markers.
+`--val-fraction`, to `test` when it is below `--val-fraction + --test-fraction`, else to `train`
+(or: `--train-rows N --val-rows M --test-rows K` take the first N inputs for train, the next M
+for val and the next K for test; `--hf-val-split` takes val from another split of the dataset,
+test then follows the train rows). Each split's inputs are cut into work units of `shard_size`;
+unit j of a split becomes `<split>-shard-{j:06d}.tar` (Megatron-Bridge's names) and its inputs
+get keys `<split>-{n:06d}` (n = position among that split's inputs, so a skipped input leaves a
+gap and keys never depend on what other ranks skip). Units are numbered across the splits
+(train, val, test) for distribution and resume markers.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.base import Item, read_regular_file
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
 
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")
 #: Conversation columns looked for in a Hugging Face dataset, in order.
 CONVERSATION_COLUMNS = ("conversation", "messages", "conversations")
 
 
-def split_of(sample_id: str, val_fraction: float) -> str:
+def split_of(sample_id: str, val_fraction: float, test_fraction: float = 0.0) -> str:
     """`val` when the first 8 bytes of sha256(id), as a fraction of 2**64, are below
-    `val_fraction`; else `train`. Stable across runs, machines and Python versions."""
-    h = int.from_bytes(hashlib.sha256(sample_id.encode("utf-8")).digest()[:8], "big")
-    return "val" if h / 2.0**64 < val_fraction else "train"
+    `val_fraction`, `test` when below `val_fraction + test_fraction`, else `train`. Stable
+    across runs, machines and Python versions (and a val sample stays val when test is added)."""
+    h = int.from_bytes(hashlib.sha256(sample_id.encode("utf-8")).digest()[:8], "big") / 2.0**64
+    if h < val_fraction:
+        return "val"
+    return "test" if h < val_fraction + test_fraction else "train"
 
 
 def sample_key(split: str, n: int) -> str:
@@ -84,7 +89,7 @@ class Input:
 
 
 class ChatmlSource:
-    """The inputs in planned order: train inputs (input order), then val inputs."""
+    """The inputs in planned order: train inputs (input order), then val, then test inputs."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -100,8 +105,12 @@ class ChatmlSource:
             raise ConfigError("chatml reads --input (a JSONL file) or --hf-dataset; give one.")
         self.ids, self.counts = self._scan()
         self.planned = self._plan()
-        self.num_train = sum(1 for _, sp in self.planned if sp == "train")
-        self.split_sizes = {"train": self.num_train, "val": len(self.planned) - self.num_train}
+        sizes = {sp: sum(1 for _, s in self.planned if s == sp) for sp in SPLITS}
+        # the manifest lists test only when there is one (as before test splits existed)
+        self.split_sizes = {sp: n for sp, n in sizes.items() if sp != "test" or n}
+        #: Where each split starts in the planned order.
+        self.split_start = {"train": 0, "val": sizes["train"],
+                            "test": sizes["train"] + sizes["val"]}
         self.images = self._image_layout()
         has = {k: any(c.get(k) for c in self.counts) for k in ("video", "audio")}
         self.video_layout = self.opts.video_layout if has["video"] else None
@@ -248,22 +257,27 @@ class ChatmlSource:
         return ids, counts
 
     def _plan(self) -> list[tuple[Input, str]]:
-        """(input, split) of every used input: train first, then val."""
+        """(input, split) of every used input: train first, then val, then test."""
         main = self.ids["main"]
         o = self.opts
+
+        def rows(table: str, start: int, n: int) -> list[Input]:
+            return [Input(table, i) for i in range(start, min(len(self.ids[table]), start + n))]
+
         if "val" in self.tables:
-            train = [Input("main", i) for i in range(min(len(main), o.train_rows or len(main)))]
-            n_val = len(self.ids["val"]) if o.val_rows is None else o.val_rows
-            val = [Input("val", i) for i in range(min(len(self.ids["val"]), n_val))]
+            train = rows("main", 0, o.train_rows or len(main))
+            val = rows("val", 0, len(self.ids["val"]) if o.val_rows is None else o.val_rows)
+            test = rows("main", len(train), o.test_rows or 0)
         elif o.train_rows is not None:
-            train = [Input("main", i) for i in range(min(len(main), o.train_rows))]
-            stop = min(len(main), len(train) + (o.val_rows or 0))
-            val = [Input("main", i) for i in range(len(train), stop)]
+            train = rows("main", 0, o.train_rows)
+            val = rows("main", len(train), o.val_rows or 0)
+            test = rows("main", len(train) + len(val), o.test_rows or 0)
         else:
-            splits = [split_of(i, o.val_fraction) for i in main]
-            train = [Input("main", i) for i, sp in enumerate(splits) if sp == "train"]
-            val = [Input("main", i) for i, sp in enumerate(splits) if sp == "val"]
-        return [(x, "train") for x in train] + [(x, "val") for x in val]
+            splits = [split_of(i, o.val_fraction, o.test_fraction) for i in main]
+            train, val, test = ([Input("main", i) for i, s in enumerate(splits) if s == sp]
+                                for sp in SPLITS)
+        return [(x, "train") for x in train] + [(x, "val") for x in val] + [
+            (x, "test") for x in test]
 
     def _image_layout(self) -> str | None:
         known = [c["image"] for c in self.counts if "image" in c]
@@ -304,20 +318,22 @@ class ChatmlSource:
                  split_sizes=self.split_sizes)
         if self.opts.train_rows is not None:
             d["rows"] = {"train": self.opts.train_rows, "val": self.opts.val_rows}
+            if self.opts.test_rows is not None:
+                d["rows"]["test"] = self.opts.test_rows
         return d
 
     def field_map(self) -> dict[str, str]:
         from shardcook.layouts.chatml import field_map
 
         return field_map(self.images, self.cfg.image.image_format, self.video_layout,
-                         self.audio_extension)
+                         self.audio_extension, self.opts.video_frames_part)
 
     def units(self, shard_size: int) -> list[SplitUnit]:
-        """Each split's planned inputs in consecutive units; numbered train first, then val."""
+        """Each split's planned inputs in consecutive units; numbered train, val, then test."""
         units: list[SplitUnit] = []
         start = 0
         for split in SPLITS:
-            size = self.split_sizes[split]
+            size = self.split_sizes.get(split, 0)
             for j, a in enumerate(range(0, size, shard_size)):
                 units.append(SplitUnit(len(units), start + a, start + min(a + shard_size, size),
                                        split=split, shard=j))
@@ -336,7 +352,7 @@ class ChatmlSource:
             rows = [x.row for x, _ in self.planned[v:end]]
             for w, rec in zip(range(v, end), self._records(table, rows)):
                 split = self.planned[w][1]
-                n = w if split == "train" else w - self.num_train
+                n = w - self.split_start[split]
                 yield ChatItem(w, rec.source, sample_key=sample_key(split, n), split=split,
                                media=rec.media, turns=rec.turns, skip=rec.skip,
                                skip_detail=rec.detail)

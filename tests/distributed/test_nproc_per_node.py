@@ -1,0 +1,31 @@
+"""`shardcook --nproc-per-node 2 data diffusion-raw ...` (Primus's spelling) starts two torchrun
+workers itself: the same bytes as one process, and a bad option stops before any worker."""
+
+from __future__ import annotations
+
+from tests.helpers.raw import make_folder, report, run_cli, shard_hashes
+
+
+def test_nproc_per_node_runs_two_workers_with_one_process_bytes(tmp_path):
+    src = make_folder(tmp_path / "in", 9, photos=2)
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = ["--input-dir", str(src), "--shard-size", "2", "--image-size", "40", "--quiet",
+              "--num-workers", "1"]
+    run_cli("raw", *common, "--output-dir", str(one))
+    r = run_cli("--nproc-per-node", "2", "data", "diffusion-raw", *common, "--output-dir",
+                str(two))
+    assert "Traceback" not in r.stderr and "error" not in r.stderr.lower(), r.stderr
+    assert report(two)["world_size"] == 2 and report(one)["world_size"] == 1
+    assert shard_hashes(two) == shard_hashes(one)
+    assert report(two)["units"] == {"total": 5, "resumed": 0, "this_run": 5}
+
+
+def test_nproc_per_node_with_a_bad_option_starts_no_worker(tmp_path):
+    src = make_folder(tmp_path / "in", 2, photos=0)
+    out = tmp_path / "out"
+    r = run_cli("--nproc-per-node=2", "data", "diffusion-raw", "--input-dir", str(src),
+                "--output-dir", str(out), "--image-size", "100000", check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: --image-size must be at most 16383 (WebP's largest side), not 100000."]
+    assert not out.exists()

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from shardcook import _native
 from shardcook.dataset import checks, metadata
 from shardcook.dataset.index import list_shards
-from shardcook.dataset.samplecheck import load_checker
+from shardcook.dataset.samplecheck import load_checker, load_split_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
 from shardcook.layouts import Layout
@@ -190,6 +190,10 @@ def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[
         )
     if deep:
         report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
+        split_checker = load_split_checker(layout)
+        if split_checker is not None:
+            for split, shards in splits.items():
+                report.problems += split_checker(root, split, [s for s in shards if s in listed])
         if not (root / META_DIR / INDEX_SQLITE).is_file():  # else sqlite_problems looked
             report.problems += checks.repeated_part_problems(root, listed)
 

@@ -7,13 +7,15 @@ from shardcook.errors import ConfigError
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
+from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.preencoded import PREENCODED
 from shardcook.layouts.raw import IMAGE_PARTS, RAW
 
 #: Every layout, by registry name.
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX)}
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX,
+                                                               MLPERF)}
 
-__all__ = ["CHATML", "IMAGE_PARTS", "LAYOUTS", "PREENCODED", "RAW", "Layout", "by_encoding",
+__all__ = ["CHATML", "IMAGE_PARTS", "LAYOUTS", "MLPERF", "PREENCODED", "RAW", "Layout", "by_encoding",
            "get_layout"]
 
 

@@ -20,16 +20,18 @@ from shardcook.energon.cookers import (
     raw_images_cooker,
 )
 from shardcook.energon.errors import SampleDecodeError
+from shardcook.energon.mlperf import cook_preencoded_numpy_diffusion
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
     RawImageBatch,
     RawImageSample,
 )
-from shardcook.layouts import PREENCODED, RAW
+from shardcook.layouts import MLPERF, PREENCODED, RAW
 
 __all__ = [
     "ENCODING_PREENCODED",
+    "ENCODING_PREENCODED_NUMPY",
     "ENCODING_RAW",
     "BridgeFluxTaskEncoder",
     "DiffusionTaskEncoder",
@@ -40,6 +42,7 @@ __all__ = [
 #: The `encoding` subflavor values finalize writes into dataset.yaml (docs/FORMAT.md §5).
 ENCODING_PREENCODED = PREENCODED.encoding
 ENCODING_RAW = RAW.encoding
+ENCODING_PREENCODED_NUMPY = MLPERF.encoding
 
 
 def _stack_optional(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
@@ -60,7 +63,28 @@ def _stack_diffusion(samples: list[DiffusionSample]) -> DiffusionBatch:
         sizes=[s.size for s in samples],
         mean=_stack_optional([s.mean for s in samples]),
         logvar=_stack_optional([s.logvar for s in samples]),
+        timestep=stack_timesteps(samples),
     )
+
+
+def stack_timesteps(samples: list[DiffusionSample]) -> torch.Tensor | None:
+    """The samples' validation timesteps as `[B]`, None when none has one.
+
+    Raises:
+        SampleDecodeError: Some samples carry a timestep and others not (a batch would then
+            mix the validation estimator with random timesteps); the message names the keys.
+    """
+    without = [s.__key__ for s in samples if s.timestep is None]
+    if len(without) == len(samples):
+        return None
+    if without:
+        carrying = [s.__key__ for s in samples if s.timestep is not None]
+        raise SampleDecodeError(
+            f"a batch mixes samples with a timestep ({', '.join(carrying)}) and without one "
+            f"({', '.join(without)}); keep validation samples (with timesteps) in a split of "
+            "their own"
+        )
+    return torch.stack([s.timestep for s in samples if s.timestep is not None])
 
 
 def resample_latent(
@@ -152,7 +176,11 @@ class EncodedDiffusionTaskEncoder(
         shift_factor: float | None = None,
     ) -> None:
         self.worker_config = worker_config
-        self.cookers = [Cooker(cook_preencoded_diffusion)]
+        self.cookers = [
+            Cooker(cook_preencoded_numpy_diffusion,
+                   has_subflavors={"encoding": ENCODING_PREENCODED_NUMPY}),
+            Cooker(cook_preencoded_diffusion),
+        ]
         self.resample_latents = resample_latents
         self.scaling_factor = scaling_factor
         self.shift_factor = shift_factor
@@ -237,6 +265,8 @@ class DiffusionTaskEncoder(
     ) -> None:
         self.cookers = [
             Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": ENCODING_PREENCODED}),
+            Cooker(cook_preencoded_numpy_diffusion,
+                   has_subflavors={"encoding": ENCODING_PREENCODED_NUMPY}),
             Cooker(raw_images_cooker(image_format), has_subflavors={"encoding": ENCODING_RAW}),
         ]
         self.resample_latents = resample_latents

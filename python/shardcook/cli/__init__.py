@@ -14,6 +14,7 @@ from typing import Any
 from shardcook.cli.app import app
 from shardcook.cli.dataset import blend, finalize, info, preview, validate
 from shardcook.cli.demo import demo
+from shardcook.cli.ingest import ingest
 from shardcook.cli.pipelines import chatml, encode, raw
 from shardcook.docsite import docs_url
 
@@ -22,7 +23,7 @@ __all__ = ["app", "main"]
 # Panel, then (command, its page on the documentation site).
 PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
     ("Try it", ((demo, "DEMO/"),)),
-    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"))),
+    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"), (ingest, "MLPERF/"))),
     ("Finish and check", ((finalize, "DATASETS/#finalize"), (validate, "DATASETS/#validate-and-info"),
                           (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),
                           (blend, "DATASETS/#blend"))),
@@ -43,7 +44,8 @@ for panel, commands in PANELS:
 
 # Primus's command names, word for word: `primus-cli direct -- data diffusion-encoded ...` is
 # `shardcook diffusion-encoded ...`.
-for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw)):
+for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw),
+                       ("diffusion-ingest", ingest)):
     app.command(alias, rich_help_panel="Primus's names", help=command_help(
         f"Primus's name for `{command.__name__}` (same options).", "PRIMUS/"))(command)
 

@@ -13,6 +13,7 @@ import hashlib
 import http.server
 import io
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -99,13 +100,14 @@ def md5(path: Path) -> str:
 
 class _Files(http.server.BaseHTTPRequestHandler):
     """Serves the files of `root`; `drop_once` names files whose first GET sends half the body
-    and closes the connection."""
+    and closes the connection; each response waits `delay_s` first (a slow network)."""
 
     root: Path
     drop_once: set[str]
     requests: list[str]
+    delay_s: float
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         name = self.path.lstrip("/")
         self.requests.append(name)
         path = self.root / name
@@ -113,6 +115,7 @@ class _Files(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         data = path.read_bytes()
+        time.sleep(self.delay_s)
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -129,11 +132,12 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(root: Path, drop_once: set[str] | None = None) -> Iterator[tuple[str, list[str]]]:
+def serve(root: Path, drop_once: set[str] | None = None,
+          delay_s: float = 0.0) -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on 127.0.0.1 for `root`'s files: (base URL, list of requested names)."""
     requests: list[str] = []
     handler = type("Handler", (_Files,), {"root": root, "drop_once": set(drop_once or ()),
-                                          "requests": requests})
+                                          "requests": requests, "delay_s": delay_s})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

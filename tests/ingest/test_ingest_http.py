@@ -21,6 +21,7 @@ from tests.helpers.mlperf import (
     COLUMNS,
     bf16_bits,
     expected_values,
+    npy_bytes,
     serve,
     write_arrow_set,
     write_manifest,
@@ -155,3 +156,40 @@ def test_local_inputs_are_kept_byte_for_byte(tmp_path):
     run_ingest(_config(tmp_path / "out", [IngestDataset(split="train", paths=(train.folder,))]))
     assert {p: p.read_bytes() for p in train.files} == before
     assert _check_shards(tmp_path / "out" / "train", train.rows) == 12
+
+
+def test_primus_config_with_empty_encodings_and_a_local_manifest(tmp_path):
+    import subprocess
+    import sys
+
+    served = tmp_path / "served"
+    val = write_arrow_set(served, 2, 4, timesteps=True)
+    empty = {"t5_empty.npy": npy_bytes(np.zeros((4, 8), np.uint16)),
+             "clip_empty.npy": npy_bytes(np.ones((8,), np.uint16))}
+    for name, data in empty.items():
+        (served / name).write_bytes(data)
+    out = tmp_path / "out"
+    with serve(served) as (base, requests):
+        write_manifest(served, "empty", [served / n for n in empty], base)
+        write_manifest(tmp_path, "local", val.files, base)  # local.md5, read from disk
+        (tmp_path / "mlperf.yaml").write_text(
+            "datasets:\n"
+            "  - name: coco\n"
+            f"    manifest: {tmp_path / 'local.md5'}\n"
+            f"    base_url: {base}\n"
+            "    split_name: val\n"
+            "empty_encodings:\n"
+            f"  manifest_url: {base}/empty.uri\n"
+            "  output_subdir: empty_encodings\n"
+            "output:\n"
+            f"  output_dir: ${{SHARDCOOK_TEST_ROOT:{tmp_path}}}/out\n"
+            "pipeline:\n  max_workers: 2\n  prefetch_depth: 1\n  max_files: null\n")
+        for _ in range(2):  # the second run finds everything done and fetches nothing new
+            run = subprocess.run([sys.executable, "-m", "shardcook", "diffusion-ingest",
+                                  "--config", str(tmp_path / "mlperf.yaml")],
+                                 capture_output=True, text=True, timeout=300, check=False)
+            assert run.returncode == 0, run.stderr
+    assert {n: (out / "empty_encodings" / n).read_bytes() for n in empty} == empty
+    assert sorted(r for r in requests if r.endswith((".npy", ".arrow"))) == sorted(
+        [*empty, *(f.name for f in val.files)])
+    assert _check_shards(out / "val", val.rows) == 8

@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -120,14 +121,16 @@ def md5_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, dest: Path, md5: str | None, retry: Retry) -> None:
+def download(url: str, dest: Path, md5: str | None, retry: Retry,
+             cancel: threading.Event | None = None) -> None:
     """Downloads `url` to `dest` via `dest`'s `.part` name, checking the MD5 while it streams;
-    `dest` appears only when whole and right.
+    `dest` appears only when whole and right. Setting `cancel` stops it between chunks.
 
     Raises:
-        DownloadError: every attempt failed; its message gives the last reason.
+        DownloadError: every attempt failed (its message gives the last reason), or cancelled.
     """
     part = dest.with_name(f"{dest.name}.part")
+    stop = cancel or threading.Event()
     last = ""
     for attempt in range(retry.attempts):
         try:
@@ -135,17 +138,23 @@ def download(url: str, dest: Path, md5: str | None, retry: Retry) -> None:
             req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp, open(part, "wb") as f:
                 while chunk := resp.read(CHUNK):
+                    if stop.is_set():
+                        raise DownloadError("cancelled")
                     digest.update(chunk)
                     f.write(chunk)
             if md5 is not None and digest.hexdigest() != md5:
                 raise _Md5Mismatch(f"MD5 {digest.hexdigest()} is not the manifest's {md5}")
             os.replace(part, dest)
             return
+        except DownloadError:
+            part.unlink(missing_ok=True)
+            raise
         except (urllib.error.URLError, http.client.HTTPException, OSError, _Md5Mismatch) as e:
             part.unlink(missing_ok=True)
             last = str(e) or type(e).__name__
             if not _retryable(e) or attempt + 1 == retry.attempts:
                 break
             log.warning("%s: %s; retry %d of %d", url, last, attempt + 1, retry.attempts - 1)
-            time.sleep(retry.delay(attempt))
+            if stop.wait(retry.delay(attempt)):
+                raise DownloadError("cancelled") from None
     raise DownloadError(f"{last} (after {attempt + 1} attempt(s))")

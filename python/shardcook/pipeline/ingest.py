@@ -29,6 +29,7 @@ from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR, REPORT_JSON, shard_
 from shardcook.pipeline import progress
 from shardcook.pipeline.download import (
     DownloadError,
+    ManifestEntry,
     Retry,
     fetch_manifest,
     md5_of,
@@ -159,7 +160,7 @@ class _Prefetch:
         with self.lock:
             self.on_disk += 1
             self.peak = max(self.peak, self.on_disk)
-        fetch(unit.url, dest, unit.md5, self.retry)
+        fetch(unit.url, dest, unit.md5, self.retry, self.stop)
         return dest
 
     def _submit(self, units: list[Unit]) -> None:
@@ -202,20 +203,27 @@ def convert(unit: Unit, path: Path, out: Path) -> int:
     return sum(s.samples for s in written)
 
 
-def _empty_encodings(cfg: IngestConfig, out: Path) -> list[str]:
-    """Downloads the empty-caption encodings (small `.npy` files) beside the shards; a file
-    already there with the right MD5 is kept."""
-    if cfg.empty_encodings is None:
+def _empty_encodings(cfg: IngestConfig, listed: tuple[str, list[ManifestEntry]] | None,
+                     failed: list[dict[str, Any]]) -> list[str]:
+    """Downloads the empty-caption encodings (small `.npy` files) beside the splits' folders; a
+    file already there with the right MD5 is kept, one that fails is added to `failed`."""
+    if cfg.empty_encodings is None or listed is None:
         return []
-    folder = out / cfg.empty_encodings.output_subdir
+    assert cfg.output_dir is not None
+    folder = cfg.output_dir / cfg.empty_encodings.output_subdir
     folder.mkdir(parents=True, exist_ok=True)
-    base, entries = fetch_manifest(cfg.empty_encodings.manifest_url, cfg.retry)
+    base, entries = listed
     names = []
     for e in entries:
         dest = folder / e.name
-        if not (dest.is_file() and md5_of(dest) == e.md5):
-            fetch(f"{base}/{e.name}", dest, e.md5, cfg.retry)
-        names.append(e.name)
+        try:
+            if not (dest.is_file() and md5_of(dest) == e.md5):
+                fetch(f"{base}/{e.name}", dest, e.md5, cfg.retry)
+            names.append(e.name)
+        except (DownloadError, OSError) as err:
+            failed.append({"split": None, "file": e.name, "md5": e.md5,
+                           "source": f"{base}/{e.name}", "stage": "download",
+                           "reason": str(err)})
     return names
 
 
@@ -252,6 +260,8 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False,
     units = plan_units(cfg)
     if not units:
         raise ConfigError("the inputs list no Arrow files")
+    empty = (fetch_manifest(cfg.empty_encodings.manifest_url, cfg.retry)
+             if cfg.empty_encodings is not None else None)
     splits = {u.split: [v for v in units if v.split == u.split] for u in units}
     records = {split: _prepare(split_folder(cfg.output_dir, split), members, overwrite)
                for split, members in splits.items()}
@@ -290,6 +300,7 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False,
         for split in splits:
             shutil.rmtree(split_folder(cfg.output_dir, split) / OURS_DIR / DOWNLOADS_DIR,
                           ignore_errors=True)
+    empty_names = _empty_encodings(cfg, empty, failed)
     seconds = time.monotonic() - start
     reports = {}
     for split, members in splits.items():
@@ -305,7 +316,7 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False,
         reports[split] = report
     return {"splits": reports, "failed": failed, "bytes_converted": bytes_in,
             "wall_seconds": round(seconds, 3), "peak_downloads_on_disk": prefetch.peak,
-            "empty_encodings": _empty_encodings(cfg, cfg.output_dir)}
+            "empty_encodings": empty_names}
 
 
 def _report(out: Path, units: list[Unit], failed: list[dict[str, Any]], seconds: float,

@@ -50,3 +50,16 @@ def test_mlperf_layout_refuses_what_it_cannot_store(tiny_flux, tmp_path):
                                        *extra), expect=2)
         assert r.output.strip() == sentence
     assert not (tmp_path / "out").exists()
+
+
+def test_preview_decodes_the_posterior_mean(tiny_flux, tmp_path):
+    from PIL import Image
+    from shardcook.preview import preview
+
+    src = make_folder(tmp_path / "in", 2, photos=2)
+    out = tmp_path / "mlperf"
+    run_in_process(encode_args(tiny_flux, src, out, *BF16, "--layout", "mlperf"))
+    decoded = preview(out, tmp_path / "decoded.png", model_path=str(tiny_flux))
+    false_colour = preview(out, tmp_path / "false.png")
+    with Image.open(decoded) as a, Image.open(false_colour) as b:
+        assert a.size == b.size and a.tobytes() != b.tobytes()

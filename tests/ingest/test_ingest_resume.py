@@ -88,3 +88,26 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
         assert result.stderr.startswith("error: ") and words in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_written(tmp_path):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True)
+    out = tmp_path / "out"
+    (out / "val").mkdir(parents=True)
+    (out / "val" / "notes.txt").write_text("mine")
+    config = tmp_path / "both.yaml"
+    config.write_text(f"datasets:\n  - {{split_name: train, paths: [{train.folder}]}}\n"
+                      f"  - {{split_name: val, paths: [{val.folder}]}}\n"
+                      f"output: {{output_dir: {out}}}\n")
+    result = _ingest("--config", str(config))
+    assert result.returncode == 2 and "not a shardcook dataset" in result.stderr
+    assert not (out / "train").exists()
+    assert (out / "val" / "notes.txt").read_text() == "mine"
+    (out / "val" / "notes.txt").unlink()
+    assert _ingest("--config", str(config)).returncode == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = _ingest(str(val.folder), str(train.files[0]), "--split", "val", "--output-dir",
+                     str(out))
+    assert result.returncode == 2 and "other inputs" in result.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

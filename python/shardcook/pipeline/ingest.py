@@ -15,7 +15,6 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,15 +226,30 @@ def _empty_encodings(cfg: IngestConfig, listed: tuple[str, list[ManifestEntry]] 
     return names
 
 
+def _record(units: list[Unit]) -> dict[str, Any]:
+    """A split's manifest.json before its shards are counted."""
+    return {"encoding": MLPERF.encoding, "tool": "shardcook ingest",
+            "inputs": [u.describe() for u in units]}
+
+
+def _check_split(out: Path, units: list[Unit], overwrite: bool) -> None:
+    """Refuses a split folder that cannot be written or resumed, changing nothing (every split
+    is checked before any is touched)."""
+    if overwrite:
+        progress.plan_overwrite(out)
+        return
+    if out.exists() and (not out.is_dir() or not progress.is_ours(out)):
+        progress.check_output(out)  # raises its sentence, creating nothing
+    _check_resume(out, _record(units))
+
+
 def _prepare(out: Path, units: list[Unit], overwrite: bool) -> dict[str, Any]:
-    """Makes `out` ready for its split's units (checked, resumable, no partial shard or
-    download left); returns its manifest record."""
+    """Makes `out` ready for its split's units (resumable, no partial shard or download left);
+    returns its manifest record."""
     if overwrite:
         progress.clear_output(out)
     progress.check_output(out)
-    record = {"encoding": MLPERF.encoding, "tool": "shardcook ingest",
-              "inputs": [u.describe() for u in units]}
-    _check_resume(out, record)
+    record = _record(units)
     progress.write_json_atomic(out / OURS_DIR / MANIFEST_JSON, record)
     _native.remove_partial_shards(out)
     downloads = out / OURS_DIR / DOWNLOADS_DIR
@@ -244,8 +258,7 @@ def _prepare(out: Path, units: list[Unit], overwrite: bool) -> dict[str, Any]:
     return record
 
 
-def run_ingest(cfg: IngestConfig, *, overwrite: bool = False,
-               on_file: Callable[[Unit, str], None] | None = None) -> dict[str, Any]:
+def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
     """The whole ingest: each split becomes the dataset `OUTPUT_DIR/SPLIT` (as Primus lays it
     out), with its own manifest, progress markers and report.json. Returns the splits' reports
     together.
@@ -263,6 +276,8 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False,
     empty = (fetch_manifest(cfg.empty_encodings.manifest_url, cfg.retry)
              if cfg.empty_encodings is not None else None)
     splits = {u.split: [v for v in units if v.split == u.split] for u in units}
+    for split, members in splits.items():
+        _check_split(split_folder(cfg.output_dir, split), members, overwrite)
     records = {split: _prepare(split_folder(cfg.output_dir, split), members, overwrite)
                for split, members in splits.items()}
 
@@ -293,8 +308,6 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False,
                 log.warning("%s: %s failed: %s", unit.name, stage, e)
             finally:
                 prefetch.done_with(unit, path if future is not None else None)
-            if on_file is not None:
-                on_file(unit, stage)
     finally:
         prefetch.close()
         for split in splits:

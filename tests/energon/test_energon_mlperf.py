@@ -97,13 +97,14 @@ class PrimusEncoder(DefaultTaskEncoder[PrimusSample, PrimusSample, dict, dict]):
 
 @pytest.fixture(scope="module")
 def mlperf(tmp_path_factory) -> tuple[Path, dict[str, tuple[int, int, int | None]]]:
+    """The ingested train and val datasets, and what each val row holds."""
     root = tmp_path_factory.mktemp("mlperf")
     train = write_arrow_set(root / "cc12m", 2, 5, timesteps=False)
     val = write_arrow_set(root / "coco", 2, 8, timesteps=True, prefix="coco")
     run_ingest(IngestConfig(output_dir=root / "out", datasets=[
         IngestDataset(split="train", paths=(train.folder,)),
         IngestDataset(split="val", paths=(val.folder,))]))
-    return root / "out", {**train.rows, **val.rows}
+    return root / "out", val.rows  # (train's keys repeat val's: each split is its own dataset)
 
 
 def _val_batches(path: Path, encoder: Any, batch_size: int) -> list[Any]:
@@ -179,3 +180,14 @@ def test_cooker_refuses_a_pickled_npy(mlperf):
     np.save(buf, np.array([object()], dtype=object), allow_pickle=True)
     with pytest.raises(SampleDecodeError, match="not a readable .npy"):
         cook_preencoded_numpy_diffusion(_crude(key, {**parts, "t5.bytes": buf.getvalue()}))
+
+
+def test_a_blend_dispatches_on_the_subflavor_too(mlperf, tmp_path):
+    from shardcook.energon import write_blend
+
+    out, _ = mlperf
+    blend = write_blend(tmp_path / "mix.yaml", [f"{out / 'train'}=1"])
+    batch = next(get_diffusion_loader(blend, batch_size=5, num_workers=0))
+    assert batch.mean.dtype == torch.bfloat16 and batch.mean.shape == (5, 4, 2, 2)
+    assert "timestep" not in batch
+    assert len(set(batch.__key__)) == 5

@@ -111,3 +111,22 @@ def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_w
                      str(out))
     assert result.returncode == 2 and "other inputs" in result.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_crafted_offsets_fail_the_file_instead_of_crashing(tmp_path):
+    """Arrow trusts a stream's offsets; one pointing 1 GiB past its buffer used to kill the
+    process with SIGBUS while the keys were read."""
+    import numpy as np
+
+    train = write_arrow_set(tmp_path / "in", 2, 2, timesteps=False)
+    crafted = train.files[0]
+    data = bytearray(crafted.read_bytes())
+    keys = np.array([0, 9, 18], np.int32).tobytes()  # offsets of the two 9-character keys
+    assert data.count(keys) == 1
+    at = data.find(keys)
+    data[at:at + 12] = np.array([0, 9, 1 << 30], np.int32).tobytes()
+    crafted.write_bytes(bytes(data))
+    result = _ingest(str(train.folder), "--output-dir", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stderr
+    assert f"failed: {crafted.name} (conversion): the Arrow stream is damaged" in result.stderr
+    assert sorted(_files(tmp_path / "out" / "train")) == ["train-shard-000001.tar"]

@@ -80,5 +80,6 @@ def ingest(
         typer.echo(f"failed: {f['file']} ({f['stage']}): {f['reason']}", err=True)
     if report["failed"]:
         typer.echo(f"{len(report['failed'])} file(s) failed (see each split's .shardcook/report.json); "
-                   "rerun the same command to retry them", err=True)
+                   "rerun the same command to retry them once they are fixed or reachable",
+                   err=True)
         raise typer.Exit(1)

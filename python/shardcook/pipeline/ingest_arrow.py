@@ -96,6 +96,8 @@ def samples(path: Path, key_prefix: str) -> Iterator[tuple[str, list[tuple[str, 
     row0 = 0
     try:
         for batch in reader:
+            # Arrow trusts a stream's offsets; a crafted one would read past its buffers
+            batch.validate(full=True)
             views = [_views(batch.column(c), c) for c in columns]
             keys = (batch.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in batch.schema.names
                     else [f"{key_prefix}{row0 + i:08d}" for i in range(batch.num_rows)])

@@ -77,11 +77,15 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
          "lowercase"),
         (["--manifest", str(tmp_path / "m.md5"), "--output-dir", str(tmp_path / "o")],
          "base_url"),
+        ([str(train.folder), "--base-url", "http://127.0.0.1:9/", "--output-dir",
+          str(tmp_path / "o")], "base_url goes with manifest"),
     ]
     (tmp_path / "bad.yaml").write_text("pipeline:\n  prefetch_depth: 0\n")
     cases.append((["--config", str(tmp_path / "bad.yaml")], "prefetch_depth"))
     (tmp_path / "typo.yaml").write_text("datasets: []\npipelines: {}\n")
     cases.append((["--config", str(tmp_path / "typo.yaml")], "pipelines"))
+    (tmp_path / "both.yaml").write_text(f"datasets:\n  - {{paths: [{train.folder}]}}\n")
+    cases.append((["--config", str(tmp_path / "both.yaml"), str(train.folder)], "not both"))
     for args, words in cases:
         result = _ingest(*args)
         assert result.returncode == 2, (args, result.stderr)

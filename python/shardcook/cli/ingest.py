@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.errors import ShardcookError
+from shardcook.errors import ConfigError, ShardcookError
 
 SRC = "Inputs"
 RUN = "Run"
@@ -56,8 +56,8 @@ def ingest(
         cfg = from_yaml(config) if config is not None else IngestConfig()
         given = bool(inputs) or manifest_url is not None or manifest is not None
         if given and cfg.datasets:
-            raise ShardcookError(f"--config {config} lists datasets; give inputs there or on the "
-                                 "command line, not both")
+            raise ConfigError(f"--config {config} lists datasets; give inputs there or on the "
+                              "command line, not both")
         if given:
             cfg.datasets = [dataset_from({
                 "split_name": split, "paths": [str(p) for p in inputs or ()],

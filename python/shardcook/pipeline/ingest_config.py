@@ -101,6 +101,8 @@ def dataset_from(entry: Any, n: int) -> IngestDataset:
                           "or paths")
     if d.get("manifest") and not d.get("base_url"):
         raise ConfigError(f"{where}.manifest needs base_url, the address its files are under")
+    if d.get("base_url") and not d.get("manifest"):
+        raise ConfigError(f"{where}.base_url goes with manifest (a local `MD5 FILENAME` file)")
     return IngestDataset(split=split, name=str(d.get("name", split)),
                          paths=tuple(Path(expand_env(str(p))) for p in paths),
                          manifest_url=d.get("manifest_url"),

@@ -100,12 +100,14 @@ def md5(path: Path) -> str:
 
 class _Files(http.server.BaseHTTPRequestHandler):
     """Serves the files of `root`; `drop_once` names files whose first GET sends half the body
-    and closes the connection; each response waits `delay_s` first (a slow network)."""
+    and closes the connection; each response waits `delay_s` first (a slow network), or
+    `delays[name]` for the files named there."""
 
     root: Path
     drop_once: set[str]
     requests: list[str]
     delay_s: float
+    delays: dict[str, float]
 
     def do_GET(self) -> None:
         name = self.path.lstrip("/")
@@ -115,7 +117,7 @@ class _Files(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         data = path.read_bytes()
-        time.sleep(self.delay_s)
+        time.sleep(self.delays.get(name, self.delay_s))
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -132,12 +134,13 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(root: Path, drop_once: set[str] | None = None,
-          delay_s: float = 0.0) -> Iterator[tuple[str, list[str]]]:
+def serve(root: Path, drop_once: set[str] | None = None, delay_s: float = 0.0,
+          delays: dict[str, float] | None = None) -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on 127.0.0.1 for `root`'s files: (base URL, list of requested names)."""
     requests: list[str] = []
     handler = type("Handler", (_Files,), {"root": root, "drop_once": set(drop_once or ()),
-                                          "requests": requests, "delay_s": delay_s})
+                                          "requests": requests, "delay_s": delay_s,
+                                          "delays": dict(delays or {})})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

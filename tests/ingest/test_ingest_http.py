@@ -193,3 +193,19 @@ def test_primus_config_with_empty_encodings_and_a_local_manifest(tmp_path):
     assert sorted(r for r in requests if r.endswith((".npy", ".arrow"))) == sorted(
         [*empty, *(f.name for f in val.files)])
     assert _check_shards(out / "val", val.rows) == 8
+
+
+def test_shard_n_is_file_n_whatever_order_downloads_finish_in(tmp_path):
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 4, 3, timesteps=False)
+    out = tmp_path / "out"
+    # the first file arrives last: the others finish while it is still downloading
+    with serve(served, delays={train.files[0].name: 1.0}) as (base, requests):
+        write_manifest(served, "m", train.files, base)
+        run_ingest(_config(out, [IngestDataset(split="train", manifest_url=f"{base}/m.uri")],
+                           max_workers=4, prefetch_depth=4))
+        asked = [r for r in requests if r.endswith(".arrow")]
+    assert asked[0] == train.files[0].name  # asked for first, answered last
+    for n in range(4):
+        keys = [key for key, _ in read_shard(out / "train" / f"train-shard-{n:06d}.tar")]
+        assert keys and all(train.rows[k][0] == n for k in keys), (n, keys)

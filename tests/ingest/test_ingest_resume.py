@@ -86,6 +86,10 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
     cases.append((["--config", str(tmp_path / "typo.yaml")], "pipelines"))
     (tmp_path / "both.yaml").write_text(f"datasets:\n  - {{paths: [{train.folder}]}}\n")
     cases.append((["--config", str(tmp_path / "both.yaml"), str(train.folder)], "not both"))
+    (tmp_path / "empty.yaml").write_text("empty_encodings: {output_subdir: empty_encodings}\n")
+    cases.append((["--config", str(tmp_path / "empty.yaml")], "needs manifest_url"))
+    (tmp_path / "url.yaml").write_text("datasets: [{manifest_url: 3}]\n")
+    cases.append((["--config", str(tmp_path / "url.yaml")], "must be a string"))
     for args, words in cases:
         result = _ingest(*args)
         assert result.returncode == 2, (args, result.stderr)

@@ -95,6 +95,9 @@ def dataset_from(entry: Any, n: int) -> IngestDataset:
     paths = d.get("paths") or []
     if isinstance(paths, str) or not isinstance(paths, list):
         raise ConfigError(f"{where}.paths must be a list of Arrow files or folders")
+    for key in ("manifest_url", "manifest", "base_url"):
+        if d.get(key) is not None and not isinstance(d[key], str):
+            raise ConfigError(f"{where}.{key} must be a string, not {d[key]!r}")
     sources = sum(bool(x) for x in (paths, d.get("manifest_url"), d.get("manifest")))
     if sources != 1:
         raise ConfigError(f"{where} needs exactly one of manifest_url, manifest (with base_url) "
@@ -132,10 +135,13 @@ def from_yaml(path: Path) -> IngestConfig:
                      ("manifest_url", "output_subdir"))
     if empty:
         subdir = str(empty.get("output_subdir", "empty_encodings"))
-        if Path(subdir).is_absolute() or ".." in Path(subdir).parts or not subdir:
+        if (Path(subdir).is_absolute() or ".." in Path(subdir).parts or not subdir
+                or subdir in {d.split for d in cfg.datasets}):
             raise ConfigError("empty_encodings.output_subdir must be a folder name inside the "
-                              "output folder")
-        cfg.empty_encodings = EmptyEncodings(str(empty["manifest_url"]), subdir)
+                              "output folder, other than a split's")
+        if not isinstance(empty.get("manifest_url"), str):
+            raise ConfigError("empty_encodings needs manifest_url, the address of its .uri file")
+        cfg.empty_encodings = EmptyEncodings(empty["manifest_url"], subdir)
     pipe = _mapping(top.get("pipeline"), "pipeline", ("max_workers", "prefetch_depth",
                                                        "max_files"))
     cfg.max_workers = _count(pipe.get("max_workers", 4), "pipeline.max_workers") or 4

@@ -1,11 +1,12 @@
 """`shardcook preview`: a contact sheet PNG of a dataset's first samples with their captions.
 
 Raw datasets show their images. Encoded datasets show their latents decoded by a VAE when a model
-is given (`(latent / scaling) + shift`, then `vae.decode`; `megatron-bridge` latents are stored
-unscaled and go to `vae.decode` as they are), else the first three latent channels as false colour
-(each channel stretched to its own min..max). A sample that cannot be read shows as a grey tile
-saying why; the sheet is written under a temporary name and renamed, so a failed write leaves
-nothing behind.
+is given (`(latent / scaling) + shift`, then `vae.decode`; `megatron-bridge` latents and the
+posterior mean of `preencoded_numpy` (MLPerf) samples are stored unscaled and go to `vae.decode` as
+they are), else the first three latent channels as false colour (each channel stretched to its own
+min..max). MLPerf samples have no caption; their tile shows the validation timestep, if any. A
+sample that cannot be read shows as a grey tile saying why; the sheet is written under a temporary
+name and renamed, so a failed write leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import IMAGE_PARTS
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
+from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, MLPERF, TIMESTEP_COLUMN
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
 
 if TYPE_CHECKING:
@@ -33,7 +35,9 @@ log = logging.getLogger(__name__)
 
 TILE = 192
 CAPTION_LINES = 3
-ENCODED = ("preencoded", BRIDGE_FLUX.encoding)
+ENCODED = ("preencoded", BRIDGE_FLUX.encoding, MLPERF.encoding)
+#: Layouts whose stored latent is unscaled.
+UNSCALED = (BRIDGE_FLUX.encoding, MLPERF.encoding)
 
 
 def _encoding(root: Path) -> str:
@@ -79,6 +83,13 @@ def _latent_and_caption(
     """The stored latent tensor and the caption of one encoded sample."""
     from shardcook.energon.cookers import load_tensor
 
+    if encoding == MLPERF.encoding:
+        from shardcook.energon.mlperf import load_numpy_tensor
+
+        latent = load_numpy_tensor(parts[MEAN_PART], key=key, part=MEAN_PART)
+        meta = json.loads(parts.get(JSON_PART, b"{}"))
+        t = meta.get(TIMESTEP_COLUMN) if isinstance(meta, dict) else None
+        return latent, "" if t is None else f"timestep {t}"
     if encoding == BRIDGE_FLUX.encoding:
         latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
         try:
@@ -189,7 +200,7 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
     encoding = _encoding(root)
     rows = _first_samples(root, count)
     manifest = metadata.read_manifest(root) or {}
-    decode = (_Decoder(model_path, manifest, scaled=encoding != BRIDGE_FLUX.encoding,
+    decode = (_Decoder(model_path, manifest, scaled=encoding not in UNSCALED,
                        token_file=hf_token_file)
               if (model_path and encoding in ENCODED) else None)
     tiles = []

@@ -16,6 +16,7 @@ import typer
 from shardcook.cli.app import app
 from shardcook.cli.dataset import blend, finalize, info, preview, validate
 from shardcook.cli.demo import demo
+from shardcook.cli.ingest import ingest
 from shardcook.cli.pipelines import chatml, encode, raw
 from shardcook.docsite import docs_url
 
@@ -24,7 +25,7 @@ __all__ = ["app", "main"]
 # Panel, then (command, its page on the documentation site).
 PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
     ("Try it", ((demo, "DEMO/"),)),
-    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"))),
+    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"), (ingest, "MLPERF/"))),
     ("Finish and check", ((finalize, "DATASETS/#finalize"), (validate, "DATASETS/#validate-and-info"),
                           (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),
                           (blend, "DATASETS/#blend"))),
@@ -52,6 +53,10 @@ for group, alias_panel in groups:
     for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw)):
         group.command(alias, rich_help_panel=alias_panel, help=command_help(
             f"Primus's name for `{command.__name__}` (same options).", "PRIMUS/"))(command)
+app.command("diffusion-ingest", rich_help_panel="Primus's names", help=command_help(
+    "Primus's name for `ingest` (same options).", "PRIMUS/"))(ingest)
+data.command("diffusion-ingest", help=command_help(
+    "Primus's name for `ingest` (same options).", "PRIMUS/"))(ingest)
 app.add_typer(data, rich_help_panel="Primus's names")
 
 

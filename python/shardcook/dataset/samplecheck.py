@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 import io
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from shardcook.dataset.tensorinfo import (
@@ -29,6 +30,8 @@ from shardcook.layouts.preencoded import POSTERIOR_PARTS
 
 #: A layout checker: (parts, manifest, deep) -> one sentence per problem.
 Checker = Callable[[Mapping[str, bytes], Mapping[str, Any], bool], list[str]]
+#: A layout's check across a split: (root, split, shards) -> one sentence per problem.
+SplitChecker = Callable[[Path, str, Sequence[str]], list[str]]
 
 TENSOR_EXTENSIONS = ("pth", "pt", "npy")
 
@@ -84,6 +87,15 @@ def load_checker(layout: Layout | None) -> Checker | None:
     if layout is None or layout.checker is None:
         return None
     checker: Checker = registry_function(layout.checker)
+    return checker
+
+
+def load_split_checker(layout: Layout | None) -> SplitChecker | None:
+    """The layout's `split_checker` function, imported."""
+    if layout is None or layout.split_checker is None:
+        return None
+    module, _, name = layout.split_checker.partition(":")
+    checker: SplitChecker = getattr(importlib.import_module(module), name)
     return checker
 
 

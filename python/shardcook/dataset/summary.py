@@ -3,14 +3,17 @@ Energon import, so it is fast and works on CrudeWebdataset datasets where `energ
 
 from __future__ import annotations
 
+import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
+from shardcook.dataset.npyparts import describe_npy, timestep_histogram
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.errors import DatasetError, ShardcookError
+from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
 
 
@@ -33,6 +36,8 @@ class DatasetSummary:
     #: Part name to a description: `dtype[shape]` for tensors, else its size in bytes.
     parts: dict[str, str] = field(default_factory=dict)
     bytes_on_disk: int = 0
+    #: `preencoded_numpy` only: how many samples of the val split carry each timestep.
+    val_timesteps: dict[int, int] | None = None
 
     @property
     def bytes_per_sample(self) -> float:
@@ -59,6 +64,9 @@ class DatasetSummary:
         if self.parts:
             out.append("parts of the first sample:")
             out.extend(f"  {name:<26} {desc}" for name, desc in self.parts.items())
+        if self.val_timesteps is not None:
+            counts = ", ".join(f"{t}: {n:,}" for t, n in self.val_timesteps.items()) or "none"
+            out.append(f"val timesteps: {counts}")
         return out
 
 
@@ -91,7 +99,8 @@ def describe_parts(parts: dict[str, bytes]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, data in parts.items():
         info = tensor_info(data, name)
-        out[name] = (str(info) if info else pickled_summary(data, name)
+        numpy_bits = describe_npy(data) if name.endswith(".bytes") else None
+        out[name] = (str(info) if info else numpy_bits or pickled_summary(data, name)
                      or f"{len(data):,} bytes")
     return out
 
@@ -117,6 +126,12 @@ def summarize(
             except (ShardcookError, StopIteration):  # damaged: validate reports it
                 parts = {}
             break
+    val_timesteps = None
+    if dataset is not None and dataset.encoding == MLPERF.encoding and "val" in splits:
+        try:
+            val_timesteps = timestep_histogram(root, [s for s in splits["val"] if s in counts])
+        except (OSError, tarfile.TarError):  # damaged: validate reports it
+            val_timesteps = None
     return DatasetSummary(
         directory=str(root),
         dataset_type=f"{dataset.module}.{dataset.cls}" if dataset else "?.?",
@@ -126,6 +141,7 @@ def summarize(
         splits=split_summaries,
         parts=parts,
         bytes_on_disk=bytes_on_disk,
+        val_timesteps=val_timesteps,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from shardcook import _native
 from shardcook.dataset import checks, legacy, metadata, trust
 from shardcook.dataset.index import list_shards, shard_name_problem
-from shardcook.dataset.samplecheck import load_checker
+from shardcook.dataset.samplecheck import load_checker, load_split_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
 from shardcook.layouts import LAYOUTS, Layout
@@ -220,6 +220,10 @@ def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[
         report.problems += checks.energon_load_problems(root, splits, layout)
     if deep:
         report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
+        split_checker = load_split_checker(layout)
+        if split_checker is not None:
+            for split, shards in splits.items():
+                report.problems += split_checker(root, split, [s for s in shards if s in listed])
         # else sqlite_problems looked, in the sample_parts table
         if legacy.PARTS_TABLE not in (legacy.sqlite_tables(root) or set()):
             report.problems += checks.repeated_part_problems(root, listed)

@@ -28,6 +28,7 @@ from shardcook.energon.errors import (
     UnsafeSampleError,
 )
 from shardcook.energon.loader import dataset_encoding, get_diffusion_loader, task_encoder_for
+from shardcook.energon.mlperf import cook_preencoded_numpy_diffusion, load_numpy_tensor
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
@@ -64,9 +65,11 @@ __all__ = [
     "cook_bridge_crude",
     "cook_bridge_flux",
     "cook_preencoded_diffusion",
+    "cook_preencoded_numpy_diffusion",
     "cook_raw_images",
     "dataset_encoding",
     "get_diffusion_loader",
+    "load_numpy_tensor",
     "load_pickled_tensors",
     "load_tensor",
     "parse_blend_entry",

@@ -60,7 +60,7 @@ def task_encoder_for(
 ) -> Any:
     """Picks the task encoder for a dataset from its `encoding` subflavor.
 
-    `preencoded` gives `EncodedDiffusionTaskEncoder`, `raw` gives `RawDiffusionTaskEncoder`, and a
+    `preencoded` and `preencoded_numpy` (MLPerf Flux.1) give `EncodedDiffusionTaskEncoder`, `raw` gives `RawDiffusionTaskEncoder`, and a
     metadataset YAML gives `DiffusionTaskEncoder`, which dispatches per dataset.
 
     Args:
@@ -74,6 +74,7 @@ def task_encoder_for(
     """
     from shardcook.energon.task_encoders import (
         ENCODING_PREENCODED,
+        ENCODING_PREENCODED_NUMPY,
         ENCODING_RAW,
         BridgeFluxTaskEncoder,
         DiffusionTaskEncoder,
@@ -94,7 +95,7 @@ def task_encoder_for(
             image_format=image_format,
             resample_latents=resample_latents,
         )
-    if encoding == ENCODING_PREENCODED:
+    if encoding in (ENCODING_PREENCODED, ENCODING_PREENCODED_NUMPY):
         return EncodedDiffusionTaskEncoder(resample_latents=resample_latents)
     if encoding == ENCODING_RAW:
         return RawDiffusionTaskEncoder(image_format=image_format)
@@ -102,7 +103,8 @@ def task_encoder_for(
         return BridgeFluxTaskEncoder()
     raise DatasetError(
         f"{path} has encoding {encoding!r}; shardcook.energon reads "
-        f"{ENCODING_PREENCODED!r}, {ENCODING_RAW!r} and {BRIDGE_FLUX.encoding!r}."
+        f"{ENCODING_PREENCODED!r}, {ENCODING_PREENCODED_NUMPY!r}, {ENCODING_RAW!r} and "
+        f"{BRIDGE_FLUX.encoding!r}."
     )
 
 

@@ -81,6 +81,8 @@ class DiffusionSample(Sample):
         orig_size: `(h, w)` of the input image before resizing, when present.
         crop: `(top, left)` of the crop in the resized image, when present.
         size: `(H, W)` of the image the latent was encoded from, when present.
+        timestep: The validation timestep t (sigma = t / 8), an int64 scalar, on MLPerf's
+            validation split (`preencoded_numpy` json sidecar); None elsewhere.
     """
 
     latents: torch.Tensor
@@ -95,6 +97,7 @@ class DiffusionSample(Sample):
     orig_size: tuple[int, int] | None = None
     crop: tuple[int, int] | None = None
     size: tuple[int, int] | None = None
+    timestep: torch.Tensor | None = None
 
 
 @edataclass
@@ -141,6 +144,7 @@ class DiffusionBatch(_FieldMapping, Batch):
         sizes: The B `size` values from `meta.json` (None where absent).
         mean: `[B, C, H/8, W/8]` posterior means, when the samples carry them.
         logvar: `[B, C, H/8, W/8]` posterior log-variances, when the samples carry them.
+        timestep: `[B]` int64 validation timesteps, when the samples carry them (all or none).
     """
 
     _KEYS: ClassVar[dict[str, str]] = {
@@ -155,6 +159,7 @@ class DiffusionBatch(_FieldMapping, Batch):
     sizes: list[tuple[int, int] | None]
     mean: torch.Tensor | None = None
     logvar: torch.Tensor | None = None
+    timestep: torch.Tensor | None = None
 
 
 @edataclass

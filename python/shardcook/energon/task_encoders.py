@@ -25,17 +25,19 @@ from shardcook.energon.cookers import (
     raw_images_cooker,
 )
 from shardcook.energon.errors import SampleDecodeError
+from shardcook.energon.mlperf import cook_preencoded_numpy_diffusion
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
     RawImageBatch,
     RawImageSample,
 )
-from shardcook.layouts import PREENCODED, RAW
+from shardcook.layouts import MLPERF, PREENCODED, RAW
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
 __all__ = [
     "ENCODING_PREENCODED",
+    "ENCODING_PREENCODED_NUMPY",
     "ENCODING_RAW",
     "BridgeFluxTaskEncoder",
     "DiffusionTaskEncoder",
@@ -46,6 +48,7 @@ __all__ = [
 #: The `encoding` subflavor values finalize writes into dataset.yaml (docs/FORMAT.md §5).
 ENCODING_PREENCODED = PREENCODED.encoding
 ENCODING_RAW = RAW.encoding
+ENCODING_PREENCODED_NUMPY = MLPERF.encoding
 
 
 @dataclass
@@ -97,7 +100,28 @@ def _stack_diffusion(samples: list[DiffusionSample]) -> DiffusionBatch:
         sizes=[s.size for s in samples],
         mean=_stack_optional([s.mean for s in samples]),
         logvar=_stack_optional([s.logvar for s in samples]),
+        timestep=stack_timesteps(samples),
     )
+
+
+def stack_timesteps(samples: list[DiffusionSample]) -> torch.Tensor | None:
+    """The samples' validation timesteps as `[B]`, None when none has one.
+
+    Raises:
+        SampleDecodeError: Some samples carry a timestep and others not (a batch would then
+            mix the validation estimator with random timesteps); the message names the keys.
+    """
+    without = [s.__key__ for s in samples if s.timestep is None]
+    if len(without) == len(samples):
+        return None
+    if without:
+        carrying = [s.__key__ for s in samples if s.timestep is not None]
+        raise SampleDecodeError(
+            f"a batch mixes samples with a timestep ({', '.join(carrying)}) and without one "
+            f"({', '.join(without)}); keep validation samples (with timesteps) in a split of "
+            "their own"
+        )
+    return torch.stack([s.timestep for s in samples if s.timestep is not None])
 
 
 def resample_latent(
@@ -198,9 +222,11 @@ class EncodedDiffusionTaskEncoder(
         check_bool("resample_latents", resample_latents)
         check_factor("scaling_factor", scaling_factor)
         check_factor("shift_factor", shift_factor)
-        _init_common(
-            self, worker_config, [_layout_cooker(cook_preencoded_diffusion, ENCODING_PREENCODED)]
-        )
+        _init_common(self, worker_config, [
+            Cooker(cook_preencoded_numpy_diffusion,
+                   has_subflavors={"encoding": ENCODING_PREENCODED_NUMPY}),
+            _layout_cooker(cook_preencoded_diffusion, ENCODING_PREENCODED),
+        ])
         self.resample_latents = resample_latents
         self.scaling_factor = scaling_factor
         self.shift_factor = shift_factor
@@ -291,6 +317,8 @@ class DiffusionTaskEncoder(
         check_bool("resample_latents", resample_latents)
         _init_common(self, worker_config, [
             Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": ENCODING_PREENCODED}),
+            Cooker(cook_preencoded_numpy_diffusion,
+                   has_subflavors={"encoding": ENCODING_PREENCODED_NUMPY}),
             Cooker(raw_images_cooker(image_format), has_subflavors={"encoding": ENCODING_RAW}),
         ])
         self.resample_latents = resample_latents

@@ -8,15 +8,16 @@ from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.generic import GENERIC
+from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.preencoded import PREENCODED
 from shardcook.layouts.raw import IMAGE_PARTS, RAW
 
 #: Every layout, by registry name.
 LAYOUTS: dict[str, Layout] = {
-    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, GENERIC)}
+    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC)}
 
-__all__ = ["CHATML", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "PREENCODED", "RAW", "Layout", "by_encoding",
-           "encodings", "get_layout"]
+__all__ = ["CHATML", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "MLPERF", "PREENCODED", "RAW", "Layout",
+           "by_encoding", "encodings", "get_layout"]
 
 
 def get_layout(name: str) -> Layout:

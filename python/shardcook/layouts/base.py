@@ -31,6 +31,9 @@ class Layout:
             decoding (tensor shapes, pickled image lists): called as `checker(parts, manifest,
             deep)` with a sample's parts and the dataset's manifest (or {}), it returns one
             sentence per problem. Named as a string so layouts import nothing heavy.
+        split_checker: `module:function` of a check across the samples of each split, for
+            `validate --deep` (shapes that agree, a field all or none carry), or None: called
+            as `split_checker(root, split, shards)`, it returns one sentence per problem.
     """
 
     name: str
@@ -41,6 +44,7 @@ class Layout:
     subflavored: bool = True
     cooker: str | None = None
     checker: str | None = None
+    split_checker: str | None = None
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

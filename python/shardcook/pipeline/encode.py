@@ -30,6 +30,7 @@ from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
+from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
 from shardcook.layouts.preencoded import POSTERIOR_PARTS, PREENCODED
 from shardcook.pipeline.raw import (
@@ -54,10 +55,12 @@ PARTS = ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "captio
          "meta.json")
 
 #: The layouts `encode` writes, and what `precision` and `latent_mode` are when not given.
-ENCODE_LAYOUTS: dict[str, Layout] = {PREENCODED.name: PREENCODED, BRIDGE_FLUX.name: BRIDGE_FLUX}
+ENCODE_LAYOUTS: dict[str, Layout] = {PREENCODED.name: PREENCODED, BRIDGE_FLUX.name: BRIDGE_FLUX,
+                                     MLPERF.name: MLPERF}
 LAYOUT_DEFAULTS: dict[str, dict[str, str]] = {
     PREENCODED.name: {"precision": "bf16", "latent_mode": "sample"},
     BRIDGE_FLUX.name: {"precision": "fp32", "latent_mode": "mode"},  # as Bridge's script
+    MLPERF.name: {"precision": "bf16", "latent_mode": "resample"},  # as MLCommons's data
 }
 #: What Bridge's script can write: `--stochastic` off (mode) or on (sample).
 BRIDGE_LATENT_MODES = ("mode", "sample")
@@ -101,6 +104,10 @@ def check_model(cfg: RunConfig) -> None:
     if m.layout == BRIDGE_FLUX.name and m.latent_mode not in BRIDGE_LATENT_MODES:
         raise ConfigError(f"--latent-mode {m.latent_mode} is for --layout primus; megatron-bridge "
                           f"stores one latent: {' or '.join(BRIDGE_LATENT_MODES)}.")
+    if m.layout == MLPERF.name and (m.latent_mode != "resample"
+                                    or (m.stored_dtype or m.precision) != "bf16"):
+        raise ConfigError("--layout mlperf stores the posterior in bfloat16, as MLCommons's data: "
+                          "use --latent-mode resample and bf16 (--precision or --stored-dtype).")
     if m.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
     if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:
@@ -196,6 +203,7 @@ class EncodeProcessor(Processor):
                  stored_dtype: torch.dtype, workers: int) -> None:
         self.image, self.model = cfg.image, cfg.model
         self.bridge = cfg.model.layout == BRIDGE_FLUX.name
+        self.mlperf = cfg.model.layout == MLPERF.name
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
@@ -248,6 +256,7 @@ class EncodeProcessor(Processor):
                    tensors: tuple[torch.Tensor, ...]) -> list[tuple[int, Outcome]]:
         from shardcook.encoders.flux import tensor_bytes
         from shardcook.pipeline.bridge_parts import bridge_parts
+        from shardcook.pipeline.mlperf_parts import mlperf_parts
 
         t0 = time.perf_counter()
         lat, t5, pooled, *posterior = tensors
@@ -258,6 +267,11 @@ class EncodeProcessor(Processor):
                 parts = bridge_parts(item, r, lat[j], t5[j], pooled[j], image=self.image,
                                      encoders=self._bridge_facts)
                 done.append((n, Outcome(item, parts=parts)))
+                continue
+            if self.mlperf:
+                mean, logvar = posterior
+                done.append((n, Outcome(item, parts=mlperf_parts(item.key, t5[j], pooled[j],
+                                                                 mean[j], logvar[j]))))
                 continue
             meta = result_meta_json(item.source, r)
             parts = [

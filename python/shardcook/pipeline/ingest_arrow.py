@@ -1,0 +1,120 @@
+"""One MLCommons Arrow IPC stream file into one shard of the `preencoded_numpy` layout: each
+row's four tensor columns, as stored (`.npy` bytes of uint16), become `KEY.t5.bytes`,
+`KEY.clip.bytes`, `KEY.mean.bytes`, `KEY.logvar.bytes`, and `KEY.json` holds `key` and, on the
+validation split, `timestep` (as Primus's and NeMo's converters write it). Bytes are passed to
+the writer as views of the memory-mapped file, never copied in Python."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from shardcook.dataset.npyparts import STORED_DTYPE, npy_header
+from shardcook.errors import ShardcookError
+from shardcook.layouts.mlperf import (
+    ARROW_COLUMNS,
+    JSON_PART,
+    KEY_COLUMN,
+    TENSOR_PARTS,
+    TIMESTEP_COLUMN,
+    TIMESTEPS,
+)
+
+
+class ConversionError(ShardcookError):
+    """An Arrow file does not hold MLCommons's schema or values; nothing of it was kept."""
+
+
+def _views(column: Any, name: str) -> list[memoryview]:
+    """Each value of a binary column as a memoryview into the Arrow buffer (zero copy)."""
+    import pyarrow as pa
+
+    if column.null_count:
+        raise ConversionError(f"column {name} has {column.null_count} empty value(s)")
+    if pa.types.is_binary(column.type):
+        width = np.int32
+    elif pa.types.is_large_binary(column.type):
+        width = np.int64
+    else:
+        raise ConversionError(f"column {name} is {column.type}, not binary .npy bytes")
+    _, offsets_buf, data_buf = column.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[column.offset:column.offset + len(column) + 1]
+    data = memoryview(data_buf).cast("B") if data_buf is not None else memoryview(b"")
+    return [data[int(a):int(b)] for a, b in itertools.pairwise(offsets)]
+
+
+def _check_npy(view: memoryview, name: str, row: int) -> None:
+    """The value is a uint16 `.npy` whose header's shape accounts for every byte."""
+    head = bytes(view[:4096])
+    info = npy_header(head)
+    if info is None or info.dtype != STORED_DTYPE:
+        raise ConversionError(f"row {row}: {name} is not a .npy array of uint16 "
+                              f"({info.dtype if info else 'no .npy header'})")
+    # magic (6), version (2), header length (2 bytes in version 1, else 4), header
+    size_bytes = 2 if head[6] == 1 else 4
+    header_len = 8 + size_bytes + int.from_bytes(head[8:8 + size_bytes], "little")
+    want = header_len + 2 * int(np.prod(info.shape, dtype=np.int64))
+    if want != len(view):
+        raise ConversionError(f"row {row}: {name} holds {len(view)} bytes but its .npy header "
+                              f"needs {want}")
+
+
+def _timesteps(batch: Any) -> list[int] | None:
+    if TIMESTEP_COLUMN not in batch.schema.names:
+        return None
+    values = batch.column(TIMESTEP_COLUMN).to_pylist()
+    for row, t in enumerate(values):
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < TIMESTEPS:
+            raise ConversionError(f"row {row}: timestep is {t!r}, not an integer in "
+                                  f"[0, {TIMESTEPS})")
+    return [int(t) for t in values]
+
+
+def samples(path: Path, key_prefix: str) -> Iterator[tuple[str, list[tuple[str, Any]]]]:
+    """(key, parts) for each row of the Arrow IPC stream file `path`; keys are `__key__` (else
+    `key_prefix` and the row number).
+
+    Raises:
+        ConversionError: a column is missing, of the wrong type, empty or not uint16 `.npy`, or
+            a timestep is out of range.
+    """
+    import pyarrow as pa
+
+    try:
+        source = pa.memory_map(str(path))
+        reader = pa.ipc.open_stream(source)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise ConversionError(f"not an Arrow IPC stream file ({e})") from None
+    columns = [ARROW_COLUMNS[p] for p in TENSOR_PARTS]
+    missing = [c for c in columns if c not in reader.schema.names]
+    if missing:
+        raise ConversionError(f"lacks the column(s) {', '.join(missing)} of MLCommons's schema")
+    row0 = 0
+    try:
+        for batch in reader:
+            # Arrow trusts a stream's offsets; a crafted one would read past its buffers
+            batch.validate(full=True)
+            views = [_views(batch.column(c), c) for c in columns]
+            keys = (batch.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in batch.schema.names
+                    else [f"{key_prefix}{row0 + i:08d}" for i in range(batch.num_rows)])
+            steps = _timesteps(batch)
+            for i in range(batch.num_rows):
+                parts: list[tuple[str, Any]] = []
+                for part, column, values in zip(TENSOR_PARTS, columns, views, strict=True):
+                    _check_npy(values[i], column, row0 + i)
+                    parts.append((part, values[i]))
+                key = keys[i]
+                if not isinstance(key, str) or not key:
+                    raise ConversionError(f"row {row0 + i}: {KEY_COLUMN} is {key!r}, not a name")
+                meta: dict[str, Any] = {"key": key}
+                if steps is not None:
+                    meta[TIMESTEP_COLUMN] = steps[i]
+                parts.append((JSON_PART, json.dumps(meta).encode("utf-8")))
+                yield key, parts
+            row0 += batch.num_rows
+    except pa.ArrowInvalid as e:
+        raise ConversionError(f"the Arrow stream is damaged after row {row0} ({e})") from None

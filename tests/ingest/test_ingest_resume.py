@@ -1,0 +1,140 @@
+"""`shardcook ingest` killed mid-run and run again gives the same bytes as one clean run; a file
+that fails to convert leaves no shard and is named in report.json; the command's exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from shardcook.pipeline.download import Retry
+from shardcook.pipeline.ingest import run_ingest
+from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
+
+from tests.helpers.mlperf import serve, write_arrow_set, write_manifest
+
+
+def _ingest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shardcook", "ingest", *args],
+                          check=False, capture_output=True, text=True, timeout=300)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.tar"))}
+
+
+def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 8, 6, timesteps=False)
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    markers = out / "train" / ".shardcook" / "progress"
+    with serve(served, delay_s=0.4) as (base, _):
+        url = f"{base}/{write_manifest(served, 'm', train.files, base)}"
+        run_ingest(IngestConfig(output_dir=reference, retry=Retry(attempts=2),
+                                datasets=[IngestDataset(split="train", manifest_url=url)]))
+        args = ["--manifest-url", url, "--output-dir", str(out), "--max-workers", "1",
+                "--prefetch-depth", "2", "--no-finalize"]
+        proc = subprocess.Popen([sys.executable, "-m", "shardcook", "ingest", *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while len(list(markers.glob("*.json"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        done = len(list(markers.glob("*.json")))
+        assert 2 <= done < 8, "the kill came after the run ended"
+        resumed = _ingest(*args[:-1])
+    assert resumed.returncode == 0, resumed.stderr
+    assert _files(out / "train") == _files(reference / "train")
+    assert len(_files(out / "train")) == 8
+    assert not list((out / "train" / ".shardcook" / "tmp").iterdir())
+
+
+def test_a_damaged_file_fails_alone_and_is_reported(tmp_path):
+    train = write_arrow_set(tmp_path / "in", 3, 4, timesteps=False)
+    damaged = train.files[1]
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    out = tmp_path / "out"
+    result = _ingest(str(train.folder), "--output-dir", str(out))
+    assert result.returncode == 1
+    assert damaged.name in result.stderr and "Traceback" not in result.stderr
+    report = json.loads((out / "train" / ".shardcook" / "report.json").read_text())
+    assert [(f["file"], f["stage"]) for f in report["failed"]] == [(damaged.name, "conversion")]
+    assert sorted(_files(out / "train")) == ["train-shard-000000.tar", "train-shard-000002.tar"]
+    assert not list((out / "train" / ".shardcook" / "tmp").iterdir())
+
+
+def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
+    train = write_arrow_set(tmp_path / "in", 1, 2, timesteps=False)
+    cases = [
+        ([str(train.folder)], "--output-dir"),
+        ([str(tmp_path / "missing"), "--output-dir", str(tmp_path / "o")], "does not exist"),
+        ([str(train.folder), "--output-dir", str(tmp_path / "o"), "--split", "Val"],
+         "lowercase"),
+        (["--manifest", str(tmp_path / "m.md5"), "--output-dir", str(tmp_path / "o")],
+         "base_url"),
+        ([str(train.folder), "--base-url", "http://127.0.0.1:9/", "--output-dir",
+          str(tmp_path / "o")], "base_url goes with manifest"),
+    ]
+    (tmp_path / "bad.yaml").write_text("pipeline:\n  prefetch_depth: 0\n")
+    cases.append((["--config", str(tmp_path / "bad.yaml")], "prefetch_depth"))
+    (tmp_path / "typo.yaml").write_text("datasets: []\npipelines: {}\n")
+    cases.append((["--config", str(tmp_path / "typo.yaml")], "pipelines"))
+    (tmp_path / "both.yaml").write_text(f"datasets:\n  - {{paths: [{train.folder}]}}\n")
+    cases.append((["--config", str(tmp_path / "both.yaml"), str(train.folder)], "not both"))
+    (tmp_path / "empty.yaml").write_text("empty_encodings: {output_subdir: empty_encodings}\n")
+    cases.append((["--config", str(tmp_path / "empty.yaml")], "needs manifest_url"))
+    (tmp_path / "url.yaml").write_text("datasets: [{manifest_url: 3}]\n")
+    cases.append((["--config", str(tmp_path / "url.yaml")], "must be a string"))
+    for args, words in cases:
+        result = _ingest(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ") and words in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_written(tmp_path):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True)
+    out = tmp_path / "out"
+    (out / "val").mkdir(parents=True)
+    (out / "val" / "notes.txt").write_text("mine")
+    config = tmp_path / "both.yaml"
+    config.write_text(f"datasets:\n  - {{split_name: train, paths: [{train.folder}]}}\n"
+                      f"  - {{split_name: val, paths: [{val.folder}]}}\n"
+                      f"output: {{output_dir: {out}}}\n")
+    result = _ingest("--config", str(config))
+    assert result.returncode == 2 and "not a shardcook dataset" in result.stderr
+    assert not (out / "train").exists()
+    assert (out / "val" / "notes.txt").read_text() == "mine"
+    (out / "val" / "notes.txt").unlink()
+    assert _ingest("--config", str(config)).returncode == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = _ingest(str(val.folder), str(train.files[0]), "--split", "val", "--output-dir",
+                     str(out))
+    assert result.returncode == 2 and "other inputs" in result.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_crafted_offsets_fail_the_file_instead_of_crashing(tmp_path):
+    """Arrow trusts a stream's offsets; one pointing 1 GiB past its buffer used to kill the
+    process with SIGBUS while the keys were read."""
+    import numpy as np
+
+    train = write_arrow_set(tmp_path / "in", 2, 2, timesteps=False)
+    crafted = train.files[0]
+    data = bytearray(crafted.read_bytes())
+    keys = np.array([0, 9, 18], np.int32).tobytes()  # offsets of the two 9-character keys
+    assert data.count(keys) == 1
+    at = data.find(keys)
+    data[at:at + 12] = np.array([0, 9, 1 << 30], np.int32).tobytes()
+    crafted.write_bytes(bytes(data))
+    result = _ingest(str(train.folder), "--output-dir", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stderr
+    assert f"failed: {crafted.name} (conversion): the Arrow stream is damaged" in result.stderr
+    assert sorted(_files(tmp_path / "out" / "train")) == ["train-shard-000001.tar"]

@@ -26,8 +26,7 @@ from tests.helpers.energon import make_bridge_flux_dataset, make_encoded_dataset
 REPO = Path(__file__).resolve().parents[2]
 PATTERNS = ("megatron", "primus", "energon-rank", "energon-global")
 DATASETS = ("encoded", "raw", "bridge-flux", "blend")
-CASES = [(d, w, p) for d in DATASETS for w in (0, 2) for p in PATTERNS
-         if p == "megatron" or d in ("encoded", "blend")]
+CASES = [(d, w, p) for d in DATASETS for w in (0, 2) for p in PATTERNS]
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install --no-deps)")
 

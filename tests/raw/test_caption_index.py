@@ -108,3 +108,29 @@ def test_csv_without_file_name_is_one_sentence(paired, tmp_path):
     r = _raw(folder, tmp_path / "out", expect=2)
     assert r.output.count("\n") == 1 and "has no file_name column" in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_symlink_leading_out_of_the_folder_is_skipped_like_dotdot(paired, tmp_path):
+    src, paired_out, rows = paired
+    folder = _indexed(src, tmp_path / "in", rows)
+    secret = tmp_path / "private"
+    secret.mkdir()
+    shutil.copy(src / "images" / Path(rows[0][0]).name, secret / "holiday.jpg")
+    (folder / "photos" / "link.jpg").symlink_to(secret / "holiday.jpg")
+    (folder / "elsewhere").symlink_to(secret, target_is_directory=True)
+    (folder / "photos" / "inside.jpg").symlink_to(folder / rows[1][0])
+    extra = [("photos/link.jpg", "a file outside"), ("elsewhere/holiday.jpg", "a folder outside"),
+             ("photos/inside.jpg", "a link that stays inside")]
+    _write("meta.json array", folder, rows + extra)
+    before = (secret / "holiday.jpg").read_bytes()
+    out = tmp_path / "out"
+    _raw(folder, out)
+    skipped = {s["key"]: (s["reason"], s["source"]) for s in report(out)["skipped"]}
+    assert skipped == {
+        f"{N:010d}": ("image_outside_folder", str(folder / "photos" / "link.jpg")),
+        f"{N + 1:010d}": ("image_outside_folder", str(folder / "elsewhere" / "holiday.jpg")),
+    }
+    written = _content(out)
+    assert sorted(written) == [f"{i:010d}" for i in range(N)] + [f"{N + 2:010d}"]
+    assert written[f"{N + 2:010d}"][0] == written["0000000001"][0]
+    assert (secret / "holiday.jpg").read_bytes() == before

@@ -111,7 +111,7 @@ def test_csv_without_file_name_is_one_sentence(paired, tmp_path):
 
 
 def test_a_symlink_leading_out_of_the_folder_is_skipped_like_dotdot(paired, tmp_path):
-    src, paired_out, rows = paired
+    src, _, rows = paired
     folder = _indexed(src, tmp_path / "in", rows)
     secret = tmp_path / "private"
     secret.mkdir()

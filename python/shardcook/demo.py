@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardcook.paths import check_local_path
+
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
 
@@ -82,6 +84,7 @@ def _config(images: Path, out: Path, model: Path | None) -> RunConfig:
 def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResult:
     """Makes the demo under `output_dir` (its images/, tiny-flux-DEMO-WEIGHTS/, raw/, encoded/
     are replaced) and returns what it did."""
+    check_local_path(output_dir, "--output-dir")
     t0 = time.perf_counter()
     for name in ("shardcook.pipeline.encode", "shardcook.pipeline.driver"):
         logging.getLogger(name).setLevel(logging.ERROR)  # "encoding on the CPU": expected here

@@ -37,6 +37,7 @@ from shardcook.config.sections import (
     RunConfig,
 )
 from shardcook.errors import ConfigError
+from shardcook.paths import check_local_path
 
 
 def _section(cfg: RunConfig, name: str) -> Any:
@@ -114,6 +115,7 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     from shardcook import safeyaml
     from shardcook.sources.base import read_regular_file
 
+    check_local_path(path, "--config")
     p = Path(path)
     try:
         text = read_regular_file(p, limit=MAX_CONFIG_BYTES).decode("utf-8")

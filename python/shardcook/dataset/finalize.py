@@ -11,6 +11,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
+from shardcook.dataset.arguments import check_finalize_arguments
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.validate import ValidationReport
 from shardcook.dataset.validate import validate as run_validate
@@ -138,6 +139,7 @@ def finalize(
         DatasetError: as `build_index`, or when validation fails.
         ConfigError: an unknown encoding, or shards of a known layout with no encoding to say so.
     """
+    check_finalize_arguments(sample_type, field_map, subflavors, validate)
     root = Path(directory)
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from shardcook import _native
 from shardcook.dataset import metadata
+from shardcook.dataset.arguments import check_index_arguments
 from shardcook.dataset.splits import (
     Splits,
     collapse,
@@ -25,6 +26,7 @@ from shardcook.dataset.splits import (
 )
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, META_DIR
+from shardcook.paths import check_local_path
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +205,8 @@ def plan_index(
 ) -> IndexPlan:
     """Checks everything `build_index` is asked (same arguments) and writes nothing; `encoding`
     is what finalize records for dataset.yaml."""
+    check_local_path(directory, "The dataset folder")
+    check_index_arguments(split, shuffle_seed, sqlite, force)
     root = Path(directory)
     if not root.is_dir():
         raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")

@@ -14,6 +14,7 @@ from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
+from shardcook.paths import check_local_path
 
 __all__ = ["BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend"]
 
@@ -235,9 +236,12 @@ def write_blend(
     """
     import yaml
 
+    check_local_path(out, "The blend file")
     out = Path(out)
     _check_split(split)
     parsed = [parse_blend_entry(e) if isinstance(e, str) else e for e in entries]
+    for entry in parsed:
+        check_local_path(entry.path, "The blended dataset")
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
     _check_out(out, [e.path.resolve() for e in parsed], force)

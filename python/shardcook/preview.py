@@ -19,7 +19,7 @@ from shardcook.errors import DatasetError
 from shardcook.layouts import IMAGE_PARTS
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
-from shardcook.paths import check_local_path
+from shardcook.paths import check_local_path, dataset_folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -121,9 +121,8 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
 
     from PIL import Image, ImageDraw
 
-    check_local_path(directory, "The dataset folder")
+    root = dataset_folder(directory)
     check_local_path(out, "out")
-    root = Path(directory)
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
     encoding = _encoding(root)

@@ -12,7 +12,7 @@ from shardcook.dataset import metadata
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts.names import INFO_JSON, META_DIR
-from shardcook.paths import check_local_path
+from shardcook.paths import dataset_folder
 
 
 @dataclass
@@ -131,7 +131,6 @@ def summarize(
 
 def info(directory: str | Path) -> DatasetSummary:
     """Summarizes a finalized dataset from its metadata and its first sample."""
-    check_local_path(directory, "The dataset folder")
-    root = Path(directory)
+    root = dataset_folder(directory)
     counts, splits, dataset = read_metadata(root)
     return summarize(root, counts, splits, dataset)

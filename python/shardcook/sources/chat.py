@@ -13,6 +13,7 @@ Units are numbered across both splits (train first) for distribution and resume 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from shardcook.errors import ConfigError
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.base import Item, read_regular_file
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")
 #: Conversation columns looked for in a Hugging Face dataset, in order.
@@ -102,6 +105,9 @@ class ChatmlSource:
         self.planned = self._plan()
         self.num_train = sum(1 for _, sp in self.planned if sp == "train")
         self.split_sizes = {"train": self.num_train, "val": len(self.planned) - self.num_train}
+        self.shortfall = self._shortfall()
+        if self.shortfall:
+            log.warning(self.shortfall)
         self.images = self._image_layout()
         has = {k: any(c.get(k) for c in self.counts) for k in ("video", "audio")}
         self.video_layout = self.opts.video_layout if has["video"] else None
@@ -265,6 +271,17 @@ class ChatmlSource:
             val = [Input("main", i) for i, sp in enumerate(splits) if sp == "val"]
         return [(x, "train") for x in train] + [(x, "val") for x in val]
 
+    def _shortfall(self) -> str | None:
+        """A warning when --train-rows/--val-rows ask for more rows than the inputs hold (they
+        cap the splits, so the run goes on with what there is), else None."""
+        asked = {"train": self.opts.train_rows, "val": self.opts.val_rows}
+        short = [f"--{split}-rows {n} but only {self.split_sizes[split]} {split} rows"
+                 for split, n in asked.items() if n is not None and self.split_sizes[split] < n]
+        if not short:
+            return None
+        return (f"asked for {' and '.join(short)}: the inputs hold fewer, so every one is used; "
+                "lower the option to silence this.")
+
     def _image_layout(self) -> str | None:
         known = [c["image"] for c in self.counts if "image" in c]
         if not any(known):
@@ -304,6 +321,8 @@ class ChatmlSource:
                  split_sizes=self.split_sizes)
         if self.opts.train_rows is not None:
             d["rows"] = {"train": self.opts.train_rows, "val": self.opts.val_rows}
+        if self.shortfall:
+            d["rows_shortfall"] = self.shortfall
         return d
 
     def field_map(self) -> dict[str, str]:

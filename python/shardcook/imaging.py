@@ -151,8 +151,8 @@ def preprocess(
             bytes instead of a list, ...).
     """
     unreadable: dict[int, str] = {}
-    if not isinstance(inputs, (str, bytes, bytearray, memoryview)):  # the core refuses those
-        inputs = list(inputs)
+    if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes, bytearray)):
+        inputs = list(inputs)  # (anything else, the core refuses in one sentence)
         for n, item in enumerate(inputs):
             if isinstance(item, (str, os.PathLike)):
                 try:

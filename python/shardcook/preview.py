@@ -122,7 +122,8 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
     from PIL import Image, ImageDraw
 
     root = dataset_folder(directory)
-    check_local_path(out, "out")
+    if out is not None:
+        check_local_path(out, "out")
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
     encoding = _encoding(root)

@@ -1,26 +1,60 @@
-"""`shardcook.ShardWriter`: the native shard writer with its arguments checked first, so a
-Python caller gets one sentence naming the wrong value instead of PyO3's TypeError, and never
-writes shards that finalize would later refuse. (The native class cannot be subclassed, so this
-wraps it; shardcook's own pipelines, whose arguments are already checked, use it directly.)"""
+"""`shardcook.ShardWriter`, `count_samples` and `read_shard`: the native writer and reader with
+their arguments checked first, so a Python caller gets one sentence naming the wrong value instead
+of PyO3's TypeError, never writes shards that finalize would later refuse, and never waits on a
+FIFO forever. (The native class cannot be subclassed, so this wraps it; shardcook's own
+pipelines, whose arguments are already checked, use the native module directly.)"""
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from shardcook import _native
 from shardcook.dataset.index import _BRACE_CHARS
-from shardcook.errors import ConfigError, InvalidNameError
+from shardcook.errors import ConfigError, InvalidNameError, ShardError
 from shardcook.paths import check_local_path
+from shardcook.sources.base import file_kind
 
 if TYPE_CHECKING:
-    import os
-
     from typing_extensions import Self
 
-    from shardcook._native import ShardCount
+    from shardcook._native import ShardCount, ShardReader
 
-__all__ = ["ShardWriter"]
+__all__ = ["ShardWriter", "count_samples", "read_shard"]
+
+
+def _check_shard_file(path: str | os.PathLike[str]) -> None:
+    """Refuses a path that is not a regular file before the native reader opens it (opening a
+    FIFO would wait for a writer forever); a missing file is left to the reader's own error."""
+    check_local_path(path, "The shard")
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, TypeError, ValueError):
+        return
+    if not stat.S_ISREG(mode):
+        raise ShardError(f"{os.fsdecode(path)} is {file_kind(mode)}, not a .tar shard file.")
+
+
+def count_samples(path: str | os.PathLike[str]) -> int:
+    """Counts the samples of a shard from its headers alone.
+
+    Raises:
+        ShardError: the path is not a regular file, or not a tar shard we can read.
+    """
+    _check_shard_file(path)
+    return _native.count_samples(path)
+
+
+def read_shard(path: str | os.PathLike[str]) -> ShardReader:
+    """Streams `Sample(key, {part: bytes})` in file order, grouping members as Energon does.
+
+    Raises:
+        ShardError: the path is not a regular file, or not a tar shard we can read.
+    """
+    _check_shard_file(path)
+    return _native.read_shard(path)
 
 
 class ShardWriter:

@@ -4,20 +4,26 @@ fails instead of taking the machine down."""
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 
-#: Enough for shardcook, numpy and typer; far below what reading /dev/zero would take.
-MEMORY_BYTES = 3 << 30
+#: Address space the code may add to what the child holds after `setup` (torch alone maps more
+#: than 3 GiB); far below what reading /dev/zero would take.
+HEADROOM_BYTES = 2 << 30
+
+_LIMIT = """
+import resource
+with open("/proc/self/statm") as _f:
+    _size = int(_f.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (_size + {headroom}, _size + {headroom}))
+"""
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-
-
-def run_bounded(code: str, *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`python -c CODE` under `MEMORY_BYTES` of address space; a hang past `timeout` seconds
-    raises `subprocess.TimeoutExpired` (the child is killed)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=_limit_memory, check=False)
+def run_bounded(code: str, *, setup: str = "", timeout: float = 60
+                ) -> subprocess.CompletedProcess[str]:
+    """`python -c SETUP CODE`, with CODE limited to `HEADROOM_BYTES` more address space than the
+    child holds after SETUP (imports go there); a hang past `timeout` seconds raises
+    `subprocess.TimeoutExpired` (the child is killed)."""
+    script = f"{setup}\n{_LIMIT.format(headroom=HEADROOM_BYTES)}\n{code}"
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=timeout, check=False)

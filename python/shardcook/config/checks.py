@@ -48,7 +48,8 @@ def check_paths(cfg: RunConfig) -> None:
         value = getattr(getattr(cfg, section), name)
         option = "--input" if cfg.chatml and name == "input_path" else f"--{name.replace('_', '-')}"
         for one in value if isinstance(value, list) else [value]:
-            check_local_path(one, option)
+            if one is not None:
+                check_local_path(one, option)
 
 
 def check(cfg: RunConfig) -> None:

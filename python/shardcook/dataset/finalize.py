@@ -139,7 +139,7 @@ def finalize(
         DatasetError: as `build_index`, or when validation fails.
         ConfigError: an unknown encoding, or shards of a known layout with no encoding to say so.
     """
-    check_finalize_arguments(sample_type, field_map, subflavors, validate)
+    check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
     root = Path(directory)
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force)

@@ -206,7 +206,7 @@ def plan_index(
     """Checks everything `build_index` is asked (same arguments) and writes nothing; `encoding`
     is what finalize records for dataset.yaml."""
     check_local_path(directory, "The dataset folder")
-    check_index_arguments(split, shuffle_seed, sqlite, force)
+    check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
     root = Path(directory)
     if not root.is_dir():
         raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")

@@ -239,6 +239,10 @@ def write_blend(
     check_local_path(out, "The blend file")
     out = Path(out)
     _check_split(split)
+    if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence) or not all(
+            isinstance(e, (str, BlendEntry)) for e in entries):
+        raise ConfigError("entries must be a list of BlendEntry or 'PATH=WEIGHT' strings, not "
+                          f"{entries!r:.60}.")
     parsed = [parse_blend_entry(e) if isinstance(e, str) else e for e in entries]
     for entry in parsed:
         check_local_path(entry.path, "The blended dataset")

@@ -58,6 +58,8 @@ def parse_blend_entry(spec: str) -> BlendEntry:
 
 #: A metadataset file larger than this is refused (a blend of thousands of datasets is ~1 MB).
 MAX_METADATASET_BYTES = 16 << 20
+#: More file reads than this in one metadataset tree means files named over and over.
+MAX_METADATASET_READS = 10_000
 _YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -85,8 +87,13 @@ def _walk(top: Path) -> tuple[dict[str, Any], list[Path]]:
     first: dict[str, Any] | None = None
     files: list[Path] = []
     stack: list[tuple[Path, tuple[Path, ...]]] = [(top.resolve(), ())]
+    reads = 0
     while stack:
         path, chain = stack.pop()
+        reads += 1
+        if reads > MAX_METADATASET_READS:
+            raise ConfigError(f"{top} names other metadataset files more than "
+                              f"{MAX_METADATASET_READS:,} times; flatten the blend.")
         if path in chain:
             loop = " -> ".join(str(p) for p in (*chain[chain.index(path):], path))
             raise ConfigError(

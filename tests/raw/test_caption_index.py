@@ -110,7 +110,8 @@ def test_csv_without_file_name_is_one_sentence(paired, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_symlink_leading_out_of_the_folder_is_skipped_like_dotdot(paired, tmp_path):
+@pytest.mark.parametrize("kind", ["meta.json array", "metadata.jsonl", "metadata.csv"])
+def test_a_symlink_leading_out_of_the_folder_is_skipped_like_dotdot(paired, tmp_path, kind):
     src, _, rows = paired
     folder = _indexed(src, tmp_path / "in", rows)
     secret = tmp_path / "private"
@@ -121,7 +122,7 @@ def test_a_symlink_leading_out_of_the_folder_is_skipped_like_dotdot(paired, tmp_
     (folder / "photos" / "inside.jpg").symlink_to(folder / rows[1][0])
     extra = [("photos/link.jpg", "a file outside"), ("elsewhere/holiday.jpg", "a folder outside"),
              ("photos/inside.jpg", "a link that stays inside")]
-    _write("meta.json array", folder, rows + extra)
+    _write(kind, folder, rows + extra)
     before = (secret / "holiday.jpg").read_bytes()
     out = tmp_path / "out"
     _raw(folder, out)

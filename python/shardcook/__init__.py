@@ -3,7 +3,6 @@ that read them back."""
 
 from importlib.metadata import PackageNotFoundError, version
 
-from shardcook._native import ShardWriter, count_samples, read_shard
 from shardcook.dataset import build_index, finalize, validate, validate_energon_dataset
 from shardcook.errors import (
     ConfigError,
@@ -14,6 +13,7 @@ from shardcook.errors import (
     ShardcookIOError,
     ShardError,
 )
+from shardcook.shards import ShardWriter, count_samples, read_shard
 
 try:
     __version__ = version("shardcook")

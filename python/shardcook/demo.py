@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardcook.paths import check_local_path
+
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
 
@@ -90,6 +92,7 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
     """
     from shardcook.demo_folder import check_demo_folder, record_demo_folder
 
+    check_local_path(output_dir, "--output-dir")
     root = Path(output_dir)
     check_demo_folder(root)
     try:

@@ -127,6 +127,14 @@ def _master() -> tuple[str, int]:
     port = _env_int("MASTER_PORT", "")
     if not 0 < port < 2**16:
         raise ConfigError(f"Environment variable MASTER_PORT={port} must be between 1 and 65535.")
+    try:
+        socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise ConfigError(
+            f"Environment variable MASTER_ADDR={addr!r} is not a host name or IP address this "
+            f"machine can resolve ({reason}); set it to rank 0's address."
+        ) from None
     return addr, port
 
 
@@ -162,9 +170,12 @@ def _connect(rank: int, world: int, timeout_s: float) -> Store:
                         wait_for_workers=False, multi_tenant=host)
     except (DistError, RuntimeError) as e:
         if host:
+            detail = str(e).splitlines()[0]
+            fix = ("choose a free port" if "in use" in detail.lower() else
+                   "MASTER_ADDR must be an address of rank 0's own machine")
             raise ConfigError(
                 f"Rank 0 cannot listen on MASTER_ADDR:MASTER_PORT={addr}:{port} "
-                f"({str(e).splitlines()[0]}); choose a free port."
+                f"({detail}); {fix}."
             ) from None
         raise ConfigError(
             f"Rank {rank} found no rank 0 at MASTER_ADDR:MASTER_PORT={addr}:{port} within "

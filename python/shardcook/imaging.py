@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal, Union
 
 from shardcook import _native
 from shardcook.errors import ImageErrorKind
+from shardcook.sources.base import read_regular_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -140,13 +141,25 @@ def preprocess(
 
     Returns:
         One `ImageResult` per input, in order. A bad input gives a result with `error` set; it
-        never fails the batch.
+        never fails the batch. A path is read only when it names a regular file of at most 1 GiB
+        (a folder, FIFO or device is an `unreadable` result, never a hang
+        or a read of /dev/zero until memory runs out).
 
     Raises:
         ImageError: an option is wrong (unknown mode or filter, empty buckets, a size that is not
             a positive integer or whose output exceeds `max_pixels`, `inputs` a single str or
             bytes instead of a list, ...).
     """
+    unreadable: dict[int, str] = {}
+    if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes, bytearray)):
+        inputs = list(inputs)  # (anything else, the core refuses in one sentence)
+        for n, item in enumerate(inputs):
+            if isinstance(item, (str, os.PathLike)):
+                try:
+                    inputs[n] = read_regular_file(item)
+                except OSError as e:
+                    unreadable[n] = f"cannot read {os.fsdecode(item)}: {e.strerror or e}"
+                    inputs[n] = b""
     rows = _native.preprocess_batch(
         inputs,
         size=size,
@@ -158,9 +171,11 @@ def preprocess(
         workers=workers,
     )
     return [
+        ImageResult(pixels=None, error=unreadable[n], orig_size=None, crop=None,
+                    error_kind="unreadable") if n in unreadable else
         ImageResult(pixels=r.pixels, error=r.error, orig_size=r.orig_size, crop=r.crop,
                     error_kind=r.error_kind)
-        for r in rows
+        for n, r in enumerate(rows)
     ]
 
 

@@ -25,6 +25,7 @@ from shardcook.layouts import IMAGE_PARTS
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, MLPERF, TIMESTEP_COLUMN
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
+from shardcook.paths import check_local_path, dataset_folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -192,7 +193,9 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
 
     from shardcook.encoders.auth import read_token_file
 
-    root = Path(directory)
+    root = dataset_folder(directory)
+    if out is not None:
+        check_local_path(out, "out")
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
     if hf_token_file:

@@ -1,11 +1,14 @@
 """Mutates every metadata file of a finished raw dataset (garbage bytes, wrong YAML/JSON types,
-negative, huge or string counts, missing, a folder in its place) and runs `validate`,
-`validate --json`, `info`, `preview` and `finalize --force` on it in-process: each gives a true
-verdict or exits 1/2 with one line, never a traceback; `finalize --force` leaves a whole dataset."""
+negative, huge or string counts, missing, a folder in its place, a YAML key given twice) and runs
+`validate`, `validate --json`, `info`, `preview` and `finalize --force` on it in-process: each
+gives a true verdict or exits 1/2 with one line, never a traceback; `finalize --force` leaves a
+whole dataset. The Python API given device paths, FIFOs and values of the wrong type raises
+shardcook's errors, in a child process bounded in memory and time."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,10 +17,18 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from shardcook import count_samples
+from shardcook import ShardWriter, build_index, count_samples, finalize, read_shard, validate
+from shardcook.config import load_yaml
+from shardcook.dataset import info
+from shardcook.energon import write_blend
+from shardcook.errors import ShardcookError
+from shardcook.imaging import preprocess
+from shardcook.preview import preview
 
+from tests.helpers.bounded import run_bounded
 from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.raw import make_folder, run_cli
+from tests.helpers.yaml_keys import repeat_key
 
 FILES = [".nv-meta/dataset.yaml", ".nv-meta/split.yaml", ".nv-meta/.info.json",
          ".nv-meta/index.sqlite", ".nv-meta/index.uuid", ".shardcook/manifest.json",
@@ -143,3 +154,122 @@ def test_every_command_survives_damaged_metadata(pristine, mutation):
             after = cli("validate", d, "--json")
             assert after.code == 0, (mutation, after.stdout)
             assert json.loads(after.stdout)["summary"]["samples"] == samples
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rel=st.sampled_from([".nv-meta/dataset.yaml", ".nv-meta/split.yaml"]),
+       which=st.integers(0, 100))
+def test_a_key_given_twice_in_a_dataset_yaml_is_named(pristine, rel, which):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "ds"
+        shutil.copytree(pristine, d)
+        text, key, line = repeat_key((d / rel).read_text(), which)
+        (d / rel).write_text(text)
+        needle = f"duplicate key {key!r}"
+
+        r = cli("validate", d)
+        refused_in_one_line(r, (1,))
+        problems = [p for p in r.stdout.splitlines() if p.startswith("problem:")]
+        assert any(needle in p and f"at line {line})" in p for p in problems), (text, r.stdout)
+        r = cli("info", d)
+        refused_in_one_line(r, (2,))
+        assert needle in r.stderr
+        r = cli("finalize", "--force", d)  # rebuilds what the shards say
+        refused_in_one_line(r, (0, 2))
+        if r.code == 0:
+            assert cli("validate", d).code == 0
+
+
+#: The Python API's entry points, each called with one argument replaced (`DS`: the dataset).
+API_CALLS = {
+    "finalize(directory)": lambda v, ds: finalize(v),
+    "finalize(encoding)": lambda v, ds: finalize(ds, force=True, encoding=v),
+    "finalize(exclude)": lambda v, ds: finalize(ds, force=True, exclude=v),
+    "finalize(split)": lambda v, ds: finalize(ds, force=True, split=v),
+    "finalize(split_parts)": lambda v, ds: finalize(ds, force=True, split_parts=v),
+    "finalize(shuffle_seed)": lambda v, ds: finalize(ds, force=True, shuffle_seed=v),
+    "finalize(sqlite)": lambda v, ds: finalize(ds, force=True, sqlite=v),
+    "build_index(directory)": lambda v, ds: build_index(v),
+    "validate(directory)": lambda v, ds: validate(v),
+    "validate(encoding)": lambda v, ds: validate(ds, encoding=v),
+    "info(directory)": lambda v, ds: info(v),
+    "preview(directory)": lambda v, ds: preview(v, ds.parent / "p.png"),
+    "ShardWriter(directory)": lambda v, ds: ShardWriter(v),
+    "ShardWriter(prefix)": lambda v, ds: ShardWriter(ds.parent / "w", prefix=v),
+    "ShardWriter(shard_size)": lambda v, ds: ShardWriter(ds.parent / "w", shard_size=v),
+    "ShardWriter.write(key)": lambda v, ds: ShardWriter(ds.parent / "w").write(v, {"txt": b"x"}),
+    "ShardWriter.write(parts)": lambda v, ds: ShardWriter(ds.parent / "w").write("k", v),
+    "count_samples(path)": lambda v, ds: count_samples(v),
+    "read_shard(path)": lambda v, ds: read_shard(v),
+    "preprocess(inputs)": lambda v, ds: preprocess(v),
+    "preprocess(size)": lambda v, ds: preprocess([], size=v),
+    "load_yaml(path)": lambda v, ds: load_yaml(v),
+    "write_blend(out)": lambda v, ds: write_blend(v, [f"{ds}=1"]),
+    "write_blend(entries)": lambda v, ds: write_blend(ds.parent / "m.yaml", v),
+    "write_blend(split)": lambda v, ds: write_blend(ds.parent / "m.yaml", [f"{ds}=1"], split=v),
+}
+#: Values of the wrong type (no str: an empty or relative one names a real folder).
+wrong_types = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+               | st.floats(allow_nan=True, allow_infinity=True) | st.binary(max_size=8)
+               | st.lists(st.integers(), max_size=2) | st.dictionaries(st.integers(), st.none(),
+                                                                       max_size=2)
+               | st.sampled_from([object(), 1j, b"\0"]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(call=st.sampled_from(sorted(API_CALLS)), value=wrong_types)
+def test_the_python_api_refuses_wrong_types_with_its_own_errors(pristine, call, value):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "ds"
+        shutil.copytree(pristine, d)
+        cwd = os.getcwd()
+        os.chdir(tmp)  # whatever a regression writes lands here
+        try:
+            API_CALLS[call](value, d)
+        except ShardcookError:
+            pass
+        finally:
+            os.chdir(cwd)
+
+
+_DEVICE_PROBE = """
+import sys
+from pathlib import Path
+from shardcook.errors import ShardcookError
+from tests.dataset.test_dataset_fuzz import API_CALLS
+ds = Path(sys.argv[1])
+for path in sys.argv[2:]:
+    for name in ("finalize(directory)", "build_index(directory)", "validate(directory)",
+                 "info(directory)", "preview(directory)", "ShardWriter(directory)",
+                 "count_samples(path)", "read_shard(path)", "load_yaml(path)",
+                 "write_blend(entries)"):
+        value = [path] if name == "write_blend(entries)" else path
+        try:
+            result = API_CALLS[name](value, ds)
+            outcome = "problems" if getattr(result, "problems", None) else "returned"
+        except ShardcookError as e:
+            outcome = "refused"
+        except BaseException as e:
+            outcome = f"{type(e).__name__}: {e}"
+        print(f"{name} {path}: {outcome}", flush=True)
+    (result,) = API_CALLS["preprocess(inputs)"]([path], ds)
+    print(f"preprocess(inputs) {path}: {result.error_kind}", flush=True)
+"""
+
+
+def test_the_python_api_refuses_devices_and_fifos(pristine, tmp_path):
+    fifo, fifo_yaml = tmp_path / "pipe.tar", tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    os.mkfifo(fifo_yaml)
+    paths = ["/dev/zero", str(fifo), str(fifo_yaml)]
+    # in a bounded child: a regression reads /dev/zero until memory runs out or waits forever
+    r = run_bounded(f"sys.argv = ['x', {str(pristine)!r}, *{paths!r}]\n{_DEVICE_PROBE}",
+                    setup="import sys, shardcook.energon", timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    outcomes = r.stdout.splitlines()
+    assert len(outcomes) == 11 * len(paths), r.stdout
+    wrong = [o for o in outcomes
+             if not o.endswith((": refused", ": problems", ": unreadable"))]
+    assert not wrong, wrong

@@ -8,6 +8,7 @@ geometry. The bar is PSNR ≥ 38 dB for every mode at 256, 512 and 1024.
 from __future__ import annotations
 
 import io
+import os
 import struct
 import zlib
 from functools import cache
@@ -18,6 +19,8 @@ import skimage.data
 from PIL import Image, ImageOps
 from shardcook import imaging
 from shardcook.errors import ImageError, ShardcookError
+
+from tests.helpers.bounded import run_bounded
 
 SIZES = (256, 512, 1024)
 MODES = ("crop", "stretch", "variable", "bucket")
@@ -341,3 +344,22 @@ def test_encode_rejects_bad_arrays_and_formats():
     # a non-contiguous view is accepted (copied)
     view = np.zeros((8, 16, 3), np.uint8)[:, ::2]
     assert imaging.encode_image(view, "png")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder"])
+def test_a_path_that_is_not_a_regular_file_is_an_unreadable_result(tmp_path, kind):
+    path = {"device": "/dev/zero", "folder": str(tmp_path)}.get(kind, str(tmp_path / "p.jpg"))
+    if kind == "fifo":
+        os.mkfifo(path)
+    good = tmp_path / "cat.jpg"
+    good.write_bytes(save(Image.fromarray(photo("chelsea")), "JPEG"))
+    # in a bounded child: the core reads /dev/zero until memory runs out, and waits on a FIFO
+    r = run_bounded(
+        "from shardcook.imaging import preprocess\n"
+        f"for r in preprocess([{path!r}, {str(good)!r}], size=32):\n"
+        "    print(r.error_kind, r.error)\n", timeout=30)
+    assert r.returncode == 0, r.stderr[-2000:]
+    bad, ok = r.stdout.splitlines()
+    what = {"device": "a device", "fifo": "a FIFO", "folder": "a folder"}[kind]
+    assert bad == f"unreadable cannot read {path}: not a regular file ({what})"
+    assert ok == "None None"

@@ -123,3 +123,30 @@ def test_file_name_too_long_for_the_file_system_is_a_skipped_sample(paired, tmp_
     (skip,) = report(out)["skipped"]
     assert (skip["key"], skip["reason"]) == (f"{N:010d}", "missing_image")
     assert skip["detail"] == "File name too long" and skip["source"] == str(folder / long_name)
+
+
+@pytest.mark.parametrize("kind", ["meta.json array", "metadata.jsonl", "metadata.csv"])
+def test_a_symlink_leading_out_of_the_folder_is_skipped_like_dotdot(paired, tmp_path, kind):
+    src, _, rows = paired
+    folder = _indexed(src, tmp_path / "in", rows)
+    secret = tmp_path / "private"
+    secret.mkdir()
+    shutil.copy(src / "images" / Path(rows[0][0]).name, secret / "holiday.jpg")
+    (folder / "photos" / "link.jpg").symlink_to(secret / "holiday.jpg")
+    (folder / "elsewhere").symlink_to(secret, target_is_directory=True)
+    (folder / "photos" / "inside.jpg").symlink_to(folder / rows[1][0])
+    extra = [("photos/link.jpg", "a file outside"), ("elsewhere/holiday.jpg", "a folder outside"),
+             ("photos/inside.jpg", "a link that stays inside")]
+    _write(kind, folder, rows + extra)
+    before = (secret / "holiday.jpg").read_bytes()
+    out = tmp_path / "out"
+    _raw(folder, out)
+    skipped = {s["key"]: (s["reason"], s["source"]) for s in report(out)["skipped"]}
+    assert skipped == {
+        f"{N:010d}": ("image_outside_folder", str(folder / "photos" / "link.jpg")),
+        f"{N + 1:010d}": ("image_outside_folder", str(folder / "elsewhere" / "holiday.jpg")),
+    }
+    written = _content(out)
+    assert sorted(written) == [f"{i:010d}" for i in range(N)] + [f"{N + 2:010d}"]
+    assert written[f"{N + 2:010d}"][0] == written["0000000001"][0]
+    assert (secret / "holiday.jpg").read_bytes() == before

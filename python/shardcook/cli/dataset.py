@@ -135,11 +135,13 @@ def info(
 def _check_preview_options(out: Path | None, count: int) -> None:
     """Raises ConfigError for an --out that is not a .png in an existing folder, or a bad --count."""
     from shardcook.errors import ConfigError
+    from shardcook.paths import check_local_path
 
     if not 1 <= count <= MAX_PREVIEW_COUNT:
         raise ConfigError(f"--count must be between 1 and {MAX_PREVIEW_COUNT}, not {count}.")
     if out is None:
         return
+    check_local_path(out, "--out")
     if out.suffix.lower() != ".png":
         raise ConfigError(f"--out {str(out)!r} must name a .png file.")
     if out.is_dir():

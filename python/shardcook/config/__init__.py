@@ -37,6 +37,7 @@ from shardcook.config.sections import (
     RunConfig,
 )
 from shardcook.errors import ConfigError
+from shardcook.paths import check_local_path
 
 
 def _section(cfg: RunConfig, name: str) -> Any:
@@ -102,19 +103,34 @@ def _check_type(where: str, value: Any, hint: Any) -> Any:
     raise AssertionError(f"unhandled config type {hint!r}")
 
 
+#: A config file larger than this is refused (a real one is a few kilobytes).
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Reads a config file into {section: {option: value}} in our keys, checking names, types
     and that Primus spellings agree with ours."""
     import yaml
 
+    from shardcook import safeyaml
+    from shardcook.sources.base import read_regular_file
+
+    check_local_path(path, "--config")
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"Config file {str(p)!r} does not exist; pass an existing --config file.")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"Config file {str(p)!r} is not valid YAML ({first}).") from None
+        text = read_regular_file(p, limit=MAX_CONFIG_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"Config file {str(p)!r} does not exist; pass an existing --config file.") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"Config file {str(p)!r} is not UTF-8 text; pass a YAML --config file.") from None
+    except OSError as e:
+        raise ConfigError(
+            f"Config file {str(p)!r} cannot be read ({e.strerror or e}); pass a YAML --config file."
+        ) from None
+    try:
+        data = safeyaml.load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"Config file {str(p)!r} is not valid YAML ({safeyaml.describe(e)}).") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

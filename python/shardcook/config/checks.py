@@ -25,6 +25,7 @@ from shardcook.config.sections import (
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
+from shardcook.paths import check_local_path
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -36,8 +37,26 @@ def check_auth(cfg: RunConfig) -> None:
         read_token_file(cfg.auth.hf_token_file)
 
 
+#: (section, option) of every path a run reads or writes: a URL there is refused.
+PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
+                ("source", "hf_data_files"), ("output", "output_dir"), ("model", "model_path"),
+                ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
+                ("auth", "hf_token_file"))
+
+
+def check_paths(cfg: RunConfig) -> None:
+    """Refuses a URL as any path option (object storage is not supported yet)."""
+    for section, name in PATH_OPTIONS:
+        value = getattr(getattr(cfg, section), name)
+        option = "--input" if cfg.chatml and name == "input_path" else f"--{name.replace('_', '-')}"
+        for one in value if isinstance(value, list) else [value]:
+            if one is not None:
+                check_local_path(one, option)
+
+
 def check(cfg: RunConfig) -> None:
     """Raises ConfigError naming the first option whose value cannot work."""
+    check_paths(cfg)
     check_auth(cfg)
     s, o, i = cfg.source, cfg.output, cfg.image
     if s.source_type not in SOURCE_TYPES:

@@ -11,6 +11,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata, trust
+from shardcook.dataset.arguments import check_finalize_arguments
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.undo import undone_on_failure
@@ -182,6 +183,7 @@ def finalize(
         ConfigError: an unknown encoding, one whose parts the samples lack, or shards of a known
             layout with no encoding to say so.
     """
+    check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
     root = Path(directory)
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force)

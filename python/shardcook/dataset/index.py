@@ -17,6 +17,7 @@ from pathlib import Path
 
 from shardcook import _native
 from shardcook.dataset import metadata
+from shardcook.dataset.arguments import check_index_arguments
 from shardcook.dataset.splits import (
     Splits,
     check_parts,
@@ -30,6 +31,7 @@ from shardcook.dataset.splits import (
 from shardcook.dataset.undo import undone_on_failure
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
+from shardcook.paths import check_local_path
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +239,8 @@ def plan_index(
 ) -> IndexPlan:
     """Checks everything `build_index` is asked (same arguments) and writes nothing; `encoding`
     is what finalize records for dataset.yaml."""
+    check_local_path(directory, "The dataset folder")
+    check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
     root = Path(directory)
     if not root.is_dir():
         raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from shardcook import safeyaml
 from shardcook.dataset.braces import expand_braces
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import LAYOUTS, Layout, by_encoding
@@ -157,12 +158,6 @@ def _check_folder(root: Path, name: str) -> None:
 # ---- reading -----------------------------------------------------------------------------------
 
 
-def _yaml_error(e: yaml.YAMLError) -> str:
-    mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or "not valid YAML"
-    return f"{problem} at line {mark.line + 1}" if mark is not None else str(problem)
-
-
 def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
     """The parsed file, None when it does not exist; DatasetError naming it otherwise."""
     _check_folder(root, path.parent.name)
@@ -180,7 +175,7 @@ def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
     try:
         return parse(text)
     except yaml.YAMLError as e:
-        raise DatasetError(f"{label} is not valid YAML ({_yaml_error(e)}){fix}") from None
+        raise DatasetError(f"{label} is not valid YAML ({safeyaml.describe(e)}){fix}") from None
     except (ValueError, RecursionError) as e:
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"{label} is not valid JSON ({detail}){fix}") from None
@@ -228,7 +223,7 @@ def _str_list(value: Any) -> bool:
 
 def read_dataset_yaml(root: Path) -> DatasetYaml | None:
     path = meta_path(root, DATASET_YAML)
-    loaded = _load_object(root, path, yaml.safe_load)
+    loaded = _load_object(root, path, safeyaml.load)
     if loaded is None:
         return None
     data, label, fix = loaded
@@ -257,7 +252,7 @@ def read_dataset_yaml(root: Path) -> DatasetYaml | None:
 
 def read_split_yaml(root: Path) -> SplitYaml | None:
     path = meta_path(root, SPLIT_YAML)
-    loaded = _load_object(root, path, yaml.safe_load)
+    loaded = _load_object(root, path, safeyaml.load)
     if loaded is None:
         return None
     data, label, fix = loaded
@@ -296,7 +291,7 @@ def read_info_json(root: Path) -> InfoJson | None:
     """`.info.json`, else `.info.yaml`, as Energon reads them (same fields)."""
     name = info_file(root)
     path = meta_path(root, name)
-    loaded = _load_object(root, path, _json if name == INFO_JSON else yaml.safe_load)
+    loaded = _load_object(root, path, _json if name == INFO_JSON else safeyaml.load)
     if loaded is None:
         return None
     data, label, fix = loaded

@@ -15,6 +15,7 @@ from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
+from shardcook.paths import dataset_folder
 
 
 @dataclass
@@ -147,6 +148,6 @@ def summarize(
 
 def info(directory: str | Path) -> DatasetSummary:
     """Summarizes a finalized dataset from its metadata and its first sample."""
-    root = Path(directory)
+    root = dataset_folder(directory)
     counts, splits, dataset = read_metadata(root)
     return summarize(root, counts, splits, dataset)

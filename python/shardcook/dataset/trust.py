@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import DATASET_YAML, META_DIR
@@ -104,7 +105,7 @@ def blend_code_problems(path: Path, fix: str) -> list[str]:
                                           fix)
         elif target.is_file():
             try:
-                content = yaml.safe_load(target.read_text(encoding="utf-8"))
+                content = safeyaml.load(target.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 continue
             problems += code_problems(content, str(target), fix)

@@ -20,6 +20,7 @@ from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.errors import DatasetError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
+from shardcook.paths import check_local_path
 
 T = TypeVar("T")
 
@@ -139,6 +140,7 @@ def validate(
     Raises:
         ConfigError: `encoding` names no known layout.
     """
+    check_local_path(directory, "The dataset folder")  # bad usage, like a bad encoding
     root = Path(directory)
     report = ValidationReport(str(root))
     problems = report.problems

@@ -8,12 +8,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from shardcook import safeyaml
 from shardcook.dataset import metadata, trust
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
+from shardcook.paths import check_local_path
 
-__all__ = ["BlendEntry", "parse_blend_entry", "write_blend"]
+__all__ = ["BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,105 @@ def parse_blend_entry(spec: str) -> BlendEntry:
     return BlendEntry(Path(path), weight)
 
 
-def _check_dataset(path: Path) -> None:
-    if path.is_file() and path.suffix in (".yaml", ".yml"):
+#: A metadataset file larger than this is refused (a blend of thousands of datasets is ~1 MB).
+MAX_METADATASET_BYTES = 16 << 20
+#: More file reads than this in one metadataset tree means files named over and over.
+MAX_METADATASET_READS = 10_000
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def read_metadataset(path: str | Path) -> dict[str, Any]:
+    """The mapping of a metadataset `.yaml`, once it and every `.yaml` it names through `path:`
+    (relative to its folder, as Energon reads them) are checked: YAML mappings without duplicate
+    keys, none leading back to one that names it (Energon would recurse until Python's limit).
+
+    Raises:
+        ConfigError: a file cannot be read, is not a YAML mapping, repeats a key, or the files
+            name each other in a cycle.
+    """
+    data, _ = _walk(Path(path))
+    return data
+
+
+def metadataset_files(path: str | Path) -> list[Path]:
+    """The resolved `.yaml` files a metadataset reads: itself and those it names, recursively
+    (checked as `read_metadataset` does)."""
+    _, files = _walk(Path(path))
+    return files
+
+
+def _walk(top: Path) -> tuple[dict[str, Any], list[Path]]:
+    first: dict[str, Any] | None = None
+    files: list[Path] = []
+    stack: list[tuple[Path, tuple[Path, ...]]] = [(top.resolve(), ())]
+    reads = 0
+    while stack:
+        path, chain = stack.pop()
+        reads += 1
+        if reads > MAX_METADATASET_READS:
+            raise ConfigError(f"{top} names other metadataset files more than "
+                              f"{MAX_METADATASET_READS:,} times; flatten the blend.")
+        if path in chain:
+            loop = " -> ".join(str(p) for p in (*chain[chain.index(path):], path))
+            raise ConfigError(
+                f"The metadataset files name each other in a cycle ({loop}); remove one of "
+                "those `path:` entries."
+            )
+        data = _read_one(path)
+        first = data if first is None else first
+        if path not in files:
+            files.append(path)
+        stack += [(named, (*chain, path)) for named in _named_yaml(data, path.parent)
+                  if named.is_file()]
+    assert first is not None
+    return first, files
+
+
+def _read_one(path: Path) -> dict[str, Any]:
+    import yaml
+
+    from shardcook.sources.base import read_regular_file
+
+    try:
+        data = safeyaml.load(read_regular_file(path, MAX_METADATASET_BYTES).decode("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path} cannot be read ({e.strerror or e}).") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text; a metadataset is a YAML file.") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML ({safeyaml.describe(e)}).") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests too deeply to be a metadataset.") from None
+    if not isinstance(data, dict):
+        kind = "nothing" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(
+            f"{path} must be an Energon metadataset (a mapping with `splits:`), not {kind}."
+        )
+    return data
+
+
+def _named_yaml(data: dict[str, Any], base: Path) -> list[Path]:
+    """The `.yaml` files `path:` entries anywhere in `data` name, resolved from `base`."""
+    found: list[Path] = []
+    stack: list[object] = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            named = node.get("path")
+            if isinstance(named, str) and named.endswith(_YAML_SUFFIXES) and "\0" not in named:
+                found.append((base / named).resolve())
+            stack += list(node.values())
+        elif isinstance(node, list):
+            stack += node
+    return found
+
+
+def _check_dataset(path: Path, out: Path) -> None:
+    if path.is_file() and path.suffix in _YAML_SUFFIXES:
+        if out.resolve() in metadataset_files(path):
+            raise ConfigError(
+                f"{path} reads {out}, so the blend would include itself; write it elsewhere."
+            )
         return
     try:
         info = metadata.read_info_json(path)
@@ -143,9 +243,16 @@ def write_blend(
     """
     import yaml
 
+    check_local_path(out, "The blend file")
     out = Path(out)
     _check_split(split)
+    if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence) or not all(
+            isinstance(e, (str, BlendEntry)) for e in entries):
+        raise ConfigError("entries must be a list of BlendEntry or 'PATH=WEIGHT' strings, not "
+                          f"{entries!r:.60}.")
     parsed = [parse_blend_entry(e) if isinstance(e, str) else e for e in entries]
+    for entry in parsed:
+        check_local_path(entry.path, "The blended dataset")
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
     _check_out(out, [e.path.resolve() for e in parsed], force)
@@ -153,7 +260,7 @@ def write_blend(
     blend = []
     for entry in parsed:
         target = entry.path.resolve()
-        _check_dataset(target)
+        _check_dataset(target, out)
         _refuse_untrusted_code(target)
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             raise ConfigError(f"{entry.path}: the weight must be a positive number.")

@@ -153,17 +153,11 @@ PRIMUS_LOADER_KEYS = ("shuffle_buffer_size", "max_samples_per_sequence")
 
 def _metadataset_splits(path: Path) -> list[str] | None:
     """The splits a metadataset .yaml defines (`splits:` in both Metadataset and
-    MetadatasetV2), or None when it cannot be read that way (Energon then says why)."""
-    import yaml
-
+    MetadatasetV2), or None when it has none (Energon then says why)."""
+    from shardcook.energon.blend import read_metadataset
     from shardcook.errors import ConfigError
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    if not isinstance(data, dict):
-        return None
+    data = read_metadataset(path)
     settings = [key for key in PRIMUS_LOADER_KEYS if key in data]
     if settings:
         raise ConfigError(
@@ -193,9 +187,11 @@ def _check_loader_args(
     path: object, batch_size: object, split: object, num_workers: object
 ) -> None:
     from shardcook.errors import ConfigError
+    from shardcook.paths import check_local_path
 
     if not isinstance(path, (str, Path)):
         raise ConfigError(f"path must be a dataset folder or a metadataset .yaml, not {path!r}.")
+    check_local_path(path, "path")
     path = Path(path)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")

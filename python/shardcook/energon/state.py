@@ -22,6 +22,7 @@ from megatron.energon.rng import SystemRngState
 from megatron.energon.savable_loader import SavableDataLoaderState, SavableDatasetCheckpoint
 from megatron.energon.state import FlexState
 
+from shardcook import safeyaml
 from shardcook.energon.errors import LoaderStateError
 from shardcook.layouts.names import INFO_JSON, META_DIR, SPLIT_YAML
 
@@ -105,7 +106,7 @@ def _update_digest(path: Path, digest: Any, seen: set[Path]) -> None:
         return
     digest.update(data)
     try:
-        named = _named_paths(yaml.safe_load(data))
+        named = _named_paths(safeyaml.load(data.decode("utf-8", "replace")))
     except yaml.YAMLError:
         return
     for name in named:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardcook import safeyaml
 from shardcook.errors import ConfigError
 from shardcook.pipeline.download import Retry
 
@@ -119,9 +120,10 @@ def from_yaml(path: Path) -> IngestConfig:
     import yaml
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = safeyaml.load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read --config {str(path)!r}: {str(e).splitlines()[0]}") from None
+        detail = safeyaml.describe(e) if isinstance(e, yaml.YAMLError) else str(e).splitlines()[0]
+        raise ConfigError(f"cannot read --config {str(path)!r}: {detail}") from None
     top = _mapping(raw, f"--config {path}", ("datasets", "empty_encodings", "output", "pipeline"))
     cfg = IngestConfig()
     datasets = top.get("datasets") or []

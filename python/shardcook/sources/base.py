@@ -73,6 +73,11 @@ _FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_IS
                (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not regular is, from its `st_mode`: "a folder", "a FIFO", ..."""
+    return next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
+
+
 def read_regular_file(path: str | os.PathLike[str], limit: int = MAX_INPUT_FILE_BYTES) -> bytes:
     """The bytes of the regular file at `path`; anything else raises OSError whose `strerror`
     says why, so a source skips that input with the reason instead of hanging on a FIFO, reading
@@ -90,8 +95,7 @@ def read_regular_file(path: str | os.PathLike[str], limit: int = MAX_INPUT_FILE_
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            kind = next((k for test, k in _FILE_KINDS if test(info.st_mode)), "not a file")
-            raise OSError(errno.EINVAL, f"not a regular file ({kind})")
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(info.st_mode)})")
         if info.st_size > limit:
             raise OSError(errno.EFBIG, f"the file is larger than {limit:,} bytes")
         os.set_blocking(fd, True)

@@ -111,6 +111,7 @@ class CaptionIndexSource:
     def __init__(self, input_dir: str | os.PathLike[str], index: Path,
                  max_samples: int | None = None, caption_column: str | None = None):
         self.root = Path(os.path.abspath(input_dir))
+        self._real_root = Path(os.path.realpath(self.root))
         self.index = index
         rows = read_index(index, caption_column)
         if not rows:
@@ -134,7 +135,8 @@ class CaptionIndexSource:
             return Item(index, f"{self.index}:{index + 1}", skip=row.problem or BAD_INDEX_ROW)
         path = Path(os.path.normpath(self.root / row.file_name))
         source = str(path)
-        if not path.is_relative_to(self.root):
+        # where the name really leads: `..` or a symlink inside the folder may point out of it
+        if not Path(os.path.realpath(path)).is_relative_to(self._real_root):
             return Item(index, source, skip=IMAGE_OUTSIDE_FOLDER)
         try:
             is_file = path.is_file()

@@ -15,6 +15,7 @@ gap and keys never depend on what other ranks skip). Units are numbered across t
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from shardcook.errors import ConfigError
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.base import Item, read_regular_file
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 #: Conversation columns looked for in a Hugging Face dataset, in order.
@@ -111,6 +114,9 @@ class ChatmlSource:
         #: Where each split starts in the planned order.
         self.split_start = {"train": 0, "val": sizes["train"],
                             "test": sizes["train"] + sizes["val"]}
+        self.shortfall = self._shortfall()
+        if self.shortfall:
+            log.warning(self.shortfall)
         self.images = self._image_layout()
         has = {k: any(c.get(k) for c in self.counts) for k in ("video", "audio")}
         self.video_layout = self.opts.video_layout if has["video"] else None
@@ -279,6 +285,19 @@ class ChatmlSource:
         return [(x, "train") for x in train] + [(x, "val") for x in val] + [
             (x, "test") for x in test]
 
+    def _shortfall(self) -> str | None:
+        """A warning when --train-rows/--val-rows ask for more rows than the inputs hold (they
+        cap the splits, so the run goes on with what there is), else None."""
+        asked = {"train": self.opts.train_rows, "val": self.opts.val_rows,
+                 "test": self.opts.test_rows}
+        short = [f"--{split}-rows {n} but only {self.split_sizes.get(split, 0)} {split} rows"
+                 for split, n in asked.items()
+                 if n is not None and self.split_sizes.get(split, 0) < n]
+        if not short:
+            return None
+        return (f"asked for {' and '.join(short)}: the inputs hold fewer, so every one is used; "
+                "lower the option to silence this.")
+
     def _image_layout(self) -> str | None:
         known = [c["image"] for c in self.counts if "image" in c]
         if not any(known):
@@ -320,6 +339,8 @@ class ChatmlSource:
             d["rows"] = {"train": self.opts.train_rows, "val": self.opts.val_rows}
             if self.opts.test_rows is not None:
                 d["rows"]["test"] = self.opts.test_rows
+        if self.shortfall:
+            d["rows_shortfall"] = self.shortfall
         return d
 
     def field_map(self) -> dict[str, str]:

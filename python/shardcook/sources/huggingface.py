@@ -26,6 +26,9 @@ CAPTION_NAMES = ("caption", "text", "prompt", "captions", "txt", "description", 
 IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
 FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv",
                  ".arrow": "arrow"}
+#: `datasets`' packaged builders: with one as --hf-dataset, --hf-data-files are local paths.
+LOCAL_BUILDERS = ("parquet", "json", "csv", "arrow", "text", "imagefolder", "audiofolder",
+                  "webdataset")
 CHUNK = 64
 
 
@@ -43,6 +46,7 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
     if not sys.stderr.isatty():  # no bars in logs
         datasets.disable_progress_bars()
     path = Path(name)
+    _check_local(name, data_files)
     try:
         if path.is_dir() and any((path / f).exists() for f in ("state.json", "dataset_dict.json")):
             ds = datasets.load_from_disk(str(path))
@@ -67,6 +71,32 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
         raise ConfigError(
             f"Hugging Face dataset {name!r} (split {split!r}) could not be loaded: {first}"
         ) from None
+
+
+def _check_local(name: str, data_files: list[str] | None) -> None:
+    """Refuses a local --hf-dataset or --hf-data-files that does not exist (instead of the hub's
+    repo-id error, or no word at all), and data files given with a data file as the dataset."""
+    import glob
+
+    path = Path(name)
+    local = name.startswith((".", "/", "~")) or name.count("/") > 1  # a hub id is ORG/NAME
+    if local and not path.exists():
+        raise ConfigError(f"--hf-dataset {name!r} does not exist; give an existing folder or "
+                          "data file, or a hub dataset as ORG/NAME.")
+    if not data_files:
+        return
+    if path.is_file():
+        builder = FILE_BUILDERS.get(path.suffix.lower(), "parquet")
+        raise ConfigError(f"--hf-dataset {name!r} is a data file itself, so --hf-data-files has "
+                          f"nothing to add to; to read several files give --hf-dataset {builder} "
+                          "and every file as --hf-data-files.")
+    base = path if path.is_dir() else Path() if name in LOCAL_BUILDERS else None
+    if base is None:  # a hub dataset: the files are the repository's
+        return
+    for file in data_files:
+        if not glob.has_magic(file) and not (base / file).exists():
+            where = f" in {name!r}" if path.is_dir() else ""
+            raise ConfigError(f"--hf-data-files {file!r} does not exist{where}; check the name.")
 
 
 def _root(path: str) -> str:

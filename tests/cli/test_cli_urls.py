@@ -1,0 +1,75 @@
+"""A URL (`msc://`, `s3://`, ...) as any path is refused in one sentence before anything is
+written, by every command and the Python API entry points: object storage is not supported yet,
+and `--output-dir msc://profile/x` used to write a local folder named `msc:` and exit 0."""
+
+from __future__ import annotations
+
+import pytest
+from shardcook import ShardWriter, build_index, finalize, validate
+from shardcook.dataset import info
+from shardcook.energon import get_diffusion_loader, write_blend
+from shardcook.errors import ConfigError
+from shardcook.paths import check_local_path
+from shardcook.preview import preview
+
+from tests.helpers.dataset import cli, one_error_line
+
+URL = "msc://profile/x"
+
+COMMANDS = [
+    ["raw", "--input-dir", "in", "--output-dir", URL],
+    ["raw", "--input-dir", "s3://bucket/in", "--output-dir", "out"],
+    ["raw", "--source-type", "webdataset", "--input-path", "s3://b/{0..3}.tar", "--output-dir", "o"],
+    ["raw", "--source-type", "huggingface", "--hf-dataset", "parquet", "--hf-data-files",
+     "s3://b/d.parquet", "--output-dir", "out"],
+    ["raw", "--config", "s3://bucket/c.yaml", "--output-dir", "out"],
+    ["encode", "--input-dir", "in", "--output-dir", URL, "--print-config"],
+    ["encode", "--input-dir", "in", "--output-dir", "out", "--model-path", "hf://org/flux"],
+    ["chatml", "--input", "https://host/a.jsonl", "--output-dir", "out"],
+    ["chatml", "--input", "a.jsonl", "--output-dir", URL],
+    ["finalize", URL],
+    ["validate", URL],
+    ["info", URL],
+    ["preview", URL],
+    ["preview", "ds", "--out", "s3://bucket/sheet.png"],
+    ["blend", "s3://bucket/mix.yaml", "ds"],
+    ["blend", "mix.yaml", "s3://bucket/ds=1"],
+    ["demo", "--output-dir", URL],
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a))
+def test_every_command_refuses_a_url_before_writing(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    r = cli(*args)
+    assert r.code == 2 and "is a URL" in one_error_line(r), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+API = [
+    lambda: finalize(URL),
+    lambda: build_index(URL),
+    lambda: validate(URL),
+    lambda: info(URL),
+    lambda: preview(URL),
+    lambda: write_blend("s3://b/mix.yaml", ["ds=1"]),
+    lambda: ShardWriter(URL),
+    lambda: check_local_path(URL, "path"),
+    lambda: get_diffusion_loader(URL, batch_size=1),
+]
+
+
+@pytest.mark.parametrize("call", API, ids=["finalize", "build_index", "validate", "info",
+                                            "preview", "write_blend", "ShardWriter",
+                                            "check_local_path", "get_diffusion_loader"])
+def test_the_python_api_refuses_a_url(tmp_path, monkeypatch, call):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"is a URL \(\w+://\); shardcook reads and writes "
+                                          "local paths only"):
+        call()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["data/x", "/abs/x", "a:b", "x.yaml", "ORG/NAME"])
+def test_local_paths_pass(path):
+    check_local_path(path, "path")

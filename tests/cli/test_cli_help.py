@@ -14,7 +14,7 @@ PANELS = {
     "Try it": ["demo"],
     "Make data": ["encode", "raw", "chatml", "ingest"],
     "Finish and check": ["finalize", "validate", "info", "preview", "blend"],
-    "Primus's names": ["diffusion-encoded", "diffusion-raw", "diffusion-ingest"],
+    "Primus's names": ["diffusion-encoded", "diffusion-raw", "diffusion-ingest", "data"],
 }
 # A repository path a pip user does not have: docs/…, a markdown file, a section sign.
 REPO_PATH = re.compile(r"docs/[A-Z]|\b[A-Z]+\.md\b|§")

@@ -60,7 +60,10 @@ def test_every_task_encoder_takes_worker_config(cls):
                                           (RawDiffusionTaskEncoder, "raw"),
                                           (BridgeFluxTaskEncoder, "bridge-flux")])
 def test_single_layout_encoders_register_for_their_encoding(cls, encoding):
-    (cooker,) = cls().cookers
+    *others, cooker = cls().cookers
+    # the pre-encoded one also reads MLPerf's numpy layout, as Primus's does, by its subflavor
+    assert [c.has_subflavors for c in others] == (
+        [{"encoding": "preencoded_numpy"}] if encoding == "preencoded" else [])
     assert cooker.has_subflavors == {"encoding": encoding}
     assert cooker.is_match({"encoding": encoding})
     assert not cooker.is_match({"encoding": "raw" if encoding != "raw" else "preencoded"})

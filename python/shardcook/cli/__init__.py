@@ -46,8 +46,9 @@ for panel, commands in PANELS:
 
 # Primus's command names, word for word: `primus-cli direct -- data diffusion-encoded ...` is
 # `shardcook data diffusion-encoded ...`, also `shardcook diffusion-encoded ...`.
-data = typer.Typer(name="data", no_args_is_help=True, help="Primus's command group: "
-                   "`data diffusion-encoded` is `encode`, `data diffusion-raw` is `raw`.")
+data = typer.Typer(name="data", no_args_is_help=True, help=command_help(
+    "Primus's command group: `data diffusion-encoded` is `encode`, `data diffusion-raw` is `raw`, "
+    "`data diffusion-ingest` is `ingest`.", "PRIMUS/"))
 groups: tuple[tuple[typer.Typer, str | None], ...] = ((app, "Primus's names"), (data, None))
 for group, alias_panel in groups:
     for alias, command in (("diffusion-encoded", encode), ("diffusion-raw", raw)):

@@ -186,7 +186,7 @@ def finalize(
     check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
     root = Path(directory)
     plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                      exclude=exclude, sqlite=sqlite, force=force)
+                      exclude=exclude, sqlite=sqlite, force=force, encoding=encoding)
     encoding = _encoding(root, plan.shards, encoding, sample_type, force)
     if encoding is not None and validate:
         _check_fits(root, plan.shards, encoding)

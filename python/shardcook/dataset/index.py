@@ -30,6 +30,7 @@ from shardcook.dataset.splits import (
 )
 from shardcook.dataset.undo import undone_on_failure
 from shardcook.errors import ConfigError, DatasetError
+from shardcook.layouts import by_encoding
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 from shardcook.paths import check_local_path
 
@@ -195,7 +196,7 @@ def _resolve(
     ratio = parse_ratio(split if split is not None else (1, 0, 0))
     record = metadata.FinalizeRecord(
         exclude=list(exclude),
-        encoding=encoding,
+        encoding=encoding if encoding is not None or previous is None else previous.encoding,
         split=None if split_parts else list(ratio),
         split_parts=dict(split_parts) if split_parts else None,
         shuffle_seed=shuffle_seed,
@@ -207,7 +208,8 @@ def _resolve(
 def _split(shards: list[str], request: _Request) -> Splits:
     if request.split_parts:
         splits = split_by_patterns(shards, request.split_parts)
-        check_parts(splits.parts)
+        layout = by_encoding(request.record.encoding) if request.record.encoding else None
+        check_parts(splits.parts, need_train=not (layout and layout.split_folders))
         return splits
     return split_by_ratio(shards, request.ratio, request.record.shuffle_seed)
 

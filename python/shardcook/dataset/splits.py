@@ -132,10 +132,11 @@ def split_by_patterns(shards: Sequence[str], patterns: Mapping[str, str]) -> Spl
     return splits
 
 
-def check_parts(parts: Mapping[str, Sequence[str]]) -> None:
-    """Refuses split parts without a train split, or with a shard in two splits: Energon loads
-    both, but training would find no data, or read a shard's samples in two splits."""
-    if "train" not in parts:
+def check_parts(parts: Mapping[str, Sequence[str]], *, need_train: bool = True) -> None:
+    """Refuses split parts without a train split (unless `need_train` is False: a layout whose
+    splits are folders of their own), or with a shard in two splits: Energon loads both, but
+    training would find no data, or read a shard's samples in two splits."""
+    if need_train and "train" not in parts:
         raise ConfigError(
             f"the split patterns name no train split (only {', '.join(parts)}), and training "
             "reads the train split; add one, e.g. train:'.*'"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.layouts import CHATML, PREENCODED, RAW
+from shardcook.layouts import CHATML, MLPERF, PREENCODED, RAW
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
 __all__ = ["check_fit", "fitting_task_encoder"]
@@ -22,6 +22,7 @@ __all__ = ["check_fit", "fitting_task_encoder"]
 #: The shardcook task encoder that reads each encoding.
 _FITS = {
     PREENCODED.encoding: "shardcook.energon.EncodedDiffusionTaskEncoder",
+    MLPERF.encoding: "shardcook.energon.EncodedDiffusionTaskEncoder",
     RAW.encoding: "shardcook.energon.RawDiffusionTaskEncoder",
     BRIDGE_FLUX.encoding: "shardcook.energon.BridgeFluxTaskEncoder",
 }
@@ -142,11 +143,13 @@ def check_fit(path: str | Path, split: str, task_encoder: Any, *, picked: bool =
             )
     if not getattr(task_encoder, "resample_latents", False):
         return
-    encoded = [d for d in datasets if d.subflavors.get("encoding") == PREENCODED.encoding]
+    encoded = [d for d in datasets
+               if d.subflavors.get("encoding") in (PREENCODED.encoding, MLPERF.encoding)]
     if not encoded:
         raise ConfigError(
             f"resample_latents=True resamples pre-encoded datasets, but {path} holds none; "
             "leave it False."
         )
-    for dataset in encoded:
-        _check_posterior(dataset, task_encoder)
+    for dataset in encoded:  # MLPerf samples always hold their posterior, with FLUX's factors
+        if dataset.subflavors.get("encoding") == PREENCODED.encoding:
+            _check_posterior(dataset, task_encoder)

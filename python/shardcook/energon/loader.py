@@ -60,8 +60,8 @@ def task_encoder_for(
 ) -> Any:
     """Picks the task encoder for a dataset from its `encoding` subflavor.
 
-    `preencoded` and `preencoded_numpy` (MLPerf Flux.1) give `EncodedDiffusionTaskEncoder`, `raw` gives `RawDiffusionTaskEncoder`, and a
-    metadataset YAML gives `DiffusionTaskEncoder`, which dispatches per dataset.
+    `preencoded` and `preencoded_numpy` (MLPerf Flux.1) give `EncodedDiffusionTaskEncoder`, `raw`
+    gives `RawDiffusionTaskEncoder`, and a metadataset YAML gives `DiffusionTaskEncoder`, which dispatches per dataset.
 
     Args:
         path: A dataset folder or a metadataset `.yaml`.
@@ -85,7 +85,7 @@ def task_encoder_for(
     from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 
     encoding = dataset_encoding(path)
-    if resample_latents and encoding not in (None, ENCODING_PREENCODED):
+    if resample_latents and encoding not in (None, ENCODING_PREENCODED, ENCODING_PREENCODED_NUMPY):
         raise ConfigError(
             f"resample_latents=True resamples pre-encoded datasets, but {path} has encoding "
             f"{encoding!r}; leave it False."

@@ -133,7 +133,8 @@ class DiffusionBatch(_FieldMapping, Batch):
 
     Its keys are the tensors: `latents`, `prompt_embeds`, `pooled_prompt_embeds`, and `mean` and
     `logvar` when the samples carry them and the task encoder did not already draw `latents`
-    from them. `batch["latents"]` is `batch.latents`; `captions` and `sizes` are attributes only.
+    from them, and `timestep` on an MLPerf validation batch. `batch["latents"]` is
+    `batch.latents`; `captions` and `sizes` are attributes only.
 
     Attributes:
         latents: `[B, C, H/8, W/8]` (freshly drawn from mean and logvar when the task encoder
@@ -149,7 +150,8 @@ class DiffusionBatch(_FieldMapping, Batch):
 
     _KEYS: ClassVar[dict[str, str]] = {
         name: name
-        for name in ("latents", "prompt_embeds", "pooled_prompt_embeds", "mean", "logvar")
+        for name in ("latents", "prompt_embeds", "pooled_prompt_embeds", "mean", "logvar",
+                     "timestep")
     }
 
     latents: torch.Tensor

@@ -34,6 +34,8 @@ class Layout:
         split_checker: `module:function` of a check across the samples of each split, for
             `validate --deep` (shapes that agree, a field all or none carry), or None: called
             as `split_checker(root, split, shards)`, it returns one sentence per problem.
+        split_folders: Each split is a dataset folder of its own (MLPerf's `OUTPUT_DIR/val`), so
+            a folder holding only a val or test split is whole; other layouts need a train split.
     """
 
     name: str
@@ -45,6 +47,7 @@ class Layout:
     cooker: str | None = None
     checker: str | None = None
     split_checker: str | None = None
+    split_folders: bool = False
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

@@ -33,4 +33,5 @@ MLPERF = Layout(
     cooker="shardcook.energon.mlperf:cook_preencoded_numpy_diffusion",
     checker="shardcook.dataset.npyparts:check_mlperf",
     split_checker="shardcook.dataset.npyparts:check_mlperf_split",
+    split_folders=True,
 )

@@ -131,7 +131,7 @@ class ChatmlSource:
 
     def _hf_table(self, table: str, split: str, max_samples: int | None) -> None:
         """One split, its media columns left undecoded, checked to have what chatml needs."""
-        from shardcook.encoders.auth import resolve_token
+        from shardcook.hftoken import resolve_token
         from shardcook.sources.huggingface import load, undecoded
 
         s = self.cfg.source

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.auth import redact
 from shardcook.errors import ConfigError
+from shardcook.hftoken import redact
 from shardcook.sources.base import (
     MISSING_CAPTION,
     MISSING_IMAGE,

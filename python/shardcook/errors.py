@@ -18,6 +18,22 @@ ImageErrorKind = Literal[
     "encode_error",  # the pixels cannot be resized or encoded
     "internal",  # a bug in the core
 ]
+#: Why an input was skipped: `reason` in report.json's `skipped` and the keys of its
+#: `skipped_by_reason` (docs/FORMAT.md, report.json).
+SkipReason = Literal[
+    # decided by the source
+    "missing_image", "missing_caption", "caption_not_utf8", "duplicate_image",
+    "duplicate_caption", "bad_index_row", "image_outside_folder",
+    # chatml's records
+    "bad_json", "bad_conversation", "image_count_mismatch", "media_count_mismatch",
+    # reading the input and the image core (an `ImageErrorKind` other than these is a decode error)
+    "unreadable_image", "decode_error", "too_large", "too_small", "encode_error",
+    # chatml's video and audio
+    "video_count", "video_decode_error", "too_few_frames", "not_mp4",
+    "audio_count", "audio_decode_error", "empty_audio", "audio_format",
+    # no processor said why (a bug)
+    "unknown",
+]
 #: Every value of `ShardcookError.kind`.
 ErrorKind = Literal[
     "error", "io", "shard", "invalid_name", "duplicate_key", "dataset", "config", "sqlite",

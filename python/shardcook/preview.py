@@ -110,9 +110,9 @@ class _Decoder:
         from shardcook.pipeline.encode import quiet_model_libraries
 
         quiet_model_libraries()
-        from shardcook.encoders.auth import resolve_token
         from shardcook.encoders.flux import latent_factors
         from shardcook.encoders.loading import load_encoder, resolve_sources
+        from shardcook.hftoken import resolve_token
 
         src = resolve_sources(model_path)["vae"]
         token, _ = resolve_token(token_file)
@@ -191,7 +191,7 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
 
     from PIL import Image, ImageDraw
 
-    from shardcook.encoders.auth import read_token_file
+    from shardcook.hftoken import read_token_file
 
     root = dataset_folder(directory)
     if out is not None:

@@ -14,7 +14,7 @@ from tests.helpers.chatml import media_of, read_all, turns_of
 def test_chatml_demo_writes_a_valid_video_dataset(tmp_path, monkeypatch):
     from shardcook import validate
     from shardcook.demo import COLOURS, make_images
-    from shardcook.demo_chatml import CLIP_SIZE, run_chatml_demo
+    from shardcook.demo.chatml import CLIP_SIZE, run_chatml_demo
     from shardcook.layouts.chatml import load_videos
 
     # a relative output folder, as `shardcook demo --output-dir demo` gives: the JSONL's media

@@ -135,7 +135,7 @@ def test_token_never_written_or_printed(tiny_flux, tmp_path):
 
 def test_token_order(tmp_path, monkeypatch):
     import huggingface_hub.constants as hc
-    from shardcook.encoders.auth import resolve_token
+    from shardcook.hftoken import resolve_token
 
     saved = tmp_path / "saved_token"
     saved.write_text("hf_saved")

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import pytest
 import torch
@@ -158,6 +159,15 @@ def test_old_loader_state_checkpoints_still_restore(data, tmp_path, restore_with
     with (_build(data[0]) as other,
           pytest.raises(LoaderStateError, match="saved on data split 'train' \\(index 0+\\)")):
         _restore_paths(other)[restore_with](foreign)
+
+
+def test_old_loader_state_keeps_the_name_old_checkpoints_hold(tmp_path):
+    # checkpoints written before the class moved to energon/state.py name it in wrapper.py
+    torch.save({"dataloader": LoaderState(None, "ds", 0)}, tmp_path / "c.pt")
+    with zipfile.ZipFile(tmp_path / "c.pt") as z:
+        pickled = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    assert b"shardcook.energon.wrapper\nLoaderState\n" in pickled
+    assert torch.load(tmp_path / "c.pt")["dataloader"] == LoaderState(None, "ds", 0)
 
 
 def test_a_dataset_id_that_is_no_identity_is_refused_at_once():

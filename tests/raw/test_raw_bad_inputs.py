@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pytest
 import yaml
+from shardcook.errors import SkipReason
 
 from tests.helpers.raw import encode, energon_read, generated, photo, report, run_cli
+
+
+def test_format_md_lists_every_skip_reason_and_no_other():
+    # report.json is on-disk output: its vocabulary is the documented one
+    text = (Path(__file__).resolve().parents[2] / "docs" / "FORMAT.md").read_text(encoding="utf-8")
+    table = text.split("| reason | the input was skipped because |", 1)[1].split("\n- ", 1)[0]
+    documented = re.findall(r"^  \| `(\w+)` \|", table, flags=re.MULTILINE)
+    assert documented == list(get_args(SkipReason))
 
 
 def _bad_folder(root):
@@ -69,6 +81,7 @@ def test_bad_inputs_are_skipped_with_reasons(tmp_path):
     assert rep["skipped_by_reason"] == {"caption_not_utf8": 1, "decode_error": 2,
                                         "duplicate_caption": 1, "duplicate_image": 1,
                                         "missing_caption": 1, "too_large": 1, "too_small": 1}
+    assert {s["reason"] for s in rep["skipped"]} <= set(get_args(SkipReason))
     # the summary counts them too
     for line in ("inputs:  11", "written: 5 samples", "skipped: 6 inputs, 2 extra files ignored",
                  "decode_error: 2", "too_large: 1", "empty captions (kept): 1"):

@@ -31,7 +31,7 @@ from shardcook.paths import check_local_path
 def check_auth(cfg: RunConfig) -> None:
     """Reads the token file now (and forgets the token), so a missing or loose file stops the
     run before any work."""
-    from shardcook.encoders.auth import read_token_file
+    from shardcook.hftoken import read_token_file
 
     if cfg.auth.hf_token_file:
         read_token_file(cfg.auth.hf_token_file)

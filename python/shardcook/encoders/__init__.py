@@ -1,2 +1,3 @@
-"""FLUX encoders for `shardcook encode`: where they come from and the token (`loading`, `auth`),
-batched encoding (`flux.FluxEncoders`), and tiny random-weight demo/test encoders (`tiny`)."""
+"""FLUX encoders for `shardcook encode`: where they come from (`loading`; the token is
+`shardcook.hftoken`'s), batched encoding (`flux.FluxEncoders`), and tiny random-weight demo/test
+encoders (`tiny`)."""

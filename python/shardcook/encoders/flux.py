@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.auth import resolve_token
 from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources
 from shardcook.errors import ConfigError
+from shardcook.hftoken import resolve_token
 
 if TYPE_CHECKING:
     import numpy as np

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.auth import TOKEN_WAYS, redact
 from shardcook.errors import ConfigError
+from shardcook.hftoken import TOKEN_WAYS, redact
 
 if TYPE_CHECKING:
     import torch

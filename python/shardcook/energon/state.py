@@ -29,6 +29,7 @@ from shardcook.layouts.names import INFO_JSON, META_DIR, SPLIT_YAML
 __all__ = [
     "CheckedSavableDataLoader",
     "DatasetIdentity",
+    "LoaderState",
     "allow_weights_only_load",
     "checked_energon_state",
     "dataset_identity",
@@ -62,6 +63,27 @@ class DatasetIdentity:
 
     def as_tag(self) -> dict[str, str]:
         return {"name": self.name, "split": self.split, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """What older shardcook's `save_state()` returned; `restore_state()` still reads it from old
+    checkpoints. `save_state()` now returns Energon's own state.
+
+    Attributes:
+        energon: `save_state_rank()` of the Energon loader.
+        dataset_id: The dataset and split the state was saved on (None when not known).
+        num_workers: The loader's worker processes per rank.
+    """
+
+    energon: Any
+    dataset_id: str | None
+    num_workers: int
+
+
+# Old checkpoints name the class where it was first defined: pickle and the weights-only
+# allowlist look it up by that name (`shardcook.energon.wrapper` still exports it).
+LoaderState.__module__ = "shardcook.energon.wrapper"
 
 
 def _folder_digest(root: Path, digest: Any) -> None:
@@ -181,8 +203,6 @@ def checked_energon_state(
         LoaderStateError: `state` is no loader state, or was saved on another dataset or split or
             with another `num_workers`.
     """
-    from shardcook.energon.wrapper import LoaderState
-
     energon_state, legacy = state, None
     if isinstance(state, LoaderState):
         energon_state, legacy = state.energon, state.dataset_id
@@ -285,4 +305,4 @@ def allow_weights_only_load(*extra: type) -> None:
 
 # A checkpoint is often loaded before any loader exists (Energon's guide, Megatron's providers
 # that restore the bare Energon loader), so importing shardcook.energon is enough.
-allow_weights_only_load()
+allow_weights_only_load(LoaderState)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
@@ -16,6 +15,7 @@ from typing_extensions import Self
 from shardcook.energon.errors import EmptyLoaderError, LoaderStateError, NotCheckpointableError
 from shardcook.energon.state import (
     DatasetIdentity,
+    LoaderState,
     allow_weights_only_load,
     checked_energon_state,
     tag_state,
@@ -24,25 +24,6 @@ from shardcook.energon.state import (
 __all__ = ["EnergonDataloader", "LoaderState", "MegatronDataloaderWrapper"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoaderState:
-    """What older shardcook's `save_state()` returned; `restore_state()` still reads it from old
-    checkpoints. `save_state()` now returns Energon's own state.
-
-    Attributes:
-        energon: `save_state_rank()` of the Energon loader.
-        dataset_id: The dataset and split the state was saved on (None when not known).
-        num_workers: The loader's worker processes per rank.
-    """
-
-    energon: Any
-    dataset_id: str | None
-    num_workers: int
-
-
-allow_weights_only_load(LoaderState)
 
 
 def _check_loader(loader: object) -> None:

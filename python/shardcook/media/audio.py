@@ -8,9 +8,6 @@ from dataclasses import dataclass
 
 from shardcook.media import MediaError
 
-AUDIO_DECODE_ERROR = "audio_decode_error"
-EMPTY_AUDIO = "empty_audio"
-AUDIO_FORMAT = "audio_format"
 #: soundfile's format names and the extension each is stored under.
 EXTENSIONS = {"WAV": "wav", "WAVEX": "wav", "FLAC": "flac", "MP3": "mp3"}
 
@@ -44,10 +41,10 @@ def probe(data: bytes) -> AudioInfo:
     try:
         info = soundfile.info(io.BytesIO(data))
     except (RuntimeError, soundfile.LibsndfileError, TypeError) as e:
-        raise MediaError(AUDIO_DECODE_ERROR, f"not a readable audio file ({e})") from None
+        raise MediaError("audio_decode_error", f"not a readable audio file ({e})") from None
     extension = EXTENSIONS.get(info.format)
     if extension is None:
-        raise MediaError(AUDIO_FORMAT, f"the audio is {info.format}, not wav, flac or mp3")
+        raise MediaError("audio_format", f"the audio is {info.format}, not wav, flac or mp3")
     if info.frames <= 0 or info.samplerate <= 0:
-        raise MediaError(EMPTY_AUDIO, "the audio file holds no samples")
+        raise MediaError("empty_audio", "the audio file holds no samples")
     return AudioInfo(extension, int(info.samplerate), int(info.frames))

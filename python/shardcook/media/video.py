@@ -19,10 +19,6 @@ import numpy as np
 
 from shardcook.media import MediaError
 
-VIDEO_DECODE_ERROR = "video_decode_error"
-TOO_FEW_FRAMES = "too_few_frames"
-NOT_MP4 = "not_mp4"
-
 
 @dataclass(frozen=True)
 class Clip:
@@ -52,10 +48,10 @@ def _open(data: bytes) -> Any:  # an av container (PyAV's types are loose)
     try:
         container = av.open(io.BytesIO(data), mode="r")
     except (av.error.FFmpegError, ValueError, OSError) as e:
-        raise MediaError(VIDEO_DECODE_ERROR, f"not a readable video ({e})") from None
+        raise MediaError("video_decode_error", f"not a readable video ({e})") from None
     if not container.streams.video:
         container.close()
-        raise MediaError(VIDEO_DECODE_ERROR, "the file holds no video stream")
+        raise MediaError("video_decode_error", "the file holds no video stream")
     return container
 
 
@@ -74,11 +70,11 @@ def probe(data: bytes) -> Clip:
         clip = Clip(pts, float(stream.time_base), container.format.name,
                     stream.codec_context.height, stream.codec_context.width)
     except av.error.FFmpegError as e:
-        raise MediaError(VIDEO_DECODE_ERROR, f"the video cannot be read ({e})") from None
+        raise MediaError("video_decode_error", f"the video cannot be read ({e})") from None
     finally:
         container.close()
     if not pts:
-        raise MediaError(VIDEO_DECODE_ERROR, "the video holds no frames")
+        raise MediaError("video_decode_error", "the video holds no frames")
     return clip
 
 
@@ -100,7 +96,7 @@ def select(clip: Clip, fps: float, max_frames: int) -> list[int]:
             i += 1
         if i == n:
             raise MediaError(
-                TOO_FEW_FRAMES,
+                "too_few_frames",
                 f"{n} frame(s) over {clip.duration:.3f} s give {len(picked)} of the {wanted} "
                 f"frames --video-fps {fps:g} asks for")
         picked.append(i)
@@ -140,17 +136,17 @@ def decode(data: bytes, clip: Clip, indices: list[int]) -> list[np.ndarray]:
             if frame.pts is not None and frame.pts >= last and all(f is not None for f in frames):
                 break
     except av.error.FFmpegError as e:
-        raise MediaError(VIDEO_DECODE_ERROR, f"the video cannot be decoded ({e})") from None
+        raise MediaError("video_decode_error", f"the video cannot be decoded ({e})") from None
     finally:
         container.close()
     missing = sum(f is None for f in frames)
     if missing:
-        raise MediaError(VIDEO_DECODE_ERROR, f"{missing} selected frame(s) did not decode")
+        raise MediaError("video_decode_error", f"{missing} selected frame(s) did not decode")
     return [f for f in frames if f is not None]
 
 
 def require_mp4(clip: Clip) -> None:
     """Raises MediaError unless the clip's container is MP4 (stored as `video.mp4` unchanged)."""
     if "mp4" not in clip.container.split(","):
-        raise MediaError(NOT_MP4, f"the video is {clip.container}, not MP4; "
+        raise MediaError("not_mp4", f"the video is {clip.container}, not MP4; "
                                   "--video-layout mp4 stores MP4 files only")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,39 @@ from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.chat import SPLITS, ChatmlSource
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SplitUnit(WorkUnit):
+    """A work unit of one split: planned inputs start <= v < stop, written to shard `number`."""
+
+    split: str = "train"
+    shard: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.split}-shard-"
+
+    @property
+    def number(self) -> int:
+        return self.shard
+
+
+def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[SplitUnit]:
+    """Each split's planned inputs (train, then val, then test, as the source orders them) in
+    consecutive units of `shard_size`: unit j of a split becomes `<split>-shard-{j:06d}.tar`
+    (Megatron-Bridge's names); units are numbered across the splits for distribution and resume
+    markers."""
+    units: list[SplitUnit] = []
+    start = 0
+    for split in SPLITS:
+        size = split_sizes.get(split, 0)
+        for j, a in enumerate(range(0, size, shard_size)):
+            units.append(SplitUnit(len(units), start + a, start + min(a + shard_size, size),
+                                   split=split, shard=j))
+        start += size
+    return units
+
 
 def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -> list[str]:
     """`finalize` with split parts train/val by shard name and Megatron-Bridge's dataset.yaml;
@@ -67,7 +101,7 @@ class ChatmlJob:
 
     def units(self, source: object) -> list[WorkUnit]:
         assert self.found is not None and source is self.found
-        return list(self.found.units(self.shard_size))
+        return list(plan_split_units(self.found.split_sizes, self.shard_size))
 
     def finish(self, out: Path, report: dict[str, Any]) -> None:
         assert self.found is not None

@@ -21,14 +21,12 @@ from typing import Any
 import numpy as np
 from shardcook import imaging
 from shardcook.config import ChatmlConfig, RunConfig
+from shardcook.errors import SkipReason
 from shardcook.layouts import chatml as layout
 from shardcook.media import MediaError, audio, video
-from shardcook.pipeline.raw import DECODE_ERROR, ENCODE_ERROR, classify_error
+from shardcook.pipeline.raw import classify_error
 from shardcook.pipeline.run import Loaded, Outcome, Processor, split_skipped
 from shardcook.sources.chat import ChatItem
-
-VIDEO_COUNT = "video_count"
-AUDIO_COUNT = "audio_count"
 
 
 def bounded_size(height: int, width: int, max_pixels: int | None) -> tuple[int, int]:
@@ -72,7 +70,7 @@ def bmp(rgb: np.ndarray) -> bytes:
 class Skip(Exception):
     """One sample cannot be used: `reason` for report.json, the message as the detail."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: SkipReason, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
 
@@ -149,7 +147,7 @@ class ChatmlProcessor(Processor):
         try:
             h, w = bounded_size(*_probe(data), self.opts.max_pixels)
         except Exception as e:  # noqa: BLE001 - an unreadable header skips this sample
-            raise Skip(DECODE_ERROR, f"unreadable image header ({e})") from None
+            raise Skip("decode_error", f"unreadable image header ({e})") from None
         for _ in range(2):
             (r,) = imaging.preprocess([data], mode="bucket", buckets=[(w, h)],
                                       max_pixels=self.image.max_pixels, workers=1)
@@ -171,14 +169,14 @@ class ChatmlProcessor(Processor):
         try:
             return imaging.encode_image(pixels, format=fmt, quality=self.image.image_quality)
         except Exception as e:  # noqa: BLE001 - any encode failure skips just this sample
-            raise Skip(ENCODE_ERROR, f"encode: {e}") from None
+            raise Skip("encode_error", f"encode: {e}") from None
 
     # ---- videos ------------------------------------------------------------------------
     def _videos(self, videos: list[bytes], built: Built) -> None:
         if self.video_layout is None:
             return
         if self.video_layout == "mp4" and len(videos) != 1:
-            raise Skip(VIDEO_COUNT, f"--video-layout mp4 stores one video per sample; this one "
+            raise Skip("video_count", f"--video-layout mp4 stores one video per sample; this one "
                                     f"has {len(videos)}")
         records: list[dict[str, Any]] = []
         stored: list[list[bytes]] = []
@@ -228,7 +226,7 @@ class ChatmlProcessor(Processor):
         if self.audio_extension is None:
             return
         if len(clips) != 1:
-            raise Skip(AUDIO_COUNT, f"a sample of this dataset holds one audio file (field_map "
+            raise Skip("audio_count", f"a sample of this dataset holds one audio file (field_map "
                                     f"audio: {layout.audio_part(self.audio_extension)}); this "
                                     f"one has {len(clips)}")
         try:
@@ -236,7 +234,7 @@ class ChatmlProcessor(Processor):
         except MediaError as e:
             raise Skip(e.reason, f"audio 0: {e}") from None
         if info.extension != self.audio_extension:
-            raise Skip(audio.AUDIO_FORMAT, f"audio 0 is {info.extension}; this dataset stores "
+            raise Skip("audio_format", f"audio 0 is {info.extension}; this dataset stores "
                                            f"{self.audio_extension} (its first audio file's)")
         built.record["audio"] = [info.record()]
         built.totals.update(audio=1)

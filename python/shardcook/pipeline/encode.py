@@ -164,9 +164,9 @@ def pick_device(requested: str | None) -> str:
 
 def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
     """The manifest's encoder facts (docs/FORMAT.md §6); reads only the VAE config. No token."""
-    from shardcook.encoders.auth import resolve_token
     from shardcook.encoders.flux import latent_factors
     from shardcook.encoders.loading import resolve_sources, vae_config
+    from shardcook.hftoken import resolve_token
 
     m = cfg.model
     sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)

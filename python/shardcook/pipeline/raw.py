@@ -12,23 +12,18 @@ from typing import cast
 import numpy as np
 from shardcook import imaging  # the Rust image core
 from shardcook.config import ImageConfig, RunConfig
-from shardcook.errors import ConfigError, ImageError, ImageErrorKind
+from shardcook.errors import ConfigError, ImageError, ImageErrorKind, SkipReason
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
 
-DECODE_ERROR = "decode_error"
-TOO_LARGE = "too_large"
-TOO_SMALL = "too_small"
-ENCODE_ERROR = "encode_error"
 
-
-def classify_error(kind: ImageErrorKind | None) -> str:
+def classify_error(kind: ImageErrorKind | None) -> SkipReason:
     """The skip reason for an image-core `error_kind`: the size verdicts keep their names (e.g.
     `too_small` for `variable` mode and an image under 16 px); any other failure is a decode
     error."""
-    if kind == TOO_LARGE or kind == TOO_SMALL:
+    if kind == "too_large" or kind == "too_small":
         return kind
-    return DECODE_ERROR
+    return "decode_error"
 
 
 def meta_json(source: str, orig_size: tuple[int, int], crop: tuple[int, int],
@@ -69,7 +64,7 @@ def decode_images(
             message = r.error or "no pixels"
             skips[n] = Outcome(item, skip=classify_error(r.error_kind), detail=message)
         elif min(r.orig_size) < image.min_size:
-            skips[n] = Outcome(item, skip=TOO_SMALL,
+            skips[n] = Outcome(item, skip="too_small",
                                detail=f"short side {min(r.orig_size)} < --min-size {image.min_size}")
         else:
             good.append((n, r))
@@ -120,7 +115,7 @@ class RawProcessor(Processor):
         for (n, r), data in zip(keep, encoded):
             item = batch[n].item
             if isinstance(data, str):
-                outcomes[n] = Outcome(item, skip=ENCODE_ERROR, detail=data)
+                outcomes[n] = Outcome(item, skip="encode_error", detail=data)
                 continue
             parts = [
                 (i.image_format, data),

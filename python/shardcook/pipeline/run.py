@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Final
 
 from shardcook._native import ShardWriter
+from shardcook.errors import SkipReason
 from shardcook.imaging import ImageResult
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.progress import read_marker, write_marker
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source
-
-UNREADABLE_IMAGE = "unreadable_image"
 
 
 @dataclass
@@ -38,7 +37,7 @@ class Loaded:
 
     item: Item
     image: bytes | None = None
-    skip: str | None = None
+    skip: SkipReason | None = None
     detail: str | None = None
     media: dict[str, list[bytes]] | None = None
     #: The decoded and resized image, when the processor's `prepare` did that (encode).
@@ -51,7 +50,7 @@ class Outcome:
 
     item: Item
     parts: list[tuple[str, bytes]] | None = None
-    skip: str | None = None
+    skip: SkipReason | None = None
     detail: str | None = None
     #: Counts summed over the unit into its record's `media_totals` (chatml's media budgets).
     totals: dict[str, int] | None = None
@@ -119,10 +118,10 @@ def load(item: Item) -> Loaded:
         media = item.read_media()
         return Loaded(item, item.image_bytes() if media is None else None, media=media)
     except OSError as e:
-        return Loaded(item, skip=UNREADABLE_IMAGE, detail=e.strerror or str(e))
+        return Loaded(item, skip="unreadable_image", detail=e.strerror or str(e))
 
 
-def skip_record(key: str | None, source: str, reason: str, detail: str | None = None,
+def skip_record(key: str | None, source: str, reason: SkipReason, detail: str | None = None,
                 **extra: object) -> JsonObject:
     rec: JsonObject = {"key": key, "source": source, "reason": reason}
     if detail:

@@ -37,7 +37,7 @@ def open_source(cfg: RunConfig) -> Source:
             return CaptionIndexSource(input_dir, index, s.max_samples, f.caption_column)
         return DirectorySource(input_dir, s.max_samples)
     if s.source_type == "huggingface":
-        from shardcook.encoders.auth import resolve_token
+        from shardcook.hftoken import resolve_token
         from shardcook.sources.huggingface import HuggingFaceSource
 
         token, _ = resolve_token(cfg.auth.hf_token_file)

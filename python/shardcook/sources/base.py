@@ -9,12 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# Skip reasons a source itself can decide (the image stage adds its own).
-MISSING_CAPTION = "missing_caption"
-CAPTION_NOT_UTF8 = "caption_not_utf8"
-MISSING_IMAGE = "missing_image"
-DUPLICATE_IMAGE = "duplicate_image"
-DUPLICATE_CAPTION = "duplicate_caption"
+from shardcook.errors import SkipReason
 
 
 @dataclass(frozen=True)
@@ -22,7 +17,7 @@ class Extra:
     """An input file that was found but not used (e.g. a second image for one stem)."""
 
     source: str
-    reason: str
+    reason: SkipReason
     used: str
 
 
@@ -46,7 +41,7 @@ class Item:
     image: bytes | None = None
     image_path: str | None = None
     caption: str | None = None
-    skip: str | None = None
+    skip: SkipReason | None = None
     extras: tuple[Extra, ...] = field(default_factory=tuple)
     skip_detail: str | None = None
 
@@ -121,12 +116,12 @@ class Source(Protocol):
         """A JSON-safe description for manifest.json."""
 
 
-def decode_caption(raw: bytes) -> tuple[str | None, str | None]:
+def decode_caption(raw: bytes) -> tuple[str | None, SkipReason | None]:
     """UTF-8 caption bytes -> (caption, None), or (None, skip reason) if they are not UTF-8."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return None, CAPTION_NOT_UTF8
+        return None, "caption_not_utf8"
     return clean_caption(text), None
 
 

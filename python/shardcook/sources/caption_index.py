@@ -14,17 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardcook.errors import ConfigError
-from shardcook.sources.base import MISSING_CAPTION, MISSING_IMAGE, Item, clean_caption
+from shardcook.errors import ConfigError, SkipReason
+from shardcook.sources.base import Item, clean_caption
 
 #: Index files looked for in an input folder, first found wins.
 INDEX_FILES = ("meta.json", "metadata.jsonl", "metadata.csv")
 FILE_NAME = "file_name"
 #: Caption columns looked for when --caption-column is not given (Bridge's, then Hugging Face's).
 CAPTION_COLUMNS = ("caption", "text")
-# Skip reasons of index rows.
-BAD_INDEX_ROW = "bad_index_row"
-IMAGE_OUTSIDE_FOLDER = "image_outside_folder"
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,7 @@ class IndexRow:
 
     file_name: str | None
     caption: str | None
-    problem: str | None = None
+    problem: SkipReason | None = None
 
 
 def find_index(folder: str | os.PathLike[str]) -> Path | None:
@@ -76,10 +73,10 @@ def _caption_column(columns: set[str], wanted: str | None, path: Path) -> str:
 
 def _row(obj: Any, caption_column: str) -> IndexRow:
     if not isinstance(obj, dict):
-        return IndexRow(None, None, BAD_INDEX_ROW)
+        return IndexRow(None, None, "bad_index_row")
     name, caption = obj.get(FILE_NAME), obj.get(caption_column)
     if not isinstance(name, str) or not name:
-        return IndexRow(None, None, BAD_INDEX_ROW)
+        return IndexRow(None, None, "bad_index_row")
     return IndexRow(name, None if caption is None else clean_caption(str(caption)))
 
 
@@ -132,17 +129,17 @@ class CaptionIndexSource:
     def _item(self, index: int) -> Item:
         row = self._rows[index]
         if row.file_name is None:
-            return Item(index, f"{self.index}:{index + 1}", skip=row.problem or BAD_INDEX_ROW)
+            return Item(index, f"{self.index}:{index + 1}", skip=row.problem or "bad_index_row")
         path = Path(os.path.normpath(self.root / row.file_name))
         source = str(path)
         # where the name really leads: `..` or a symlink inside the folder may point out of it
         if not Path(os.path.realpath(path)).is_relative_to(self._real_root):
-            return Item(index, source, skip=IMAGE_OUTSIDE_FOLDER)
+            return Item(index, source, skip="image_outside_folder")
         try:
             is_file = path.is_file()
         except OSError as e:  # a name too long for the file system, a folder it may not read
-            return Item(index, source, skip=MISSING_IMAGE, skip_detail=e.strerror)
+            return Item(index, source, skip="missing_image", skip_detail=e.strerror)
         if not is_file:
-            return Item(index, source, skip=MISSING_IMAGE)
+            return Item(index, source, skip="missing_image")
         return Item(index, source, image_path=source, caption=row.caption,
-                    skip=MISSING_CAPTION if row.caption is None else None)
+                    skip="missing_caption" if row.caption is None else None)

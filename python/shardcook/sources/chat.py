@@ -5,11 +5,9 @@ Inputs are put in their file/row order; each goes to `val` when a stable hash of
 `--val-fraction`, to `test` when it is below `--val-fraction + --test-fraction`, else to `train`
 (or: `--train-rows N --val-rows M --test-rows K` take the first N inputs for train, the next M
 for val and the next K for test; `--hf-val-split` takes val from another split of the dataset,
-test then follows the train rows). Each split's inputs are cut into work units of `shard_size`;
-unit j of a split becomes `<split>-shard-{j:06d}.tar` (Megatron-Bridge's names) and its inputs
-get keys `<split>-{n:06d}` (n = position among that split's inputs, so a skipped input leaves a
-gap and keys never depend on what other ranks skip). Units are numbered across the splits
-(train, val, test) for distribution and resume markers.
+test then follows the train rows). Inputs get keys `<split>-{n:06d}` (n = position among that
+split's inputs, so a skipped input leaves a gap and keys never depend on what other ranks skip).
+The job (`pipeline/chatml.py`) cuts each split's inputs into work units.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from typing import Any
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.conversations import MEDIA_KINDS
 from shardcook.errors import ConfigError
-from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.base import Item, read_regular_file
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
 
@@ -47,22 +44,6 @@ def split_of(sample_id: str, val_fraction: float, test_fraction: float = 0.0) ->
 
 def sample_key(split: str, n: int) -> str:
     return f"{split}-{n:06d}"
-
-
-@dataclass(frozen=True)
-class SplitUnit(WorkUnit):
-    """A work unit of one split: planned inputs start <= v < stop, written to shard `number`."""
-
-    split: str = "train"
-    shard: int = 0
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.split}-shard-"
-
-    @property
-    def number(self) -> int:
-        return self.shard
 
 
 @dataclass
@@ -156,7 +137,7 @@ class ChatmlSource:
 
     def _hf_table(self, table: str, split: str, max_samples: int | None) -> None:
         """One split, its media columns left undecoded, checked to have what chatml needs."""
-        from shardcook.encoders.auth import resolve_token
+        from shardcook.hftoken import resolve_token
         from shardcook.sources.huggingface import load, undecoded
 
         s = self.cfg.source
@@ -349,18 +330,6 @@ class ChatmlSource:
         return field_map(self.images, self.cfg.image.image_format, self.video_layout,
                          self.audio_extension, self.opts.video_frames_part)
 
-    def units(self, shard_size: int) -> list[SplitUnit]:
-        """Each split's planned inputs in consecutive units; numbered train, val, then test."""
-        units: list[SplitUnit] = []
-        start = 0
-        for split in SPLITS:
-            size = self.split_sizes.get(split, 0)
-            for j, a in enumerate(range(0, size, shard_size)):
-                units.append(SplitUnit(len(units), start + a, start + min(a + shard_size, size),
-                                       split=split, shard=j))
-            start += size
-        return units
-
     def items(self, start: int, stop: int) -> Iterator[ChatItem]:
         """The items at planned positions start <= v < stop."""
         stop = min(stop, len(self.planned))
@@ -381,4 +350,4 @@ class ChatmlSource:
 
 
 
-__all__ = ["ChatItem", "ChatmlSource", "SplitUnit", "split_of"]
+__all__ = ["ChatItem", "ChatmlSource", "split_of"]

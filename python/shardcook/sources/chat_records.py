@@ -25,12 +25,7 @@ from shardcook.conversations import (
     normalize,
     question_answer,
 )
-from shardcook.sources.base import MISSING_IMAGE
-
-BAD_JSON = "bad_json"
-BAD_CONVERSATION = "bad_conversation"
-IMAGE_COUNT_MISMATCH = "image_count_mismatch"
-MEDIA_COUNT_MISMATCH = "media_count_mismatch"
+from shardcook.errors import SkipReason
 
 #: A medium: bytes, or a path to read them from.
 MediaRef = bytes | str
@@ -46,7 +41,7 @@ class ChatRecord:
     source: str
     media: dict[str, list[MediaRef]] = field(default_factory=dict)
     turns: list[dict[str, Any]] | None = None
-    skip: str | None = None
+    skip: SkipReason | None = None
     detail: str | None = None
 
 
@@ -87,7 +82,7 @@ def build(rid: str, source: str, obj: Mapping[str, Any], media: Mapping[str, Any
         try:
             rec.media[kind] = [media_ref(e, base) for e in entries]
         except ValueError as e:
-            rec.skip, rec.detail = MISSING_IMAGE, str(e)
+            rec.skip, rec.detail = "missing_image", str(e)
             return rec
     counts = {kind: len(refs) for kind, refs in rec.media.items()}
     try:
@@ -98,7 +93,7 @@ def build(rid: str, source: str, obj: Mapping[str, Any], media: Mapping[str, Any
         else:
             rec.turns = normalize(find_conversation(dict(obj), opts.conversation_column))
     except ConversationError as e:
-        rec.skip, rec.detail = BAD_CONVERSATION, str(e)
+        rec.skip, rec.detail = "bad_conversation", str(e)
         return rec
     mismatch = media_mismatch(rec.turns, counts)
     if mismatch is not None:
@@ -106,7 +101,9 @@ def build(rid: str, source: str, obj: Mapping[str, Any], media: Mapping[str, Any
     return rec
 
 
-def media_mismatch(turns: list[dict[str, Any]], counts: dict[str, int]) -> tuple[str, str] | None:
+def media_mismatch(
+    turns: list[dict[str, Any]], counts: dict[str, int]
+) -> tuple[SkipReason, str] | None:
     """(skip reason, detail) when the conversation's media parts do not match the media given:
     images and videos must match one to one; audio parts, when a model's conversations have
     them, too."""
@@ -115,7 +112,7 @@ def media_mismatch(turns: list[dict[str, Any]], counts: dict[str, int]) -> tuple
         if kind == "audio" and parts[kind] == 0:
             continue
         if parts[kind] != counts[kind]:
-            reason = IMAGE_COUNT_MISMATCH if kind == "image" else MEDIA_COUNT_MISMATCH
+            reason: SkipReason = "image_count_mismatch" if kind == "image" else "media_count_mismatch"
             return reason, (f"{parts[kind]} {kind} part(s) in the conversation, "
                             f"{counts[kind]} {kind}(s)")
     return None
@@ -127,9 +124,9 @@ def parse_jsonl_line(index: int, line: bytes, source: str, base: Path, opts: Cha
     try:
         obj = json.loads(line)
     except ValueError as e:
-        return ChatRecord(str(index), source, skip=BAD_JSON, detail=str(e))
+        return ChatRecord(str(index), source, skip="bad_json", detail=str(e))
     if not isinstance(obj, dict):
-        return ChatRecord(str(index), source, skip=BAD_JSON, detail="the line is not a JSON object")
+        return ChatRecord(str(index), source, skip="bad_json", detail="the line is not a JSON object")
     rid = str(obj["id"]) if obj.get("id") is not None else str(index)
     media = {kind: media_field(obj, kind, image_column) for kind in MEDIA_KINDS}
     return build(rid, source, obj, media, opts, base)

@@ -8,11 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shardcook.errors import ConfigError
+from shardcook.errors import ConfigError, SkipReason
 from shardcook.sources.base import (
-    DUPLICATE_CAPTION,
-    DUPLICATE_IMAGE,
-    MISSING_CAPTION,
     Extra,
     Item,
     decode_caption,
@@ -86,12 +83,12 @@ class DirectorySource:
         stem = self._stems[index]
         first, *more = self._images[stem]
         image_path = str(self.image_dir / first)
-        extras = [Extra(str(self.image_dir / n), DUPLICATE_IMAGE, image_path) for n in more]
+        extras = [Extra(str(self.image_dir / n), "duplicate_image", image_path) for n in more]
         captions = [str(d / n) for d, groups in self._captions for n in groups.get(stem, [])]
         caption: str | None = None
-        skip: str | None = MISSING_CAPTION
+        skip: SkipReason | None = "missing_caption"
         if captions:
-            extras += [Extra(c, DUPLICATE_CAPTION, captions[0]) for c in captions[1:]]
+            extras += [Extra(c, "duplicate_caption", captions[0]) for c in captions[1:]]
             caption, skip = decode_caption(read_regular_file(captions[0]))
         return Item(index, image_path, image_path=image_path, caption=caption, skip=skip,
                     extras=tuple(extras))

@@ -7,11 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.auth import redact
 from shardcook.errors import ConfigError
+from shardcook.hftoken import redact
 from shardcook.sources.base import (
-    MISSING_CAPTION,
-    MISSING_IMAGE,
     Item,
     clean_caption,
     decode_caption,
@@ -230,7 +228,7 @@ class HuggingFaceSource:
             image.save(buf, format="PNG")
             image_bytes = buf.getvalue()
         if image_bytes is None and (not image_path or not os.path.isfile(image_path)):
-            return Item(index, source, skip=MISSING_IMAGE)
+            return Item(index, source, skip="missing_image")
         caption = _first_value(row, self.caption_paths)
         skip = None
         if isinstance(caption, (list, tuple)) and caption and isinstance(caption[0], str):
@@ -240,7 +238,7 @@ class HuggingFaceSource:
         elif isinstance(caption, str):
             caption = clean_caption(caption)
         else:
-            caption, skip = None, MISSING_CAPTION
+            caption, skip = None, "missing_caption"
         return Item(index, source, image=image_bytes, image_path=image_path, caption=caption,
                     skip=skip)
 

@@ -12,10 +12,8 @@ from typing import Any
 
 from shardcook._native import count_samples, read_shard
 from shardcook.dataset.braces import expand_braces
-from shardcook.errors import ConfigError, ShardcookError
+from shardcook.errors import ConfigError, ShardcookError, SkipReason
 from shardcook.sources.base import (
-    MISSING_CAPTION,
-    MISSING_IMAGE,
     Item,
     clean_caption,
     decode_caption,
@@ -107,34 +105,34 @@ class WebDatasetSource:
     def _item(self, index: int, source: str, parts: dict[str, bytes]) -> Item:
         image_part = self.image_part or next((p for p in IMAGE_PARTS if p in parts), None)
         if image_part is None or image_part not in parts:
-            return Item(index, source, skip=MISSING_IMAGE)
+            return Item(index, source, skip="missing_image")
         caption, skip = self._caption(parts)
         return Item(index, source, image=parts[image_part], caption=caption, skip=skip)
 
-    def _caption(self, parts: dict[str, bytes]) -> tuple[str | None, str | None]:
+    def _caption(self, parts: dict[str, bytes]) -> tuple[str | None, SkipReason | None]:
         field = self.caption_field
         if field is None:
             if "txt" in parts:
                 return decode_caption(parts["txt"])
             if "json" not in parts:
-                return None, MISSING_CAPTION
+                return None, "missing_caption"
             field = "json"
         part, _, path = field.partition(".")
         if part not in parts:
-            return None, MISSING_CAPTION
+            return None, "missing_caption"
         if part != "json":
             return decode_caption(parts[part])
         try:
             doc = json.loads(parts[part])
         except (UnicodeDecodeError, ValueError):
-            return None, MISSING_CAPTION
+            return None, "missing_caption"
         try:
             if path:
                 value = dotted_get(doc, path)
             else:
                 value = next(doc[k] for k in JSON_CAPTION_FIELDS if isinstance(doc, dict) and k in doc)
         except (KeyError, StopIteration):
-            return None, MISSING_CAPTION
+            return None, "missing_caption"
         if not isinstance(value, str):
-            return None, MISSING_CAPTION
+            return None, "missing_caption"
         return clean_caption(value), None

@@ -37,7 +37,7 @@ def make_clip(path: Path, colour: tuple[int, int, int], step: int) -> None:
 
 def make_inputs(folder: Path, images: list[tuple[str, str]], image_dir: Path) -> Path:
     """Clips and a JSONL of conversations (a clip each, every third also with an image)."""
-    from shardcook.demo import COLOURS
+    from shardcook.demo.images import COLOURS
 
     folder.mkdir(parents=True, exist_ok=True)
     lines = []

@@ -3,8 +3,8 @@
 Generates images of coloured shapes with captions naming them, builds tiny FLUX-layout encoders
 with random weights (DEMO WEIGHTS, not a real model), runs `raw` and `encode`, finalizes and
 validates both, loads a batch of each through shardcook.energon, writes a tiny ChatML dataset with
-generated clips (`demo_chatml`), and says what it made where. It writes only into a new or empty
-folder or an earlier demo's (`demo_folder`).
+generated clips (`demo.chatml`), and says what it made where. It writes only into a new or empty
+folder or an earlier demo's (`demo.folder`). The inputs are drawn by `demo.images`.
 """
 
 from __future__ import annotations
@@ -15,47 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardcook.demo.images import COLOURS, make_images
 from shardcook.paths import check_local_path
 
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
 
-COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
-           "yellow": (240, 210, 40), "purple": (140, 60, 180), "orange": (245, 140, 30)}
-BACKGROUNDS = {"white": (245, 245, 245), "black": (15, 15, 15), "grey": (128, 128, 128)}
-SHAPES = ("circle", "square", "triangle")
-
-
-def make_images(folder: Path, n: int = 24) -> list[tuple[str, str]]:
-    """n PNG images of a coloured shape on a plain background, each with a caption naming them;
-    returns [(file name, caption)]. Deterministic."""
-    from PIL import Image, ImageDraw
-
-    folder.mkdir(parents=True, exist_ok=True)
-    colours, backs = list(COLOURS), list(BACKGROUNDS)
-    made = []
-    for i in range(n):
-        shape, colour = SHAPES[i % 3], colours[(i // 3) % len(colours)]
-        back = backs[i % len(backs)]
-        w, h = (160, 120) if i % 2 else (120, 160)
-        img = Image.new("RGB", (w, h), BACKGROUNDS[back])
-        d = ImageDraw.Draw(img)
-        s = min(w, h) * (0.35 + 0.1 * (i % 4))
-        cx, cy = w / 2 + (i % 5 - 2) * 6, h / 2 + (i % 3 - 1) * 6
-        box = (cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2)
-        if shape == "circle":
-            d.ellipse(box, fill=COLOURS[colour])
-        elif shape == "square":
-            d.rectangle(box, fill=COLOURS[colour])
-        else:
-            d.polygon([(cx, box[1]), (box[2], box[3]), (box[0], box[3])], fill=COLOURS[colour])
-        size = "large" if s > min(w, h) * 0.5 else "small"
-        caption = f"a {size} {colour} {shape} on a {back} background"
-        name = f"shape_{i:03d}"
-        img.save(folder / f"{name}.png")
-        (folder / f"{name}.txt").write_text(caption + "\n", encoding="utf-8")
-        made.append((f"{name}.png", caption))
-    return made
+__all__ = ["COLOURS", "DemoResult", "make_images", "run_demo"]
 
 
 @dataclass
@@ -90,7 +56,7 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
         ConfigError: `output_dir` holds anything else (nothing is changed).
         DatasetError: a demo dataset did not validate.
     """
-    from shardcook.demo_folder import check_demo_folder, record_demo_folder
+    from shardcook.demo.folder import check_demo_folder, record_demo_folder
 
     check_local_path(output_dir, "--output-dir")
     root = Path(output_dir)
@@ -133,7 +99,7 @@ def _run_demo(root: Path, n: int) -> DemoResult:
         lines.append(f"  {name + ':':<9} {out}: {rep['num_written']} samples in "
                      f"{rep['num_shards']} shards, finalized and validated ({rep['wall_seconds']:.1f} s)")
     lines.extend(_load_batches(raw_out, enc_out))
-    from shardcook.demo_chatml import run_chatml_demo
+    from shardcook.demo.chatml import run_chatml_demo
 
     lines.extend(run_chatml_demo(root, made, images))
     lines.append("  next:     shardcook info " + str(enc_out) + "   |   shardcook preview "

@@ -1,4 +1,5 @@
-"""Hugging Face token lookup for gated models: --hf-token-file, then HF_TOKEN, then the saved login.
+"""Hugging Face token lookup for gated models and datasets: --hf-token-file, then HF_TOKEN, then
+the saved login. Sources, config checks, preview and the encoders all ask here.
 
 The token is returned to the caller only to hand to `from_pretrained`; it is never printed,
 logged, or written anywhere.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Union
 
 from shardcook import _native
 from shardcook.errors import ImageErrorKind
-from shardcook.sources.base import read_regular_file
+from shardcook.files import read_regular_file
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.sources.base import file_kind
+from shardcook.files import file_kind
 
 __all__ = ["check_local_path", "dataset_folder"]
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from shardcook import _native
 from shardcook.dataset.index import _BRACE_CHARS
 from shardcook.errors import ConfigError, InvalidNameError, ShardError
+from shardcook.files import file_kind
 from shardcook.paths import check_local_path
-from shardcook.sources.base import file_kind
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -7,7 +7,7 @@ import errno
 import os
 
 import pytest
-from shardcook.sources.base import read_regular_file
+from shardcook.files import read_regular_file
 
 from tests.helpers.chatml import turns, write_images, write_jsonl
 from tests.helpers.raw import report, run_cli

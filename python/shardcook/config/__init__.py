@@ -113,7 +113,7 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     import yaml
 
     from shardcook import safeyaml
-    from shardcook.sources.base import read_regular_file
+    from shardcook.files import read_regular_file
 
     check_local_path(path, "--config")
     p = Path(path)

@@ -113,7 +113,7 @@ def _walk(top: Path) -> tuple[dict[str, Any], list[Path]]:
 def _read_one(path: Path) -> dict[str, Any]:
     import yaml
 
-    from shardcook.sources.base import read_regular_file
+    from shardcook.files import read_regular_file
 
     try:
         data = safeyaml.load(read_regular_file(path, MAX_METADATASET_BYTES).decode("utf-8"))

@@ -22,7 +22,8 @@ from typing import Any
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.conversations import MEDIA_KINDS
 from shardcook.errors import ConfigError
-from shardcook.sources.base import Item, read_regular_file
+from shardcook.files import read_regular_file
+from shardcook.sources.base import Item
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
 
 log = logging.getLogger(__name__)

@@ -9,12 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError, SkipReason
-from shardcook.sources.base import (
-    Extra,
-    Item,
-    decode_caption,
-    read_regular_file,
-)
+from shardcook.files import read_regular_file
+from shardcook.sources.base import Extra, Item, decode_caption
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 CAPTION_EXTENSIONS = frozenset({".txt"})

@@ -1,0 +1,52 @@
+"""Reading a local file safely: only a regular file, at most a size cap, never blocking on a FIFO
+or reading a device until memory runs out. Every reader of a user's file (sources, configs,
+metadatasets, the image core's paths) goes through `read_regular_file`."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+__all__ = ["MAX_INPUT_FILE_BYTES", "file_kind", "read_regular_file"]
+
+#: An input file larger than this is refused (no image or caption needs 1 GiB).
+MAX_INPUT_FILE_BYTES = 1 << 30
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+               (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not regular is, from its `st_mode`: "a folder", "a FIFO", ..."""
+    return next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
+
+
+def read_regular_file(path: str | os.PathLike[str], limit: int = MAX_INPUT_FILE_BYTES) -> bytes:
+    """The bytes of the regular file at `path`; anything else raises OSError whose `strerror`
+    says why, so a source skips that input with the reason instead of hanging on a FIFO, reading
+    /dev/zero until memory runs out, or ending the run on a path with a NUL byte.
+
+    Raises:
+        OSError: `path` holds a NUL byte, is not a regular file (folder, FIFO, device, socket),
+            is larger than `limit` bytes, or cannot be opened or read.
+    """
+    name = os.fspath(path)
+    if "\0" in str(name):
+        raise OSError(errno.EINVAL, "the path contains a NUL byte")
+    # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"the file is larger than {limit:,} bytes")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"the file is larger than {limit:,} bytes")
+        return data
+    finally:
+        os.close(fd)

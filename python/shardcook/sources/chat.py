@@ -23,6 +23,7 @@ from typing import Any
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.conversations import MEDIA_KINDS
 from shardcook.errors import ConfigError
+from shardcook.layouts.names import split_shard_prefix
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.base import Item, read_regular_file
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
@@ -55,7 +56,7 @@ class SplitUnit(WorkUnit):
 
     @property
     def prefix(self) -> str:
-        return f"{self.split}-shard-"
+        return split_shard_prefix(self.split)
 
     @property
     def number(self) -> int:

@@ -145,6 +145,12 @@ class RunFolder:
         overwrite.delete_planned(self.root, plan)
         return plan.keep
 
+    def discard_shard(self, name: str) -> None:
+        """Removes shard `name` and its `.tar.idx`, where there (a unit cut off before its
+        marker is redone)."""
+        for path in (self.root / name, self.root / f"{name}.idx"):
+            path.unlink(missing_ok=True)
+
     def remove_partial_shards(self) -> None:
         """Empties the writer's tmp folder: the partial shards of a killed run."""
         _native.remove_partial_shards(self.root)

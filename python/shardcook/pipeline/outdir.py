@@ -121,7 +121,8 @@ class RunFolder:
         return {n for n in names if is_shard_name(n)}
 
     def plan_overwrite(self) -> overwrite.OverwritePlan:
-        """What `--overwrite` removes and what it keeps, deleting nothing (`overwrite.plan_deletions`).
+        """What `--overwrite` removes and what it keeps, deleting nothing
+        (`overwrite.plan_deletions`).
 
         Raises:
             ConfigError: the path is a file or not a shardcook run; or it holds files named like

@@ -1,14 +1,16 @@
-"""Reading a local file safely: only a regular file, at most a size cap, never blocking on a FIFO
-or reading a device until memory runs out. Every reader of a user's file (sources, configs,
-metadatasets, the image core's paths) goes through `read_regular_file`."""
+"""Local files, safely: `read_regular_file` reads only a regular file, at most a size cap, never
+blocking on a FIFO or reading a device until memory runs out (every reader of a user's file goes
+through it); `write_atomic` is the one way shardcook replaces a file, so a reader (or a killed run)
+sees the old bytes or the new ones, never half of them."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+from pathlib import Path
 
-__all__ = ["MAX_INPUT_FILE_BYTES", "file_kind", "read_regular_file"]
+__all__ = ["MAX_INPUT_FILE_BYTES", "file_kind", "read_regular_file", "write_atomic"]
 
 #: An input file larger than this is refused (no image or caption needs 1 GiB).
 MAX_INPUT_FILE_BYTES = 1 << 30
@@ -50,3 +52,26 @@ def read_regular_file(path: str | os.PathLike[str], limit: int = MAX_INPUT_FILE_
         return data
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str, fsync: bool = True) -> None:
+    """Writes `data` (a str as UTF-8) to a temporary name beside `path`, flushed to the disk
+    unless `fsync` is false, then renames it over `path`. The temporary file is removed when
+    anything fails.
+
+    Raises:
+        OSError: the folder cannot take the file (nothing is left behind).
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    # beside `path`: a rename within one file system is atomic
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -14,13 +14,13 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.files import write_atomic
 from shardcook.layouts import IMAGE_PARTS
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, MLPERF, TIMESTEP_COLUMN
@@ -168,12 +168,11 @@ def _unreadable_tile(error: Exception) -> tuple[PILImage.Image, str]:
 def _save(sheet: PILImage.Image, target: Path) -> None:
     """Writes the PNG under a temporary name beside `target`, then renames it; ConfigError in
     one sentence (and nothing left behind) when the folder cannot take it."""
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    png = io.BytesIO()
+    sheet.save(png, format="PNG")
     try:
-        sheet.save(tmp, format="PNG")
-        os.replace(tmp, target)
+        write_atomic(target, png.getvalue())
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(f"--out {str(target)!r} cannot be written ({e.strerror or e}); "
                           "choose a .png in a folder you can write to.") from None
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from shardcook.errors import ShardcookError
+from shardcook.pipeline.outdir import RunFolder
 from shardcook.pipeline.plan import plan_units
-from shardcook.pipeline.progress import marker_path
 from shardcook.pipeline.run import Loaded, Outcome, Processor, run_units
 from shardcook.sources.base import Item
 
@@ -53,8 +53,8 @@ class Echo(Processor):
 
 
 def run(out: Path, n: int, processor, **kwargs):
-    marker_path(out, 0).parent.mkdir(parents=True, exist_ok=True)  # the driver's setup
-    return run_units(out, Numbers(n), plan_units(n, 5), processor, batch_size=2, **kwargs)
+    RunFolder(out).progress_dir.mkdir(parents=True, exist_ok=True)  # the driver's setup
+    return run_units(RunFolder(out), Numbers(n), plan_units(n, 5), processor, batch_size=2, **kwargs)
 
 
 def shards(out: Path) -> dict[str, bytes]:
@@ -129,7 +129,7 @@ def test_processor_error_keeps_finished_units_and_resume_completes(tmp_path: Pat
         run(out, 20, Echo(fail_at=12))
     # the units handed to the writer before the error are complete and recorded
     assert sorted(shards(out)) == ["000000.tar", "000001.tar"]
-    assert marker_path(out, 1).is_file() and not marker_path(out, 2).exists()
+    assert RunFolder(out).marker_path(1).is_file() and not RunFolder(out).marker_path(2).exists()
     assert leftovers(out) == []  # the unfinished shard was removed
     stats = run(out, 20, Echo())
     assert (stats.units_resumed, stats.units_written) == (2, 2)
@@ -142,5 +142,5 @@ def test_writer_error_reaches_the_caller(tmp_path: Path):
     with pytest.raises(ShardcookError, match="invalid part name \"bad/name\""):
         run(tmp_path, 40, Echo(bad_part_at=7), prefetch=1)
     assert sorted(shards(tmp_path)) == ["000000.tar"]
-    assert not marker_path(tmp_path, 1).exists()
+    assert not RunFolder(tmp_path).marker_path(1).exists()
     assert leftovers(tmp_path) == []

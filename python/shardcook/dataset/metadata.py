@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ import yaml
 from shardcook import safeyaml
 from shardcook.dataset.braces import expand_braces
 from shardcook.errors import ConfigError, DatasetError
+from shardcook.files import write_atomic
 from shardcook.layouts import LAYOUTS, Layout, by_encoding
 from shardcook.layouts.base import CRUDE_WEBDATASET
 from shardcook.layouts.names import (
@@ -413,14 +413,6 @@ def layout_of(encoding: str, source: str) -> Layout:
 # ---- writing -----------------------------------------------------------------------------------
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Writes `text` to a temporary name beside `path`, then renames it: all or nothing."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def prepare_meta_dir(root: Path, *, repair: bool) -> Path:
     """`.nv-meta`, made a folder: with `repair` a file of that name is removed first."""
     meta = root / META_DIR
@@ -441,7 +433,7 @@ def remove_broken(path: Path) -> None:
 def write_dataset_yaml(root: Path, content: Mapping[str, Any]) -> None:
     path = meta_path(root, DATASET_YAML)
     remove_broken(path)
-    write_text_atomic(path, yaml.safe_dump(dict(content), sort_keys=False))
+    write_atomic(path, yaml.safe_dump(dict(content), sort_keys=False))
 
 
 def write_split_yaml(root: Path, parts: Mapping[str, list[str]], exclude: Sequence[str]) -> None:
@@ -449,7 +441,7 @@ def write_split_yaml(root: Path, parts: Mapping[str, list[str]], exclude: Sequen
     path = meta_path(root, SPLIT_YAML)
     remove_broken(path)
     text = yaml.safe_dump({"split_parts": dict(parts), "exclude": list(exclude)}, sort_keys=False)
-    write_text_atomic(path, text)
+    write_atomic(path, text)
 
 
 def write_info_json(root: Path, energon_version: str, counts: Mapping[str, int]) -> None:
@@ -459,16 +451,16 @@ def write_info_json(root: Path, energon_version: str, counts: Mapping[str, int])
     path = meta_path(root, INFO_JSON)
     remove_broken(path)
     obj = {"energon_version": energon_version, "shard_counts": dict(counts)}
-    write_text_atomic(path, json.dumps(obj, indent=2))
+    write_atomic(path, json.dumps(obj, indent=2))
     legacy = meta_path(root, INFO_YAML)
     if legacy.is_file():
-        write_text_atomic(legacy, yaml.safe_dump(obj))
+        write_atomic(legacy, yaml.safe_dump(obj))
 
 
 def write_index_uuid(root: Path) -> None:
     path = meta_path(root, INDEX_UUID)
     remove_broken(path)
-    write_text_atomic(path, str(uuid.uuid4()))
+    write_atomic(path, str(uuid.uuid4()))
 
 
 def write_finalize_record(root: Path, record: FinalizeRecord) -> None:
@@ -478,4 +470,4 @@ def write_finalize_record(root: Path, record: FinalizeRecord) -> None:
     ours.mkdir(exist_ok=True)
     path = ours_path(root, FINALIZE_JSON)
     remove_broken(path)
-    write_text_atomic(path, json.dumps(record.to_dict(), indent=2))
+    write_atomic(path, json.dumps(record.to_dict(), indent=2))

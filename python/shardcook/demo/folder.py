@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from shardcook.errors import ConfigError
+from shardcook.files import write_atomic
 
 #: The demo's record of what it wrote in its folder.
 RECORD = ".shardcook-demo.json"
@@ -86,6 +87,4 @@ def record_demo_folder(root: Path) -> None:
     demo's files there, everything in it is)."""
     files = {name: _sha256(path) for name, path in sorted(_entries(root).items())
              if not path.is_symlink()}
-    tmp = root / f".{RECORD}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
-    os.replace(tmp, root / RECORD)
+    write_atomic(root / RECORD, json.dumps({"files": files}, indent=1))

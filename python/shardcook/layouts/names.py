@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from shardcook import _native
 
 #: Energon's metadata folder inside a dataset.
@@ -31,6 +33,9 @@ CLIP_EMPTY = "clip_empty.npy"
 
 SHARD_SUFFIX = ".tar"
 INDEX_SUFFIX = ".tar.idx"
+#: A shard name's prefix and number as the writer forms them: none, or a split's (lowercase
+#: letters) `-shard-`; `is_shard_name` then asks the writer whether it makes exactly that name.
+_SHARD_PARTS = re.compile(r"((?:[a-z]+-shard-)?)([0-9]+)\.tar")
 
 
 def sample_key(index: int) -> str:
@@ -42,3 +47,16 @@ def shard_name(number: int, prefix: str = "") -> str:
     """The file of shard `number` (work unit `number` of raw and encode): the native writer owns
     the rule (`{prefix}{number:06d}.tar`), so this asks it instead of repeating it."""
     return _native.shard_file_name(number, prefix=prefix)
+
+
+def split_shard_prefix(split: str) -> str:
+    """The shard-name prefix of `split`'s shards (Megatron-Bridge's `train-shard-`: chatml's
+    and MLPerf ingest's shards)."""
+    return f"{split}-shard-"
+
+
+def is_shard_name(name: str) -> bool:
+    """True when `name` is one the writer gives a shard: `shard_name(n)` or
+    `shard_name(n, split_shard_prefix(split))` for a split of lowercase letters."""
+    match = _SHARD_PARTS.fullmatch(name)
+    return match is not None and shard_name(int(match[2]), match[1]) == name

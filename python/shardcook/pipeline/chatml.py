@@ -13,6 +13,7 @@ from typing import Any
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.chatml import CHATML
+from shardcook.layouts.names import split_shard_prefix
 from shardcook.pipeline.chatml_media import ChatmlProcessor
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.sources.chat import SPLITS, ChatmlSource
@@ -29,7 +30,7 @@ class SplitUnit(WorkUnit):
 
     @property
     def prefix(self) -> str:
-        return f"{self.split}-shard-"
+        return split_shard_prefix(self.split)
 
     @property
     def number(self) -> int:
@@ -63,8 +64,8 @@ def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -
     from shardcook.dataset import finalize, list_shards
 
     shards = list_shards(out)
-    patterns = {s: f"{s}-shard-.*" for s in SPLITS
-                if any(n.startswith(f"{s}-shard-") for n in shards)}
+    patterns = {s: f"{split_shard_prefix(s)}.*" for s in SPLITS
+                if any(n.startswith(split_shard_prefix(s)) for n in shards)}
     if "train" not in patterns:
         raise DatasetError(
             f"{out} holds no train shard (every sample was skipped or went to val), so training "

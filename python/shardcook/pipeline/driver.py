@@ -10,13 +10,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from shardcook import _native
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.overwrite import clear_output
+from shardcook.pipeline.outdir import RunFolder
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
-from shardcook.pipeline.progress import check_output, check_writable, write_json_atomic
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
@@ -54,20 +52,20 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
         yield lambda kind, n: bar.advance(tasks[kind], n)
 
 
-def _setup(cfg: RunConfig, manifest: JsonObject) -> None:
+def _setup(cfg: RunConfig, folder: RunFolder, manifest: JsonObject) -> None:
     """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
-    out = cfg.output.path
     if cfg.output.overwrite:
-        kept = clear_output(out)
+        kept = folder.clear()
         if kept:
             log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s",
-                        len(kept), out, ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else ""))
-        check_writable(out)
+                        len(kept), folder,
+                        ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else ""))
+        folder.check_writable()
     else:
-        check_output(out)
-        rep.check_resume(out, manifest)
-    _native.remove_partial_shards(out)  # the writer's tmp folder: a killed run's partial shards
-    write_json_atomic(rep.manifest_path(out), manifest)
+        folder.check()
+        rep.check_resume(folder, manifest)
+    folder.remove_partial_shards()
+    folder.write_manifest(manifest)
 
 
 def run_pipeline(
@@ -99,6 +97,7 @@ def run_pipeline(
 
     t_start = time.perf_counter()
     dist = distributed.init(backend)
+    folder = RunFolder(cfg.output.path)
     try:
         error: str | None = None
         source = None
@@ -118,7 +117,7 @@ def run_pipeline(
         error = next((e for e in errors if e), None)
         if error is None and dist.is_main:
             try:
-                _setup(cfg, manifest)
+                _setup(cfg, folder, manifest)
             except ConfigError as e:
                 error = str(e)
         error = dist.broadcast(error)
@@ -127,20 +126,19 @@ def run_pipeline(
         assert source is not None
         processor = make_processor(cfg)
 
-        out = cfg.output.path
         units = (make_units(source) if make_units is not None
                  else plan_units(len(source), cfg.output.shard_size))
         mine = units_for_rank(units, dist.rank, dist.world_size)
         show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
         with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
-            stats = run_units(out, source, mine, processor, batch_size=batch_size,
+            stats = run_units(folder, source, mine, processor, batch_size=batch_size,
                               prefetch=prefetch, on_progress=on_progress)
         all_stats: list[RunStats] = dist.gather(stats)
         result: JsonObject | None = None
         failure: ShardcookError | None = None
         if dist.is_main:
             try:
-                result = _finish(cfg, out, units, manifest, all_stats, dist.world_size,
+                result = _finish(cfg, folder, units, manifest, all_stats, dist.world_size,
                                  encoding, t_start, finish)
             except ShardcookError as e:
                 failure = e
@@ -154,10 +152,11 @@ def run_pipeline(
         dist.close()
 
 
-def _finish(cfg: RunConfig, out: Path, units: list[WorkUnit], manifest: JsonObject,
+def _finish(cfg: RunConfig, folder: RunFolder, units: list[WorkUnit], manifest: JsonObject,
             all_stats: list[RunStats], world_size: int, encoding: str, t_start: float,
             finish: Callable[[Path, JsonObject], None] | None = None) -> JsonObject:
-    records, missing = rep.collect(out, units)
+    out = folder.root
+    records, missing = rep.collect(folder, units)
     if missing:
         raise DatasetError(
             f"{len(missing)} work unit(s) are not finished (e.g. unit {missing[0]}); "
@@ -177,12 +176,12 @@ def _finish(cfg: RunConfig, out: Path, units: list[WorkUnit], manifest: JsonObje
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds)
 
     result = report(None)
-    rep.write_outputs(out, rep.finish_manifest(manifest, result), result)
+    folder.write_results(rep.finish_manifest(manifest, result), result)
     if cfg.output.finalize:
         if not result["shards"]:
             raise DatasetError(
                 f"every input was skipped, so {out} holds no shards to finalize; "
-                f"see {rep.report_path(out)} for the reasons."
+                f"see {folder.report_path} for the reasons."
             )
         t0 = time.perf_counter()
         if finish is not None:
@@ -192,7 +191,7 @@ def _finish(cfg: RunConfig, out: Path, units: list[WorkUnit], manifest: JsonObje
 
             finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
         result = report(time.perf_counter() - t0)
-        rep.write_outputs(out, rep.finish_manifest(manifest, result), result)
+        folder.write_results(rep.finish_manifest(manifest, result), result)
     if not cfg.output.quiet:
         print("\n".join(rep.summary_lines(result, out)), file=sys.stderr)
     return result

@@ -11,6 +11,7 @@ turns the previous encoder batch's tensors into parts (`serialize`). report.json
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from shardcook.config import RunConfig
 from shardcook.distributed import _env_int, env_rank_world
 from shardcook.errors import ConfigError
+from shardcook.files import write_atomic
 from shardcook.imaging import ImageResult
 from shardcook.layouts.base import Layout
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
@@ -339,10 +341,9 @@ def write_empty_encodings(out: Path, encoders: FluxEncoders) -> None:
     folder = out / EMPTY_ENCODINGS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     for name, t in ((T5_EMPTY, t5), (CLIP_EMPTY, pooled)):
-        tmp = folder / f".{name}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            np.save(f, t.to("cpu", torch.float32).numpy())
-        os.replace(tmp, folder / name)
+        data = io.BytesIO()
+        np.save(data, t.to("cpu", torch.float32).numpy())
+        write_atomic(folder / name, data.getvalue())
 
 
 def quiet_model_libraries() -> None:

@@ -24,9 +24,7 @@ from shardcook import _native
 from shardcook.dataset import finalize
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.layouts.mlperf import MLPERF
-from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR, REPORT_JSON, shard_name
-from shardcook.pipeline import overwrite as overwrite_rules
-from shardcook.pipeline import progress
+from shardcook.layouts.names import shard_name, split_shard_prefix
 from shardcook.pipeline.download import (
     DownloadError,
     ManifestEntry,
@@ -39,6 +37,7 @@ from shardcook.pipeline.download import (
 from shardcook.pipeline.download import download as fetch
 from shardcook.pipeline.ingest_arrow import ConversionError, samples
 from shardcook.pipeline.ingest_config import ARROW_SUFFIX, IngestConfig, IngestDataset, check
+from shardcook.pipeline.outdir import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +58,13 @@ class Unit:
     url: str | None = None
     md5: str | None = None
 
-    def out(self, output_dir: Path) -> Path:
+    def out(self, output_dir: Path) -> RunFolder:
         """The dataset folder of the unit's split."""
         return split_folder(output_dir, self.split)
 
     @property
     def prefix(self) -> str:
-        return f"{self.split}-shard-"
+        return split_shard_prefix(self.split)
 
     @property
     def shard(self) -> str:
@@ -76,9 +75,14 @@ class Unit:
                 "source": str(self.local) if self.local else self.url}
 
 
-def split_folder(output_dir: Path, split: str) -> Path:
+def split_folder(output_dir: Path, split: str) -> RunFolder:
     """Where a split's dataset goes: `OUTPUT_DIR/SPLIT`, as Primus's ingest writes it."""
-    return output_dir / split
+    return RunFolder(output_dir / split)
+
+
+def downloads_dir(folder: RunFolder) -> Path:
+    """Where the split's downloaded Arrow files wait, inside shardcook's own folder."""
+    return folder.ours / DOWNLOADS_DIR
 
 
 def _local_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -124,11 +128,9 @@ def _entries(d: IngestDataset, retry: Retry) -> list[tuple[str, Path | None, str
     return [(e.name, None, f"{base}/{e.name}", e.md5) for e in listed]
 
 
-def _check_resume(out: Path, record: dict[str, Any]) -> None:
+def _check_resume(out: RunFolder, record: dict[str, Any]) -> None:
     """A folder with an earlier ingest continues only with the same inputs."""
-    from shardcook.dataset import metadata
-
-    old = metadata.read_manifest(out)
+    old = out.read_manifest()
     if old is None:
         return
     if old.get("encoding") != MLPERF.encoding or old.get("inputs") != record["inputs"]:
@@ -156,7 +158,7 @@ class _Prefetch:
 
     def _fetch(self, unit: Unit) -> Path:
         assert unit.url is not None
-        dest = unit.out(self.output_dir) / OURS_DIR / DOWNLOADS_DIR / safe_name(unit.name)
+        dest = downloads_dir(unit.out(self.output_dir)) / safe_name(unit.name)
         with self.lock:
             self.on_disk += 1
             self.peak = max(self.peak, self.on_disk)
@@ -233,27 +235,27 @@ def _record(units: list[Unit]) -> dict[str, Any]:
             "inputs": [u.describe() for u in units]}
 
 
-def _check_split(out: Path, units: list[Unit], overwrite: bool) -> None:
+def _check_split(out: RunFolder, units: list[Unit], overwrite: bool) -> None:
     """Refuses a split folder that cannot be written or resumed, changing nothing (every split
     is checked before any is touched)."""
     if overwrite:
-        overwrite_rules.plan_overwrite(out)
+        out.plan_overwrite()
         return
-    if out.exists() and (not out.is_dir() or not progress.is_ours(out)):
-        progress.check_output(out)  # raises its sentence, creating nothing
+    if out.root.exists() and (not out.root.is_dir() or not out.is_ours()):
+        out.check()  # raises its sentence, creating nothing
     _check_resume(out, _record(units))
 
 
-def _prepare(out: Path, units: list[Unit], overwrite: bool) -> dict[str, Any]:
+def _prepare(out: RunFolder, units: list[Unit], overwrite: bool) -> dict[str, Any]:
     """Makes `out` ready for its split's units (resumable, no partial shard or download left);
     returns its manifest record."""
     if overwrite:
-        overwrite_rules.clear_output(out)
-    progress.check_output(out)
+        out.clear()
+    out.check()
     record = _record(units)
-    progress.write_json_atomic(out / OURS_DIR / MANIFEST_JSON, record)
-    _native.remove_partial_shards(out)
-    downloads = out / OURS_DIR / DOWNLOADS_DIR
+    out.write_manifest(record)
+    out.remove_partial_shards()
+    downloads = downloads_dir(out)
     shutil.rmtree(downloads, ignore_errors=True)  # a killed run's leftovers
     downloads.mkdir(parents=True)
     return record
@@ -283,7 +285,7 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
                for split, members in splits.items()}
 
     start = time.monotonic()
-    todo = [u for u in units if progress.read_marker(u.out(cfg.output_dir), u.index) is None]
+    todo = [u for u in units if u.out(cfg.output_dir).read_marker(u.index) is None]
     failed: list[dict[str, Any]] = []
     bytes_in = 0
     prefetch = _Prefetch(todo, cfg)
@@ -299,9 +301,9 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
                 stage = "conversion"
                 assert path is not None
                 size = path.stat().st_size
-                count = convert(unit, path, out)
+                count = convert(unit, path, out.root)
                 bytes_in += size
-                progress.write_marker(out, unit.index, {
+                out.write_marker(unit.index, {
                     "shard": unit.shard if count else None, "samples": count,
                     **unit.describe()})
             except (DownloadError, ConversionError, ShardcookError, OSError) as e:
@@ -312,8 +314,7 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
     finally:
         prefetch.close()
         for split in splits:
-            shutil.rmtree(split_folder(cfg.output_dir, split) / OURS_DIR / DOWNLOADS_DIR,
-                          ignore_errors=True)
+            shutil.rmtree(downloads_dir(split_folder(cfg.output_dir, split)), ignore_errors=True)
     empty_names = _empty_encodings(cfg, empty, failed)
     seconds = time.monotonic() - start
     reports = {}
@@ -322,22 +323,21 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
         report = _report(out, members, [f for f in failed if f["split"] == split], seconds,
                          prefetch.peak)
         if cfg.finalize and report["shards"]:
-            finalize(out, encoding=MLPERF.encoding, split_parts={split: f"{split}-shard-.*"},
-                     force=True, validate=True)
-        progress.write_json_atomic(out / OURS_DIR / MANIFEST_JSON,
-                                   {**records[split], "shards": report["shards"]})
-        progress.write_json_atomic(out / OURS_DIR / REPORT_JSON, report)
+            finalize(out.root, encoding=MLPERF.encoding,
+                     split_parts={split: f"{split_shard_prefix(split)}.*"}, force=True,
+                     validate=True)
+        out.write_results({**records[split], "shards": report["shards"]}, report)
         reports[split] = report
     return {"splits": reports, "failed": failed, "bytes_converted": bytes_in,
             "wall_seconds": round(seconds, 3), "peak_downloads_on_disk": prefetch.peak,
             "empty_encodings": empty_names}
 
 
-def _report(out: Path, units: list[Unit], failed: list[dict[str, Any]], seconds: float,
+def _report(out: RunFolder, units: list[Unit], failed: list[dict[str, Any]], seconds: float,
             peak: int) -> dict[str, Any]:
     shards: dict[str, int] = {}
     for u in units:
-        marker = progress.read_marker(out, u.index)
+        marker = out.read_marker(u.index)
         if marker is not None and marker.get("shard"):
             shards[marker["shard"]] = int(marker["samples"])
     return {"encoding": MLPERF.encoding, "files": len(units), "failed": failed,

@@ -1,4 +1,5 @@
-"""`--overwrite`: deletes what the earlier run in the output folder wrote, and nothing else.
+"""`--overwrite`'s rules: what to delete of the earlier run in an output folder, and nothing else
+(`RunFolder.plan_overwrite` and `RunFolder.clear` apply them).
 
 The earlier run's manifest and unit markers name its shards; the metadata files finalize writes,
 encode's empty encodings and shardcook's own `.shardcook/` are known by name. Everything is decided
@@ -10,13 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardcook.dataset import metadata
-from shardcook.errors import ConfigError, DatasetError
+from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
     CLIP_EMPTY,
     DATASET_YAML,
@@ -27,12 +26,11 @@ from shardcook.layouts.names import (
     INFO_JSON,
     META_DIR,
     OURS_DIR,
-    PROGRESS_DIR,
     SHARD_SUFFIX,
     SPLIT_YAML,
     T5_EMPTY,
+    is_shard_name,
 )
-from shardcook.pipeline.progress import check_not_a_file, is_ours, read_marker
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +39,6 @@ _OWN_FILES = {
     META_DIR: frozenset({DATASET_YAML, SPLIT_YAML, INFO_JSON, INDEX_SQLITE, INDEX_UUID}),
     EMPTY_ENCODINGS_DIR: frozenset({T5_EMPTY, CLIP_EMPTY}),
 }
-#: Names like the shards shardcook writes (`000000.tar`, chatml's `train-shard-000000.tar`) and
-#: Energon's `.tar.idx` beside them: only those a record names are deleted.
-_SHARD_LIKE = re.compile(r"(?:[a-z]+-shard-)?\d{6}\.tar(?:\.idx)?")
 #: How many names a refusal or a log line lists.
 _SHOWN = 5
 
@@ -60,19 +55,10 @@ class OverwritePlan:
     keep: list[str] = field(default_factory=list)
 
 
-def recorded_shards(out: Path) -> set[str]:
-    """The shard files the earlier run's manifest or unit markers name."""
-    try:
-        manifest = metadata.read_manifest(out)
-    except DatasetError:
-        manifest = None  # damaged: the markers still name every finished unit's shard
-    names = set((manifest or {}).get("shards") or {})
-    progress = out / OURS_DIR / PROGRESS_DIR
-    for marker in sorted(progress.glob("*.json")) if progress.is_dir() else ():
-        record = read_marker(out, int(marker.stem)) if marker.stem.isdigit() else None
-        if record is not None and isinstance(record.get("shard"), str):
-            names.add(record["shard"])
-    return {n for n in names if _SHARD_LIKE.fullmatch(n) and n.endswith(SHARD_SUFFIX)}
+def _shard_like(name: str) -> bool:
+    """Named like a shard shardcook writes (`000000.tar`, chatml's `train-shard-000000.tar`) or
+    Energon's `.tar.idx` beside one: only those a record names are deleted."""
+    return is_shard_name(name.removesuffix(".idx"))
 
 
 def _listed(names: list[str]) -> str:
@@ -124,27 +110,17 @@ def _plan_own_folder(plan: OverwritePlan, out: Path, folder: Path) -> None:
         plan.folders.append(folder)
 
 
-def plan_overwrite(out: Path) -> OverwritePlan:
-    """What `--overwrite` removes from `out` and what it keeps, deleting nothing.
-
-    Only a folder that holds a shardcook run (or nothing) may be overwritten. Removed: the shards
-    its manifest or unit markers name and their `.tar.idx`, finalize's metadata files in
-    `.nv-meta/`, encode's files in `empty_encodings/`, and `.shardcook/`; every other file is kept.
+def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
+    """What `--overwrite` removes from the shardcook run in `out` and what it keeps, deleting
+    nothing. Removed: `shards` (those the run's manifest or unit markers name) and their
+    `.tar.idx`, finalize's metadata files in `.nv-meta/`, encode's files in `empty_encodings/`,
+    and `.shardcook/`; every other file is kept.
 
     Raises:
-        ConfigError: `out` is a file or not a shardcook run; or it holds files named like shards
-            that no record names, or a tar anywhere that finalize would index.
+        ConfigError: `out` holds files named like shards that are not in `shards`, or a tar
+            anywhere that finalize would index.
     """
-    check_not_a_file(out)
     plan = OverwritePlan()
-    if not out.exists():
-        return plan
-    if not is_ours(out):
-        raise ConfigError(
-            f"Output folder {str(out)!r} holds files that are not a shardcook dataset, so "
-            "--overwrite deletes nothing there; choose a new or empty folder."
-        )
-    shards = recorded_shards(out)
     unrecorded: list[str] = []
     with os.scandir(out) as it:
         for entry in sorted(it, key=lambda e: e.name):
@@ -156,7 +132,7 @@ def plan_overwrite(out: Path) -> OverwritePlan:
             elif (entry.name.removesuffix(".idx") in shards
                   and entry.is_file(follow_symlinks=False)):
                 plan.remove.append(path)
-            elif _SHARD_LIKE.fullmatch(entry.name):
+            elif _shard_like(entry.name):
                 unrecorded.append(entry.name)
             else:
                 _keep(plan, out, path)
@@ -170,10 +146,8 @@ def plan_overwrite(out: Path) -> OverwritePlan:
     return plan
 
 
-def clear_output(out: Path) -> list[str]:
-    """Removes what the earlier shardcook run wrote, after checking everything
-    (`plan_overwrite`), saying what; returns the entries kept (files shardcook did not write)."""
-    plan = plan_overwrite(out)
+def delete_planned(out: Path, plan: OverwritePlan) -> None:
+    """Deletes what `plan` removes from `out`, saying what."""
     if plan.remove:
         log.info("--overwrite deletes what the earlier run wrote in %s: %s", out,
                  _described(out, plan.remove))
@@ -184,4 +158,3 @@ def clear_output(out: Path) -> list[str]:
             path.unlink()
     for folder in plan.folders:
         folder.rmdir()
-    return plan.keep

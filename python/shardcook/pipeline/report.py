@@ -1,4 +1,5 @@
-"""manifest.json (docs/FORMAT.md §6), report.json and the end-of-run summary."""
+"""What manifest.json (docs/FORMAT.md §6) and report.json hold, and the end-of-run summary
+(`RunFolder` reads and writes them)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.config import ChatmlConfig, RunConfig, output_affecting
-from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.layouts.names import MANIFEST_JSON, REPORT_JSON
+from shardcook.pipeline.outdir import RunFolder
 from shardcook.pipeline.plan import WorkUnit
-from shardcook.pipeline.progress import OURS, read_marker, write_json_atomic
 
 FORMAT_VERSION = 1
 
 #: A JSON object as read from or written to manifest.json, report.json and the unit markers.
 JsonObject = dict[str, Any]
-
-
-def manifest_path(out: Path) -> Path:
-    return out / OURS / MANIFEST_JSON
-
-
-def report_path(out: Path) -> Path:
-    return out / OURS / REPORT_JSON
 
 
 def new_manifest(cfg: RunConfig, encoding: str, source: JsonObject, num_inputs: int,
@@ -80,10 +71,10 @@ def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
     return diffs
 
 
-def check_resume(out: Path, manifest: JsonObject) -> None:
-    """Raises ConfigError if `out` holds a run made with different options."""
+def check_resume(folder: RunFolder, manifest: JsonObject) -> None:
+    """Raises ConfigError if `folder` holds a run made with different options."""
     try:
-        old = metadata.read_manifest(out)
+        old = folder.read_manifest()
     except DatasetError as e:
         raise ConfigError(f"{e}; rerun with --overwrite to start over.") from None
     if old is None:
@@ -91,16 +82,16 @@ def check_resume(out: Path, manifest: JsonObject) -> None:
     diffs = compare_manifest(old, manifest)
     if diffs:
         raise ConfigError(
-            f"Output folder {str(out)!r} holds a run made with different options "
+            f"Output folder {str(folder)!r} holds a run made with different options "
             f"({'; '.join(diffs)}); rerun with the same options to resume, or add --overwrite."
         )
 
 
-def collect(out: Path, units: list[WorkUnit]) -> tuple[list[JsonObject], list[int]]:
+def collect(folder: RunFolder, units: list[WorkUnit]) -> tuple[list[JsonObject], list[int]]:
     """(records of the finished units, numbers of the units that are not finished)."""
     records, missing = [], []
     for unit in units:
-        rec = read_marker(out, unit.unit)
+        rec = folder.read_marker(unit.unit)
         if rec is None:
             missing.append(unit.unit)
         else:
@@ -157,11 +148,6 @@ def finish_manifest(manifest: JsonObject, report: JsonObject) -> JsonObject:
     if "media_totals" in report:
         done["media_totals"] = report["media_totals"]
     return done
-
-
-def write_outputs(out: Path, manifest: JsonObject, report: JsonObject) -> None:
-    write_json_atomic(report_path(out), report)
-    write_json_atomic(manifest_path(out), manifest)
 
 
 def summary_lines(report: JsonObject, out: Path) -> list[str]:

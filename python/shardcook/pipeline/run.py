@@ -18,14 +18,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from shardcook._native import ShardWriter
 from shardcook.errors import SkipReason
 from shardcook.imaging import ImageResult
+from shardcook.pipeline.outdir import RunFolder
 from shardcook.pipeline.plan import WorkUnit
-from shardcook.pipeline.progress import read_marker, write_marker
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source
 
@@ -207,9 +206,9 @@ class _UnitWriter:
     thread is re-raised in the main thread at its next `put`, or by `run_units` after `close`.
     """
 
-    def __init__(self, out: Path, stats: RunStats, on_progress: Callable[[str, int], None] | None,
-                 depth: int = 2) -> None:
-        self.out, self.stats, self.on_progress = out, stats, on_progress
+    def __init__(self, folder: RunFolder, stats: RunStats,
+                 on_progress: Callable[[str, int], None] | None, depth: int = 2) -> None:
+        self.folder, self.stats, self.on_progress = folder, stats, on_progress
         self.seconds = 0.0
         self.error: BaseException | None = None
         self._q: queue.Queue[_WriterMessage] = queue.Queue(maxsize=depth)
@@ -256,7 +255,7 @@ class _UnitWriter:
                     writer = None
                     if shards:
                         record["shard"] = shards[0][0]
-                    write_marker(self.out, unit.unit, record)
+                    self.folder.write_marker(unit.unit, record)
                     self._count(record)
                 self.seconds += time.perf_counter() - t0
                 if self.on_progress:
@@ -272,9 +271,8 @@ class _UnitWriter:
 
     def _open(self, unit: WorkUnit) -> tuple[ShardWriter, JsonObject]:
         # a shard without a marker was cut off before its unit was recorded: redo it
-        for stale in (self.out / unit.name, self.out / f"{unit.name}.idx"):
-            stale.unlink(missing_ok=True)
-        writer = ShardWriter(self.out, shard_size=max(len(unit), 1), prefix=unit.prefix,
+        self.folder.discard_shard(unit.name)
+        writer = ShardWriter(self.folder.root, shard_size=max(len(unit), 1), prefix=unit.prefix,
                              first_shard=unit.number)
         record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
                   "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
@@ -309,7 +307,7 @@ class _UnitWriter:
 
 
 def run_units(
-    out: Path,
+    folder: RunFolder,
     source: Source,
     units: list[WorkUnit],
     processor: Processor,
@@ -330,7 +328,7 @@ def run_units(
     stats = RunStats(units_total=len(units))
     pending = []
     for unit in units:
-        if read_marker(out, unit.unit) is not None:
+        if folder.read_marker(unit.unit) is not None:
             stats.units_resumed += 1
             if on_progress:
                 on_progress("unit", 1)
@@ -338,7 +336,7 @@ def run_units(
         else:
             pending.append(unit)
     reader_seconds = [0.0, 0.0]  # reading, and waiting for the reader
-    writer = _UnitWriter(out, stats, on_progress, depth=max(prefetch, 1))
+    writer = _UnitWriter(folder, stats, on_progress, depth=max(prefetch, 1))
     try:
         for kind, unit, payload in _batches(source, pending, batch_size, processor, prefetch,
                                             reader_seconds):

@@ -1,0 +1,198 @@
+"""`RunFolder`: the one owner of a run's output folder.
+
+It knows the paths shardcook keeps there (`.shardcook/`: manifest.json, report.json, the
+per-unit progress markers that make a run resumable, the writer's tmp folder), checks the folder
+before a run, applies `--overwrite`'s rules (`pipeline/overwrite.py` decides what to delete) and
+reads and writes those records, every write through `files.write_atomic`. The shards themselves
+are named and written by the native writer; `.nv-meta/` is `dataset/metadata.py`'s. Callers ask
+it for what they need instead of joining paths, so an output folder kept elsewhere (object
+storage) can be a second class with the same methods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from shardcook import _native
+from shardcook.dataset import metadata
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.files import write_atomic
+from shardcook.layouts.names import (
+    MANIFEST_JSON,
+    OURS_DIR,
+    PROGRESS_DIR,
+    REPORT_JSON,
+    is_shard_name,
+)
+from shardcook.pipeline import overwrite
+
+
+class RunFolder:
+    """A run's output folder `root` (which need not exist yet)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    # ---- paths -----------------------------------------------------------------------------
+
+    @property
+    def ours(self) -> Path:
+        """`.shardcook/`: everything shardcook keeps about the run; Energon never reads it."""
+        return self.root / OURS_DIR
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.ours / MANIFEST_JSON
+
+    @property
+    def report_path(self) -> Path:
+        return self.ours / REPORT_JSON
+
+    @property
+    def progress_dir(self) -> Path:
+        return self.ours / PROGRESS_DIR
+
+    def marker_path(self, unit: int) -> Path:
+        return self.progress_dir / f"{unit:06d}.json"
+
+    # ---- checks ----------------------------------------------------------------------------
+
+    def is_ours(self) -> bool:
+        """True when the folder is missing, empty, or holds a shardcook run (its manifest or
+        only `.shardcook/`)."""
+        if not self.root.exists():
+            return True
+        entries = os.listdir(self.root)
+        if not entries:
+            return True
+        if self.manifest_path.is_file():
+            return True
+        return entries == [OURS_DIR]
+
+    def check(self) -> None:
+        """Raises ConfigError unless the folder can be created and written and holds nothing
+        foreign."""
+        self.check_not_a_file()
+        if not self.is_ours():
+            raise ConfigError(
+                f"Output folder {str(self.root)!r} holds files that are not a shardcook dataset; "
+                "choose a new or empty folder."
+            )
+        self.check_writable()
+
+    def check_not_a_file(self) -> None:
+        """Raises ConfigError when the folder's path exists and is not a folder."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"--output-dir {str(self.root)!r} is a file; name a folder.")
+
+    def check_writable(self) -> None:
+        """Creates `.shardcook/progress/` and proves it writable, or raises ConfigError."""
+        try:
+            self.progress_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.ours / f".probe{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(
+                f"Output folder {str(self.root)!r} is not writable ({e.strerror or e}); "
+                "choose a folder you can write to."
+            ) from None
+
+    # ---- --overwrite -----------------------------------------------------------------------
+
+    def recorded_shards(self) -> set[str]:
+        """The shard files the earlier run's manifest or unit markers name."""
+        try:
+            manifest = self.read_manifest()
+        except DatasetError:
+            manifest = None  # damaged: the markers still name every finished unit's shard
+        names = set((manifest or {}).get("shards") or {})
+        progress = self.progress_dir
+        for marker in sorted(progress.glob("*.json")) if progress.is_dir() else ():
+            record = self.read_marker(int(marker.stem)) if marker.stem.isdigit() else None
+            if record is not None and isinstance(record.get("shard"), str):
+                names.add(record["shard"])
+        return {n for n in names if is_shard_name(n)}
+
+    def plan_overwrite(self) -> overwrite.OverwritePlan:
+        """What `--overwrite` removes and what it keeps, deleting nothing
+        (`overwrite.plan_deletions`).
+
+        Raises:
+            ConfigError: the path is a file or not a shardcook run; or it holds files named like
+                shards that no record names, or a tar anywhere that finalize would index.
+        """
+        self.check_not_a_file()
+        if not self.root.exists():
+            return overwrite.OverwritePlan()
+        if not self.is_ours():
+            raise ConfigError(
+                f"Output folder {str(self.root)!r} holds files that are not a shardcook dataset, "
+                "so --overwrite deletes nothing there; choose a new or empty folder."
+            )
+        return overwrite.plan_deletions(self.root, self.recorded_shards())
+
+    def clear(self) -> list[str]:
+        """Removes what the earlier shardcook run wrote, after checking everything
+        (`plan_overwrite`), saying what; returns the entries kept (files shardcook did not
+        write)."""
+        plan = self.plan_overwrite()
+        overwrite.delete_planned(self.root, plan)
+        return plan.keep
+
+    def discard_shard(self, name: str) -> None:
+        """Removes shard `name` and its `.tar.idx`, where there (a unit cut off before its
+        marker is redone)."""
+        for path in (self.root / name, self.root / f"{name}.idx"):
+            path.unlink(missing_ok=True)
+
+    def remove_partial_shards(self) -> None:
+        """Empties the writer's tmp folder: the partial shards of a killed run."""
+        _native.remove_partial_shards(self.root)
+
+    # ---- records ---------------------------------------------------------------------------
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when there is none (`metadata.read_manifest`, which dataset
+        commands use too).
+
+        Raises:
+            DatasetError: it is damaged.
+        """
+        return metadata.read_manifest(self.root)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        _write_json(self.manifest_path, manifest)
+
+    def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None:
+        """The report, then the manifest that calls the run complete."""
+        _write_json(self.report_path, report)
+        _write_json(self.manifest_path, manifest)
+
+    def write_marker(self, unit: int, record: dict[str, Any]) -> None:
+        """Records a finished unit (after its shard got its final name)."""
+        _write_json(self.marker_path(unit), record)
+
+    def read_marker(self, unit: int) -> dict[str, Any] | None:
+        """The unit's record if the unit is done (marker readable and its shard present),
+        else None."""
+        try:
+            record = json.loads(self.marker_path(unit).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        shard = record.get("shard")
+        if shard is not None and not (isinstance(shard, str) and (self.root / shard).is_file()):
+            return None
+        return record
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False))

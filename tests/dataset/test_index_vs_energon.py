@@ -8,7 +8,13 @@ import tarfile
 import pytest
 from shardcook import DuplicateKeyError, build_index, finalize
 
-from tests.helpers.shards import assert_same_index, energon_prepare, tarfile_shard, write_shards
+from tests.helpers.shards import (
+    assert_same_index,
+    energon_captions,
+    energon_prepare,
+    tarfile_shard,
+    write_shards,
+)
 
 
 def test_our_shards_with_ratio_split(tmp_path, twin):
@@ -71,44 +77,10 @@ def test_split_patterns_with_braces_and_backslashes(tmp_path, twin):
 
 
 def test_energon_loader_reads_every_sample_of_our_index(tmp_path):
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        Sample,
-        WorkerConfig,
-        basic_sample_keys,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
-    from megatron.energon.edataclass import edataclass
-
-    @edataclass
-    class Caption(Sample):
-        caption: str
-
-    @stateless
-    def cook(crude):
-        return Caption(**basic_sample_keys(crude), caption=crude["txt"].decode())
-
-    class Encoder(DefaultTaskEncoder):
-        decoder = None
-        cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
-
-        def batch(self, samples):
-            return samples
-
     ours = tmp_path / "ours"
     write_shards(ours, n_shards=3, per_shard=4)
     finalize(ours, validate=False)
-    dataset = get_val_dataset(
-        ours,
-        split_part="train",
-        batch_size=1,
-        task_encoder=Encoder(),
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-    )
-    seen = {s.__key__: s.caption for batch in get_loader(dataset) for s in batch}
+    seen = energon_captions(ours, "train")
     assert seen == {f"{i:010d}": f"caption {i}" for i in range(12)}
 
 

@@ -15,7 +15,12 @@ from shardcook import finalize, validate
 
 from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.older_energon import FORMS, META
-from tests.helpers.shards import assert_same_index, energon_prepare, write_shards
+from tests.helpers.shards import (
+    assert_same_index,
+    energon_captions,
+    energon_prepare,
+    write_shards,
+)
 
 SPLIT = "0.7,0.3,0"
 
@@ -39,36 +44,7 @@ def old(request, prepared, tmp_path) -> Path:
 
 def energon_keys(root: Path, split: str) -> list[str]:
     """Every sample key of a split, read by Energon's own loader."""
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        Sample,
-        WorkerConfig,
-        basic_sample_keys,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
-    from megatron.energon.edataclass import edataclass
-
-    @edataclass
-    class Caption(Sample):
-        caption: str
-
-    @stateless
-    def cook(crude):
-        return Caption(**basic_sample_keys(crude), caption=crude["txt"].decode())
-
-    class Encoder(DefaultTaskEncoder):
-        decoder = None
-        cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
-
-        def batch(self, samples):
-            return samples
-
-    dataset = get_val_dataset(root, split_part=split, batch_size=1, task_encoder=Encoder(),
-                              worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0))
-    return sorted(s.__key__ for batch in get_loader(dataset) for s in batch)
+    return sorted(energon_captions(root, split))
 
 
 def test_energon_loads_them_and_so_does_validate(old):

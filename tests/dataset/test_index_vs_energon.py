@@ -8,9 +8,9 @@ import tarfile
 import pytest
 from shardcook import DuplicateKeyError, build_index, finalize
 
+from tests.helpers.raw import energon_captions
 from tests.helpers.shards import (
     assert_same_index,
-    energon_captions,
     energon_prepare,
     tarfile_shard,
     write_shards,

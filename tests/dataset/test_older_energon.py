@@ -15,9 +15,9 @@ from shardcook import finalize, validate
 
 from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.older_energon import FORMS, META
+from tests.helpers.raw import energon_captions
 from tests.helpers.shards import (
     assert_same_index,
-    energon_captions,
     energon_prepare,
     write_shards,
 )

@@ -33,6 +33,7 @@ from shardcook.energon import (
 from shardcook.energon import cookers as cookers_module
 
 from tests.helpers.energon import (
+    crude_sample,
     encoded_parts,
     evil_plain_pickle,
     evil_torch_save,
@@ -42,11 +43,6 @@ from tests.helpers.energon import (
     raw_pixels,
 )
 from tests.helpers.energon_bridge import bridge_parts, make_bridge_dataset
-
-
-def _crude(key: str, parts: dict) -> dict:
-    return {"__key__": key, "__restore_key__": ("Webdataset", 0), "__subflavors__": {},
-            "__sources__": (), **parts}
 
 
 def _decoded(parts: dict[str, bytes], image_decode: str = "torchrgb") -> dict:
@@ -63,13 +59,13 @@ def _warn_again(monkeypatch):
 
 def test_preencoded_from_decoded_parts_equals_from_bytes(caplog):
     parts = encoded_parts("0000000001", (4, 6), seed=1)
-    from_bytes = cook_preencoded_diffusion(_crude("0000000001", parts))
+    from_bytes = cook_preencoded_diffusion(crude_sample("0000000001", parts))
     with caplog.at_level(logging.WARNING, logger=cookers_module.__name__):
         decoded = _decoded(parts)
         assert isinstance(decoded["latents.pth"], torch.Tensor)
         assert isinstance(decoded["meta.json"], dict) and isinstance(decoded["caption.txt"], str)
-        cooked = cook_preencoded_diffusion(_crude("0000000001", decoded))
-        cook_preencoded_diffusion(_crude("0000000001", decoded))
+        cooked = cook_preencoded_diffusion(crude_sample("0000000001", decoded))
+        cook_preencoded_diffusion(crude_sample("0000000001", decoded))
     for name in ("latents", "prompt_embeds", "pooled_prompt_embeds"):
         assert torch.equal(getattr(cooked, name), getattr(from_bytes, name))
     assert (cooked.caption, cooked.size, cooked.source) == (
@@ -83,11 +79,11 @@ def test_preencoded_from_decoded_parts_equals_from_bytes(caplog):
 def test_bytes_are_still_loaded_safely_and_silently(tmp_path, caplog):
     parts = encoded_parts("k", (4, 4), seed=2)
     with caplog.at_level(logging.WARNING, logger=cookers_module.__name__):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
     assert not caplog.records
     parts["latents.pth"] = evil_plain_pickle(tmp_path / "pwned")
     with pytest.raises(UnsafeSampleError):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
     assert not (tmp_path / "pwned").exists()
 
 
@@ -99,12 +95,12 @@ def test_raw_images_from_every_energon_image_decoder(image_decode):
     decoded = _decoded(parts, image_decode)
     expected = np.asarray(Image.fromarray(pixels).convert("L").convert("RGB")) \
         if image_decode == "l8" else pixels
-    as_tensor = cook_raw_images(_crude("k", decoded), image_format="tensor")
+    as_tensor = cook_raw_images(crude_sample("k", decoded), image_format="tensor")
     assert as_tensor.image.dtype == torch.uint8 and as_tensor.image.shape == (3, 20, 30)
     assert np.array_equal(as_tensor.image.permute(1, 2, 0).numpy(), expected)
-    as_pil = cook_raw_images(_crude("k", decoded), image_format="pil")
+    as_pil = cook_raw_images(crude_sample("k", decoded), image_format="pil")
     assert as_pil.image.mode == "RGB" and np.array_equal(np.asarray(as_pil.image), expected)
-    kept = cook_raw_images(_crude("k", decoded))  # no format: as the decoder made it
+    kept = cook_raw_images(crude_sample("k", decoded))  # no format: as the decoder made it
     if image_decode == "pil":
         assert isinstance(kept.image, Image.Image) and kept.image.mode == "RGB"
     else:
@@ -114,7 +110,7 @@ def test_raw_images_from_every_energon_image_decoder(image_decode):
 
 def test_raw_sample_is_the_seeds_images_and_txt_mapping():
     pixels = raw_pixels(4, (8, 12))
-    sample = cook_raw_images(_crude("k", _decoded({"jpg": image_bytes(pixels, "png"),
+    sample = cook_raw_images(crude_sample("k", _decoded({"jpg": image_bytes(pixels, "png"),
                                                     "txt": b"a dog"}, "pil")))
     assert isinstance(sample, RawImageSample)
     assert dict(sample) == {"images": sample.image, "txt": "a dog"}
@@ -124,31 +120,31 @@ def test_raw_sample_is_the_seeds_images_and_txt_mapping():
 def test_a_decoded_value_of_the_wrong_kind_is_refused():
     with pytest.raises(SampleDecodeError, match=r"part 'png' arrived decoded as a str, expected "
                                                 r"bytes or an image"):
-        cook_raw_images(_crude("k", {"png": "not an image", "txt": "x"}))
+        cook_raw_images(crude_sample("k", {"png": "not an image", "txt": "x"}))
     parts = _decoded(encoded_parts("k", (4, 4), seed=1))
     parts["caption.txt"] = 7
     with pytest.raises(SampleDecodeError, match="caption.txt' arrived decoded as a int"):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
 
 
 def test_bridge_from_decoded_parts_equals_from_bytes():
     parts = bridge_parts("k", (8, 8), seed=5)
     decoded = _decoded(parts)
     assert isinstance(decoded["pickle"], dict) and isinstance(decoded["json"], dict)
-    a = cook_bridge_flux(_crude("k", parts))
-    b = cook_bridge_flux(_crude("k", decoded))
+    a = cook_bridge_flux(crude_sample("k", parts))
+    b = cook_bridge_flux(crude_sample("k", decoded))
     assert torch.equal(a.latents, b.latents) and torch.equal(a.prompt_embeds, b.prompt_embeds)
     assert a.caption == b.caption == "caption of k" and a.size == b.size == (64, 64)
     decoded["pickle"] = {"prompt_embeds": "text"}
     with pytest.raises(SampleDecodeError, match="not a dict with the tensors"):
-        cook_bridge_flux(_crude("k", decoded))
+        cook_bridge_flux(crude_sample("k", decoded))
 
 
 def test_nonfinite_vae_factors_in_meta_json_are_refused():
     parts = encoded_parts("k", (4, 4), seed=1)
     parts["meta.json"] = json.dumps({"scaling_factor": float("nan")}).encode()
     with pytest.raises(SampleDecodeError, match="scaling_factor must be a finite number"):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
 
 
 class _DefaultDecoderEncoder(DefaultTaskEncoder):

@@ -24,17 +24,13 @@ from tests.helpers.energon import (
     D_T5,
     C,
     L,
+    crude_sample,
     encoded_parts,
     image_bytes,
     make_encoded_dataset,
     make_raw_dataset,
     raw_pixels,
 )
-
-
-def _crude(key: str, parts: dict) -> dict:
-    return {"__key__": key, "__restore_key__": ("Webdataset", 0), "__subflavors__": {},
-            "__sources__": (), **parts}
 
 
 def _one_pass(wrapper) -> list:
@@ -56,7 +52,7 @@ def raw(tmp_path_factory):
 
 def test_cook_preencoded_keeps_values_dtypes_and_basic_keys():
     parts = encoded_parts("0000000007", (8, 8), seed=7)
-    sample = cook_preencoded_diffusion(_crude("0000000007", parts))
+    sample = cook_preencoded_diffusion(crude_sample("0000000007", parts))
     assert isinstance(sample, DiffusionSample)
     assert sample.__key__ == "0000000007"
     assert sample.__restore_key__ == ("Webdataset", 0)
@@ -74,7 +70,7 @@ def test_cook_preencoded_keeps_values_dtypes_and_basic_keys():
 def test_cook_preencoded_without_meta_leaves_meta_fields_empty():
     parts = encoded_parts("k", (4, 4), seed=1)
     del parts["meta.json"]
-    sample = cook_preencoded_diffusion(_crude("k", parts))
+    sample = cook_preencoded_diffusion(crude_sample("k", parts))
     assert sample.size is None and sample.source is None
 
 
@@ -82,7 +78,7 @@ def test_cook_preencoded_missing_part_names_key_and_part():
     parts = encoded_parts("0000000003", (4, 4), seed=3)
     del parts["prompt_embeds.pth"]
     with pytest.raises(SampleDecodeError, match=r"0000000003.*prompt_embeds\.pth"):
-        cook_preencoded_diffusion(_crude("0000000003", parts))
+        cook_preencoded_diffusion(crude_sample("0000000003", parts))
 
 
 def test_cook_preencoded_refuses_a_decoded_part_that_is_not_a_tensor():
@@ -90,7 +86,7 @@ def test_cook_preencoded_refuses_a_decoded_part_that_is_not_a_tensor():
     parts["latents.pth"] = {"not": "a tensor"}
     with pytest.raises(SampleDecodeError, match=r"latents\.pth' arrived decoded as a dict.*"
                                                 r"decoder = None"):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
 
 
 def test_cook_preencoded_rejects_non_tensor_and_garbage_pth():
@@ -99,16 +95,16 @@ def test_cook_preencoded_rejects_non_tensor_and_garbage_pth():
     parts = encoded_parts("k", (4, 4), seed=1)
     parts["pooled_prompt_embeds.pth"] = buf.getvalue()
     with pytest.raises(SampleDecodeError, match="expected one tensor"):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
     parts["pooled_prompt_embeds.pth"] = b"not a torch file"
     with pytest.raises(SampleDecodeError, match="not plain tensor data and was refused"):
-        cook_preencoded_diffusion(_crude("k", parts))
+        cook_preencoded_diffusion(crude_sample("k", parts))
 
 
 @pytest.mark.parametrize("fmt", ["png", "webp"])
 def test_cook_raw_images_tensor_is_exact_rgb_chw_uint8(fmt):
     pixels = raw_pixels(5, (20, 30))
-    crude = _crude("k", {fmt: image_bytes(pixels, fmt), "txt": b"a cat"})
+    crude = crude_sample("k", {fmt: image_bytes(pixels, fmt), "txt": b"a cat"})
     sample = cook_raw_images(crude)
     assert isinstance(sample, RawImageSample)
     assert sample.image.dtype == torch.uint8 and sample.image.shape == (3, 20, 30)
@@ -121,18 +117,18 @@ def test_cook_raw_images_pil_and_grayscale_to_rgb():
 
     buf = io.BytesIO()
     Image.fromarray(np.full((6, 9), 77, dtype=np.uint8), mode="L").save(buf, format="PNG")
-    sample = cook_raw_images(_crude("k", {"png": buf.getvalue(), "txt": b"x"}),
+    sample = cook_raw_images(crude_sample("k", {"png": buf.getvalue(), "txt": b"x"}),
                              image_format="pil")
     assert sample.image.mode == "RGB" and sample.image.size == (9, 6)
-    tensor = cook_raw_images(_crude("k", {"png": buf.getvalue(), "txt": b"x"})).image
+    tensor = cook_raw_images(crude_sample("k", {"png": buf.getvalue(), "txt": b"x"})).image
     assert tensor.shape == (3, 6, 9) and int(tensor.min()) == int(tensor.max()) == 77
 
 
 def test_cook_raw_images_errors_name_the_key():
     with pytest.raises(SampleDecodeError, match="0000000042.*no image part"):
-        cook_raw_images(_crude("0000000042", {"txt": b"x"}))
+        cook_raw_images(crude_sample("0000000042", {"txt": b"x"}))
     with pytest.raises(SampleDecodeError, match="0000000042.*not a readable image"):
-        cook_raw_images(_crude("0000000042", {"jpg": b"\xff\xd8garbage", "txt": b"x"}))
+        cook_raw_images(crude_sample("0000000042", {"jpg": b"\xff\xd8garbage", "txt": b"x"}))
 
 
 def test_encoded_batches_shapes_dtypes_and_values(encoded):

@@ -162,3 +162,9 @@ def evil_torch_save(target: Path) -> bytes:
 def evil_plain_pickle(target: Path) -> bytes:
     """A bare pickle (torch's legacy format path) whose unpickling would create `target`."""
     return pickle.dumps(Evil(target))
+
+
+def crude_sample(key: str, parts: dict) -> dict:
+    """A crude sample as Energon hands it to a cooker: `parts` plus Energon's own keys."""
+    return {"__key__": key, "__restore_key__": ("Webdataset", 0), "__subflavors__": {},
+            "__sources__": (), **parts}

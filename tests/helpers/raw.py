@@ -142,3 +142,9 @@ def energon_read(out: Path) -> list[dict]:
                         "meta": json.loads(parts["meta.json"]), "split": split,
                         "image": np.asarray(Image.open(io.BytesIO(image)).convert("RGB"))})
     return samples
+
+
+def energon_captions(root: Path, split: str) -> dict[str, str]:
+    """Every sample of a split as Energon's own loader reads it: key to its `txt` caption."""
+    return {key: parts["txt"].decode() for key, (where, parts) in energon_parts(root).items()
+            if where == split}

@@ -95,37 +95,3 @@ def assert_same_index(ours: Path, theirs: Path, sqlite: bool = True) -> None:
     )
     if sqlite:
         assert sqlite_rows(meta_o / "index.sqlite") == sqlite_rows(meta_t / "index.sqlite")
-
-
-def energon_captions(root: Path, split: str) -> dict[str, str]:
-    """Every sample of a split as Energon's own loader reads it: key to its `txt` caption."""
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        Sample,
-        WorkerConfig,
-        basic_sample_keys,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
-    from megatron.energon.edataclass import edataclass
-
-    @edataclass
-    class Caption(Sample):
-        caption: str
-
-    @stateless
-    def cook(crude):
-        return Caption(**basic_sample_keys(crude), caption=crude["txt"].decode())
-
-    class Encoder(DefaultTaskEncoder):
-        decoder = None
-        cookers = [Cooker(cook)]  # noqa: RUF012 (Energon's declaration style)
-
-        def batch(self, samples):
-            return samples
-
-    dataset = get_val_dataset(root, split_part=split, batch_size=1, task_encoder=Encoder(),
-                              worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0))
-    return {s.__key__: s.caption for batch in get_loader(dataset) for s in batch}

@@ -6,7 +6,8 @@ posterior mean of `preencoded_numpy` (MLPerf) samples are stored unscaled and go
 they are), else the first three latent channels as false colour (each channel stretched to its own
 min..max). MLPerf samples have no caption; their tile shows the validation timestep, if any. A
 sample that cannot be read shows as a grey tile saying why; the sheet is written under a temporary
-name and renamed, so a failed write leaves nothing behind.
+name and renamed, so a failed write leaves nothing behind. What a layout shows comes from its
+registry entry (`Layout.preview`, `Layout.latents_scaled`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.files import write_atomic
-from shardcook.layouts import IMAGE_PARTS
-from shardcook.layouts.bridge_flux import BRIDGE_FLUX, LATENT_PART, META_PART
-from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, MLPERF, TIMESTEP_COLUMN
+from shardcook.layouts import IMAGE_PARTS, LAYOUTS, Layout, by_encoding, registry_function
+from shardcook.layouts.bridge_flux import LATENT_PART, META_PART
+from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, TIMESTEP_COLUMN
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path, dataset_folder
 
@@ -36,20 +37,21 @@ log = logging.getLogger(__name__)
 
 TILE = 192
 CAPTION_LINES = 3
-ENCODED = ("preencoded", BRIDGE_FLUX.encoding, MLPERF.encoding)
-#: Layouts whose stored latent is unscaled.
-UNSCALED = (BRIDGE_FLUX.encoding, MLPERF.encoding)
 
 
-def _encoding(root: Path) -> str:
+def _layout(root: Path) -> Layout:
+    """The layout of `root`'s samples, when preview can show them."""
     encoding = metadata.recorded_encoding(root)
     if encoding is None:
         raise DatasetError(f"{root} has no {META_DIR}/{DATASET_YAML} or {OURS_DIR}/{MANIFEST_JSON} "
                            "saying whether it is raw or preencoded; is it a shardcook dataset?")
-    if encoding not in ("raw", *ENCODED):
+    layout = by_encoding(encoding)
+    if layout is None or layout.preview is None:
+        encoded = [lay.encoding for lay in LAYOUTS.values()
+                   if lay.preview and lay.latents_scaled is not None]
         raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and encoded "
-                           f"({', '.join(ENCODED)}) datasets")
-    return encoding
+                           f"({', '.join(encoded)}) datasets")
+    return layout
 
 
 def _first_samples(root: Path, count: int) -> list[tuple[str, dict[str, bytes]]]:
@@ -78,28 +80,45 @@ def _false_colour(latent: torch.Tensor) -> np.ndarray:
     return np.kron(rgb, np.ones((8, 8, 1), np.uint8))
 
 
-def _latent_and_caption(
-    encoding: str, key: str, parts: dict[str, bytes]
-) -> tuple[torch.Tensor, str]:
-    """The stored latent tensor and the caption of one encoded sample."""
+def mlperf_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
+    """An MLPerf sample's posterior mean and its validation timestep, if any."""
+    from shardcook.energon.mlperf import load_numpy_tensor
+
+    latent = load_numpy_tensor(parts[MEAN_PART], key=key, part=MEAN_PART)
+    meta = json.loads(parts.get(JSON_PART, b"{}"))
+    t = meta.get(TIMESTEP_COLUMN) if isinstance(meta, dict) else None
+    return latent, "" if t is None else f"timestep {t}"
+
+
+def bridge_flux_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
+    """A `megatron-bridge` sample's latent and the caption its json records."""
     from shardcook.energon.cookers import load_tensor
 
-    if encoding == MLPERF.encoding:
-        from shardcook.energon.mlperf import load_numpy_tensor
+    latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
+    try:
+        meta = json.loads(parts.get(META_PART, b"{}"))
+    except ValueError:  # not JSON, not UTF-8: the latent is still worth showing
+        return latent, f"(the {META_PART} part is not valid JSON)"
+    return latent, str(meta.get("caption", "")) if isinstance(meta, dict) else ""
 
-        latent = load_numpy_tensor(parts[MEAN_PART], key=key, part=MEAN_PART)
-        meta = json.loads(parts.get(JSON_PART, b"{}"))
-        t = meta.get(TIMESTEP_COLUMN) if isinstance(meta, dict) else None
-        return latent, "" if t is None else f"timestep {t}"
-    if encoding == BRIDGE_FLUX.encoding:
-        latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
-        try:
-            meta = json.loads(parts.get(META_PART, b"{}"))
-        except ValueError:  # not JSON, not UTF-8: the latent is still worth showing
-            return latent, f"(the {META_PART} part is not valid JSON)"
-        return latent, str(meta.get("caption", "")) if isinstance(meta, dict) else ""
+
+def preencoded_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
+    """A `primus` sample's latent and caption."""
+    from shardcook.energon.cookers import load_tensor
+
     latent = load_tensor(parts["latents.pth"], key=key, part="latents.pth")
     return latent, parts.get("caption.txt", b"").decode("utf-8", "replace")
+
+
+def raw_picture(key: str, parts: dict[str, bytes]) -> tuple[PILImage.Image, str]:
+    """A raw sample's image and caption."""
+    from PIL import Image
+
+    part = next((p for p in IMAGE_PARTS if p in parts), None)
+    if part is None:
+        raise DatasetError(f"sample {key} has no image part ({', '.join(parts)}).")
+    img = Image.open(io.BytesIO(parts[part])).convert("RGB")
+    return img, parts.get("txt", b"").decode("utf-8", "replace")
 
 
 class _Decoder:
@@ -142,19 +161,17 @@ TILE_ERRORS: tuple[type[Exception], ...] = (ShardcookError, OSError, ValueError,
                                             IndexError)
 
 
-def _tile(encoding: str, key: str, parts: dict[str, bytes],
+def _tile(layout: Layout, key: str, parts: dict[str, bytes],
           decode: _Decoder | None) -> tuple[PILImage.Image, str]:
-    """One sample's picture and caption."""
+    """One sample's picture and caption, a latent shown decoded or in false colour."""
     from PIL import Image
 
-    if encoding in ENCODED:
-        latent, caption = _latent_and_caption(encoding, key, parts)
-        return Image.fromarray(decode(latent) if decode else _false_colour(latent)), caption
-    part = next((p for p in IMAGE_PARTS if p in parts), None)
-    if part is None:
-        raise DatasetError(f"sample {key} has no image part ({', '.join(parts)}).")
-    img = Image.open(io.BytesIO(parts[part])).convert("RGB")
-    return img, parts.get("txt", b"").decode("utf-8", "replace")
+    assert layout.preview is not None  # _layout returns only layouts preview can show
+    picture, caption = registry_function(layout.preview)(key, parts)
+    if layout.latents_scaled is None:
+        image: PILImage.Image = picture
+        return image, caption
+    return Image.fromarray(decode(picture) if decode else _false_colour(picture)), caption
 
 
 def _unreadable_tile(error: Exception) -> tuple[PILImage.Image, str]:
@@ -199,17 +216,17 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         raise DatasetError(f"--count must be at least 1, not {count}.")
     if hf_token_file:
         read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
-    encoding = _encoding(root)
+    layout = _layout(root)
     rows = _first_samples(root, count)
     manifest = metadata.read_manifest(root) or {}
-    decode = (_Decoder(model_path, manifest, scaled=encoding not in UNSCALED,
+    decode = (_Decoder(model_path, manifest, scaled=bool(layout.latents_scaled),
                        token_file=hf_token_file)
-              if (model_path and encoding in ENCODED) else None)
+              if (model_path and layout.latents_scaled is not None) else None)
     tiles = []
     unreadable = 0
     for key, parts in rows:
         try:
-            img, caption = _tile(encoding, key, parts, decode)
+            img, caption = _tile(layout, key, parts, decode)
         except TILE_ERRORS as e:
             img, caption = _unreadable_tile(e)
             unreadable += 1

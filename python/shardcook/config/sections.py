@@ -93,7 +93,7 @@ class ImageConfig:
 @dataclass
 class ModelConfig:
     """The encoders (`encode` only; `raw` ignores this section). `precision` and `latent_mode`
-    left unset take the `layout`'s defaults (`pipeline.encode.LAYOUT_DEFAULTS`)."""
+    left unset take the `layout`'s defaults (its `Layout.encode_defaults`)."""
 
     layout: str = "primus"
     model_path: str = "black-forest-labs/FLUX.1-dev"

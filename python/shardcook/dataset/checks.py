@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset.samplecheck import Checker, check_sample, registry_function
+from shardcook.dataset.samplecheck import Checker, check_sample
 from shardcook.errors import ShardcookError
 from shardcook.layouts import Layout
+from shardcook.layouts.base import registry_function
 from shardcook.layouts.names import INDEX_SQLITE, META_DIR
 
 #: Energon's index tables (docs/FORMAT.md §5).

@@ -4,7 +4,6 @@ Every finding is one sentence; nothing here imports torch or runs pickled code."
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,7 @@ from shardcook.dataset.tensorinfo import (
     torch_save_damage,
 )
 from shardcook.layouts import IMAGE_PARTS, Layout
+from shardcook.layouts.base import registry_function
 from shardcook.layouts.chatml import (
     CONVERSATION_PART,
     MULTI_IMAGE_PART,
@@ -75,13 +75,6 @@ def part_problem(name: str, data: bytes) -> str | None:
     return None
 
 
-def registry_function(spec: str) -> Any:
-    """The function `module:name` that shardcook's layout registry names (a cooker, a checker);
-    never a name a dataset gives."""
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def load_checker(layout: Layout | None) -> Checker | None:
     """The layout's `checker` function, imported."""
     if layout is None or layout.checker is None:
@@ -94,8 +87,7 @@ def load_split_checker(layout: Layout | None) -> SplitChecker | None:
     """The layout's `split_checker` function, imported."""
     if layout is None or layout.split_checker is None:
         return None
-    module, _, name = layout.split_checker.partition(":")
-    checker: SplitChecker = getattr(importlib.import_module(module), name)
+    checker: SplitChecker = registry_function(layout.split_checker)
     return checker
 
 

@@ -14,28 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.layouts import CHATML, MLPERF, PREENCODED, RAW
-from shardcook.layouts.bridge_flux import BRIDGE_FLUX
+from shardcook.layouts import Layout, by_encoding
+from shardcook.layouts.base import CRUDE_WEBDATASET
 
 __all__ = ["check_fit", "fitting_task_encoder"]
 
-#: The shardcook task encoder that reads each encoding.
-_FITS = {
-    PREENCODED.encoding: "shardcook.energon.EncodedDiffusionTaskEncoder",
-    MLPERF.encoding: "shardcook.energon.EncodedDiffusionTaskEncoder",
-    RAW.encoding: "shardcook.energon.RawDiffusionTaskEncoder",
-    BRIDGE_FLUX.encoding: "shardcook.energon.BridgeFluxTaskEncoder",
-}
-_POSTERIOR = ("mean.pth", "logvar.pth")
 _FACTORS = ("scaling_factor", "shift_factor")
 
 
 def fitting_task_encoder(encoding: str | None) -> str:
-    """Names what reads datasets of `encoding`, for error messages."""
-    if encoding in _FITS:
-        return _FITS[encoding]
-    if encoding == CHATML.encoding:
-        return "Megatron-Bridge's ChatML task encoder (not shardcook.energon)"
+    """Names what reads datasets of `encoding` (its layout's task encoder), for error messages."""
+    layout = None if encoding is None else by_encoding(encoding)
+    if layout is not None and layout.task_encoder is not None:
+        return layout.task_encoder.replace(":", ".")
+    if layout is not None and layout.sample_type != CRUDE_WEBDATASET:
+        return f"the task encoder of its sample type {layout.sample_type} (not shardcook.energon)"
     if encoding is None:
         return ("the task encoder of its layout (or record the layout with `shardcook finalize "
                 "--force --encoding ...`)")
@@ -84,17 +77,17 @@ def _first_parts(shard: Path) -> dict[str, bytes] | None:
         return None
 
 
-def _check_posterior(dataset: _Crude, task_encoder: Any) -> None:
-    """Resampling needs `mean.pth` + `logvar.pth`, and factors from the task encoder or the
-    sample's `meta.json`."""
+def _check_posterior(dataset: _Crude, task_encoder: Any, posterior: tuple[str, ...]) -> None:
+    """Resampling needs the `posterior` parts (`mean.pth` + `logvar.pth`), and factors from the
+    task encoder or the sample's `meta.json`."""
     parts = None if dataset.first_shard is None else _first_parts(dataset.first_shard)
     if parts is None:
         return
     root = dataset.root
-    missing = [p for p in _POSTERIOR if p not in parts]
+    missing = [p for p in posterior if p not in parts]
     if missing:
         raise ConfigError(
-            f"resample_latents=True needs each sample's {' and '.join(_POSTERIOR)}, but the "
+            f"resample_latents=True needs each sample's {' and '.join(posterior)}, but the "
             f"first sample of {root} has no {' or '.join(missing)}; write the dataset with "
             "`shardcook encode --latent-mode resample`, or read it with resample_latents=False."
         )
@@ -143,13 +136,21 @@ def check_fit(path: str | Path, split: str, task_encoder: Any, *, picked: bool =
             )
     if not getattr(task_encoder, "resample_latents", False):
         return
-    encoded = [d for d in datasets
-               if d.subflavors.get("encoding") in (PREENCODED.encoding, MLPERF.encoding)]
+    encoded = [(d, layout) for d in datasets
+               if (layout := _resampled_layout(d.subflavors.get("encoding"))) is not None]
     if not encoded:
         raise ConfigError(
             f"resample_latents=True resamples pre-encoded datasets, but {path} holds none; "
             "leave it False."
         )
-    for dataset in encoded:  # MLPerf samples always hold their posterior, with FLUX's factors
-        if dataset.subflavors.get("encoding") == PREENCODED.encoding:
-            _check_posterior(dataset, task_encoder)
+    for dataset, layout in encoded:  # e.g. MLPerf samples always hold theirs, with FLUX's factors
+        if layout.posterior_parts:
+            _check_posterior(dataset, task_encoder, layout.posterior_parts)
+
+
+def _resampled_layout(encoding: object) -> Layout | None:
+    """The layout of `encoding` when its task encoder can resample latents from a posterior."""
+    layout = by_encoding(encoding) if isinstance(encoding, str) else None
+    if layout is None or "resample_latents" not in layout.task_encoder_options:
+        return None
+    return layout

@@ -58,10 +58,13 @@ def dataset_encoding(path: str | Path) -> str | None:
 def task_encoder_for(
     path: str | Path, *, image_format: ImageFormat = "tensor", resample_latents: bool = False
 ) -> Any:
-    """Picks the task encoder for a dataset from its `encoding` subflavor.
+    """Picks the task encoder for a dataset from its `encoding` subflavor: the one its layout
+    names in the registry (`Layout.task_encoder`), given the options that layout's task encoder
+    takes.
 
     `preencoded` and `preencoded_numpy` (MLPerf Flux.1) give `EncodedDiffusionTaskEncoder`, `raw`
-    gives `RawDiffusionTaskEncoder`, and a metadataset YAML gives `DiffusionTaskEncoder`, which dispatches per dataset.
+    gives `RawDiffusionTaskEncoder`, `bridge-flux` gives `BridgeFluxTaskEncoder`, and a
+    metadataset YAML gives `DiffusionTaskEncoder`, which dispatches per dataset.
 
     Args:
         path: A dataset folder or a metadataset `.yaml`.
@@ -72,20 +75,14 @@ def task_encoder_for(
         DatasetError: The dataset has no or an unknown `encoding`.
         ConfigError: `resample_latents=True` for a dataset that is not pre-encoded.
     """
-    from shardcook.energon.task_encoders import (
-        ENCODING_PREENCODED,
-        ENCODING_PREENCODED_NUMPY,
-        ENCODING_RAW,
-        BridgeFluxTaskEncoder,
-        DiffusionTaskEncoder,
-        EncodedDiffusionTaskEncoder,
-        RawDiffusionTaskEncoder,
-    )
+    from shardcook.energon.task_encoders import DiffusionTaskEncoder
     from shardcook.errors import ConfigError, DatasetError
-    from shardcook.layouts.bridge_flux import BRIDGE_FLUX
+    from shardcook.layouts import LAYOUTS, by_encoding, registry_function
 
     encoding = dataset_encoding(path)
-    if resample_latents and encoding not in (None, ENCODING_PREENCODED, ENCODING_PREENCODED_NUMPY):
+    layout = None if encoding is None else by_encoding(encoding)
+    if resample_latents and encoding is not None and (
+            layout is None or "resample_latents" not in layout.task_encoder_options):
         raise ConfigError(
             f"resample_latents=True resamples pre-encoded datasets, but {path} has encoding "
             f"{encoding!r}; leave it False."
@@ -95,17 +92,15 @@ def task_encoder_for(
             image_format=image_format,
             resample_latents=resample_latents,
         )
-    if encoding in (ENCODING_PREENCODED, ENCODING_PREENCODED_NUMPY):
-        return EncodedDiffusionTaskEncoder(resample_latents=resample_latents)
-    if encoding == ENCODING_RAW:
-        return RawDiffusionTaskEncoder(image_format=image_format)
-    if encoding == BRIDGE_FLUX.encoding:
-        return BridgeFluxTaskEncoder()
-    raise DatasetError(
-        f"{path} has encoding {encoding!r}; shardcook.energon reads "
-        f"{ENCODING_PREENCODED!r}, {ENCODING_PREENCODED_NUMPY!r}, {ENCODING_RAW!r} and "
-        f"{BRIDGE_FLUX.encoding!r}."
-    )
+    if layout is None or layout.task_encoder is None:
+        readable = [repr(lay.encoding) for lay in LAYOUTS.values() if lay.task_encoder]
+        raise DatasetError(
+            f"{path} has encoding {encoding!r}; shardcook.energon reads "
+            f"{', '.join(readable[:-1])} and {readable[-1]}."
+        )
+    options = {"image_format": image_format, "resample_latents": resample_latents}
+    return registry_function(layout.task_encoder)(
+        **{name: options[name] for name in layout.task_encoder_options})
 
 
 def megatron_data_parallel_group() -> Any:

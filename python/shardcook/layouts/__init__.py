@@ -4,7 +4,7 @@ registry of layouts. A new layout is one module beside this file plus one line i
 from __future__ import annotations
 
 from shardcook.errors import ConfigError
-from shardcook.layouts.base import Layout
+from shardcook.layouts.base import Layout, registry_function
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.generic import GENERIC
@@ -17,7 +17,7 @@ LAYOUTS: dict[str, Layout] = {
     layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC)}
 
 __all__ = ["CHATML", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "MLPERF", "PREENCODED", "RAW", "Layout",
-           "by_encoding", "encodings", "get_layout"]
+           "by_encoding", "encodings", "get_layout", "registry_function"]
 
 
 def get_layout(name: str) -> Layout:

@@ -3,6 +3,7 @@ told to read them. Each layout is one declarative `Layout` in its own module of 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,13 @@ from typing import Any
 Need = str | tuple[str, ...]
 
 CRUDE_WEBDATASET = "megatron.energon:CrudeWebdataset"
+
+
+def registry_function(spec: str) -> Any:
+    """The object `module:name` that the layout registry names (a cooker, a checker, a task
+    encoder); never a name a dataset gives."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,25 @@ class Layout:
             as `split_checker(root, split, shards)`, it returns one sentence per problem.
         split_folders: Each split is a dataset folder of its own (MLPerf's `OUTPUT_DIR/val`), so
             a folder holding only a val or test split is whole; other layouts need a train split.
+        task_encoder: `module:Class` of the shardcook task encoder `get_diffusion_loader` picks
+            for this layout, or None (the user brings one).
+        task_encoder_options: Which of the loader's `image_format` and `resample_latents` that
+            class takes; a layout taking `resample_latents` holds a VAE posterior.
+        posterior_parts: Parts holding an optional posterior (and `meta.json` its VAE factors)
+            that resampling needs, checked on the first sample; empty when always present.
+        preview: `module:function` called as `preview(key, parts)`, returning a sample's picture
+            (a PIL image, or a latent [C, h, w] tensor) and caption for `shardcook preview`.
+        latents_scaled: For a latent picture: whether it is stored scaled (VAE shift and
+            scaling factor applied); None for layouts whose picture is an image.
+        part_builder: `module:function` building one `encode` sample's parts from an
+            `pipeline.encoded.EncodedSample`; None for layouts `encode` does not write.
+        encode_defaults: (option, value) pairs `encode` fills in when not given.
+        latent_modes: The `--latent-mode` values `encode` accepts for this layout.
+        stored_dtypes: The stored dtypes `encode` accepts (empty: any).
+        encode_refusal: The sentence refusing a latent mode or dtype outside those two
+            (`{latent_mode}` is filled in).
+        encoder_facts: (key, value) pairs the manifest records for this layout's encoders;
+            `latents_scaled` and `t5_attention_mask` there also set the encoders.
     """
 
     name: str
@@ -48,6 +75,21 @@ class Layout:
     checker: str | None = None
     split_checker: str | None = None
     split_folders: bool = False
+    task_encoder: str | None = None
+    task_encoder_options: tuple[str, ...] = ()
+    posterior_parts: tuple[str, ...] = ()
+    preview: str | None = None
+    latents_scaled: bool | None = None
+    part_builder: str | None = None
+    encode_defaults: tuple[tuple[str, str], ...] = ()
+    latent_modes: tuple[str, ...] = ()
+    stored_dtypes: tuple[str, ...] = ()
+    encode_refusal: str = ""
+    encoder_facts: tuple[tuple[str, object], ...] = ()
+
+    def encoder_fact(self, key: str, default: object) -> object:
+        """The value this layout's `encoder_facts` give `key`, else `default`."""
+        return dict(self.encoder_facts).get(key, default)
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

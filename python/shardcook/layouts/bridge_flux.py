@@ -20,4 +20,13 @@ BRIDGE_FLUX = Layout(
     required=(LATENT_PART, EMBEDDINGS_PART, META_PART),
     cooker="shardcook.energon.cookers:cook_bridge_flux",
     checker="shardcook.dataset.samplecheck:check_bridge_flux",
+    task_encoder="shardcook.energon:BridgeFluxTaskEncoder",
+    preview="shardcook.preview:bridge_flux_picture",
+    latents_scaled=False,
+    part_builder="shardcook.pipeline.bridge_parts:encoded_bridge_parts",
+    encode_defaults=(("precision", "fp32"), ("latent_mode", "mode")),  # as Bridge's script
+    latent_modes=("mode", "sample"),  # Bridge's `--stochastic` off or on
+    encode_refusal=("--latent-mode {latent_mode} is for --layout primus; megatron-bridge stores "
+                    "one latent: mode or sample."),
+    encoder_facts=(("latents_scaled", False), ("t5_attention_mask", True)),
 )

@@ -34,4 +34,14 @@ MLPERF = Layout(
     checker="shardcook.dataset.npyparts:check_mlperf",
     split_checker="shardcook.dataset.npyparts:check_mlperf_split",
     split_folders=True,
+    task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
+    task_encoder_options=("resample_latents",),
+    preview="shardcook.preview:mlperf_picture",
+    latents_scaled=False,  # the posterior mean is stored unscaled
+    part_builder="shardcook.pipeline.mlperf_parts:encoded_mlperf_parts",
+    encode_defaults=(("precision", "bf16"), ("latent_mode", "resample")),  # as MLCommons's data
+    latent_modes=("resample",),
+    stored_dtypes=("bf16",),
+    encode_refusal=("--layout mlperf stores the posterior in bfloat16, as MLCommons's data: use "
+                    "--latent-mode resample and bf16 (--precision or --stored-dtype)."),
 )

@@ -18,4 +18,12 @@ PREENCODED = Layout(
     required=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth"),
     cooker="shardcook.energon.cookers:cook_preencoded_diffusion",
     checker="shardcook.dataset.samplecheck:check_preencoded",
+    task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
+    task_encoder_options=("resample_latents",),
+    posterior_parts=POSTERIOR_PARTS,
+    preview="shardcook.preview:preencoded_picture",
+    latents_scaled=True,
+    part_builder="shardcook.pipeline.primus_parts:primus_parts",
+    encode_defaults=(("precision", "bf16"), ("latent_mode", "sample")),
+    latent_modes=("sample", "mode", "resample"),
 )

@@ -11,4 +11,7 @@ RAW = Layout(
     parts=("jpg", "txt", "meta.json"),
     required=(IMAGE_PARTS, "txt"),
     cooker="shardcook.energon.cookers:cook_raw_images",
+    task_encoder="shardcook.energon:RawDiffusionTaskEncoder",
+    task_encoder_options=("image_format",),
+    preview="shardcook.preview:raw_picture",
 )

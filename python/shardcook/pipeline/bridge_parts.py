@@ -17,6 +17,7 @@ from shardcook.layouts.bridge_flux import (
     POOLED_PROMPT_EMBEDS,
     PROMPT_EMBEDS,
 )
+from shardcook.pipeline.encoded import EncodedSample
 
 if TYPE_CHECKING:
     import torch
@@ -75,3 +76,9 @@ def bridge_parts(item: Item, result: ImageResult, latent: torch.Tensor, prompt: 
         (EMBEDDINGS_PART, pickle.dumps(embeddings)),
         (META_PART, bridge_json(item, result, image=image, encoders=encoders)),
     ]
+
+
+def encoded_bridge_parts(s: EncodedSample) -> list[tuple[str, bytes]]:
+    """The layout's `encode` part builder."""
+    return bridge_parts(s.item, s.result, s.latent, s.prompt, s.pooled, image=s.image,
+                        encoders=s.facts)

@@ -1,6 +1,7 @@
-"""`encode`: images and captions through FLUX's encoders into pre-encoded samples, in the
-`primus` layout (docs/FORMAT.md §3) or Megatron-Bridge's (`megatron-bridge`,
-`pipeline.bridge_parts`).
+"""`encode`: images and captions through FLUX's encoders into pre-encoded samples, in one of the
+layouts the registry gives a part builder (`primus`, `megatron-bridge`, `mlperf`; docs/FORMAT.md
+§3). The layout is looked up once; its declaration gives the defaults, the latent modes it takes,
+its encoders' settings and the function building each sample's parts.
 
 Three stages overlap: the shared loop's reader thread decodes and resizes the next batches (Rust
 image core, `preprocess`), the main thread runs the encoders (`encode`), and a serializer thread
@@ -12,7 +13,6 @@ turns the previous encoder batch's tensors into parts (`serialize`). report.json
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import re
@@ -30,17 +30,10 @@ from shardcook.distributed import _env_int, env_rank_world
 from shardcook.errors import ConfigError
 from shardcook.files import write_atomic
 from shardcook.imaging import ImageResult
-from shardcook.layouts.base import Layout
-from shardcook.layouts.bridge_flux import BRIDGE_FLUX
-from shardcook.layouts.mlperf import MLPERF
+from shardcook.layouts import LAYOUTS, Layout, registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
-from shardcook.layouts.preencoded import POSTERIOR_PARTS, PREENCODED
-from shardcook.pipeline.raw import (
-    check_image_options,
-    decode_images,
-    result_meta_json,
-    result_pixels,
-)
+from shardcook.pipeline.encoded import EncodedSample, PartBuilder
+from shardcook.pipeline.raw import check_image_options, decode_images, result_pixels
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
 
@@ -53,33 +46,21 @@ log = logging.getLogger(__name__)
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
 
-PARTS = ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
-         "meta.json")
-
-#: The layouts `encode` writes, and what `precision` and `latent_mode` are when not given.
-ENCODE_LAYOUTS: dict[str, Layout] = {PREENCODED.name: PREENCODED, BRIDGE_FLUX.name: BRIDGE_FLUX,
-                                     MLPERF.name: MLPERF}
-LAYOUT_DEFAULTS: dict[str, dict[str, str]] = {
-    PREENCODED.name: {"precision": "bf16", "latent_mode": "sample"},
-    BRIDGE_FLUX.name: {"precision": "fp32", "latent_mode": "mode"},  # as Bridge's script
-    MLPERF.name: {"precision": "bf16", "latent_mode": "resample"},  # as MLCommons's data
-}
-#: What Bridge's script can write: `--stochastic` off (mode) or on (sample).
-BRIDGE_LATENT_MODES = ("mode", "sample")
-
 
 def encode_layout(name: str) -> Layout:
-    """The layout `--layout name` asks for, or ConfigError in one sentence."""
-    if name not in ENCODE_LAYOUTS:
-        raise ConfigError(f"--layout must be one of {', '.join(ENCODE_LAYOUTS)}, not {name!r}.")
-    return ENCODE_LAYOUTS[name]
+    """The layout `--layout name` asks for (one with a part builder), or ConfigError in one
+    sentence."""
+    writable = [lay.name for lay in LAYOUTS.values() if lay.part_builder is not None]
+    if name not in writable:
+        raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
+    return LAYOUTS[name]
 
 
 def apply_layout_defaults(cfg: RunConfig) -> None:
     """Fills the `model` options left unset with the layout's defaults (ConfigError for an
     unknown layout)."""
     layout = encode_layout(cfg.model.layout)
-    for name, value in LAYOUT_DEFAULTS[layout.name].items():
+    for name, value in layout.encode_defaults:
         if getattr(cfg.model, name) is None:
             setattr(cfg.model, name, value)
 
@@ -94,6 +75,7 @@ def check_model(cfg: RunConfig) -> None:
     from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 
     apply_layout_defaults(cfg)
+    layout = encode_layout(cfg.model.layout)
     m, i = cfg.model, cfg.image
     if m.precision not in PRECISIONS:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, not {m.precision!r}.")
@@ -103,13 +85,9 @@ def check_model(cfg: RunConfig) -> None:
     if m.latent_mode not in LATENT_MODES:
         raise ConfigError(
             f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
-    if m.layout == BRIDGE_FLUX.name and m.latent_mode not in BRIDGE_LATENT_MODES:
-        raise ConfigError(f"--latent-mode {m.latent_mode} is for --layout primus; megatron-bridge "
-                          f"stores one latent: {' or '.join(BRIDGE_LATENT_MODES)}.")
-    if m.layout == MLPERF.name and (m.latent_mode != "resample"
-                                    or (m.stored_dtype or m.precision) != "bf16"):
-        raise ConfigError("--layout mlperf stores the posterior in bfloat16, as MLCommons's data: "
-                          "use --latent-mode resample and bf16 (--precision or --stored-dtype).")
+    if m.latent_mode not in layout.latent_modes or (
+            layout.stored_dtypes and (m.stored_dtype or m.precision) not in layout.stored_dtypes):
+        raise ConfigError(layout.encode_refusal.format(latent_mode=m.latent_mode))
     if m.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
     if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:
@@ -171,6 +149,7 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
     from shardcook.hftoken import resolve_token
 
     m = cfg.model
+    layout = encode_layout(m.layout)
     sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)
     token, _ = resolve_token(token_file)
     factors = latent_factors(vae_config(sources["vae"], token))
@@ -186,8 +165,7 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
         "stored_dtype": m.stored_dtype or m.precision,
         "latent_mode": m.latent_mode,
         "latent_seed": m.seed if m.latent_mode == "sample" else None,
-        **({"latents_scaled": False, "t5_attention_mask": True}
-           if m.layout == BRIDGE_FLUX.name else {}),
+        **dict(layout.encoder_facts),
     }
 
 
@@ -204,8 +182,9 @@ class EncodeProcessor(Processor):
     def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
         self.image, self.model = cfg.image, cfg.model
-        self.bridge = cfg.model.layout == BRIDGE_FLUX.name
-        self.mlperf = cfg.model.layout == MLPERF.name
+        spec = encode_layout(cfg.model.layout).part_builder
+        assert spec is not None  # encode_layout returns only layouts with a part builder
+        self.build_parts: PartBuilder = registry_function(spec)
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
@@ -256,54 +235,24 @@ class EncodeProcessor(Processor):
 
     def _serialize(self, batch: list[Loaded], group: Decoded,
                    tensors: tuple[torch.Tensor, ...]) -> list[tuple[int, Outcome]]:
-        from shardcook.encoders.flux import tensor_bytes
-        from shardcook.pipeline.bridge_parts import bridge_parts
-        from shardcook.pipeline.mlperf_parts import mlperf_parts
-
         t0 = time.perf_counter()
         lat, t5, pooled, *posterior = tensors
         done: list[tuple[int, Outcome]] = []
         for j, (n, r) in enumerate(group):
             item = batch[n].item
-            if self.bridge:
-                parts = bridge_parts(item, r, lat[j], t5[j], pooled[j], image=self.image,
-                                     encoders=self._bridge_facts)
-                done.append((n, Outcome(item, parts=parts)))
-                continue
-            if self.mlperf:
-                mean, logvar = posterior
-                done.append((n, Outcome(item, parts=mlperf_parts(item.key, t5[j], pooled[j],
-                                                                 mean[j], logvar[j]))))
-                continue
-            meta = result_meta_json(item.source, r)
-            parts = [
-                ("latents.pth", tensor_bytes(lat[j])),
-                ("prompt_embeds.pth", tensor_bytes(t5[j])),
-                ("pooled_prompt_embeds.pth", tensor_bytes(pooled[j])),
-                ("caption.txt", (item.caption or "").encode("utf-8")),
-                ("meta.json", self._with_factors(meta) if posterior else meta),
-            ]
-            if posterior:
-                mean, logvar = posterior
-                parts += [(POSTERIOR_PARTS[0], tensor_bytes(mean[j])),
-                          (POSTERIOR_PARTS[1], tensor_bytes(logvar[j]))]
-            done.append((n, Outcome(item, parts=parts)))
+            sample = EncodedSample(item, r, lat[j], t5[j], pooled[j],
+                                   tuple(t[j] for t in posterior), self.image, self._facts)
+            done.append((n, Outcome(item, parts=self.build_parts(sample))))
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return done
 
     @cached_property
-    def _bridge_facts(self) -> dict[str, object]:
-        """What every `megatron-bridge` json carries so a user can scale the latents later."""
+    def _facts(self) -> dict[str, object]:
+        """The run's latent facts, which part builders record so a user can scale latents."""
         m = self.model
         return {"latent_mode": m.latent_mode, "scaling_factor": self.enc.scaling_factor,
                 "shift_factor": self.enc.shift_factor,
                 "latent_seed": m.seed if m.latent_mode == "sample" else None}
-
-    def _with_factors(self, meta: bytes) -> bytes:
-        """meta.json plus the VAE factors a resampling task encoder needs."""
-        fields = json.loads(meta)
-        fields.update(scaling_factor=self.enc.scaling_factor, shift_factor=self.enc.shift_factor)
-        return json.dumps(fields, ensure_ascii=False).encode("utf-8")
 
     def start(self) -> None:
         self.enc  # noqa: B018 - loads the encoders (and writes empty_encodings)
@@ -424,7 +373,8 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject |
             t5_path=m.t5_path, revision=m.revision, token_file=token_file,
             precision=precision, device=device, t5_max_length=m.t5_max_length,
             latent_mode=latent_mode, seed=m.seed,
-            t5_attention_mask=layout is BRIDGE_FLUX, scale_latents=layout is not BRIDGE_FLUX)
+            t5_attention_mask=bool(layout.encoder_fact("t5_attention_mask", False)),
+            scale_latents=bool(layout.encoder_fact("latents_scaled", True)))
         if env_rank_world()[0] == 0:
             write_empty_encodings(cfg.output.path, encoders)
         return encoders

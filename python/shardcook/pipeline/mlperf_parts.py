@@ -9,6 +9,7 @@ import json
 from typing import TYPE_CHECKING
 
 from shardcook.layouts.mlperf import CLIP_PART, JSON_PART, LOGVAR_PART, MEAN_PART, T5_PART
+from shardcook.pipeline.encoded import EncodedSample
 
 if TYPE_CHECKING:
     import torch
@@ -33,3 +34,9 @@ def mlperf_parts(key: str, prompt: torch.Tensor, pooled: torch.Tensor, mean: tor
     return [(T5_PART, bf16_npy(prompt)), (CLIP_PART, bf16_npy(pooled)),
             (MEAN_PART, bf16_npy(mean)), (LOGVAR_PART, bf16_npy(logvar)),
             (JSON_PART, json.dumps({"key": key}).encode("utf-8"))]
+
+
+def encoded_mlperf_parts(s: EncodedSample) -> list[tuple[str, bytes]]:
+    """The layout's `encode` part builder: the posterior, not the latent, is stored."""
+    mean, logvar = s.posterior
+    return mlperf_parts(s.item.key, s.prompt, s.pooled, mean, logvar)

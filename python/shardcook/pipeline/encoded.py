@@ -1,0 +1,45 @@
+"""What a layout's part builder gets from `encode`: one sample's encoder outputs with what it
+needs beside them. Each layout `encode` writes names its builder in the registry
+(`Layout.part_builder`); `encode` imports it once per run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from shardcook.config import ImageConfig
+    from shardcook.imaging import ImageResult
+    from shardcook.sources.base import Item
+
+
+@dataclass(frozen=True)
+class EncodedSample:
+    """One input after the encoders, its tensors on the CPU in the stored dtype.
+
+    Attributes:
+        item: The input (key, caption, source).
+        result: The image core's result for its image.
+        latent: The latent [C, h, w] (scaled unless the layout's encoders keep it raw).
+        prompt: T5's embeddings [L, D_t5].
+        pooled: CLIP's pooled embedding [D_clip].
+        posterior: (mean, logvar) with `--latent-mode resample`, else ().
+        image: The run's image options.
+        facts: The run's latent facts: `latent_mode`, `scaling_factor`, `shift_factor`,
+            `latent_seed`.
+    """
+
+    item: Item
+    result: ImageResult
+    latent: torch.Tensor
+    prompt: torch.Tensor
+    pooled: torch.Tensor
+    posterior: tuple[torch.Tensor, ...]
+    image: ImageConfig
+    facts: dict[str, object]
+
+
+#: A layout's `part_builder`: one sample's (part, bytes), in the layout's order.
+PartBuilder = Callable[[EncodedSample], list[tuple[str, bytes]]]

@@ -138,3 +138,12 @@ def test_crafted_offsets_fail_the_file_instead_of_crashing(tmp_path):
     assert result.returncode == 1, result.stderr
     assert f"failed: {crafted.name} (conversion): the Arrow stream is damaged" in result.stderr
     assert sorted(_files(tmp_path / "out" / "train")) == ["train-shard-000001.tar"]
+
+
+def test_a_config_that_is_no_regular_file_is_refused_without_reading_it(tmp_path):
+    fifo = tmp_path / "mlperf.yaml"
+    os.mkfifo(fifo)  # reading it would wait forever for a writer
+    run = subprocess.run([sys.executable, "-m", "shardcook", "ingest", "--config", str(fifo)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 2, run.stderr
+    assert "not a regular file (a FIFO)" in run.stderr and "Traceback" not in run.stderr

@@ -107,9 +107,9 @@ def _check_type(where: str, value: Any, hint: Any) -> Any:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Reads a config file into {section: {option: value}} in our keys, checking names, types
-    and that Primus spellings agree with ours."""
+def read_config_file(path: str | os.PathLike[str]) -> Any:
+    """The parsed YAML of a `--config` file: a local regular file of at most `MAX_CONFIG_BYTES`,
+    UTF-8, valid YAML without duplicate keys; anything else is a ConfigError saying which."""
     import yaml
 
     from shardcook import safeyaml
@@ -131,6 +131,14 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
         data = safeyaml.load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"Config file {str(p)!r} is not valid YAML ({safeyaml.describe(e)}).") from None
+    return data
+
+
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Reads a config file into {section: {option: value}} in our keys, checking names, types
+    and that Primus spellings agree with ours."""
+    p = Path(path)
+    data = read_config_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardcook import safeyaml
 from shardcook.errors import ConfigError
 from shardcook.pipeline.download import Retry
 
@@ -117,13 +116,9 @@ def dataset_from(entry: Any, n: int) -> IngestDataset:
 def from_yaml(path: Path) -> IngestConfig:
     """The config in a YAML file (Primus's `mlperf_flux1.yaml` keys); ConfigError naming the
     first wrong key."""
-    import yaml
+    from shardcook.config import read_config_file
 
-    try:
-        raw = safeyaml.load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        detail = safeyaml.describe(e) if isinstance(e, yaml.YAMLError) else str(e).splitlines()[0]
-        raise ConfigError(f"cannot read --config {str(path)!r}: {detail}") from None
+    raw = read_config_file(path)  # the same file rules as every --config
     top = _mapping(raw, f"--config {path}", ("datasets", "empty_encodings", "output", "pipeline"))
     cfg = IngestConfig()
     datasets = top.get("datasets") or []

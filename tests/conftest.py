@@ -29,3 +29,31 @@ def tiny_flux(tmp_path_factory) -> Path:
     if not (root / "DEMO_WEIGHTS.txt").is_file():
         build_tiny_flux(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One S3-compatible server over HTTP on 127.0.0.1 for the whole session."""
+    from tests.helpers.s3server import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_store(s3_server, tmp_path, monkeypatch, request):
+    """A fresh bucket and an MSC profile on it (`s3_store.url(path)` is `msc://PROFILE/path`);
+    MSC_CONFIG and the AWS variables are set for this test and for the commands it starts. The
+    profile's name is new for each test because MSC keeps one client per profile name for the
+    life of a process."""
+    import re
+
+    from tests.helpers.s3server import make_store
+
+    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    bucket = f"{bucket}-{abs(hash(request.node.nodeid)) % 10**8}"
+    store = make_store(s3_server, tmp_path, bucket, profile=f"t{bucket.rsplit('-', 1)[1]}")
+    for key, value in store.env.items():
+        monkeypatch.setenv(key, value)
+    return store

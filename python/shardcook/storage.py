@@ -1,0 +1,188 @@
+"""Object storage: URLs (`msc://PROFILE/path`, `s3://bucket/path`, `gs://`, `az://`) read and
+written through NVIDIA's Multi-Storage Client, the client Megatron-Energon itself opens such
+datasets with, so the same profiles (`MSC_CONFIG`, `~/.msc_config.yaml`) and credentials serve
+both. Every other module asks `is_url` first and never joins a URL as a local path.
+
+`check_url` refuses a URL that cannot work (unknown scheme, missing profile, missing client
+package) in one sentence before anything is read or written; `Remote` is a folder in a bucket
+with the few operations shardcook needs, each one MSC call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from shardcook.errors import ConfigError, DatasetError
+
+__all__ = ["SCHEMES", "Remote", "check_url", "is_url", "remote"]
+
+#: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
+SCHEMES = ("msc", "s3", "gs", "az")
+
+#: `scheme://` anywhere, or `scheme:/` at the start: what `pathlib.Path` makes of a URL
+#: (`Path("s3://b/x")` is `s3:/b/x`), so a URL that went through a Path is still caught.
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/|(?P<inner>[A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def url_scheme(value: object) -> str | None:
+    """The scheme of `value` when it is a URL (also one a `pathlib.Path` has mangled), else
+    None."""
+    if not isinstance(value, (str, os.PathLike)):
+        return None
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        return None
+    match = _URL.search(text)
+    if match is None:
+        return None
+    return (match.group("scheme") or match.group("inner")).lower()
+
+
+def is_url(value: object) -> bool:
+    """True when `value` names a location by URL rather than a local path."""
+    return url_scheme(value) is not None
+
+
+def _text(value: object) -> str:
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else str(value)
+    return text if isinstance(text, str) else repr(text)
+
+
+def check_url(value: object, what: str) -> str:
+    """`value` as a URL string once it is known that MSC can open it.
+
+    Raises:
+        ConfigError: the scheme is not one MSC reads, the URL went through a local path (one
+            slash after the scheme), the `msc://` profile is not configured, or the client
+            package for the store is not installed.
+    """
+    scheme = url_scheme(value)
+    text = _text(value)
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"{what} {text!r} is a URL ({scheme}://); shardcook reads and writes local paths "
+            f"and {', '.join(s + '://' for s in SCHEMES)} URLs through the Multi-Storage Client."
+        )
+    if not text.startswith(f"{scheme}://"):
+        raise ConfigError(f"{what} {text!r} is not a whole URL; write it as {scheme}://...")
+    rest = text[len(scheme) + 3:]
+    if not rest.split("/", 1)[0]:
+        what_is_missing = "profile" if scheme == "msc" else "bucket"
+        raise ConfigError(f"{what} {text!r} names no {what_is_missing}; write "
+                          f"{scheme}://{what_is_missing.upper()}/path.")
+    _client(text, what)
+    return text
+
+
+def _client(url: str, what: str) -> tuple[Any, str]:
+    """MSC's storage client for `url` and the path inside it, or one sentence why not."""
+    try:
+        import multistorageclient as msc
+    except ImportError:
+        raise ConfigError(f"{what} {url!r} needs the Multi-Storage Client: "
+                          "pip install 'multi-storage-client[boto3]'.") from None
+    try:
+        return msc.resolve_storage_client(url)  # type: ignore[no-any-return]
+    except ImportError as e:
+        raise ConfigError(
+            f"{what} {url!r}: the store's client package is missing ({e.name or e}); install "
+            "it, for S3: pip install 'multi-storage-client[boto3]'."
+        ) from None
+    except Exception as e:  # noqa: BLE001 - MSC raises ValueError, KeyError, RuntimeError ...
+        raise ConfigError(_profile_problem(url, what, e)) from None
+
+
+def _profile_problem(url: str, what: str, error: Exception) -> str:
+    config = os.environ.get("MSC_CONFIG") or "~/.msc_config.yaml"
+    if url.startswith("msc://"):
+        profile = url[len("msc://"):].split("/", 1)[0]
+        return (f"{what} {url!r}: the Multi-Storage Client cannot open profile {profile!r} "
+                f"({_one_line(error)}); define it in {config} (MSC_CONFIG names the file).")
+    return f"{what} {url!r}: the Multi-Storage Client cannot open it ({_one_line(error)})."
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A folder in object storage: `url` has no trailing slash; names are relative to it."""
+
+    url: str
+
+    def __str__(self) -> str:
+        return self.url
+
+    def child(self, name: str) -> str:
+        """The URL of `name` (a relative path inside this folder)."""
+        return f"{self.url}/{name.lstrip('/')}"
+
+    def _resolve(self, name: str) -> tuple[Any, str]:
+        return _client(self.child(name), "The URL")
+
+    def exists(self, name: str) -> bool:
+        client, path = self._resolve(name)
+        return bool(client.is_file(path))
+
+    def size(self, name: str) -> int:
+        client, path = self._resolve(name)
+        return int(client.info(path).content_length)
+
+    def read_bytes(self, name: str) -> bytes:
+        """The whole object.
+
+        Raises:
+            DatasetError: it is missing or cannot be read.
+        """
+        client, path = self._resolve(name)
+        try:
+            return bytes(client.read(path))
+        except FileNotFoundError:
+            raise DatasetError(f"{self.child(name)} does not exist") from None
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise DatasetError(f"cannot read {self.child(name)} ({_one_line(e)})") from None
+
+    def write_bytes(self, name: str, data: bytes | str) -> None:
+        """Writes the object in one PUT: it appears whole or not at all."""
+        client, path = self._resolve(name)
+        client.write(path, data.encode() if isinstance(data, str) else data)
+
+    def open_read(self, name: str) -> BinaryIO:
+        """A seekable reader (ranged reads) of the object."""
+        client, path = self._resolve(name)
+        return client.open(path, "rb")  # type: ignore[no-any-return]
+
+    def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
+        """Uploads a local file as object `name`; it appears only once complete."""
+        client, path = self._resolve(name)
+        client.upload_file(path, os.fspath(local_path))
+
+    def download(self, name: str, local_path: str | os.PathLike[str]) -> None:
+        client, path = self._resolve(name)
+        client.download_file(path, os.fspath(local_path))
+
+    def delete(self, name: str) -> None:
+        client, path = self._resolve(name)
+        client.delete(path)
+
+    def names(self, prefix: str = "") -> Iterator[str]:
+        """Every object under this folder whose name starts with `prefix`, recursively, as
+        names relative to the folder, in the store's (lexicographic) order."""
+        client, root = self._resolve("")
+        start = root.rstrip("/") + "/" if root.strip("/") else ""
+        for obj in client.list(path=start + prefix):
+            key = obj.key.lstrip("/")
+            name = key[len(start):] if start and key.startswith(start) else key
+            if obj.type != "directory" and name.startswith(prefix):
+                yield name
+
+
+def remote(value: object, what: str) -> Remote:
+    """The object-storage folder `value` names, once `check_url` passes."""
+    return Remote(check_url(value, what).rstrip("/"))

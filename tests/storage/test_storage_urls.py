@@ -1,0 +1,58 @@
+"""`shardcook.storage` against a real S3 server through the Multi-Storage Client."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardcook.errors import ConfigError
+from shardcook.storage import check_url, is_url, remote
+
+
+@pytest.mark.parametrize("value", ["msc://p/x", "s3://b/x", "s3:/b/x", "gs://b", "https://h/x",
+                                   "ftp://h"])
+def test_urls_are_urls(value):
+    assert is_url(value)
+
+
+@pytest.mark.parametrize("value", ["x", "a/b", "a:b", "./msc", "/abs/path"])
+def test_paths_are_not_urls(value):
+    assert not is_url(value)
+
+
+def test_objects_written_read_listed_and_deleted(s3_store):
+    folder = remote(s3_store.url("data/set"), "--output-dir")
+    folder.write_bytes("a.txt", b"alpha")
+    folder.write_bytes("sub/b.txt", "beta")
+    assert folder.read_bytes("a.txt") == b"alpha"
+    assert list(folder.names()) == ["a.txt", "sub/b.txt"]
+    assert list(folder.names("sub/")) == ["sub/b.txt"]
+    assert folder.size("sub/b.txt") == 4
+    assert s3_store.keys() == ["data/set/a.txt", "data/set/sub/b.txt"]
+    folder.delete("a.txt")
+    assert not folder.exists("a.txt") and folder.exists("sub/b.txt")
+
+
+def test_each_store_is_its_own_bucket(s3_store, s3_server, tmp_path,
+                                                               monkeypatch):
+    from tests.helpers.s3server import make_store
+
+    remote(s3_store.url("x"), "t").write_bytes("one", b"1")
+    other = make_store(s3_server, tmp_path / "o", "second-bucket-of-this-test", "secondprofile")
+    for key, value in other.env.items():
+        monkeypatch.setenv(key, value)
+    remote(other.url("x"), "t").write_bytes("two", b"2")
+    assert other.keys() == ["x/two"] and s3_store.keys() == ["x/one"]
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("ftp://host/x", "ftp://"),
+    ("https://host/x", "https://"),
+    ("msc:/teststore/x", "not a whole URL"),
+    ("msc:///x", "names no profile"),
+    ("msc://nosuchprofile/x", "profile 'nosuchprofile'"),
+])
+def test_a_url_that_cannot_work_is_one_sentence(s3_store, url, words):
+    with pytest.raises(ConfigError, match=words) as e:
+        check_url(url, "--output-dir")
+    assert "\n" not in str(e.value)
+    assert "DO-NOT-PRINT" not in str(e.value)

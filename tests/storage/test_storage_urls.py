@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from shardcook.errors import ConfigError
 from shardcook.storage import check_url, is_url, remote
 

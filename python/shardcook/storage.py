@@ -86,7 +86,7 @@ def _client(url: str, what: str) -> tuple[Any, str]:
         raise ConfigError(f"{what} {url!r} needs the Multi-Storage Client: "
                           "pip install 'multi-storage-client[boto3]'.") from None
     try:
-        return msc.resolve_storage_client(url)  # type: ignore[no-any-return]
+        return msc.resolve_storage_client(url)
     except ImportError as e:
         raise ConfigError(
             f"{what} {url!r}: the store's client package is missing ({e.name or e}); install "

@@ -57,3 +57,17 @@ def s3_store(s3_server, tmp_path, monkeypatch, request):
     for key, value in store.env.items():
         monkeypatch.setenv(key, value)
     return store
+
+
+#: A test slower than this is named as soon as it ends, so a CI log that is cut off by the time
+#: limit still says where the time went.
+SLOW_SECONDS = 30.0
+
+
+def pytest_runtest_logreport(report):
+    if report.duration >= SLOW_SECONDS:
+        import sys
+        import time
+
+        sys.stderr.write(f"\n[slow {report.when} {report.duration:.0f}s at "
+                         f"{time.strftime('%H:%M:%S')}] {report.nodeid}\n")

@@ -137,8 +137,8 @@ def read_config_file(path: str | os.PathLike[str]) -> Any:
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Reads a config file into {section: {option: value}} in our keys, checking names, types
     and that Primus spellings agree with ours."""
+    data = read_config_file(path)  # checks `path` is a local path first
     p = Path(path)
-    data = read_config_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

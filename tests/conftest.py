@@ -65,7 +65,10 @@ SLOW_SECONDS = 30.0
 
 
 def pytest_runtest_logreport(report):
-    if report.duration >= SLOW_SECONDS:
+    import os
+
+    # under pytest-xdist the controller gets every worker's reports: say it once, there
+    if report.duration >= SLOW_SECONDS and "PYTEST_XDIST_WORKER" not in os.environ:
         import sys
         import time
 

@@ -158,6 +158,8 @@ def candidate_columns(features: dict[str, Any], option: str, columns: list[str])
 
 class HuggingFaceSource:
     """Inputs = the rows of one split, in row order; images stay encoded (decode=False).
+    `streaming` reads the split's parquet files a row group at a time (`sources/hfstream.py`)
+    instead of loading the dataset; the items are the same.
 
     `image_columns`/`caption_columns` (Primus's `image_keys`/`caption_keys`) are candidate
     dotted paths tried in order for each row; the first that holds a value is used.
@@ -166,10 +168,13 @@ class HuggingFaceSource:
     def __init__(self, name: str, split: str = "train", data_files: list[str] | None = None,
                  max_samples: int | None = None, image_column: str | None = None,
                  caption_column: str | None = None, *, image_columns: list[str] | None = None,
-                 caption_columns: list[str] | None = None, token: str | None = None):
+                 caption_columns: list[str] | None = None, token: str | None = None,
+                 streaming: bool = False):
         import datasets
 
-        ds = load(name, split, data_files, token=token)
+        from shardcook.sources.hfstream import stream
+
+        ds: Any = (stream if streaming else load)(name, split, data_files, token=token)
         self.image_column, self.caption_column = detect_columns(
             ds.features, None if image_columns else image_column,
             None if caption_columns else caption_column)

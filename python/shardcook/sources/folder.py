@@ -10,8 +10,10 @@ deleted after that reads as a missing file (FileNotFoundError), which the run tu
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -19,7 +21,11 @@ from typing import BinaryIO, Protocol
 from shardcook.files import read_regular_file
 from shardcook.storage import Remote, is_url, remote
 
-__all__ = ["Folder", "LocalFolder", "RemoteFolder", "open_folder"]
+__all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder"]
+
+
+class OutsideFolder(ValueError):
+    """A file name leads out of the folder it must stay in."""
 
 
 class Folder(Protocol):
@@ -55,7 +61,16 @@ class Folder(Protocol):
         is gone) with a `strerror` saying why."""
 
     def open(self, name: str) -> BinaryIO:
-        """A seekable reader of `name`, read sequentially."""
+        """A seekable reader of `name`, read sequentially (OSError when it is missing or not a
+        regular file)."""
+
+    def locate(self, name: str) -> str:
+        """The path or URL of a file a record names (chatml's media): locally relative to the
+        folder or absolute, as the user wrote it; in a bucket only inside the folder.
+
+        Raises:
+            OutsideFolder: the name leads out of a folder in object storage.
+        """
 
 
 class LocalFolder:
@@ -93,7 +108,16 @@ class LocalFolder:
         return read_regular_file(where)
 
     def open(self, name: str) -> BinaryIO:
-        return open(self.where(name), "rb")
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
+        fd = os.open(self.where(name), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", self.where(name))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+    def locate(self, name: str) -> str:
+        return str(self.path / name)
 
 
 class RemoteFolder:
@@ -138,7 +162,12 @@ class RemoteFolder:
         return self.remote.read(self._name(where))
 
     def open(self, name: str) -> BinaryIO:
-        return self.remote.open_stream(_normalized(name))
+        return self.remote.open_stream(_normalized(name), 1 << 20)
+
+    def locate(self, name: str) -> str:
+        if not self.inside(name):
+            raise OutsideFolder(f"{name!r} leads out of {self.root}")
+        return self.where(name)
 
     def _name(self, where: str) -> str:
         assert where.startswith(self.root + "/"), f"{where} is not in {self.root}"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from shardcook.errors import ConfigError
 from shardcook.files import read_regular_file
 from shardcook.storage import Remote, is_url, remote
 
@@ -130,7 +131,7 @@ class RemoteFolder:
 
     def _listing(self) -> set[str]:
         if self._names is None:
-            self._names = set(self.remote.names())
+            self._names = set(listing(self.remote, "The input folder"))
         return self._names
 
     def exists(self) -> bool:
@@ -140,7 +141,9 @@ class RemoteFolder:
         return not self._listing() and self.remote.exists("")
 
     def where(self, name: str) -> str:
-        return self.remote.child(_normalized(name))
+        scheme, _, rest = self.root.partition("://")
+        store, _, path = rest.partition("/")
+        return f"{scheme}://{store}{posixpath.normpath('/' + posixpath.join(path, name))}"
 
     def files(self, sub: str = "") -> list[str]:
         prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
@@ -172,6 +175,21 @@ class RemoteFolder:
     def _name(self, where: str) -> str:
         assert where.startswith(self.root + "/"), f"{where} is not in {self.root}"
         return where[len(self.root) + 1:]
+
+
+def listing(folder: Remote, what: str) -> list[str]:
+    """Every object name under `folder`, or one sentence why the store cannot list it (no
+    credentials, no such bucket, no connection).
+
+    Raises:
+        ConfigError: the listing failed.
+    """
+    try:
+        return list(folder.names())
+    except Exception as e:  # noqa: BLE001 - MSC and boto3 raise many kinds; one sentence
+        text = " ".join(str(e).split())[:200] or type(e).__name__
+        raise ConfigError(f"{what} {folder.url!r} cannot be listed ({text}); check the URL and "
+                          "the store's credentials.") from None
 
 
 def _normalized(name: str) -> str:

@@ -24,6 +24,7 @@ from shardcook.sources.base import (
     decode_caption,
     dotted_get,
 )
+from shardcook.sources.folder import listing
 from shardcook.sources.tarstream import TarSample, read_samples, sample_offsets
 from shardcook.storage import Remote, is_url, remote
 
@@ -115,13 +116,13 @@ def _remote_tars(pattern: str, alternatives: list[str]) -> list[Tar]:
     wild = min((i for i, c in enumerate(pattern) if c in "{*?["), default=len(pattern))
     if wild == len(pattern):  # one name: a folder of tars, or one tar
         folder = remote(pattern, "--input-path")
-        tars = [n for n in folder.names() if n.endswith(".tar")]
+        tars = [n for n in listing(folder, "--input-path") if n.endswith(".tar")]
         if tars:
             return [RemoteTar(folder, n) for n in sorted(tars)]
         parent, _, name = folder.url.rpartition("/")
         return [RemoteTar(Remote(parent), name)] if Remote(parent).exists(name) else []
     base = remote(pattern[:pattern.rfind("/", 0, wild)], "--input-path")
-    names = set(base.names())
+    names = set(listing(base, "--input-path"))
     found: set[str] = set()
     for alt in alternatives:
         rel = alt[len(base.url) + 1:]

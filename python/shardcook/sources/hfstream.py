@@ -99,19 +99,13 @@ def _open(path: str, token: str | None) -> Any:
     return fs.open(inner, "rb")
 
 
-def _data_files(name: str, split: str, data_files: list[str] | None,
+def _data_files(name: str, split: str, builder_name: str, data_files: list[str] | None,
                 token: str | None) -> list[str]:
     """The parquet files `datasets` would load for `split`, in its order."""
     import datasets
 
-    from shardcook.sources.huggingface import FILE_BUILDERS, _check_local
-
-    _check_local(name, data_files)
-    builder_name, files = name, data_files
-    if name.lower().endswith(tuple(FILE_BUILDERS)):
-        builder_name, files = FILE_BUILDERS.get("." + name.rsplit(".", 1)[-1].lower(), ""), [name]
     try:
-        builder = datasets.load_dataset_builder(builder_name, data_files=files, token=token)
+        builder = datasets.load_dataset_builder(builder_name, data_files=data_files, token=token)
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds, all mean "cannot load"
         first = redact((str(e).splitlines() or [type(e).__name__])[0], token)
         raise ConfigError(f"Hugging Face dataset {name!r} could not be opened for streaming: "
@@ -126,14 +120,15 @@ def _data_files(name: str, split: str, data_files: list[str] | None,
     return by_split[split]
 
 
-def stream(name: str, split: str, data_files: list[str] | None = None, *,
+def stream(name: str, split: str, builder: str, data_files: list[str] | None = None, *,
            token: str | None = None) -> ParquetRows:
-    """The rows of one split, read from its parquet files as they are needed (the footers are
-    read now, for the row counts and the features)."""
+    """The rows of split `split` of dataset `name` (`builder` and `data_files` as
+    `datasets.load_dataset_builder` takes them), read from its parquet files as they are needed
+    (the footers are read now, for the row counts and the features)."""
     import pyarrow.parquet as pq
     from datasets import Features
 
-    files = _data_files(name, split, data_files, token)
+    files = _data_files(name, split, builder, data_files, token)
     groups: list[_RowGroup] = []
     features: Features | None = None
     start = 0

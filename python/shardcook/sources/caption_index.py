@@ -16,7 +16,7 @@ from typing import Any
 from shardcook.errors import ConfigError, SkipReason
 from shardcook.sources.base import Item, clean_caption
 from shardcook.sources.directory import input_folder
-from shardcook.sources.folder import Folder
+from shardcook.sources.folder import Folder, read_ahead
 
 #: Index files looked for in an input folder, first found wins.
 INDEX_FILES = ("meta.json", "metadata.jsonl", "metadata.csv")
@@ -125,8 +125,8 @@ class CaptionIndexSource:
         return {"type": "directory", "path": self.folder.root, "layout": self.index}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:
-        for index in range(max(start, 0), min(stop, len(self._rows))):
-            yield self._item(index)
+        indices = range(max(start, 0), min(stop, len(self._rows)))
+        yield from read_ahead(self._item, indices, self.folder.threads)
 
     def _item(self, index: int) -> Item:
         row = self._rows[index]
@@ -142,6 +142,7 @@ class CaptionIndexSource:
             return Item(index, source, skip="missing_image", skip_detail=e.strerror)
         if not is_file:
             return Item(index, source, skip="missing_image")
-        return Item(index, source, image_path=source, caption=row.caption,
-                    skip="missing_caption" if row.caption is None else None,
-                    reader=self.folder.read)
+        skip: SkipReason | None = "missing_caption" if row.caption is None else None
+        image = None if skip else self.folder.preload(source)
+        return Item(index, source, image=image, image_path=source, caption=row.caption,
+                    skip=skip, reader=self.folder.read)

@@ -9,7 +9,7 @@ from typing import Any
 
 from shardcook.errors import ConfigError, SkipReason
 from shardcook.sources.base import Extra, Item, decode_caption
-from shardcook.sources.folder import Folder, open_folder
+from shardcook.sources.folder import Folder, open_folder, read_ahead
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 CAPTION_EXTENSIONS = frozenset({".txt"})
@@ -71,8 +71,8 @@ class DirectorySource:
         return {"type": "directory", "path": self.folder.root, "layout": self.layout}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:
-        for index in range(max(start, 0), min(stop, len(self._stems))):
-            yield self._item(index)
+        indices = range(max(start, 0), min(stop, len(self._stems)))
+        yield from read_ahead(self._item, indices, self.folder.threads)
 
     def _item(self, index: int) -> Item:
         where = self.folder.where
@@ -90,5 +90,6 @@ class DirectorySource:
                 caption, skip = decode_caption(self.folder.read(captions[0]))
             except OSError as e:  # gone since the folder was listed
                 detail = f"{captions[0]}: {e.strerror or e}"
-        return Item(index, image_path, image_path=image_path, caption=caption, skip=skip,
-                    extras=tuple(extras), skip_detail=detail, reader=self.folder.read)
+        image = None if skip else self.folder.preload(image_path)
+        return Item(index, image_path, image=image, image_path=image_path, caption=caption,
+                    skip=skip, extras=tuple(extras), skip_detail=detail, reader=self.folder.read)

@@ -14,15 +14,19 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.files import read_regular_file
 from shardcook.storage import Remote, is_url, remote
 
-__all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder"]
+__all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
+
+T = TypeVar("T")
 
 
 class OutsideFolder(ValueError):
@@ -61,6 +65,14 @@ class Folder(Protocol):
         """The bytes at `where` (from `where(name)`). Raises OSError (FileNotFoundError when it
         is gone) with a `strerror` saying why."""
 
+    #: How many files `read_ahead` reads at once: 1 locally (a file is read when the run loads
+    #: it), more in a bucket, where each read waits on a request.
+    threads: int
+
+    def preload(self, where: str) -> bytes | None:
+        """The bytes at `where` when reading them now pays (a bucket), else None (read later);
+        None too when it cannot be read, so the later read reports why."""
+
     def open(self, name: str) -> BinaryIO:
         """A seekable reader of `name`, read sequentially (OSError when it is missing or not a
         regular file)."""
@@ -76,6 +88,8 @@ class Folder(Protocol):
 
 class LocalFolder:
     """A folder on a local file system."""
+
+    threads = 1
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(os.path.abspath(path))
@@ -108,6 +122,9 @@ class LocalFolder:
     def read(self, where: str) -> bytes:
         return read_regular_file(where)
 
+    def preload(self, where: str) -> bytes | None:
+        return None
+
     def open(self, name: str) -> BinaryIO:
         # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
         fd = os.open(self.where(name), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -123,6 +140,8 @@ class LocalFolder:
 
 class RemoteFolder:
     """A folder in object storage, listed once when first asked."""
+
+    threads = 16
 
     def __init__(self, folder: Remote):
         self.remote = folder
@@ -164,6 +183,12 @@ class RemoteFolder:
     def read(self, where: str) -> bytes:
         return self.remote.read(self._name(where))
 
+    def preload(self, where: str) -> bytes | None:
+        try:
+            return self.read(where)
+        except OSError:
+            return None
+
     def open(self, name: str) -> BinaryIO:
         return self.remote.open_stream(_normalized(name), 1 << 20)
 
@@ -175,6 +200,22 @@ class RemoteFolder:
     def _name(self, where: str) -> str:
         assert where.startswith(self.root + "/"), f"{where} is not in {self.root}"
         return where[len(self.root) + 1:]
+
+
+def read_ahead(fn: Callable[[int], T], indices: Iterable[int], threads: int) -> Iterator[T]:
+    """`map(fn, indices)` in order, with up to `threads` calls running at once (and at most
+    twice as many results waiting) when `threads` > 1."""
+    if threads <= 1:
+        yield from map(fn, indices)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="shardcook-read") as pool:
+        window: deque[Future[T]] = deque()
+        for i in indices:
+            window.append(pool.submit(fn, i))
+            if len(window) >= 2 * threads:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
 
 
 def listing(folder: Remote, what: str) -> list[str]:

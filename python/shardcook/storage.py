@@ -170,8 +170,11 @@ class Remote:
         """
         client, path = self._resolve(name)
         # memory_load_limit=0 and no prefetch: MSC's ranged reader, not a download
-        raw = client.open(path, "rb", disable_read_cache=True, memory_load_limit=0,
-                          prefetch_file=False)
+        try:
+            raw = client.open(path, "rb", disable_read_cache=True, memory_load_limit=0,
+                              prefetch_file=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
         return io.BufferedReader(raw, buffer_size)
 
     def read(self, name: str) -> bytes:

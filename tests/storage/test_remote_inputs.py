@@ -173,3 +173,25 @@ def test_an_input_url_that_cannot_work_is_one_sentence(s3_store, tmp_path, args,
     assert r.code == 2 and words in line, line
     assert "DO-NOT-PRINT" not in r.stdout + r.stderr
     assert not out.exists()
+
+
+def test_a_tar_deleted_after_it_was_counted_stops_the_run_in_one_sentence(s3_store, inputs,
+                                                                           tmp_path):
+    from shardcook.config import resolve
+    from shardcook.errors import DatasetError
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.raw import RawProcessor
+    from shardcook.sources.webdataset import WebDatasetSource
+
+    s3_store.upload_folder(inputs / "tars", "wds")
+    cfg = resolve({"source_type": "webdataset", "input_path": s3_store.url("wds"),
+                   "output_dir": str(tmp_path / "out"), "image_size": 32, "quiet": True,
+                   "shard_size": 4, "finalize": False})
+    source = WebDatasetSource(cfg.source.location())  # counted now
+    assert len(source) == 7
+    s3_store.server.client().delete_object(Bucket=s3_store.bucket, Key="wds/000001.tar")
+    with pytest.raises(DatasetError, match=r"Input tar '.*/wds/000001.tar' cannot be read any "
+                                           r"more \(No such object\); restore it"):
+        run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
+                     make_source=lambda _: source)
+    assert [p.name for p in (tmp_path / "out").glob("*.tar")] == ["000000.tar"]

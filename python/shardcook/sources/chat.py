@@ -20,7 +20,7 @@ from typing import Any
 
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.conversations import MEDIA_KINDS
-from shardcook.errors import ConfigError
+from shardcook.errors import ConfigError, DatasetError
 from shardcook.files import read_regular_file
 from shardcook.sources.base import Item
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
@@ -208,11 +208,17 @@ class ChatmlSource:
 
     def _jsonl_records(self, rows: list[int]) -> Iterator[ChatRecord]:
         offsets = self.tables["main"]
-        with self.folder.open(self.file_name) as f:
-            for i in rows:
-                f.seek(offsets[i])
-                yield parse_jsonl_line(i, f.readline(), f"{self.path}:{i + 1}", self.folder,
-                                       self.opts, self.cfg.data_format.image_column)
+        try:
+            with self.folder.open(self.file_name) as f:
+                for i in rows:
+                    f.seek(offsets[i])
+                    yield parse_jsonl_line(i, f.readline(), f"{self.path}:{i + 1}",
+                                           self.folder, self.opts,
+                                           self.cfg.data_format.image_column)
+        except OSError as e:  # deleted or unreachable since it was scanned
+            raise DatasetError(f"--input {self.path!r} cannot be read any more "
+                               f"({e.strerror or e}); restore it and run the same command again "
+                               "to go on where this run stopped.") from None
 
     def _scan(self) -> tuple[dict[str, list[str]], list[dict[str, int]]]:
         """Every input's id per table, and the media counts of the main then val inputs

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from shardcook._native import count_samples, read_shard
 from shardcook.dataset.braces import expand_braces
-from shardcook.errors import ConfigError, ShardcookError, SkipReason
+from shardcook.errors import ConfigError, DatasetError, ShardcookError, SkipReason
 from shardcook.sources.base import (
     Item,
     clean_caption,
@@ -82,8 +82,13 @@ class RemoteTar:
     def samples(self, skip: int) -> Iterator[TarSample]:
         if skip >= len(self._offsets):
             return
-        with self.folder.open_stream(self.name, READ_BUFFER) as f:
-            yield from read_samples(f, self.where, self._offsets[skip])
+        try:
+            with self.folder.open_stream(self.name, READ_BUFFER) as f:
+                yield from read_samples(f, self.where, self._offsets[skip])
+        except OSError as e:  # deleted or unreachable since it was counted
+            raise DatasetError(f"Input tar {self.where!r} cannot be read any more "
+                               f"({e.strerror or e}); restore it and run the same command again "
+                               "to go on where this run stopped.") from None
 
 
 def _missing(pattern: str, name: str) -> ConfigError:

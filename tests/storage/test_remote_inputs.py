@@ -195,3 +195,13 @@ def test_a_tar_deleted_after_it_was_counted_stops_the_run_in_one_sentence(s3_sto
         run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
                      make_source=lambda _: source)
     assert [p.name for p in (tmp_path / "out").glob("*.tar")] == ["000000.tar"]
+
+
+def test_an_input_dir_url_that_is_an_object_or_nothing_is_one_sentence(s3_store, tmp_path):
+    s3_store.put("in/a.png", encode(generated(0), "png"))
+    for url, words in ((s3_store.url("in/a.png"), "is a file, not a folder"),
+                       (s3_store.url("nothing"), "does not exist; check --input-dir")):
+        r = cli("raw", "--input-dir", url, "--output-dir", tmp_path / "out", *RAW)
+        line = one_error_line(r)
+        assert r.code == 2 and f"{url!r}" in line and words in line, line
+        assert not (tmp_path / "out").exists()

@@ -157,7 +157,8 @@ class RemoteFolder:
         return bool(self._listing())
 
     def is_file_itself(self) -> bool:
-        return not self._listing() and self.remote.exists("")
+        parent, _, name = self.root.rpartition("/")
+        return not self._listing() and "://" in parent and Remote(parent).exists(name)
 
     def where(self, name: str) -> str:
         scheme, _, rest = self.root.partition("://")

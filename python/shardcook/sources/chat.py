@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +112,7 @@ class ChatmlSource:
         """The JSONL file, local or a URL: its folder is where relative media paths lead."""
         if not path:
             raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")
-        parent, _, name = str(path).rpartition("/")
+        parent, name = os.path.split(str(path))
         folder: Folder = open_folder(parent or ".", "--input")
         self.kind, self.folder, self.file_name = "jsonl", folder, name
         self.path, self.reader = folder.where(name), folder.read

@@ -248,6 +248,3 @@ def open_folder(value: str | os.PathLike[str] | Folder, what: str) -> Folder:
         return RemoteFolder(remote(value, what))
     return LocalFolder(value)  # type: ignore[arg-type]
 
-
-#: How an item's file is read later: the folder's `read` (a local file by default).
-FileReader = Callable[[str], bytes]

@@ -15,9 +15,15 @@ from shardcook import read_shard
 
 from tests.helpers.chatml import turns, write_images, write_jsonl
 from tests.helpers.dataset import cli, one_error_line
-from tests.helpers.raw import encode, generated, make_folder, report, run_cli
+from tests.helpers.raw import encode, generated, make_folder, report
 
 RAW = ("--image-size", "32", "--quiet")
+
+
+def run(*args: object) -> None:
+    """`shardcook ARGS` in this process (no interpreter start per run), which must succeed."""
+    r = cli(*args)
+    assert r.code == 0 and r.escaped is None, (r.stderr, r.escaped)
 
 
 def samples(out: Path, local: str, url: str) -> list[tuple[str, str, dict[str, bytes]]]:
@@ -45,7 +51,7 @@ def inputs(tmp_path_factory):
     folder listed by metadata.jsonl, and a chatml JSONL with its images."""
     root = tmp_path_factory.mktemp("remote_inputs")
     folder = make_folder(root / "folder", 7, photos=2)
-    run_cli("raw", "--input-dir", str(folder), "--output-dir", str(root / "tars"),
+    run("raw", "--input-dir", str(folder), "--output-dir", str(root / "tars"),
             "--shard-size", "4", *RAW)
     indexed = root / "indexed"
     (indexed / "pics").mkdir(parents=True)
@@ -71,12 +77,12 @@ def test_webdataset_tars_in_a_bucket_give_the_local_shards(s3_store, inputs, tmp
     s3_store.upload_folder(tars, "wds")
     # units of 3 inputs: the second one reads the end of one tar and the start of the next
     local, by_braces, by_glob = tmp_path / "local", tmp_path / "braces", tmp_path / "glob"
-    run_cli("raw", "--source-type", "webdataset", "--input-path",
+    run("raw", "--source-type", "webdataset", "--input-path",
             f"{tars}/{{000000..000001}}.tar", "--output-dir", str(local), "--shard-size", "3", *RAW)
-    run_cli("raw", "--source-type", "webdataset", "--input-path",
+    run("raw", "--source-type", "webdataset", "--input-path",
             s3_store.url("wds/{000000..000001}.tar"), "--output-dir", str(by_braces),
             "--shard-size", "3", *RAW)
-    run_cli("raw", "--source-type", "webdataset", "--input-path", s3_store.s3_url("wds/*.tar"),
+    run("raw", "--source-type", "webdataset", "--input-path", s3_store.s3_url("wds/*.tar"),
             "--output-dir", str(by_glob), "--shard-size", "3", *RAW)
     want = samples(local, str(tars), s3_store.url("wds"))
     assert len(want) == 7 and len({s for s, _, _ in want}) == 3
@@ -103,8 +109,8 @@ def test_an_input_dir_in_a_bucket_gives_the_local_shards(s3_store, inputs, tmp_p
         s3_store.upload_folder(inputs / "folder", "in/folder")
     url = s3_store.url(f"in/{layout}")
     local, remote = tmp_path / "local", tmp_path / "remote"
-    run_cli("raw", "--input-dir", str(src), "--output-dir", str(local), "--shard-size", "2", *RAW)
-    run_cli("raw", "--input-dir", url, "--output-dir", str(remote), "--shard-size", "2", *RAW)
+    run("raw", "--input-dir", str(src), "--output-dir", str(local), "--shard-size", "2", *RAW)
+    run("raw", "--input-dir", url, "--output-dir", str(remote), "--shard-size", "2", *RAW)
     assert samples(remote, "", "") == samples(local, str(src), url)
     assert skipped(remote, "", "") == skipped(local, str(inputs), s3_store.url("in"))
     if layout == "indexed":
@@ -143,8 +149,8 @@ def test_chatml_from_a_jsonl_and_media_in_a_bucket(s3_store, inputs, tmp_path):
     s3_store.upload_folder(inputs / "folder", "folder")  # what "../folder/..." names
     local, remote = tmp_path / "local", tmp_path / "remote"
     common = ("--val-fraction", "0.3", "--shard-size", "2", "--quiet")
-    run_cli("chatml", "--input", str(chat / "records.jsonl"), "--output-dir", str(local), *common)
-    run_cli("chatml", "--input", s3_store.url("chat/records.jsonl"), "--output-dir", str(remote),
+    run("chatml", "--input", str(chat / "records.jsonl"), "--output-dir", str(local), *common)
+    run("chatml", "--input", s3_store.url("chat/records.jsonl"), "--output-dir", str(remote),
             *common)
     # the record naming a file above the JSONL's folder: read locally, refused in the bucket
     assert report(local)["skipped"] == []

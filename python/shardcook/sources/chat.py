@@ -25,7 +25,7 @@ from shardcook.errors import ConfigError, DatasetError
 from shardcook.files import read_regular_file
 from shardcook.sources.base import Item
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
-from shardcook.sources.folder import Folder, open_folder
+from shardcook.sources.folder import Folder, open_folder, read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,11 @@ class ChatmlSource:
         s = cfg.source
         self.tables: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}
-        #: How media paths are read: the JSONL's folder's `read` (local files for a dataset).
+        #: How media paths are read: the JSONL's folder's `read` (local files for a dataset),
+        #: and read ahead of the run (`Folder.preload`, `threads` at once) where that pays.
         self.reader: Callable[[str], bytes] = read_regular_file
+        self.preload: Callable[[str], bytes | None] = lambda _: None
+        self.threads = 1
         if s.source_type == "jsonl":
             self._open_jsonl(s.input_path, s.max_samples)
         elif s.source_type == "huggingface":
@@ -116,6 +119,7 @@ class ChatmlSource:
         folder: Folder = open_folder(parent or ".", "--input")
         self.kind, self.folder, self.file_name = "jsonl", folder, name
         self.path, self.reader = folder.where(name), folder.read
+        self.preload, self.threads = folder.preload, folder.threads
         offsets = []
         try:
             with folder.open(name) as f:
@@ -354,13 +358,21 @@ class ChatmlSource:
             while end < stop and self.planned[end][0].table == table:
                 end += 1
             rows = [x.row for x, _ in self.planned[v:end]]
-            for w, rec in zip(range(v, end), self._records(table, rows)):
-                split = self.planned[w][1]
-                n = w - self.split_start[split]
-                yield ChatItem(w, rec.source, sample_key=sample_key(split, n), split=split,
-                               media=rec.media, turns=rec.turns, skip=rec.skip,
-                               skip_detail=rec.detail, reader=self.reader)
+            records = zip(range(v, end), self._records(table, rows))
+            yield from read_ahead(self._item, records, self.threads)
             v = end
+
+    def _item(self, numbered: tuple[int, ChatRecord]) -> ChatItem:
+        """The item at planned position w, its media read already where that pays (a bucket)."""
+        w, rec = numbered
+        split = self.planned[w][1]
+        n = w - self.split_start[split]
+        media = rec.media if rec.skip else {
+            kind: [r if isinstance(r, bytes) else self.preload(r) or r for r in refs]
+            for kind, refs in rec.media.items()}
+        return ChatItem(w, rec.source, sample_key=sample_key(split, n), split=split,
+                        media=media, turns=rec.turns, skip=rec.skip, skip_detail=rec.detail,
+                        reader=self.reader)
 
 
 

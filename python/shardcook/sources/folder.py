@@ -26,6 +26,7 @@ from shardcook.storage import Remote, is_url, remote
 
 __all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
 
+S = TypeVar("S")
 T = TypeVar("T")
 
 
@@ -203,16 +204,17 @@ class RemoteFolder:
         return where[len(self.root) + 1:]
 
 
-def read_ahead(fn: Callable[[int], T], indices: Iterable[int], threads: int) -> Iterator[T]:
-    """`map(fn, indices)` in order, with up to `threads` calls running at once (and at most
-    twice as many results waiting) when `threads` > 1."""
+def read_ahead(fn: Callable[[S], T], inputs: Iterable[S], threads: int) -> Iterator[T]:
+    """`map(fn, inputs)` in order, with up to `threads` calls running at once (and at most
+    twice as many results waiting) when `threads` > 1; `inputs` is iterated in the caller's
+    thread only."""
     if threads <= 1:
-        yield from map(fn, indices)
+        yield from map(fn, inputs)
         return
     with ThreadPoolExecutor(threads, thread_name_prefix="shardcook-read") as pool:
         window: deque[Future[T]] = deque()
-        for i in indices:
-            window.append(pool.submit(fn, i))
+        for x in inputs:
+            window.append(pool.submit(fn, x))
             if len(window) >= 2 * threads:
                 yield window.popleft().result()
         while window:

@@ -26,6 +26,7 @@ SkipReason = Literal[
     "duplicate_caption", "bad_index_row", "image_outside_folder",
     # chatml's records
     "bad_json", "bad_conversation", "image_count_mismatch", "media_count_mismatch",
+    "media_outside_folder",
     # reading the input and the image core (an `ImageErrorKind` other than these is a decode error)
     "unreadable_image", "decode_error", "too_large", "too_small", "encode_error",
     # chatml's video and audio

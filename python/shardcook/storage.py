@@ -10,6 +10,8 @@ with the few operations shardcook needs, each one MSC call.
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
 from collections.abc import Iterator
@@ -157,6 +159,40 @@ class Remote:
         """A seekable reader (ranged reads) of the object."""
         client, path = self._resolve(name)
         return client.open(path, "rb")  # type: ignore[no-any-return]
+
+    def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
+        """A sequential reader of the object: one ranged GET of `buffer_size` bytes each time
+        its buffer runs dry (a seek inside the buffer costs nothing), so neither memory nor disk
+        ever holds the whole object.
+
+        Raises:
+            FileNotFoundError: the object does not exist.
+        """
+        client, path = self._resolve(name)
+        # memory_load_limit=0 and no prefetch: MSC's ranged reader, not a download
+        try:
+            raw = client.open(path, "rb", disable_read_cache=True, memory_load_limit=0,
+                              prefetch_file=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
+        return io.BufferedReader(raw, buffer_size)
+
+    def read(self, name: str) -> bytes:
+        """The whole object, failing as a local file read does, so a caller that turns an
+        unreadable file into a skip does the same for an object.
+
+        Raises:
+            FileNotFoundError: the object does not exist (it may have been deleted since it
+                was listed).
+            OSError: it cannot be read.
+        """
+        client, path = self._resolve(name)
+        try:
+            return bytes(client.read(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise OSError(errno.EIO, f"cannot read it ({_one_line(e)})", self.child(name)) from None
 
     def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
         """Uploads a local file as object `name`; it appears only once complete."""

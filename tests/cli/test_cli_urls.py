@@ -18,8 +18,9 @@ URL = "msc://profile/x"
 
 COMMANDS = [
     ["raw", "--input-dir", "in", "--output-dir", URL],
-    ["raw", "--input-dir", "s3://bucket/in", "--output-dir", "out"],
-    ["raw", "--source-type", "webdataset", "--input-path", "s3://b/{0..3}.tar", "--output-dir", "o"],
+    ["raw", "--input-dir", "https://host/in", "--output-dir", "out"],
+    ["raw", "--source-type", "webdataset", "--input-path", "https://h/{0..3}.tar", "--output-dir",
+     "o"],
     ["raw", "--source-type", "huggingface", "--hf-dataset", "parquet", "--hf-data-files",
      "s3://b/d.parquet", "--output-dir", "out"],
     ["raw", "--config", "s3://bucket/c.yaml", "--output-dir", "out"],

@@ -33,6 +33,7 @@ SourceTypeOpt = Annotated[str, typer.Option(help="directory, huggingface or webd
 InputDirOpt = Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=SRC)]
 HfSplitOpt = Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=SRC)]
 HfDataFilesOpt = Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=SRC)]
+HfStreamingOpt = Annotated[bool, typer.Option(help="huggingface: read the parquet files a row group at a time instead of downloading and converting the dataset first (same shards).", rich_help_panel=SRC)]
 InputPathOpt = Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=SRC)]
 MaxSamplesOpt = Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=SRC)]
 CaptionColumnOpt = Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=FMT)]

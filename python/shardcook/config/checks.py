@@ -37,20 +37,30 @@ def check_auth(cfg: RunConfig) -> None:
         read_token_file(cfg.auth.hf_token_file)
 
 
-#: (section, option) of every path a run reads or writes: a URL there is refused.
+#: (section, option) of every path a run reads or writes: a URL there is refused, except in
+#: URL_OPTIONS, where it must be one the Multi-Storage Client can open.
 PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
                 ("source", "hf_data_files"), ("output", "output_dir"), ("model", "model_path"),
                 ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
                 ("auth", "hf_token_file"))
+#: The inputs read from object storage too (the input folder, the tar pattern, chatml's JSONL).
+URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"))
 
 
 def check_paths(cfg: RunConfig) -> None:
-    """Refuses a URL as any path option (object storage is not supported yet)."""
+    """Refuses a URL as a path option that reads only local files, and a URL that cannot be
+    opened (unknown scheme, missing profile) where URLs are read."""
+    from shardcook.storage import check_url, is_url
+
     for section, name in PATH_OPTIONS:
         value = getattr(getattr(cfg, section), name)
         option = "--input" if cfg.chatml and name == "input_path" else f"--{name.replace('_', '-')}"
         for one in value if isinstance(value, list) else [value]:
-            if one is not None:
+            if one is None:
+                continue
+            if (section, name) in URL_OPTIONS and is_url(one):
+                check_url(one, option)
+            else:
                 check_local_path(one, option)
 
 
@@ -64,6 +74,9 @@ def check(cfg: RunConfig) -> None:
             f"--source-type must be one of {', '.join(SOURCE_TYPES)}, not {s.source_type!r}."
         )
     s.location()  # raises ConfigError when the input option is not set
+    if s.hf_streaming and (s.source_type != "huggingface" or cfg.chatml is not None):
+        raise ConfigError("--hf-streaming reads a Hugging Face dataset for raw or encode "
+                          "(--source-type huggingface); drop it here.")
     if s.max_samples is not None and s.max_samples < 1:
         raise ConfigError(f"--max-samples must be at least 1, not {s.max_samples}.")
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
@@ -155,7 +168,7 @@ def cap_workers(workers: int | None) -> int | None:
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
 RUNTIME_ONLY = frozenset(
-    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file"}
+    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file", "hf_streaming"}
 )
 
 

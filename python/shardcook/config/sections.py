@@ -43,6 +43,8 @@ class SourceConfig:
     hf_data_files: list[str] | None = None
     input_path: str | None = None
     max_samples: int | None = None
+    #: Read a Hugging Face dataset's parquet files in place (`--hf-streaming`), not loaded whole.
+    hf_streaming: bool = False
 
     def location(self) -> str:
         """The input option `source_type` needs (`input_dir`, `hf_dataset` or `input_path`);

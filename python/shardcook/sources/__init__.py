@@ -29,9 +29,9 @@ def open_source(cfg: RunConfig) -> Source:
     s, f = cfg.source, cfg.data_format
     if s.source_type == "directory":
         from shardcook.sources.caption_index import CaptionIndexSource, find_index
-        from shardcook.sources.directory import DirectorySource
+        from shardcook.sources.directory import DirectorySource, input_folder
 
-        input_dir = s.location()
+        input_dir = input_folder(s.location())
         index = find_index(input_dir)
         if index is not None:
             return CaptionIndexSource(input_dir, index, s.max_samples, f.caption_column)
@@ -43,7 +43,8 @@ def open_source(cfg: RunConfig) -> Source:
         token, _ = resolve_token(cfg.auth.hf_token_file)
         return HuggingFaceSource(s.location(), s.hf_split, s.hf_data_files or None, s.max_samples,
                                  f.image_column, f.caption_column, image_columns=f.image_columns,
-                                 caption_columns=f.caption_columns, token=token)
+                                 caption_columns=f.caption_columns, token=token,
+                                 streaming=s.hf_streaming)
     from shardcook.sources.webdataset import WebDatasetSource
 
     return WebDatasetSource(s.location(), s.max_samples,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,8 @@ class Item:
         skip: a reason this input cannot be used, when the source already knows it.
         skip_detail: what exactly is wrong, for report.json, when the source knows it.
         extras: files belonging to this input's stem that were not used, reported as skipped.
+        reader: reads `image_path` (and a chat record's media paths): a local file by default,
+            the folder's `read` for a source in object storage.
     """
 
     index: int
@@ -42,6 +44,7 @@ class Item:
     skip: SkipReason | None = None
     extras: tuple[Extra, ...] = field(default_factory=tuple)
     skip_detail: str | None = None
+    reader: Callable[[str], bytes] = field(default=read_regular_file, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -52,7 +55,7 @@ class Item:
         if self.image is not None:
             return self.image
         assert self.image_path is not None
-        return read_regular_file(self.image_path)
+        return self.reader(self.image_path)
 
     def read_media(self) -> dict[str, list[bytes]] | None:
         """Media by kind for inputs with several media (chat records); None for one image."""

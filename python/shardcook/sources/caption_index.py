@@ -1,4 +1,4 @@
-"""An input folder listed by a caption index: Megatron-Bridge's `meta.json` (a JSON array, or JSON
+"""An input folder (local or in object storage) listed by a caption index: Megatron-Bridge's `meta.json` (a JSON array, or JSON
 Lines, of `{"file_name", "caption"}`) or the Hugging Face imagefolder convention
 (`metadata.jsonl` / `metadata.csv` with `file_name` and a caption column). File names are
 relative to the folder, nested folders allowed; a row whose image is missing is skipped with its
@@ -11,11 +11,12 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError, SkipReason
 from shardcook.sources.base import Item, clean_caption
+from shardcook.sources.directory import input_folder
+from shardcook.sources.folder import Folder, read_ahead
 
 #: Index files looked for in an input folder, first found wins.
 INDEX_FILES = ("meta.json", "metadata.jsonl", "metadata.csv")
@@ -34,13 +35,12 @@ class IndexRow:
     problem: SkipReason | None = None
 
 
-def find_index(folder: str | os.PathLike[str]) -> Path | None:
-    """The caption index inside `folder`, or None."""
-    root = Path(folder)
-    return next((root / n for n in INDEX_FILES if (root / n).is_file()), None)
+def find_index(folder: Folder) -> str | None:
+    """The name of the caption index inside `folder`, or None."""
+    return next((n for n in INDEX_FILES if folder.is_file(n)), None)
 
 
-def _json_rows(text: str, path: Path) -> list[Any]:
+def _json_rows(text: str, path: str) -> list[Any]:
     """A JSON array, else JSON Lines (an unparseable line is kept as None: a bad row)."""
     try:
         data = json.loads(text)
@@ -56,17 +56,17 @@ def _json_rows(text: str, path: Path) -> list[Any]:
             except ValueError:
                 rows.append(None)
     if not rows or all(r is None for r in rows):
-        raise ConfigError(f"{str(path)!r} is neither a JSON array nor JSON Lines of "
+        raise ConfigError(f"{path!r} is neither a JSON array nor JSON Lines of "
                           f'{{"{FILE_NAME}": ..., "caption": ...}} objects.')
     return rows
 
 
-def _caption_column(columns: set[str], wanted: str | None, path: Path) -> str:
+def _caption_column(columns: set[str], wanted: str | None, path: str) -> str:
     if wanted:
         return wanted
     found = next((c for c in CAPTION_COLUMNS if c in columns), None)
     if found is None:
-        raise ConfigError(f"{str(path)!r} has no caption column ({' or '.join(CAPTION_COLUMNS)}); "
+        raise ConfigError(f"{path!r} has no caption column ({' or '.join(CAPTION_COLUMNS)}); "
                           "name yours with --caption-column.")
     return found
 
@@ -80,21 +80,24 @@ def _row(obj: Any, caption_column: str) -> IndexRow:
     return IndexRow(name, None if caption is None else clean_caption(str(caption)))
 
 
-def read_index(path: Path, caption_column: str | None = None) -> list[IndexRow]:
-    """The rows of a caption index; ConfigError in one sentence when the file is unusable."""
+def read_index(folder: Folder, name: str, caption_column: str | None = None) -> list[IndexRow]:
+    """The rows of caption index `name`; ConfigError in one sentence when it is unusable."""
+    path = folder.where(name)
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"Caption index {str(path)!r} is unreadable ({e}).") from None
-    if path.suffix == ".csv":
+        text = folder.read(path).decode("utf-8-sig")
+    except OSError as e:
+        raise ConfigError(f"Caption index {path!r} is unreadable ({e.strerror or e}).") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"Caption index {path!r} is unreadable ({e}).") from None
+    if name.endswith(".csv"):
         reader = csv.DictReader(text.splitlines())
         columns = set(reader.fieldnames or ())
         if FILE_NAME not in columns:
-            raise ConfigError(f"{str(path)!r} has no {FILE_NAME} column; the Hugging Face "
+            raise ConfigError(f"{path!r} has no {FILE_NAME} column; the Hugging Face "
                               f"imagefolder convention names each image in {FILE_NAME}.")
         column = _caption_column(columns, caption_column, path)
         if column not in columns:
-            raise ConfigError(f"{str(path)!r} has no column {column!r} (--caption-column).")
+            raise ConfigError(f"{path!r} has no column {column!r} (--caption-column).")
         return [_row(r, column) for r in reader]
     objs = _json_rows(text, path)
     columns = {k for o in objs if isinstance(o, dict) for k in o}
@@ -105,14 +108,13 @@ def read_index(path: Path, caption_column: str | None = None) -> list[IndexRow]:
 class CaptionIndexSource:
     """The rows of the folder's caption index, in file order."""
 
-    def __init__(self, input_dir: str | os.PathLike[str], index: Path,
+    def __init__(self, input_dir: str | os.PathLike[str] | Folder, index: str,
                  max_samples: int | None = None, caption_column: str | None = None):
-        self.root = Path(os.path.abspath(input_dir))
-        self._real_root = Path(os.path.realpath(self.root))
+        self.folder = input_folder(input_dir)
         self.index = index
-        rows = read_index(index, caption_column)
+        rows = read_index(self.folder, index, caption_column)
         if not rows:
-            raise ConfigError(f"Caption index {str(index)!r} lists no images.")
+            raise ConfigError(f"Caption index {self.folder.where(index)!r} lists no images.")
         self.num_found = len(rows)
         self._rows = rows[:max_samples] if max_samples is not None else rows
 
@@ -120,26 +122,27 @@ class CaptionIndexSource:
         return len(self._rows)
 
     def describe(self) -> dict[str, str]:
-        return {"type": "directory", "path": str(self.root), "layout": self.index.name}
+        return {"type": "directory", "path": self.folder.root, "layout": self.index}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:
-        for index in range(max(start, 0), min(stop, len(self._rows))):
-            yield self._item(index)
+        indices = range(max(start, 0), min(stop, len(self._rows)))
+        yield from read_ahead(self._item, indices, self.folder.threads)
 
     def _item(self, index: int) -> Item:
         row = self._rows[index]
         if row.file_name is None:
-            return Item(index, f"{self.index}:{index + 1}", skip=row.problem or "bad_index_row")
-        path = Path(os.path.normpath(self.root / row.file_name))
-        source = str(path)
-        # where the name really leads: `..` or a symlink inside the folder may point out of it
-        if not Path(os.path.realpath(path)).is_relative_to(self._real_root):
+            return Item(index, f"{self.folder.where(self.index)}:{index + 1}",
+                        skip=row.problem or "bad_index_row")
+        source = self.folder.where(row.file_name)
+        if not self.folder.inside(row.file_name):
             return Item(index, source, skip="image_outside_folder")
         try:
-            is_file = path.is_file()
+            is_file = self.folder.is_file(row.file_name)
         except OSError as e:  # a name too long for the file system, a folder it may not read
             return Item(index, source, skip="missing_image", skip_detail=e.strerror)
         if not is_file:
             return Item(index, source, skip="missing_image")
-        return Item(index, source, image_path=source, caption=row.caption,
-                    skip="missing_caption" if row.caption is None else None)
+        skip: SkipReason | None = "missing_caption" if row.caption is None else None
+        image = None if skip else self.folder.preload(source)
+        return Item(index, source, image=image, image_path=source, caption=row.caption,
+                    skip=skip, reader=self.folder.read)

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.conversations import MEDIA_KINDS
-from shardcook.errors import ConfigError
+from shardcook.errors import ConfigError, DatasetError
 from shardcook.files import read_regular_file
 from shardcook.sources.base import Item
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
+from shardcook.sources.folder import Folder, open_folder, read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class ChatItem(Item):
         return self.sample_key
 
     def read_media(self) -> dict[str, list[bytes]]:
-        return {kind: [r if isinstance(r, bytes) else read_regular_file(r) for r in refs]
+        return {kind: [r if isinstance(r, bytes) else self.reader(r) for r in refs]
                 for kind, refs in self.media.items()}
 
 
@@ -82,6 +83,11 @@ class ChatmlSource:
         s = cfg.source
         self.tables: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}
+        #: How media paths are read: the JSONL's folder's `read` (local files for a dataset),
+        #: and read ahead of the run (`Folder.preload`, `threads` at once) where that pays.
+        self.reader: Callable[[str], bytes] = read_regular_file
+        self.preload: Callable[[str], bytes | None] = lambda _: None
+        self.threads = 1
         if s.source_type == "jsonl":
             self._open_jsonl(s.input_path, s.max_samples)
         elif s.source_type == "huggingface":
@@ -106,21 +112,26 @@ class ChatmlSource:
 
     # ---- JSONL -------------------------------------------------------------------------
     def _open_jsonl(self, path: str | None, max_samples: int | None) -> None:
+        """The JSONL file, local or a URL: its folder is where relative media paths lead."""
         if not path:
             raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"--input {path!r} is not a file; give a JSONL file.")
-        self.kind, self.path, self.base = "jsonl", p, p.resolve().parent
+        parent, name = os.path.split(str(path))
+        folder: Folder = open_folder(parent or ".", "--input")
+        self.kind, self.folder, self.file_name = "jsonl", folder, name
+        self.path, self.reader = folder.where(name), folder.read
+        self.preload, self.threads = folder.preload, folder.threads
         offsets = []
-        with open(p, "rb") as f:
-            pos = 0
-            for line in f:
-                if line.strip():
-                    offsets.append(pos)
-                    if max_samples is not None and len(offsets) >= max_samples:
-                        break
-                pos += len(line)
+        try:
+            with folder.open(name) as f:
+                pos = 0
+                for line in f:
+                    if line.strip():
+                        offsets.append(pos)
+                        if max_samples is not None and len(offsets) >= max_samples:
+                            break
+                    pos += len(line)
+        except OSError:
+            raise ConfigError(f"--input {path!r} is not a file; give a JSONL file.") from None
         if not offsets:
             raise ConfigError(f"--input {path!r} holds no lines.")
         self.tables["main"] = offsets
@@ -202,11 +213,17 @@ class ChatmlSource:
 
     def _jsonl_records(self, rows: list[int]) -> Iterator[ChatRecord]:
         offsets = self.tables["main"]
-        with open(self.path, "rb") as f:
-            for i in rows:
-                f.seek(offsets[i])
-                yield parse_jsonl_line(i, f.readline(), f"{self.path}:{i + 1}", self.base,
-                                       self.opts, self.cfg.data_format.image_column)
+        try:
+            with self.folder.open(self.file_name) as f:
+                for i in rows:
+                    f.seek(offsets[i])
+                    yield parse_jsonl_line(i, f.readline(), f"{self.path}:{i + 1}",
+                                           self.folder, self.opts,
+                                           self.cfg.data_format.image_column)
+        except OSError as e:  # deleted or unreachable since it was scanned
+            raise DatasetError(f"--input {self.path!r} cannot be read any more "
+                               f"({e.strerror or e}); restore it and run the same command again "
+                               "to go on where this run stopped.") from None
 
     def _scan(self) -> tuple[dict[str, list[str]], list[dict[str, int]]]:
         """Every input's id per table, and the media counts of the main then val inputs
@@ -341,13 +358,21 @@ class ChatmlSource:
             while end < stop and self.planned[end][0].table == table:
                 end += 1
             rows = [x.row for x, _ in self.planned[v:end]]
-            for w, rec in zip(range(v, end), self._records(table, rows)):
-                split = self.planned[w][1]
-                n = w - self.split_start[split]
-                yield ChatItem(w, rec.source, sample_key=sample_key(split, n), split=split,
-                               media=rec.media, turns=rec.turns, skip=rec.skip,
-                               skip_detail=rec.detail)
+            records = zip(range(v, end), self._records(table, rows))
+            yield from read_ahead(self._item, records, self.threads)
             v = end
+
+    def _item(self, numbered: tuple[int, ChatRecord]) -> ChatItem:
+        """The item at planned position w, its media read already where that pays (a bucket)."""
+        w, rec = numbered
+        split = self.planned[w][1]
+        n = w - self.split_start[split]
+        media = rec.media if rec.skip else {
+            kind: [r if isinstance(r, bytes) else self.preload(r) or r for r in refs]
+            for kind, refs in rec.media.items()}
+        return ChatItem(w, rec.source, sample_key=sample_key(split, n), split=split,
+                        media=media, turns=rec.turns, skip=rec.skip, skip_detail=rec.detail,
+                        reader=self.reader)
 
 
 

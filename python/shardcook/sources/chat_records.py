@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardcook.config import ChatmlConfig
 from shardcook.conversations import (
@@ -26,6 +26,10 @@ from shardcook.conversations import (
     question_answer,
 )
 from shardcook.errors import SkipReason
+from shardcook.sources.folder import OutsideFolder
+
+if TYPE_CHECKING:
+    from shardcook.sources.folder import Folder
 
 #: A medium: bytes, or a path to read them from.
 MediaRef = bytes | str
@@ -45,10 +49,12 @@ class ChatRecord:
     detail: str | None = None
 
 
-def media_ref(entry: Any, base: Path | None) -> MediaRef:
-    """A media reference -> bytes or a path (relative paths resolve against `base`).
+def media_ref(entry: Any, base: Folder | None) -> MediaRef:
+    """A media reference -> bytes or a path or URL (a name resolves in folder `base`: see
+    `Folder.locate`).
 
     Raises:
+        OutsideFolder: a name leads out of a folder in object storage.
         ValueError: neither a path nor bytes.
     """
     if isinstance(entry, dict):
@@ -60,8 +66,7 @@ def media_ref(entry: Any, base: Path | None) -> MediaRef:
         entry.save(buf, format="PNG")
         return buf.getvalue()
     if isinstance(entry, str) and entry:
-        p = Path(entry)
-        return str(p if p.is_absolute() or base is None else base / p)
+        return str(Path(entry)) if base is None else base.locate(entry)
     raise ValueError(f"media entry {entry!r} is neither a path nor bytes")
 
 
@@ -72,7 +77,7 @@ def media_field(obj: Mapping[str, Any], kind: str, column: str | None = None) ->
 
 
 def build(rid: str, source: str, obj: Mapping[str, Any], media: Mapping[str, Any],
-          opts: ChatmlConfig, base: Path | None) -> ChatRecord:
+          opts: ChatmlConfig, base: Folder | None) -> ChatRecord:
     """A ChatRecord from a record's fields and its media values by kind (see `media_field`);
     a skip says why it cannot be used."""
     rec = ChatRecord(rid, source)
@@ -81,6 +86,9 @@ def build(rid: str, source: str, obj: Mapping[str, Any], media: Mapping[str, Any
         entries = [] if value is None else value if isinstance(value, (list, tuple)) else [value]
         try:
             rec.media[kind] = [media_ref(e, base) for e in entries]
+        except OutsideFolder as e:
+            rec.skip, rec.detail = "media_outside_folder", str(e)
+            return rec
         except ValueError as e:
             rec.skip, rec.detail = "missing_image", str(e)
             return rec
@@ -118,7 +126,7 @@ def media_mismatch(
     return None
 
 
-def parse_jsonl_line(index: int, line: bytes, source: str, base: Path, opts: ChatmlConfig,
+def parse_jsonl_line(index: int, line: bytes, source: str, base: Folder, opts: ChatmlConfig,
                      image_column: str | None) -> ChatRecord:
     """One JSONL line -> a ChatRecord (a skip when it is not a JSON object or unusable)."""
     try:

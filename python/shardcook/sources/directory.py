@@ -1,25 +1,18 @@
-"""A local folder: `images/` + `captions/` paired by stem, or a flat folder of images with
-same-stem `.txt` captions next to them."""
+"""A folder (local or in object storage): `images/` + `captions/` paired by stem, or a flat
+folder of images with same-stem `.txt` captions next to them."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError, SkipReason
-from shardcook.files import read_regular_file
 from shardcook.sources.base import Extra, Item, decode_caption
+from shardcook.sources.folder import Folder, open_folder, read_ahead
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 CAPTION_EXTENSIONS = frozenset({".txt"})
-
-
-def _listing(folder: Path) -> list[str]:
-    """Visible regular file names in `folder`, sorted."""
-    with os.scandir(folder) as it:
-        return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file())
 
 
 def _group(names: list[str], extensions: frozenset[str]) -> dict[str, list[str]]:
@@ -32,34 +25,40 @@ def _group(names: list[str], extensions: frozenset[str]) -> dict[str, list[str]]
     return groups
 
 
+def input_folder(input_dir: str | os.PathLike[str] | Folder) -> Folder:
+    """The --input-dir folder, checked to exist and to be a folder."""
+    folder = open_folder(input_dir, "--input-dir")
+    if folder.is_file_itself():
+        raise ConfigError(f"--input-dir {folder.root!r} is a file, not a folder; name the folder "
+                          "holding the images.")
+    if not folder.exists():
+        raise ConfigError(f"Input folder {folder.root!r} does not exist; check --input-dir.")
+    return folder
+
+
 class DirectorySource:
     """Inputs = image stems in sorted order; each stem's first image and first caption are used."""
 
-    def __init__(self, input_dir: str | os.PathLike[str], max_samples: int | None = None):
-        root = Path(os.path.abspath(input_dir))
-        if root.exists() and not root.is_dir():
-            raise ConfigError(f"--input-dir {str(root)!r} is a file, not a folder; name the folder "
-                              "holding the images.")
-        if not root.is_dir():
-            raise ConfigError(f"Input folder {str(root)!r} does not exist; check --input-dir.")
-        self.root = root
-        images_dir = root / "images"
-        if images_dir.is_dir():
+    def __init__(self, input_dir: str | os.PathLike[str] | Folder, max_samples: int | None = None):
+        folder = input_folder(input_dir)
+        self.folder = folder
+        if folder.is_dir("images"):
             self.layout = "images+captions"
-            self.image_dir = images_dir
-            caption_dirs = [root / "captions", images_dir]
+            self.image_dir = "images/"
+            caption_dirs = ["captions/", "images/"]
         else:
             self.layout = "flat"
-            self.image_dir = root
-            caption_dirs = [root]
-        self._images = _group(_listing(self.image_dir), IMAGE_EXTENSIONS)
-        self._captions: list[tuple[Path, dict[str, list[str]]]] = [
-            (d, _group(_listing(d), CAPTION_EXTENSIONS)) for d in caption_dirs if d.is_dir()
+            self.image_dir = ""
+            caption_dirs = [""]
+        self._images = _group(folder.files(self.image_dir), IMAGE_EXTENSIONS)
+        self._captions: list[tuple[str, dict[str, list[str]]]] = [
+            (d, _group(folder.files(d), CAPTION_EXTENSIONS)) for d in caption_dirs
+            if not d or folder.is_dir(d)
         ]
         stems = sorted(self._images)
         if not stems:
             raise ConfigError(
-                f"No images found in {str(self.image_dir)!r} (looked for "
+                f"No images found in {folder.where(self.image_dir)!r} (looked for "
                 f"{', '.join(sorted(IMAGE_EXTENSIONS))}); check --input-dir."
             )
         self.num_found = len(stems)
@@ -69,22 +68,28 @@ class DirectorySource:
         return len(self._stems)
 
     def describe(self) -> dict[str, Any]:
-        return {"type": "directory", "path": str(self.root.resolve()), "layout": self.layout}
+        return {"type": "directory", "path": self.folder.root, "layout": self.layout}
 
     def items(self, start: int, stop: int) -> Iterator[Item]:
-        for index in range(max(start, 0), min(stop, len(self._stems))):
-            yield self._item(index)
+        indices = range(max(start, 0), min(stop, len(self._stems)))
+        yield from read_ahead(self._item, indices, self.folder.threads)
 
     def _item(self, index: int) -> Item:
+        where = self.folder.where
         stem = self._stems[index]
         first, *more = self._images[stem]
-        image_path = str(self.image_dir / first)
-        extras = [Extra(str(self.image_dir / n), "duplicate_image", image_path) for n in more]
-        captions = [str(d / n) for d, groups in self._captions for n in groups.get(stem, [])]
+        image_path = where(self.image_dir + first)
+        extras = [Extra(where(self.image_dir + n), "duplicate_image", image_path) for n in more]
+        captions = [where(d + n) for d, groups in self._captions for n in groups.get(stem, [])]
         caption: str | None = None
         skip: SkipReason | None = "missing_caption"
+        detail = None
         if captions:
             extras += [Extra(c, "duplicate_caption", captions[0]) for c in captions[1:]]
-            caption, skip = decode_caption(read_regular_file(captions[0]))
-        return Item(index, image_path, image_path=image_path, caption=caption, skip=skip,
-                    extras=tuple(extras))
+            try:
+                caption, skip = decode_caption(self.folder.read(captions[0]))
+            except OSError as e:  # gone since the folder was listed
+                detail = f"{captions[0]}: {e.strerror or e}"
+        image = None if skip else self.folder.preload(image_path)
+        return Item(index, image_path, image=image, image_path=image_path, caption=caption,
+                    skip=skip, extras=tuple(extras), skip_detail=detail, reader=self.folder.read)

@@ -19,6 +19,8 @@ from shardcook.sources.base import (
 if TYPE_CHECKING:
     from datasets import Dataset
 
+    from shardcook.sources.hfstream import ParquetRows
+
 CAPTION_NAMES = ("caption", "text", "prompt", "captions", "txt", "description", "alt_text",
                  "sentence", "title")
 IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
@@ -69,6 +71,19 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
         raise ConfigError(
             f"Hugging Face dataset {name!r} (split {split!r}) could not be loaded: {first}"
         ) from None
+
+
+def stream(name: str, split: str, data_files: list[str] | None = None, *,
+           token: str | None = None) -> ParquetRows:
+    """The split read from its parquet files a row group at a time (`--hf-streaming`), for the
+    same names `load` takes."""
+    from shardcook.sources.hfstream import stream as stream_parquet
+
+    _check_local(name, data_files)
+    suffix = Path(name).suffix.lower()
+    if suffix in FILE_BUILDERS:
+        return stream_parquet(name, split, FILE_BUILDERS[suffix], [name], token=token)
+    return stream_parquet(name, split, name, data_files, token=token)
 
 
 def _check_local(name: str, data_files: list[str] | None) -> None:
@@ -158,6 +173,8 @@ def candidate_columns(features: dict[str, Any], option: str, columns: list[str])
 
 class HuggingFaceSource:
     """Inputs = the rows of one split, in row order; images stay encoded (decode=False).
+    `streaming` reads the split's parquet files a row group at a time (`sources/hfstream.py`)
+    instead of loading the dataset; the items are the same.
 
     `image_columns`/`caption_columns` (Primus's `image_keys`/`caption_keys`) are candidate
     dotted paths tried in order for each row; the first that holds a value is used.
@@ -166,10 +183,11 @@ class HuggingFaceSource:
     def __init__(self, name: str, split: str = "train", data_files: list[str] | None = None,
                  max_samples: int | None = None, image_column: str | None = None,
                  caption_column: str | None = None, *, image_columns: list[str] | None = None,
-                 caption_columns: list[str] | None = None, token: str | None = None):
+                 caption_columns: list[str] | None = None, token: str | None = None,
+                 streaming: bool = False):
         import datasets
 
-        ds = load(name, split, data_files, token=token)
+        ds: Any = (stream if streaming else load)(name, split, data_files, token=token)
         self.image_column, self.caption_column = detect_columns(
             ds.features, None if image_columns else image_column,
             None if caption_columns else caption_column)

@@ -1,40 +1,151 @@
-"""Existing WebDataset tars, read with the Rust reader: sorted tars, then their samples in order."""
+"""Existing WebDataset tars: sorted tars, then their samples in order. A local tar is read with
+the Rust reader; a tar in object storage (`msc://`, `s3://` patterns) is streamed with the same
+member rules (`sources/tarstream.py`), never downloaded whole."""
 
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import glob
 import json
 import os
+from array import array
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from shardcook._native import count_samples, read_shard
 from shardcook.dataset.braces import expand_braces
-from shardcook.errors import ConfigError, ShardcookError, SkipReason
+from shardcook.errors import ConfigError, DatasetError, ShardcookError, SkipReason
 from shardcook.sources.base import (
     Item,
     clean_caption,
     decode_caption,
     dotted_get,
 )
+from shardcook.sources.folder import listing
+from shardcook.sources.tarstream import TarSample, read_samples, sample_offsets
+from shardcook.storage import Remote, is_url, remote
 
 IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
 JSON_CAPTION_FIELDS = ("caption", "text", "prompt", "txt")
+#: Tars whose headers are counted at once (each count waits on the store, not on the CPU).
+COUNT_THREADS = 8
+#: A remote tar's reader buffers: small while skipping data to count, large while reading it.
+COUNT_BUFFER = 1 << 20
+READ_BUFFER = 8 << 20
 
 
-def expand_tars(pattern: str) -> list[str]:
-    """Tar paths named by a glob, brace pattern or folder, sorted and without repeats.
+class Tar(Protocol):
+    """One input tar."""
+
+    #: Its path or URL.
+    where: str
+
+    def count(self) -> int:
+        """Its samples (ShardcookError when it is not a whole tar)."""
+
+    def samples(self, skip: int) -> Iterator[TarSample]:
+        """Its samples in order, from the `skip`-th on."""
+
+
+class LocalTar:
+    """A tar on the local disk, read by the Rust reader."""
+
+    def __init__(self, path: str):
+        self.where = path
+
+    def count(self) -> int:
+        return count_samples(self.where)
+
+    def samples(self, skip: int) -> Iterator[TarSample]:
+        for n, (key, parts) in enumerate(read_shard(self.where)):
+            if n >= skip:
+                yield key, parts
+
+
+class RemoteTar:
+    """A tar in object storage: its headers walked once to count (and find) its samples, then
+    each work unit's samples streamed from where they start."""
+
+    def __init__(self, folder: Remote, name: str):
+        self.folder, self.name = folder, name
+        self.where = folder.child(name)
+        self._offsets: array[int] = array("q")
+
+    def count(self) -> int:
+        with self.folder.open_stream(self.name, COUNT_BUFFER) as f:
+            self._offsets = sample_offsets(f, self.where)
+        return len(self._offsets)
+
+    def samples(self, skip: int) -> Iterator[TarSample]:
+        if skip >= len(self._offsets):
+            return
+        try:
+            with self.folder.open_stream(self.name, READ_BUFFER) as f:
+                yield from read_samples(f, self.where, self._offsets[skip])
+        except OSError as e:  # deleted or unreachable since it was counted
+            raise DatasetError(f"Input tar {self.where!r} cannot be read any more "
+                               f"({e.strerror or e}); restore it and run the same command again "
+                               "to go on where this run stopped.") from None
+
+
+def _missing(pattern: str, name: str) -> ConfigError:
+    return ConfigError(f"--input-path {pattern!r} names {name!r}, which does not exist; fix the "
+                       "pattern or restore the file.")
+
+
+def expand_tars(pattern: str) -> list[Tar]:
+    """The tars named by a glob, brace pattern or folder (local, or a URL), sorted by path and
+    without repeats.
 
     Raises:
         ConfigError: unbalanced braces, too many names, or a brace alternative that names no
-            existing tar (a missing shard must not shrink the dataset silently).
+            existing tar (a missing shard must not shrink the dataset silently); an object
+            store that cannot be opened.
     """
     try:
         alternatives = expand_braces(pattern)
     except ConfigError as e:
         raise ConfigError(f"--input-path: {e}.") from None
+    if is_url(pattern):
+        return _remote_tars(pattern, alternatives)
+    return [LocalTar(p) for p in _local_tars(pattern, alternatives)]
+
+
+def _remote_tars(pattern: str, alternatives: list[str]) -> list[Tar]:
+    """The tars in a bucket: the folder above the first wildcard is listed once, and every
+    alternative is matched against that listing (`*` stays inside one folder level unless the
+    pattern has `**`)."""
+    wild = min((i for i, c in enumerate(pattern) if c in "{*?["), default=len(pattern))
+    if wild == len(pattern):  # one name: a folder of tars, or one tar
+        folder = remote(pattern, "--input-path")
+        tars = [n for n in listing(folder, "--input-path") if n.endswith(".tar")]
+        if tars:
+            return [RemoteTar(folder, n) for n in sorted(tars)]
+        parent, _, name = folder.url.rpartition("/")
+        return [RemoteTar(Remote(parent), name)] if Remote(parent).exists(name) else []
+    base = remote(pattern[:pattern.rfind("/", 0, wild)], "--input-path")
+    names = set(listing(base, "--input-path"))
+    found: set[str] = set()
+    for alt in alternatives:
+        rel = alt[len(base.url) + 1:]
+        if glob.has_magic(rel):
+            depth = None if "**" in rel else rel.count("/")
+            found.update(n for n in names if fnmatch.fnmatchcase(n, rel)
+                         and (depth is None or n.count("/") == depth))
+        elif any(n.startswith(rel.rstrip("/") + "/") for n in names):
+            found.update(n for n in names if n.startswith(rel.rstrip("/") + "/")
+                         and n.endswith(".tar"))
+        elif rel in names:
+            found.add(rel)
+        elif len(alternatives) > 1:
+            raise _missing(pattern, alt)
+    return [RemoteTar(base, n) for n in sorted(found)]
+
+
+def _local_tars(pattern: str, alternatives: list[str]) -> list[str]:
     found: set[str] = set()
     for pat in alternatives:
         if os.path.isdir(pat):
@@ -44,11 +155,18 @@ def expand_tars(pattern: str) -> list[str]:
         elif os.path.isfile(pat):
             found.add(pat)
         elif len(alternatives) > 1:
-            raise ConfigError(
-                f"--input-path {pattern!r} names {pat!r}, which does not exist; fix the pattern "
-                "or restore the file."
-            )
+            raise _missing(pattern, pat)
     return sorted(found)
+
+
+def _count(tar: Tar) -> int:
+    try:
+        return tar.count()
+    except ShardcookError as e:
+        raise ConfigError(f"Input tar {tar.where!r} cannot be read ({e}); fix or remove it.") from None
+    except OSError as e:  # a tar in a bucket deleted since it was listed
+        raise ConfigError(f"Input tar {tar.where!r} cannot be read ({e.strerror or e}); fix the "
+                          "pattern or restore it.") from None
 
 
 class WebDatasetSource:
@@ -70,12 +188,10 @@ class WebDatasetSource:
         self.caption_field = caption_field
         self._starts: list[int] = []
         total = 0
-        for tar in tars:
-            self._starts.append(total)
-            try:
-                total += count_samples(tar)
-            except ShardcookError as e:
-                raise ConfigError(f"Input tar {tar!r} cannot be read ({e}); fix or remove it.") from None
+        with ThreadPoolExecutor(min(COUNT_THREADS, len(tars))) as pool:
+            for count in pool.map(_count, tars):
+                self._starts.append(total)
+                total += count
         if total == 0:
             raise ConfigError(f"The tars matching {input_path!r} hold no samples.")
         self.num_found = total
@@ -92,13 +208,13 @@ class WebDatasetSource:
         if start >= stop:
             return
         t = bisect.bisect_right(self._starts, start) - 1
-        index = self._starts[t]
+        index = start
         while index < stop and t < len(self.tars):
-            for key, parts in read_shard(self.tars[t]):
+            tar = self.tars[t]
+            for key, parts in tar.samples(index - self._starts[t]):
                 if index >= stop:
                     return
-                if index >= start:
-                    yield self._item(index, f"{self.tars[t]}:{key}", parts)
+                yield self._item(index, f"{tar.where}:{key}", parts)
                 index += 1
             t += 1
 

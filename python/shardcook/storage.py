@@ -174,13 +174,25 @@ class Remote:
     def names(self, prefix: str = "") -> Iterator[str]:
         """Every object under this folder whose name starts with `prefix`, recursively, as
         names relative to the folder, in the store's (lexicographic) order."""
+        for name, _ in self.sized_names(prefix):
+            yield name
+
+    def sized_names(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """`names(prefix)` with each object's size in bytes, from the same listing."""
         client, root = self._resolve("")
         start = root.rstrip("/") + "/" if root.strip("/") else ""
         for obj in client.list(path=start + prefix):
             key = obj.key.lstrip("/")
             name = key[len(start):] if start and key.startswith(start) else key
             if obj.type != "directory" and name.startswith(prefix):
-                yield name
+                yield name, int(obj.content_length)
+
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        """`size` bytes of the object from `offset` (one ranged GET)."""
+        from multistorageclient.types import Range
+
+        client, path = self._resolve(name)
+        return bytes(client.read(path, byte_range=Range(offset=offset, size=size)))
 
 
 def remote(value: object, what: str) -> Remote:

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from shardcook.errors import ConfigError, DatasetError
 
-__all__ = ["SCHEMES", "Remote", "check_url", "is_url", "remote"]
+__all__ = ["SCHEMES", "Remote", "check_url", "describe_error", "is_url", "remote"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
 SCHEMES = ("msc", "s3", "gs", "az")
@@ -103,6 +103,11 @@ def _profile_problem(url: str, what: str, error: Exception) -> str:
         return (f"{what} {url!r}: the Multi-Storage Client cannot open profile {profile!r} "
                 f"({_one_line(error)}); define it in {config} (MSC_CONFIG names the file).")
     return f"{what} {url!r}: the Multi-Storage Client cannot open it ({_one_line(error)})."
+
+
+def describe_error(error: BaseException) -> str:
+    """What the client's `error` says, on one line of at most 200 characters, for a sentence."""
+    return _one_line(error)
 
 
 def _one_line(error: BaseException) -> str:

@@ -44,7 +44,8 @@ _BRACE_CHARS = re.compile(r"[{}\\]")
 class IndexResult:
     """What `build_index` wrote."""
 
-    directory: Path
+    #: The dataset folder, or its URL.
+    directory: Path | str
     shard_counts: dict[str, int]
     splits: dict[str, list[str]]
     part_names: list[str]
@@ -298,7 +299,7 @@ def write_index(plan: IndexPlan) -> IndexResult:
     metadata.write_split_yaml(root, collapsed, plan.left_out)
     metadata.write_finalize_record(root, plan.record)
     seconds = time.perf_counter() - start
-    return IndexResult(root, counts, plan.splits.parts, part_names, list(plan.warnings), seconds)
+    return IndexResult(plan.view.location, counts, plan.splits.parts, part_names, list(plan.warnings), seconds)
 
 
 def build_index(

@@ -33,12 +33,15 @@ from shardcook import _native
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, DuplicateKeyError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
-from shardcook.storage import Remote, remote
+from shardcook.storage import Remote, describe_error, remote
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
 
 #: Shards downloaded at once (and so at most on scratch): enough to keep the link busy.
 WINDOW = 4
+
+#: Small files (metadata, `.tar.idx`) copied at once.
+SMALL_FILES_AT_ONCE = 16
 
 #: The first bytes of a shard not downloaded (not a tar header: tar readers refuse it).
 PLACEHOLDER = b"shardcook: this shard is in object storage and was not downloaded\n"
@@ -119,9 +122,8 @@ class RemoteView(DatasetView):
         try:
             found = list(self.folder.sized_names())
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            detail = " ".join(str(e).split())[:200] or type(e).__name__
-            raise ConfigError(f"cannot list {self.name} ({detail}); check the bucket, the path "
-                              "and the profile's credentials") from None
+            raise ConfigError(f"cannot list {self.name} ({describe_error(e)}); check the bucket, the "
+                              "path and the profile's credentials") from None
         if not found:
             raise DatasetError(f"{self.name} holds no objects; give the URL of a dataset folder")
         return [(_safe_name(self.name, name), size) for name, size in found]
@@ -135,7 +137,8 @@ class RemoteView(DatasetView):
             elif name.endswith(_SHARD_ENDINGS):
                 self.sizes[name] = size
                 self._placeholder(name)
-        self._in_parallel(lambda name: self.folder.download(name, self._local(name)), small)
+        self._in_parallel(lambda name: self._fetch(name, self._local(name)), small,
+                          SMALL_FILES_AT_ONCE)
         self.copied = {name: _digest(self.root / name) for name in small}
 
     def _local(self, name: str) -> Path:
@@ -148,26 +151,32 @@ class RemoteView(DatasetView):
             f.write(PLACEHOLDER)
             f.truncate(self.sizes[name])
 
-    def _in_parallel(self, work: Callable[[str], object], names: Sequence[str]) -> None:
-        with ThreadPoolExecutor(max_workers=max(1, self.window)) as pool:
+    def _in_parallel(self, work: Callable[[str], object], names: Sequence[str],
+                     at_once: int | None = None) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, at_once or self.window)) as pool:
             for _ in pool.map(work, names):
                 pass
 
+    def _fetch(self, name: str, path: Path, first_bytes: int | None = None) -> None:
+        """Object `name` (or its first `first_bytes`, then a tar's end blocks) at `path`.
+
+        Raises:
+            DatasetError: the store fails, in one sentence.
+        """
+        try:
+            if first_bytes is None:
+                self.folder.download(name, path)
+            else:
+                path.write_bytes(self.folder.read_range(name, 0, first_bytes) + _END_BLOCKS)
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise DatasetError(f"cannot download {self.folder.child(name)} "
+                               f"({describe_error(e)})") from None
+
     def _download(self, name: str, first_sample: bool) -> None:
         offsets = self._idx_offsets(name) if first_sample else None
-        try:
-            if offsets is not None and len(offsets) > 2:
-                # the first sample and the end blocks: a tar a reader stops in after sample 0
-                head = self.folder.read_range(name, 0, offsets[1])
-                self._local(name).write_bytes(head + _END_BLOCKS)
-            else:
-                self.folder.download(name, self._local(name))
-        except DatasetError:
-            raise
-        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            self._placeholder(name)
-            raise DatasetError(f"cannot download {self.folder.child(name)} "
-                               f"({' '.join(str(e).split())[:200]})") from None
+        # the first sample and the end blocks: a tar that readers stop in after sample 0
+        first_bytes = offsets[1] if offsets is not None and len(offsets) > 2 else None
+        self._fetch(name, self._local(name), first_bytes)
 
     @contextmanager
     def fetched(self, shards: Sequence[str], *, first_sample: bool = False) -> Iterator[None]:
@@ -264,13 +273,23 @@ class RemoteView(DatasetView):
                          key=lambda n: (n == f"{META_DIR}/{INFO_JSON}", not n.endswith(".idx"), n))
         gone = [name for name in self.copied if name not in now]
         last = changed[-1:] if changed and changed[-1] == f"{META_DIR}/{INFO_JSON}" else []
-        self._in_parallel(lambda name: self.folder.upload(now[name], name),
-                          changed[:len(changed) - len(last)])
-        for name in gone:
-            self.folder.delete(name)
-        for name in last:
-            self.folder.upload(now[name], name)
+        try:
+            self._in_parallel(lambda name: self.folder.upload(now[name], name),
+                              changed[:len(changed) - len(last)], SMALL_FILES_AT_ONCE)
+            for name in gone:
+                self.folder.delete(name)
+            for name in last:
+                self.folder.upload(now[name], name)
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise DatasetError(
+                f"cannot write the new index to {self.name} ({describe_error(e)}); what was written "
+                "is incomplete, so fix access to the bucket and run `shardcook finalize --force` "
+                "on it again") from None
         self.copied = {name: _digest(path) for name, path in now.items()}
+
+    @property
+    def location(self) -> str:
+        return self.name
 
     def shown(self, text: str) -> str:
         return text.replace(str(self.root), self.name)

@@ -54,6 +54,11 @@ class DatasetView:
     def publish(self) -> None:
         """Makes what a command wrote under `root` the dataset's (nothing to do for a folder)."""
 
+    @property
+    def location(self) -> Path | str:
+        """The dataset as the user gave it: this folder, or the URL."""
+        return self.root
+
     def shown(self, text: str) -> str:
         """`text` (a message, a problem) naming the dataset as the user gave it."""
         return text

@@ -299,7 +299,8 @@ def write_index(plan: IndexPlan) -> IndexResult:
     metadata.write_split_yaml(root, collapsed, plan.left_out)
     metadata.write_finalize_record(root, plan.record)
     seconds = time.perf_counter() - start
-    return IndexResult(plan.view.location, counts, plan.splits.parts, part_names, list(plan.warnings), seconds)
+    return IndexResult(plan.view.location, counts, plan.splits.parts, part_names,
+                       list(plan.warnings), seconds)
 
 
 def build_index(

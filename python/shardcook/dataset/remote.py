@@ -122,8 +122,8 @@ class RemoteView(DatasetView):
         try:
             found = list(self.folder.sized_names())
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise ConfigError(f"cannot list {self.name} ({describe_error(e)}); check the bucket, the "
-                              "path and the profile's credentials") from None
+            raise ConfigError(f"cannot list {self.name} ({describe_error(e)}); check the "
+                              "bucket, the path and the profile's credentials") from None
         if not found:
             raise DatasetError(f"{self.name} holds no objects; give the URL of a dataset folder")
         return [(_safe_name(self.name, name), size) for name, size in found]
@@ -282,9 +282,9 @@ class RemoteView(DatasetView):
                 self.folder.upload(now[name], name)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise DatasetError(
-                f"cannot write the new index to {self.name} ({describe_error(e)}); what was written "
-                "is incomplete, so fix access to the bucket and run `shardcook finalize --force` "
-                "on it again") from None
+                f"cannot write the new index to {self.name} ({describe_error(e)}); what was "
+                "written is incomplete, so fix access to the bucket and run `shardcook finalize "
+                "--force` on it again") from None
         self.copied = {name: _digest(path) for name, path in now.items()}
 
     @property
@@ -316,7 +316,8 @@ def _append_rows(target: Path, part: Path, first_id: int, shards: Sequence[str])
                 "JOIN samples s ON s.sample_key = p.sample_key ORDER BY p.rowid LIMIT 1",
                 (first_id,)).fetchone()
             raise DuplicateKeyError(
-                f"duplicate sample key {json.dumps(key)}: in {shards[first]} and in {shards[second]}; "
-                "keys must be unique across the dataset (rename or drop one)") from None
+                f"duplicate sample key {json.dumps(key)}: in {shards[first]} and in "
+                f"{shards[second]}; keys must be unique across the dataset (rename or drop one)"
+            ) from None
         finally:
             db.execute("DETACH DATABASE part")

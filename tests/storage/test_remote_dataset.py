@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from shardcook import DuplicateKeyError, ShardWriter, finalize, read_shard
+from shardcook import DuplicateKeyError, ShardWriter, build_index, finalize, read_shard
 from shardcook.dataset.remote import PLACEHOLDER, WINDOW
 
 from tests.helpers.dataset import cli, one_error_line, raw_parts
@@ -229,7 +229,18 @@ def test_finalize_holds_one_window_of_shards_and_refuses_a_key_in_two_windows(bu
     assert store.keys("dup/") == sorted(before)  # nothing written, nothing removed
     assert all(store.get(key) == data for key, data in before.items())
     assert result.index.num_samples == 21 and result.validation is not None
+    assert result.index.directory == store.url("windowed")
     assert 1 <= most[0] <= WINDOW
+    assert list(scratch.iterdir()) == []
+    # rebuilt without index.sqlite: the one in the bucket goes, the rest is rewritten
+    meta = "windowed/.nv-meta/"
+    assert f"{meta}index.sqlite" in store.keys(meta)
+    uuid = store.get(f"{meta}index.uuid")
+    rebuilt = build_index(store.url("windowed"), force=True, sqlite=False, scratch_dir=scratch)
+    assert rebuilt.num_samples == 21
+    assert store.keys(meta) == [f"{meta}{n}" for n in (".info.json", "dataset.yaml", "index.uuid",
+                                                       "split.yaml")]
+    assert store.get(f"{meta}index.uuid") != uuid
     assert list(scratch.iterdir()) == []
 
 

@@ -116,7 +116,7 @@ def _layouts_like(parts: dict[str, bytes] | None) -> list[Layout]:
 
 def _check_fits(view: DatasetView, shards: list[str], encoding: str) -> None:
     """Refuses, before anything is written, an encoding whose parts the first sample lacks."""
-    root = view.name
+    root = view.root
     parts = _first_parts(view, shards)
     missing = metadata.layout_of(encoding, "--encoding").missing_parts(parts or {})
     if parts is None or not missing:

@@ -18,7 +18,7 @@ from shardcook.dataset.location import check_location, dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.dataset.view import DatasetView
-from shardcook.errors import ConfigError, DatasetError
+from shardcook.errors import DatasetError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
 
@@ -150,8 +150,6 @@ def validate(
     try:
         with dataset_view(directory, scratch_dir=scratch_dir) as view:
             report = validate_view(view, encoding=encoding, deep=deep)
-    except ConfigError:
-        raise
     except DatasetError as e:
         return ValidationReport(str(directory), [str(e)])
     return report
@@ -171,8 +169,6 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool) -> Validation
     root = view.root
     report = ValidationReport(str(root))
     problems = report.problems
-    if encoding is not None:
-        metadata.layout_of(encoding, "--encoding")
     try:
         counts, splits, dataset = read_metadata(root)
     except DatasetError as e:

@@ -195,14 +195,14 @@ def _check_loader_args(
         raise ConfigError(f"split must be a split name such as 'train', not {split!r}.")
 
 
-def _check_split(path: Path, split: str, shown: str | Path) -> None:
+def _check_split(path: Path, split: str) -> None:
     """Refuses a split the dataset (or metadataset) at `path` does not define."""
     from shardcook.errors import ConfigError
 
     splits = _dataset_splits(path)
     if splits is not None and split not in splits:
         raise ConfigError(
-            f"split {split!r} is not in {shown}; it has {', '.join(splits) or 'no splits'}."
+            f"split {split!r} is not in {path}; it has {', '.join(splits) or 'no splits'}."
         )
 
 
@@ -308,7 +308,7 @@ def get_diffusion_loader(
             "task_encoder= pass it there, e.g. EncodedDiffusionTaskEncoder(resample_latents=True)."
         )
     with readable(path, first_sample_of=split) as local:
-        _check_split(local, split, path)
+        _check_split(local, split)
         if picked:
             task_encoder = task_encoder_for(
                 local, image_format=image_format, resample_latents=resample_latents

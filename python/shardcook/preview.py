@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
+from shardcook.dataset.location import check_location, dataset_view
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.files import write_atomic
 from shardcook.layouts import IMAGE_PARTS, LAYOUTS, Layout, by_encoding, registry_function
 from shardcook.layouts.bridge_flux import LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, TIMESTEP_COLUMN
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
-from shardcook.paths import check_local_path, dataset_folder
+from shardcook.paths import check_local_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,18 +56,21 @@ def _layout(root: Path) -> Layout:
     return layout
 
 
-def _first_samples(root: Path, count: int) -> list[tuple[str, dict[str, bytes]]]:
+def _first_samples(view: DatasetView, count: int) -> list[tuple[str, dict[str, bytes]]]:
+    """The first `count` samples, reading (fetching) only the shards that hold them."""
     from shardcook import read_shard
 
+    root = view.root
     shards = sorted(p for p in root.glob("*.tar") if p.is_file())  # never a FIFO or device
     if not shards:
         raise DatasetError(f"{root} holds no .tar shards to preview.")
-    got = []
+    got: list[tuple[str, dict[str, bytes]]] = []
     for shard in shards:
-        for key, parts in read_shard(shard):
-            got.append((key, dict(parts)))
-            if len(got) == count:
-                return got
+        with view.fetched([shard.name]):
+            for key, parts in read_shard(shard):
+                got.append((key, dict(parts)))
+                if len(got) == count:
+                    return got
     return got
 
 
@@ -196,10 +201,13 @@ def _save(sheet: PILImage.Image, target: Path) -> None:
 
 def preview(directory: str | Path, out: str | Path | None = None, *, count: int = 16,
             model_path: str | None = None, columns: int | None = None,
-            hf_token_file: str | None = None) -> Path:
+            hf_token_file: str | None = None, scratch_dir: str | Path | None = None) -> Path:
     """Writes a contact sheet of the first `count` samples of `directory`; returns its path.
 
     Args:
+        directory: The dataset folder, or its URL (`msc://PROFILE/path`, `s3://bucket/path`):
+            then only the shards holding those samples are downloaded, into a folder under
+            `scratch_dir` (default: the temporary folder) removed afterwards.
         hf_token_file: A file holding the Hugging Face token for a gated `model_path` (else
             HF_TOKEN, else the saved login); checked before any work, never printed.
     """
@@ -209,16 +217,18 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
 
     from shardcook.hftoken import read_token_file
 
-    root = dataset_folder(directory)
+    check_location(directory, "The dataset folder")
     if out is not None:
         check_local_path(out, "out")
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
     if hf_token_file:
         read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
-    layout = _layout(root)
-    rows = _first_samples(root, count)
-    manifest = metadata.read_manifest(root) or {}
+    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        root = view.root
+        layout = _layout(root)
+        rows = _first_samples(view, count)
+        manifest = metadata.read_manifest(root) or {}
     decode = (_Decoder(model_path, manifest, scaled=bool(layout.latents_scaled),
                        token_file=hf_token_file)
               if (model_path and layout.latents_scaled is not None) else None)

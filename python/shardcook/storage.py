@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from shardcook.errors import ConfigError, DatasetError
 
-__all__ = ["SCHEMES", "Remote", "check_url", "is_url", "remote"]
+__all__ = ["SCHEMES", "Remote", "check_url", "describe_error", "is_url", "remote"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
 SCHEMES = ("msc", "s3", "gs", "az")
@@ -105,6 +105,11 @@ def _profile_problem(url: str, what: str, error: Exception) -> str:
         return (f"{what} {url!r}: the Multi-Storage Client cannot open profile {profile!r} "
                 f"({_one_line(error)}); define it in {config} (MSC_CONFIG names the file).")
     return f"{what} {url!r}: the Multi-Storage Client cannot open it ({_one_line(error)})."
+
+
+def describe_error(error: BaseException) -> str:
+    """What the client's `error` says, on one line of at most 200 characters, for a sentence."""
+    return _one_line(error)
 
 
 def _one_line(error: BaseException) -> str:
@@ -210,13 +215,25 @@ class Remote:
     def names(self, prefix: str = "") -> Iterator[str]:
         """Every object under this folder whose name starts with `prefix`, recursively, as
         names relative to the folder, in the store's (lexicographic) order."""
+        for name, _ in self.sized_names(prefix):
+            yield name
+
+    def sized_names(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """`names(prefix)` with each object's size in bytes, from the same listing."""
         client, root = self._resolve("")
         start = root.rstrip("/") + "/" if root.strip("/") else ""
         for obj in client.list(path=start + prefix):
             key = obj.key.lstrip("/")
             name = key[len(start):] if start and key.startswith(start) else key
             if obj.type != "directory" and name.startswith(prefix):
-                yield name
+                yield name, int(obj.content_length)
+
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        """`size` bytes of the object from `offset` (one ranged GET)."""
+        from multistorageclient.types import Range
+
+        client, path = self._resolve(name)
+        return bytes(client.read(path, byte_range=Range(offset=offset, size=size)))
 
 
 def remote(value: object, what: str) -> Remote:

@@ -68,6 +68,7 @@ def test_preview_contact_sheets(tmp_path, tiny_flux):
     import torch
     from diffusers import AutoencoderKL
     from PIL import Image
+    from shardcook.dataset.view import DatasetView
     from shardcook.demo import make_images
     from shardcook.energon.cookers import load_tensor
     from shardcook.preview import TILE, _first_samples
@@ -89,12 +90,12 @@ def test_preview_contact_sheets(tmp_path, tiny_flux):
         sheets[name] = np.asarray(Image.open(out).convert("RGB"))
         assert sheets[name].shape[1] == 2 * (TILE + 8) + 8  # 4 samples: 2 columns, 2 rows
     # raw tile 0 is the dataset's first image, enlarged to the tile (64 px -> 192 px, nearest)
-    first = _first_samples(tmp_path / "raw", 1)[0][1]
+    first = _first_samples(DatasetView(tmp_path / "raw", "raw"), 1)[0][1]
     img = np.asarray(Image.open(__import__("io").BytesIO(first["jpg"])).convert("RGB"))
     assert np.array_equal(sheets["raw"][8:8 + TILE:3, 8:8 + TILE:3], img)
     # false colour: channel 0 of the first latent, min..max stretched, 8x8 blocks enlarged 3x
-    lat = load_tensor(_first_samples(tmp_path / "encode", 1)[0][1]["latents.pth"], key="k",
-                      part="latents.pth")
+    first_encoded = _first_samples(DatasetView(tmp_path / "encode", "encode"), 1)[0][1]
+    lat = load_tensor(first_encoded["latents.pth"], key="k", part="latents.pth")
     c0 = lat[0].numpy()
     want = np.round((c0 - c0.min()) / (c0.max() - c0.min()) * 255)
     got = sheets["fc"][8:8 + TILE:24, 8:8 + TILE:24, 0].astype(float)

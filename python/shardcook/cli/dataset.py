@@ -1,5 +1,5 @@
-"""The commands on a dataset folder that exists: finalize, validate, info, preview, and blend
-(several datasets into one Energon metadataset)."""
+"""The commands on a dataset folder that exists, or its URL in object storage: finalize, validate,
+info, preview, and blend (several datasets into one Energon metadataset)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.cli.options import Dir, EncodingOpt, HfTokenFileOpt
+from shardcook.cli.options import DatasetArg, EncodingOpt, HfTokenFileOpt, ScratchDirOpt
 from shardcook.errors import ShardcookError
 
 #: More tiles than this make a sheet too large to look at (and to hold in memory).
@@ -18,7 +18,7 @@ MAX_PREVIEW_COUNT = 1024
 
 
 def finalize(
-    directory: Dir,
+    directory: DatasetArg,
     encoding: EncodingOpt = None,
     split: Annotated[
         str | None,
@@ -56,6 +56,7 @@ def finalize(
     validate: Annotated[
         bool, typer.Option("--validate/--no-validate", help="Validate after indexing.")
     ] = True,
+    scratch_dir: ScratchDirOpt = None,
 ) -> None:
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
@@ -76,6 +77,7 @@ def finalize(
             sqlite=sqlite,
             force=force,
             validate=validate,
+            scratch_dir=scratch_dir,
         )
     except ShardcookError as e:
         fail(e)
@@ -93,16 +95,17 @@ def finalize(
 
 
 def validate(
-    directory: Dir,
+    directory: DatasetArg,
     encoding: EncodingOpt = None,
     deep: Annotated[bool, typer.Option(help="Read every sample, not one per split.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    scratch_dir: ScratchDirOpt = None,
 ) -> None:
     """Check that a dataset is whole; exit 0 when it is, 1 otherwise."""
     from shardcook.dataset import validate as run
 
     try:
-        report = run(directory, encoding=encoding, deep=deep)
+        report = run(directory, encoding=encoding, deep=deep, scratch_dir=scratch_dir)
     except ShardcookError as e:
         fail(e)
     if as_json:
@@ -119,14 +122,15 @@ def validate(
 
 
 def info(
-    directory: Dir,
+    directory: DatasetArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    scratch_dir: ScratchDirOpt = None,
 ) -> None:
     """Show what a dataset holds (no checks; fast)."""
     from shardcook.dataset import info as run
 
     try:
-        summary = run(directory)
+        summary = run(directory, scratch_dir=scratch_dir)
     except ShardcookError as e:
         fail(e)
     typer.echo(json.dumps(summary.to_dict(), indent=2) if as_json else "\n".join(summary.lines()))
@@ -151,11 +155,12 @@ def _check_preview_options(out: Path | None, count: int) -> None:
 
 
 def preview(
-    directory: Dir,
+    directory: DatasetArg,
     out: Annotated[Path | None, typer.Option(help="The PNG to write (default: DIRNAME-preview.png here).")] = None,
     count: Annotated[int, typer.Option(help="How many samples.")] = 16,
     model_path: Annotated[str | None, typer.Option(help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
     hf_token_file: HfTokenFileOpt = None,
+    scratch_dir: ScratchDirOpt = None,
 ) -> None:
     """A contact sheet PNG of the first samples with their captions (raw: the images; encoded:
     latents decoded by --model-path's VAE, else channels 0-2 as false colour)."""
@@ -163,7 +168,8 @@ def preview(
 
     try:
         _check_preview_options(out, count)
-        path = run(directory, out, count=count, model_path=model_path, hf_token_file=hf_token_file)
+        path = run(directory, out, count=count, model_path=model_path,
+                   hf_token_file=hf_token_file, scratch_dir=scratch_dir)
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")

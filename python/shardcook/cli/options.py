@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 SRC, OUT, IMG, FMT = "Source", "Output", "Image", "Data format"
 PRIMUS = "Primus aliases"
 
-Dir = Annotated[Path, typer.Argument(help="The dataset folder.", show_default=False)]
+DatasetArg = Annotated[str, typer.Argument(
+    help="The dataset folder, or its URL (msc://PROFILE/path, s3://bucket/path).",
+    show_default=False)]
+ScratchDirOpt = Annotated[Path | None, typer.Option(
+    help="For a dataset URL: where its small files and a few shards at a time are handled "
+         "(removed afterwards) [default: the temporary folder].")]
 EncodingOpt = Annotated[
     str | None,
     typer.Option(help=f"{', '.join(encodings())} (default: from dataset.yaml or the manifest)."),

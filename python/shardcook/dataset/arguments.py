@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from shardcook.dataset.location import check_location
 from shardcook.errors import ConfigError
-from shardcook.paths import check_local_path
 
 
 def _whole(value: object) -> bool:
@@ -34,7 +34,7 @@ def check_finalize_arguments(directory: object, sample_type: object, field_map: 
                              subflavors: object, validate: object) -> None:
     """Raises ConfigError naming the first of finalize's own arguments of a wrong type (the
     rest are `check_index_arguments`')."""
-    check_local_path(directory, "The dataset folder")
+    check_location(directory, "The dataset folder")
     if sample_type is not None and not (isinstance(sample_type, str) and sample_type):
         raise ConfigError(f"sample_type must name a class ('CrudeWebdataset' or 'module:Class'), "
                           f"not {sample_type!r}.")

@@ -13,10 +13,11 @@ from shardcook import _native
 from shardcook.dataset import metadata, trust
 from shardcook.dataset.arguments import check_finalize_arguments
 from shardcook.dataset.index import IndexResult, plan_index, write_index
+from shardcook.dataset.location import dataset_view
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.undo import undone_on_failure
-from shardcook.dataset.validate import ValidationReport
-from shardcook.dataset.validate import validate as run_validate
+from shardcook.dataset.validate import ValidationReport, validate_view
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, META_DIR
@@ -98,10 +99,11 @@ def _refuse_untrusted_code(root: Path, content: Mapping[str, Any],
         raise DatasetError(untrusted[0])
 
 
-def _first_parts(root: Path, shards: list[str]) -> dict[str, bytes] | None:
+def _first_parts(view: DatasetView, shards: list[str]) -> dict[str, bytes] | None:
     """The parts of the first sample of the first shard; None when unreadable."""
     try:
-        return next(iter(_native.read_shard(root / shards[0]))).parts
+        with view.fetched(shards[:1]):
+            return next(iter(_native.read_shard(view.root / shards[0]))).parts
     except (ShardcookError, StopIteration):
         return None  # indexing names the damage
 
@@ -112,9 +114,10 @@ def _layouts_like(parts: dict[str, bytes] | None) -> list[Layout]:
             if parts is not None and lay.required and not lay.missing_parts(parts)]
 
 
-def _check_fits(root: Path, shards: list[str], encoding: str) -> None:
+def _check_fits(view: DatasetView, shards: list[str], encoding: str) -> None:
     """Refuses, before anything is written, an encoding whose parts the first sample lacks."""
-    parts = _first_parts(root, shards)
+    root = view.root
+    parts = _first_parts(view, shards)
     missing = metadata.layout_of(encoding, "--encoding").missing_parts(parts or {})
     if parts is None or not missing:
         return
@@ -127,9 +130,10 @@ def _check_fits(root: Path, shards: list[str], encoding: str) -> None:
     )
 
 
-def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: str | None,
-              force: bool) -> str | None:
+def _encoding(view: DatasetView, shards: list[str], encoding: str | None,
+              sample_type: str | None, force: bool) -> str | None:
     """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
+    root = view.root
     if encoding is not None:
         metadata.layout_of(encoding, "--encoding")
         return encoding
@@ -138,7 +142,7 @@ def _encoding(root: Path, shards: list[str], encoding: str | None, sample_type: 
         metadata.layout_of(encoding, f"{root}'s dataset.yaml or manifest")
     if encoding is not None or sample_type is not None:
         return encoding
-    like = _layouts_like(_first_parts(root, shards))
+    like = _layouts_like(_first_parts(view, shards))
     if like:
         raise ConfigError(
             f"{root} has no dataset.yaml or manifest naming its encoding, and its samples look "
@@ -162,8 +166,14 @@ def finalize(
     sqlite: bool = True,
     force: bool = False,
     validate: bool = True,
+    scratch_dir: str | Path | None = None,
 ) -> FinalizeResult:
     """Makes a folder of shards a complete Energon dataset, then validates it.
+
+    `directory` is a folder or the URL of one in object storage (`msc://PROFILE/path`,
+    `s3://bucket/path`): then each shard is downloaded once, a few at a time, into a folder
+    under `scratch_dir` (default: the temporary folder) and deleted once indexed, and the new
+    metadata is uploaded when everything, validation included, succeeded.
 
     Writes `.nv-meta/dataset.yaml` (for our layouts: CrudeWebdataset with an `encoding`
     subflavor, or the layout's own class; keeping any subflavors already there) and the index
@@ -184,12 +194,36 @@ def finalize(
             layout with no encoding to say so.
     """
     check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
-    root = Path(directory)
-    plan = plan_index(root, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        result = _finalize(view, encoding=encoding, split=split, split_parts=split_parts,
+                           shuffle_seed=shuffle_seed, exclude=exclude, sample_type=sample_type,
+                           field_map=field_map, subflavors=subflavors, sqlite=sqlite, force=force,
+                           validate=validate)
+        view.publish()
+        return result
+
+
+def _finalize(
+    view: DatasetView,
+    *,
+    encoding: str | None,
+    split: Sequence[float] | str | None,
+    split_parts: Mapping[str, str] | None,
+    shuffle_seed: int | None,
+    exclude: Sequence[str] | None,
+    sample_type: str | None,
+    field_map: Mapping[str, str] | None,
+    subflavors: Mapping[str, Any] | None,
+    sqlite: bool,
+    force: bool,
+    validate: bool,
+) -> FinalizeResult:
+    root = view.root
+    plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                       exclude=exclude, sqlite=sqlite, force=force, encoding=encoding)
-    encoding = _encoding(root, plan.shards, encoding, sample_type, force)
+    encoding = _encoding(view, plan.shards, encoding, sample_type, force)
     if encoding is not None and validate:
-        _check_fits(root, plan.shards, encoding)
+        _check_fits(view, plan.shards, encoding)
     plan = replace(plan, record=replace(plan.record, encoding=encoding))
     content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, force=force)
@@ -199,7 +233,7 @@ def finalize(
         index = write_index(plan)
         metadata.write_dataset_yaml(root, content)
         if validate:
-            report = run_validate(root, encoding=encoding)
+            report = validate_view(view, encoding=encoding)
             if not report.ok:
                 raise DatasetError(
                     f"{root} does not validate with the new index, so finalize left its "

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.dataset.arguments import check_index_arguments
+from shardcook.dataset.location import dataset_view
 from shardcook.dataset.splits import (
     Splits,
     check_parts,
@@ -29,10 +29,10 @@ from shardcook.dataset.splits import (
     split_by_ratio,
 )
 from shardcook.dataset.undo import undone_on_failure
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import by_encoding
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
-from shardcook.paths import check_local_path
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ _BRACE_CHARS = re.compile(r"[{}\\]")
 class IndexResult:
     """What `build_index` wrote."""
 
-    directory: Path
+    #: The dataset folder, or its URL.
+    directory: Path | str
     shard_counts: dict[str, int]
     splits: dict[str, list[str]]
     part_names: list[str]
@@ -218,7 +219,7 @@ def _split(shards: list[str], request: _Request) -> Splits:
 class IndexPlan:
     """An index checked and ready to write: every refusal happened while making it."""
 
-    root: Path
+    view: DatasetView
     shards: list[str]
     splits: Splits
     #: Shards left out by the exclusions, brace-collapsed for split.yaml.
@@ -227,9 +228,13 @@ class IndexPlan:
     warnings: list[str]
     force: bool
 
+    @property
+    def root(self) -> Path:
+        return self.view.root
+
 
 def plan_index(
-    directory: str | Path,
+    view: DatasetView,
     *,
     split: Sequence[float] | str | None = None,
     split_parts: Mapping[str, str] | None = None,
@@ -239,13 +244,10 @@ def plan_index(
     force: bool = False,
     encoding: str | None = None,
 ) -> IndexPlan:
-    """Checks everything `build_index` is asked (same arguments) and writes nothing; `encoding`
-    is what finalize records for dataset.yaml."""
-    check_local_path(directory, "The dataset folder")
+    """Checks everything `build_index` is asked (same arguments, on the dataset's view) and
+    writes nothing; `encoding` is what finalize records for dataset.yaml."""
     check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
-    root = Path(directory)
-    if not root.is_dir():
-        raise DatasetError(f"{root} is not a folder; give the folder that holds the .tar shards")
+    root = view.root
     meta = root / META_DIR
     if not force and meta.exists() and not meta.is_dir():
         metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
@@ -265,7 +267,7 @@ def plan_index(
     _check_shard_names(root, shards)
     splits = _split(shards, request)
     left_out = collapse(excluded_shards(root, request.record.exclude))
-    return IndexPlan(root, shards, splits, left_out, request.record,
+    return IndexPlan(view, shards, splits, left_out, request.record,
                      warnings + splits.warnings, force)
 
 
@@ -277,8 +279,7 @@ def write_index(plan: IndexPlan) -> IndexResult:
     meta = metadata.prepare_meta_dir(root, repair=plan.force)
     sqlite_path = meta / INDEX_SQLITE
     metadata.remove_broken(sqlite_path)
-    summary = _native.index_shards(root, shards, sqlite_path if sqlite else None)
-    counted, part_names = summary.shards, summary.part_names
+    counted, part_names = plan.view.index_shards(shards, sqlite_path if sqlite else None)
     if not sqlite:
         sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
     counts = dict(counted)
@@ -298,7 +299,8 @@ def write_index(plan: IndexPlan) -> IndexResult:
     metadata.write_split_yaml(root, collapsed, plan.left_out)
     metadata.write_finalize_record(root, plan.record)
     seconds = time.perf_counter() - start
-    return IndexResult(root, counts, plan.splits.parts, part_names, list(plan.warnings), seconds)
+    return IndexResult(plan.view.location, counts, plan.splits.parts, part_names,
+                       list(plan.warnings), seconds)
 
 
 def build_index(
@@ -310,11 +312,14 @@ def build_index(
     exclude: Sequence[str] | None = None,
     sqlite: bool = True,
     force: bool = False,
+    scratch_dir: str | Path | None = None,
 ) -> IndexResult:
     """Writes `.tar.idx` files and `.nv-meta/{.info.json,split.yaml,index.sqlite,index.uuid}`.
 
     Args:
-        directory: The dataset folder; every `**/*.tar` under it is a shard.
+        directory: The dataset folder, or its URL (`msc://PROFILE/path`, `s3://bucket/path`:
+            shards are read a few at a time through a scratch folder, the index uploaded);
+            every `**/*.tar` under it is a shard.
         split: train,val,test ratios (ignored when `split_parts` is given). When neither is
             given, the split an earlier finalize recorded is kept; else shards named by split
             (Megatron-Bridge's `train-`, `val-`, `test-` prefixes) go to that split; else 1,0,0.
@@ -324,6 +329,7 @@ def build_index(
             exclusions an earlier finalize recorded.
         sqlite: Also write index.sqlite (only key lookups need it; training does not).
         force: Rebuild an already indexed folder, repairing damaged metadata.
+        scratch_dir: Where a URL's files are handled (default: the temporary folder).
 
     Raises:
         DatasetError: no shards, already indexed, an unreadable shard, a duplicate key (the
@@ -331,7 +337,10 @@ def build_index(
         ConfigError: a bad ratio or split pattern, an empty or missing train split, a shard in
             two splits.
     """
-    plan = plan_index(directory, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                      exclude=exclude, sqlite=sqlite, force=force)
-    with undone_on_failure(plan.root, plan.shards):
-        return write_index(plan)
+    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                          exclude=exclude, sqlite=sqlite, force=force)
+        with undone_on_failure(plan.root, plan.shards):
+            result = write_index(plan)
+        view.publish()
+        return result

@@ -10,12 +10,13 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
+from shardcook.dataset.location import dataset_view
 from shardcook.dataset.npyparts import describe_npy, timestep_histogram
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
-from shardcook.paths import dataset_folder
 
 
 @dataclass
@@ -107,12 +108,14 @@ def describe_parts(parts: dict[str, bytes]) -> dict[str, str]:
 
 
 def summarize(
-    root: Path,
+    view: DatasetView,
     counts: dict[str, int],
     splits: dict[str, list[str]],
     dataset: metadata.DatasetYaml | None,
 ) -> DatasetSummary:
-    """The summary of a dataset whose metadata was read (no check beyond reading)."""
+    """The summary of a dataset whose metadata was read (no check beyond reading); of its
+    shards only the first sample of the first one is read."""
+    root = view.root
     split_summaries = {
         name: SplitSummary(len(shards), sum(counts.get(s, 0) for s in shards))
         for name, shards in splits.items()
@@ -122,7 +125,8 @@ def summarize(
     for shard, count in counts.items():
         if count and (root / shard).is_file():
             try:
-                _, first = next(iter(_native.read_shard(root / shard)))
+                with view.fetched([shard], first_sample=True):
+                    _, first = next(iter(_native.read_shard(root / shard)))
                 parts = describe_parts(first)
             except (ShardcookError, StopIteration):  # damaged: validate reports it
                 parts = {}
@@ -134,7 +138,7 @@ def summarize(
         except (OSError, tarfile.TarError):  # damaged: validate reports it
             val_timesteps = None
     return DatasetSummary(
-        directory=str(root),
+        directory=view.name,
         dataset_type=f"{dataset.module}.{dataset.cls}" if dataset else "?.?",
         subflavors=dataset.subflavors if dataset else {},
         samples=sum(counts.values()),
@@ -146,8 +150,11 @@ def summarize(
     )
 
 
-def info(directory: str | Path) -> DatasetSummary:
-    """Summarizes a finalized dataset from its metadata and its first sample."""
-    root = dataset_folder(directory)
-    counts, splits, dataset = read_metadata(root)
-    return summarize(root, counts, splits, dataset)
+def info(directory: str | Path, *, scratch_dir: str | Path | None = None) -> DatasetSummary:
+    """Summarizes a finalized dataset from its metadata and its first sample. `directory` is
+    a folder or its URL (`msc://PROFILE/path`, `s3://bucket/path`): then its small files are
+    copied under `scratch_dir` (default: the temporary folder), and of its shards only the first
+    sample's bytes are read."""
+    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        counts, splits, dataset = read_metadata(view.root)
+        return summarize(view, counts, splits, dataset)

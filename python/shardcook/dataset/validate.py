@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook import _native
 from shardcook.dataset import checks, legacy, metadata, trust
 from shardcook.dataset.index import list_shards, shard_name_problem
-from shardcook.dataset.samplecheck import load_checker, load_split_checker
+from shardcook.dataset.location import check_location, dataset_view
+from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
-from shardcook.paths import check_local_path
 
 T = TypeVar("T")
 
@@ -124,12 +124,16 @@ def _layout(report: ValidationReport, encoding: str | None,
 
 
 def validate(
-    directory: str | Path, *, encoding: str | None = None, deep: bool = False
+    directory: str | Path, *, encoding: str | None = None, deep: bool = False,
+    scratch_dir: str | Path | None = None,
 ) -> ValidationReport:
     """Checks a finalized dataset and summarizes it.
 
     Args:
-        directory: The dataset folder.
+        directory: The dataset folder, or its URL (`msc://PROFILE/path`, `s3://bucket/path`):
+            then the shards are checked against their `.tar.idx` files and sizes without being
+            downloaded, except each split's first sample; `deep` downloads every shard once, a
+            few at a time, into a folder under `scratch_dir` (default: the temporary folder).
         encoding: A layout's encoding (default: what dataset.yaml or the manifest say); decides
             which parts every sample must have and how samples are checked.
         deep: Read and decode every sample, not only the first of each split.
@@ -138,17 +142,33 @@ def validate(
         A report; `report.ok` is False when any problem was found.
 
     Raises:
-        ConfigError: `encoding` names no known layout.
+        ConfigError: `encoding` names no known layout, or the URL cannot be opened.
     """
-    check_local_path(directory, "The dataset folder")  # bad usage, like a bad encoding
-    root = Path(directory)
-    report = ValidationReport(str(root))
-    problems = report.problems
+    check_location(directory, "The dataset folder")  # bad usage, like a bad encoding
     if encoding is not None:
         metadata.layout_of(encoding, "--encoding")  # bad usage: raise before reading anything
-    if not root.is_dir():
-        problems.append(f"{root} is not a folder")
-        return report
+    try:
+        with dataset_view(directory, scratch_dir=scratch_dir) as view:
+            report = validate_view(view, encoding=encoding, deep=deep)
+    except DatasetError as e:
+        return ValidationReport(str(directory), [str(e)])
+    return report
+
+
+def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False
+                  ) -> ValidationReport:
+    """`validate` on a dataset's view; the report names the dataset as the user gave it."""
+    report = _validate(view, encoding, deep)
+    report.directory = view.name
+    report.problems = [view.shown(p) for p in report.problems]
+    report.warnings = [view.shown(w) for w in report.warnings]
+    return report
+
+
+def _validate(view: DatasetView, encoding: str | None, deep: bool) -> ValidationReport:
+    root = view.root
+    report = ValidationReport(str(root))
+    problems = report.problems
     try:
         counts, splits, dataset = read_metadata(root)
     except DatasetError as e:
@@ -181,10 +201,7 @@ def validate(
     problems += [shard_name_problem(root, s) or f"shard {s} is not listed in {info_name}; run "
                  f"`shardcook finalize --force {root}` to index it"
                  for s in sorted(present_shards - set(counts))]
-    verified = _native.verify_shards(root, [(s, counts[s]) for s in listed])
-    for checked in verified.shards:
-        problems += checked.problems
-    problems += verified.problems
+    problems += view.verify_shards([(s, counts[s]) for s in listed])
     problems += checks.sqlite_problems(root, counts, record.sqlite if record else False,
                                        samples_only_ok=by_energon)
     seen: dict[str, str] = {}
@@ -201,32 +218,47 @@ def validate(
                                        f"{split} split; its samples are read by both")
             seen.setdefault(shard, split)
 
-    report.summary = summarize(root, counts, splits, dataset)
+    report.summary = summarize(view, counts, splits, dataset)
     if not problems:
         # Only a structurally sound dataset is worth handing to Energon.
-        _check_samples(report, root, splits, listed, layout, dataset, manifest or {}, deep,
+        _check_samples(report, view, splits, listed, layout, dataset, manifest or {}, deep,
                        energon)
     return report
 
 
-def _check_samples(report: ValidationReport, root: Path, splits: dict[str, list[str]],
+def _check_samples(report: ValidationReport, view: DatasetView, splits: dict[str, list[str]],
                    listed: list[str], layout: Layout | None,
                    dataset: metadata.DatasetYaml | None, manifest: dict[str, Any],
                    deep: bool, energon: bool) -> None:
+    root = view.root
     checker = load_checker(layout)
     field_map = dataset.field_map if dataset else {}
-    # with `deep` every sample gets the checker below; do not report the first ones twice
-    report.problems += checks.first_sample_problems(root, splits, layout, field_map, manifest,
-                                                    None if deep else checker)
-    if energon:
-        report.problems += checks.energon_load_problems(root, splits, layout)
+    with view.fetched([shards[0] for shards in splits.values() if shards], first_sample=True):
+        # with `deep` every sample gets the checker below; do not report the first ones twice
+        report.problems += checks.first_sample_problems(root, splits, layout, field_map,
+                                                        manifest, None if deep else checker)
+        if energon:
+            report.problems += checks.energon_load_problems(root, splits, layout)
     if deep:
-        report.problems += checks.deep_problems(root, listed, layout, manifest, checker)
-        split_checker = load_split_checker(layout)
+        _check_every_sample(report, view, splits, listed, layout, manifest, checker)
+
+
+def _check_every_sample(report: ValidationReport, view: DatasetView,
+                        splits: dict[str, list[str]], listed: list[str], layout: Layout | None,
+                        manifest: dict[str, Any], checker: Checker | None) -> None:
+    """`--deep`: every shard read once, a window at a time: scanned against its `.tar.idx`,
+    every sample checked, the layout's split checks, parts held twice."""
+    root = view.root
+    split_checker = load_split_checker(layout)
+    # else sqlite_problems looked, in the sample_parts table
+    repeated = legacy.PARTS_TABLE not in (legacy.sqlite_tables(root) or set())
+    counts = dict.fromkeys(listed)
+    for window in view.windows(listed):
+        report.problems += view.verify_shards([(s, counts[s]) for s in window])
+        report.problems += checks.deep_problems(root, window, layout, manifest, checker)
         if split_checker is not None:
             for split, shards in splits.items():
-                report.problems += split_checker(root, split, [s for s in shards if s in listed])
-        # else sqlite_problems looked, in the sample_parts table
-        if legacy.PARTS_TABLE not in (legacy.sqlite_tables(root) or set()):
-            report.problems += checks.repeated_part_problems(root, listed)
+                report.problems += split_checker(root, split, [s for s in shards if s in window])
+        if repeated:
+            report.problems += checks.repeated_part_problems(root, window)
 

@@ -12,9 +12,11 @@ from typing import Any
 
 from shardcook import safeyaml
 from shardcook.dataset import metadata, trust
+from shardcook.dataset.location import check_location, readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path
+from shardcook.storage import is_url
 
 __all__ = ["BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend"]
 
@@ -24,12 +26,18 @@ class BlendEntry:
     """One dataset of a blend and its sampling weight.
 
     Attributes:
-        path: A prepared dataset folder or another metadataset `.yaml`.
+        path: A prepared dataset folder, its URL (`msc://PROFILE/path`, kept as a str), or
+            another metadataset `.yaml`.
         weight: Relative sampling weight (> 0); weights need not sum to 1.
     """
 
-    path: Path
+    path: Path | str
     weight: float = 1.0
+
+
+def _location(text: str) -> Path | str:
+    """A URL stays a str (a Path would fold its `//`); anything else is a Path."""
+    return text if is_url(text) else Path(text)
 
 
 def parse_blend_entry(spec: str) -> BlendEntry:
@@ -42,7 +50,7 @@ def parse_blend_entry(spec: str) -> BlendEntry:
     """
     path, sep, weight_text = spec.rpartition("=")
     if not sep:
-        return BlendEntry(Path(spec), 1.0)
+        return BlendEntry(_location(spec), 1.0)
     try:
         weight = float(weight_text)
     except ValueError:
@@ -53,7 +61,7 @@ def parse_blend_entry(spec: str) -> BlendEntry:
         raise ConfigError(f"Blend entry {spec!r}: the weight must be a positive number.")
     if not path:
         raise ConfigError(f"Blend entry {spec!r}: the path before '=' is empty.")
-    return BlendEntry(Path(path), weight)
+    return BlendEntry(_location(path), weight)
 
 
 #: A metadataset file larger than this is refused (a blend of thousands of datasets is ~1 MB).
@@ -221,7 +229,9 @@ def write_blend(
     """Writes a MetadatasetV2 YAML that samples the given datasets by weight.
 
     Paths are written relative to the YAML's folder (Energon resolves them from there), so the
-    file keeps working when the folder tree moves as a whole. The file is written under a
+    file keeps working when the folder tree moves as a whole; a dataset's URL is written as it
+    is (Energon opens it through the Multi-Storage Client; its metadata is checked through a
+    scratch folder in the temporary folder). The file is written under a
     temporary name, loaded by Energon (when `check`), and only then renamed to `out`.
 
     Args:
@@ -252,19 +262,22 @@ def write_blend(
                           f"{entries!r:.60}.")
     parsed = [parse_blend_entry(e) if isinstance(e, str) else e for e in entries]
     for entry in parsed:
-        check_local_path(entry.path, "The blended dataset")
+        check_location(entry.path, "The blended dataset")
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
-    _check_out(out, [e.path.resolve() for e in parsed], force)
+    _check_out(out, [Path(e.path).resolve() for e in parsed if not is_url(e.path)], force)
     base = out.resolve().parent
     blend = []
     for entry in parsed:
-        target = entry.path.resolve()
-        _check_dataset(target, out)
-        _refuse_untrusted_code(target)
+        with readable(entry.path) as files:
+            target = files.resolve()
+            _check_dataset(target, out)
+            _refuse_untrusted_code(target)
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             raise ConfigError(f"{entry.path}: the weight must be a positive number.")
-        blend.append({"path": os.path.relpath(target, base), "weight": float(entry.weight)})
+        written = entry.path if isinstance(entry.path, str) and is_url(entry.path) else (
+            os.path.relpath(target, base))
+        blend.append({"path": written, "weight": float(entry.weight)})
     doc = {
         "__module__": "megatron.energon",
         "__class__": "MetadatasetV2",

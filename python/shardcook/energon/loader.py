@@ -181,19 +181,24 @@ def _dataset_splits(path: Path) -> list[str] | None:
 def _check_loader_args(
     path: object, batch_size: object, split: object, num_workers: object
 ) -> None:
+    from shardcook.dataset.location import check_location
     from shardcook.errors import ConfigError
-    from shardcook.paths import check_local_path
 
     if not isinstance(path, (str, Path)):
         raise ConfigError(f"path must be a dataset folder or a metadataset .yaml, not {path!r}.")
-    check_local_path(path, "path")
-    path = Path(path)
+    check_location(path, "path")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"num_workers must be a whole number of 0 or more, not {num_workers!r}.")
     if not isinstance(split, str):
         raise ConfigError(f"split must be a split name such as 'train', not {split!r}.")
+
+
+def _check_split(path: Path, split: str) -> None:
+    """Refuses a split the dataset (or metadataset) at `path` does not define."""
+    from shardcook.errors import ConfigError
+
     splits = _dataset_splits(path)
     if splits is not None and split not in splits:
         raise ConfigError(
@@ -232,7 +237,10 @@ def get_diffusion_loader(
     torch.distributed is not initialized.
 
     Args:
-        path: A dataset folder or a metadataset `.yaml` (e.g. from `shardcook blend`).
+        path: A dataset folder or a metadataset `.yaml` (e.g. from `shardcook blend`), or a
+            dataset folder's URL (`msc://PROFILE/path`, `s3://bucket/path`): Energon reads the
+            bucket; shardcook's checks read its small files and the split's first sample
+            through a scratch folder in the temporary folder, removed before this returns.
         batch_size: Micro-batch size per rank.
         split: `"train"` reads with shuffling and repetition; any other split (`"val"`, `"test"`)
             reads in order, one pass per cycle.
@@ -272,6 +280,7 @@ def get_diffusion_loader(
     """
     from megatron.energon import get_train_dataset, get_val_dataset
 
+    from shardcook.dataset.location import readable
     from shardcook.energon import arguments
     from shardcook.energon.fit import check_fit
     from shardcook.energon.state import CheckedSavableDataLoader, dataset_identity
@@ -293,16 +302,19 @@ def get_diffusion_loader(
     arguments.check_task_encoder(task_encoder)
     arguments.check_worker_config(worker_config)
     picked = task_encoder is None
-    if picked:
-        task_encoder = task_encoder_for(
-            path, image_format=image_format, resample_latents=resample_latents
-        )
-    elif resample_latents:
+    if not picked and resample_latents:
         raise ConfigError(
             "resample_latents= is for the task encoder get_diffusion_loader picks; with "
             "task_encoder= pass it there, e.g. EncodedDiffusionTaskEncoder(resample_latents=True)."
         )
-    check_fit(path, split, task_encoder, picked=picked)
+    with readable(path, first_sample_of=split) as local:
+        _check_split(local, split)
+        if picked:
+            task_encoder = task_encoder_for(
+                local, image_format=image_format, resample_latents=resample_latents
+            )
+        check_fit(local, split, task_encoder, picked=picked)
+        identity = dataset_identity(local, split)
     if batch_drop_last is None:
         batch_drop_last = split == "train"
     if worker_config is None:
@@ -328,7 +340,6 @@ def get_diffusion_loader(
             batch_drop_last=batch_drop_last,
             task_encoder=task_encoder,
         )
-    identity = dataset_identity(path, split)
     loader = CheckedSavableDataLoader(  # what get_savable_loader builds, with checked states
         dataset,
         identity=identity,

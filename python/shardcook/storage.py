@@ -105,6 +105,11 @@ def _profile_problem(url: str, what: str, error: Exception) -> str:
     return f"{what} {url!r}: the Multi-Storage Client cannot open it ({_one_line(error)})."
 
 
+def one_line(error: BaseException) -> str:
+    """`error`'s message on one line, at most 200 characters (for a sentence of ours)."""
+    return _one_line(error)
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."

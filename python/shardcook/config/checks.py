@@ -26,6 +26,7 @@ from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
+from shardcook.storage import check_url, is_url
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -39,13 +40,20 @@ def check_auth(cfg: RunConfig) -> None:
 
 #: (section, option) of every path a run reads or writes: a URL there is refused.
 PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
-                ("source", "hf_data_files"), ("output", "output_dir"), ("model", "model_path"),
+                ("source", "hf_data_files"), ("output", "scratch_dir"), ("model", "model_path"),
                 ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
                 ("auth", "hf_token_file"))
 
 
 def check_paths(cfg: RunConfig) -> None:
-    """Refuses a URL as any path option (object storage is not supported yet)."""
+    """Refuses a URL as any path option but --output-dir, and an --output-dir URL MSC cannot
+    open (unknown scheme, missing profile)."""
+    out = cfg.output.output_dir
+    if out is not None:
+        if is_url(out):
+            check_url(out, "--output-dir")
+        else:
+            check_local_path(out, "--output-dir")
     for section, name in PATH_OPTIONS:
         value = getattr(getattr(cfg, section), name)
         option = "--input" if cfg.chatml and name == "input_path" else f"--{name.replace('_', '-')}"
@@ -69,6 +77,8 @@ def check(cfg: RunConfig) -> None:
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
     if o.shard_size < 1:
         raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
+    if o.upload_queue < 1:
+        raise ConfigError(f"--upload-queue must be at least 1, not {o.upload_queue}.")
     try:
         parse_ratio(o.split)
     except ConfigError as e:
@@ -155,7 +165,8 @@ def cap_workers(workers: int | None) -> int | None:
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
 RUNTIME_ONLY = frozenset(
-    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file"}
+    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file", "scratch_dir",
+     "upload_queue"}
 )
 
 

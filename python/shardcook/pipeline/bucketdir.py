@@ -33,7 +33,7 @@ from shardcook.layouts.names import (
     is_shard_name,
 )
 from shardcook.pipeline import overwrite
-from shardcook.pipeline.uploader import Uploader
+from shardcook.pipeline.uploader import Uploader, retried
 from shardcook.storage import one_line, remote
 
 T = TypeVar("T")
@@ -160,10 +160,10 @@ class BucketRunFolder:
         marker is redone). What is there is listed once, at the first call: objects uploaded
         after it are this run's."""
         if self._before is None:
-            self._before = set(self.store.names())
+            self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
         for one in (name, f"{name}.idx"):
             if one in self._before:
-                self.store.delete(one)
+                retried(f"deleting {one} in {self.url}", partial(self.store.delete, one))
                 self._before.discard(one)
 
     def remove_partial_shards(self) -> None:
@@ -201,8 +201,9 @@ class BucketRunFolder:
         if isinstance(shard, str):
             _native.index_shards(staging, [shard], None)
             files = [staging / shard, staging / f"{shard}.idx"]
-        uploader.submit(files, partial(self.write_marker, unit, record),
-                        f"writing the marker of unit {unit}")
+        named = f" ({shard})" if isinstance(shard, str) else ""
+        uploader.submit(files, partial(self.store.write_bytes, self._marker(unit), _json(record)),
+                        f"writing the marker of unit {unit}{named} to {self.url}")
 
     def flush(self) -> None:
         """Waits until every unit handed to `finish_unit` is uploaded and recorded.
@@ -226,7 +227,7 @@ class BucketRunFolder:
 
     def write_file(self, name: str, data: bytes) -> None:
         """Writes object `name` (relative to the folder) in one PUT."""
-        self.store.write_bytes(name, data)
+        self._write(name, data)
 
     # ---- records ---------------------------------------------------------------------------
 
@@ -247,16 +248,20 @@ class BucketRunFolder:
         return parse_manifest(text, label)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self.store.write_bytes(_MANIFEST, _json(manifest))
+        self._write(_MANIFEST, _json(manifest))
 
     def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None:
         """The report, then the manifest that calls the run complete."""
-        self.store.write_bytes(_REPORT, _json(report))
-        self.store.write_bytes(_MANIFEST, _json(manifest))
+        self._write(_REPORT, _json(report))
+        self._write(_MANIFEST, _json(manifest))
 
     def write_marker(self, unit: int, record: dict[str, Any]) -> None:
         """Records a finished unit (after its shard and index are in the bucket)."""
-        self.store.write_bytes(self._marker(unit), _json(record))
+        self._write(self._marker(unit), _json(record))
+
+    def _write(self, name: str, data: bytes | str) -> None:
+        """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
+        retried(f"writing {name} to {self.url}", partial(self.store.write_bytes, name, data))
 
     def read_marker(self, unit: int) -> dict[str, Any] | None:
         """The unit's record if the unit is done (marker readable and its shard object
@@ -268,8 +273,9 @@ class BucketRunFolder:
         if not isinstance(record, dict):
             return None
         shard = record.get("shard")
-        if shard is not None and not (isinstance(shard, str) and is_shard_name(shard)
-                                      and self.store.exists(shard)):
+        if shard is not None and not (
+                isinstance(shard, str) and is_shard_name(shard)
+                and retried(f"reading {shard} in {self.url}", partial(self.store.exists, shard))):
             return None
         return record
 

@@ -56,6 +56,7 @@ class Uploader:
             ShardcookIOError: an earlier upload failed for good.
         """
         self._raise()
+        self._futures = [f for f in self._futures if not f.done()]
         size = sum(f.stat().st_size for f in files)
         with self._lock:  # the new shard is on disk beside every unit still staged
             self.peak_bytes = max(self.peak_bytes, self._staged_bytes + size)
@@ -90,10 +91,10 @@ class Uploader:
             for path in files:
                 if self._error is not None:
                     return
-                self._retried(f"uploading {path.name}",
-                              partial(self.store.upload, path, path.name))
+                retried(f"uploading {path.name} to {self.store.url}",
+                        partial(self.store.upload, path, path.name))
             if self._error is None:
-                self._retried(what, then)
+                retried(what, then)
         except ShardcookError as e:
             with self._lock:
                 self._error = self._error or e
@@ -104,25 +105,26 @@ class Uploader:
                 self._staged_bytes -= size
             self._slots.release()
 
-    def _retried(self, what: str, call: Callable[[], T]) -> T:
-        """`call()`, tried `TRIES` times with doubling waits between.
 
-        Raises:
-            ShardcookIOError: the last try failed; one sentence naming `what` and the store.
-        """
-        wait = FIRST_BACKOFF_SECONDS
-        for _ in range(TRIES - 1):
-            try:
-                return call()
-            except Exception as e:  # noqa: BLE001 - the client raises many kinds
-                log.warning("%s to %s failed (%s); trying again in %.1f s", what,
-                            self.store.url, one_line(e), wait)
-                time.sleep(wait)
-                wait *= 2
+def retried(what: str, call: Callable[[], T]) -> T:
+    """`call()`, tried `TRIES` times with doubling waits between; `what` names the call and its
+    store (`uploading 000003.tar to msc://profile/data`).
+
+    Raises:
+        ShardcookIOError: the last try failed, in one sentence.
+    """
+    wait = FIRST_BACKOFF_SECONDS
+    for _ in range(TRIES - 1):
         try:
             return call()
-        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise ShardcookIOError(
-                f"{what} to {self.store.url} failed {TRIES} times ({one_line(e)}); the run "
-                "stopped with that unit unrecorded: rerun the same command to resume."
-            ) from None
+        except Exception as e:  # noqa: BLE001 - the client raises many kinds
+            log.warning("%s failed (%s); trying again in %.1f s", what, one_line(e), wait)
+            time.sleep(wait)
+            wait *= 2
+    try:
+        return call()
+    except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+        raise ShardcookIOError(
+            f"{what} failed {TRIES} times ({one_line(e)}); the run stopped, keeping the units "
+            "recorded so far: rerun the same command to resume."
+        ) from None

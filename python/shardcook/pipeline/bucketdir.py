@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +42,8 @@ T = TypeVar("T")
 _MANIFEST = f"{OURS_DIR}/{MANIFEST_JSON}"
 _REPORT = f"{OURS_DIR}/{REPORT_JSON}"
 _PROGRESS = f"{OURS_DIR}/{PROGRESS_DIR}/"
+#: Markers read at once when many are (a resume, the end of a run).
+MARKER_READERS = 8
 
 
 class BucketRunFolder:
@@ -125,10 +128,10 @@ class BucketRunFolder:
         except DatasetError:
             manifest = None  # damaged: the markers still name every finished unit's shard
         names = set((manifest or {}).get("shards") or {})
-        for name in self._checked("listing", lambda: list(self.store.names(_PROGRESS))):
-            stem = name[len(_PROGRESS):].removesuffix(".json")
-            record = self.read_marker(int(stem)) if stem.isdigit() else None
-            if record is not None and isinstance(record.get("shard"), str):
+        markers = self._checked("listing", lambda: list(self.store.names(_PROGRESS)))
+        stems = [n[len(_PROGRESS):].removesuffix(".json") for n in markers]
+        for record in self.read_markers([int(s) for s in stems if s.isdigit()]).values():
+            if isinstance(record.get("shard"), str):
                 names.add(record["shard"])
         return {n for n in names if is_shard_name(n)}
 
@@ -163,8 +166,14 @@ class BucketRunFolder:
             self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
         for one in (name, f"{name}.idx"):
             if one in self._before:
-                retried(f"deleting {one} in {self.url}", partial(self.store.delete, one))
+                retried(f"deleting {one} in {self.url}", partial(self._delete, one))
                 self._before.discard(one)
+
+    def _delete(self, name: str) -> None:
+        try:
+            self.store.delete(name)
+        except FileNotFoundError:
+            pass  # gone already: what was wanted
 
     def remove_partial_shards(self) -> None:
         """Nothing: partial shards only ever exist in a process's own staging folder."""
@@ -255,17 +264,22 @@ class BucketRunFolder:
         self._write(_REPORT, _json(report))
         self._write(_MANIFEST, _json(manifest))
 
-    def write_marker(self, unit: int, record: dict[str, Any]) -> None:
-        """Records a finished unit (after its shard and index are in the bucket)."""
-        self._write(self._marker(unit), _json(record))
-
     def _write(self, name: str, data: bytes | str) -> None:
         """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
         retried(f"writing {name} to {self.url}", partial(self.store.write_bytes, name, data))
 
-    def read_marker(self, unit: int) -> dict[str, Any] | None:
-        """The unit's record if the unit is done (marker readable and its shard object
-        present), else None."""
+    def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
+        """The records of those of `units` that are done: one listing of the folder finds the
+        markers and the shards, then the markers that are there are read, a few at a time."""
+        present = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
+        wanted = [u for u in units if self._marker(u) in present]
+        with ThreadPoolExecutor(max_workers=MARKER_READERS) as pool:
+            records = dict(zip(wanted, pool.map(self._read_record, wanted), strict=True))
+        return {u: r for u, r in records.items()
+                if r is not None and (r.get("shard") is None or r["shard"] in present)}
+
+    def _read_record(self, unit: int) -> dict[str, Any] | None:
+        """The unit's marker as a record whose shard is None or a shard name, else None."""
         try:
             record = json.loads(self.store.read_bytes(self._marker(unit)))
         except (DatasetError, ValueError):
@@ -273,11 +287,7 @@ class BucketRunFolder:
         if not isinstance(record, dict):
             return None
         shard = record.get("shard")
-        if shard is not None and not (
-                isinstance(shard, str) and is_shard_name(shard)
-                and retried(f"reading {shard} in {self.url}", partial(self.store.exists, shard))):
-            return None
-        return record
+        return record if shard is None or (isinstance(shard, str) and is_shard_name(shard)) else None
 
 
 def _json(obj: Any) -> str:

@@ -212,6 +212,11 @@ class RunFolder:
         """Records a finished unit (after its shard got its final name)."""
         _write_json(self.marker_path(unit), record)
 
+    def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
+        """The records of those of `units` that are done (`read_marker`)."""
+        records = {unit: self.read_marker(unit) for unit in units}
+        return {unit: r for unit, r in records.items() if r is not None}
+
     def read_marker(self, unit: int) -> dict[str, Any] | None:
         """The unit's record if the unit is done (marker readable and its shard present),
         else None."""

@@ -89,13 +89,9 @@ def check_resume(folder: OutputFolder, manifest: JsonObject) -> None:
 
 def collect(folder: OutputFolder, units: list[WorkUnit]) -> tuple[list[JsonObject], list[int]]:
     """(records of the finished units, numbers of the units that are not finished)."""
-    records, missing = [], []
-    for unit in units:
-        rec = folder.read_marker(unit.unit)
-        if rec is None:
-            missing.append(unit.unit)
-        else:
-            records.append(rec)
+    done = folder.read_markers([unit.unit for unit in units])
+    records = [done[unit.unit] for unit in units if unit.unit in done]
+    missing = [unit.unit for unit in units if unit.unit not in done]
     return records, missing
 
 

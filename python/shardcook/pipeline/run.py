@@ -330,8 +330,9 @@ def run_units(
     """
     stats = RunStats(units_total=len(units))
     pending = []
+    done = folder.read_markers([unit.unit for unit in units])
     for unit in units:
-        if folder.read_marker(unit.unit) is not None:
+        if unit.unit in done:
             stats.units_resumed += 1
             if on_progress:
                 on_progress("unit", 1)

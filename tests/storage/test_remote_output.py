@@ -161,7 +161,7 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
     from tests.helpers.slowproxy import SlowProxy
 
     src, _ = local_raw
-    proxy = SlowProxy(s3_server.port, bytes_per_second=150_000)
+    proxy = SlowProxy(s3_server.port, bytes_per_second=50_000)
     try:  # a second profile on the same bucket, through the proxy
         slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         staged = {}
@@ -313,17 +313,22 @@ def test_overwrite_in_a_bucket_deletes_only_what_the_run_recorded(local_raw, s3_
     ("msc://nosuchprofile/x", "profile 'nosuchprofile'"),
     ("s3://no-such-bucket-here/x", "bucket exists"),
     ("missing-bucket-profile", "bucket exists"),
+    ("scratch-under-a-file", "--scratch-dir"),
 ])
 def test_a_store_that_cannot_work_is_one_sentence_before_anything(local_raw, s3_store, tmp_path,
                                                                   url, words):
     src, _ = local_raw
+    work = tmp_path / "work"
+    work.mkdir()
+    scratch = str(work / "scratch")
     if url == "missing-bucket-profile":
         url = _profile(s3_store, "nobucket" + s3_store.profile,
                        base_path="no-such-bucket-either") + "/x"
-    work = tmp_path / "work"
-    work.mkdir()
+    if url == "scratch-under-a-file":
+        url, scratch = s3_store.url("x"), str(tmp_path / "file" / "scratch")
+        (tmp_path / "file").write_bytes(b"")
     r = subprocess.run([sys.executable, "-m", "shardcook", *_raw_args(
-        src, url, "--scratch-dir", str(work / "scratch"))], capture_output=True, text=True,
+        src, url, "--scratch-dir", scratch)], capture_output=True, text=True,
         cwd=work, timeout=120, check=False)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
@@ -331,6 +336,25 @@ def test_a_store_that_cannot_work_is_one_sentence_before_anything(local_raw, s3_
     assert "DO-NOT-PRINT" not in r.stderr + r.stdout
     assert s3_store.keys() == []
     assert list(work.iterdir()) == []  # no local folder named like the URL, no scratch
+
+
+def test_overwrite_rules_on_an_object_listing():
+    from shardcook.errors import ConfigError
+    from shardcook.pipeline.overwrite import plan_object_deletions
+
+    names = [".shardcook/manifest.json", ".shardcook/progress/000000.json", "000000.tar",
+             "000000.tar.idx", ".nv-meta/split.yaml", ".nv-meta/notes.txt", "README.md",
+             "empty_encodings/t5_empty.npy", "empty_encodings/mine.npy"]
+    plan = plan_object_deletions("msc://p/d", names, {"000000.tar"})
+    assert sorted(plan.remove) == [".nv-meta/split.yaml", ".shardcook/manifest.json",
+                                   ".shardcook/progress/000000.json", "000000.tar",
+                                   "000000.tar.idx", "empty_encodings/t5_empty.npy"]
+    assert plan.keep == [".nv-meta/notes.txt", "README.md", "empty_encodings/mine.npy"]
+    for extra, words in (("000001.tar.idx", "holds 000001.tar.idx, named like"),
+                         ("train-shard-000000.tar", "holds train-shard-000000.tar, named like"),
+                         ("sub/x.tar", "holds 'msc://p/d/sub/x.tar', a tar shardcook did not")):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            plan_object_deletions("msc://p/d", [*names, extra], {"000000.tar"})
 
 
 def test_encode_into_a_bucket(tiny_flux, s3_store, tmp_path):

@@ -344,12 +344,14 @@ def test_overwrite_rules_on_an_object_listing():
 
     names = [".shardcook/manifest.json", ".shardcook/progress/000000.json", "000000.tar",
              "000000.tar.idx", ".nv-meta/split.yaml", ".nv-meta/notes.txt", "README.md",
-             "empty_encodings/t5_empty.npy", "empty_encodings/mine.npy"]
+             "empty_encodings/t5_empty.npy", "empty_encodings/mine.npy",
+             ".shardcook/../../outside.txt", ".shardcook//x"]
     plan = plan_object_deletions("msc://p/d", names, {"000000.tar"})
     assert sorted(plan.remove) == [".nv-meta/split.yaml", ".shardcook/manifest.json",
                                    ".shardcook/progress/000000.json", "000000.tar",
                                    "000000.tar.idx", "empty_encodings/t5_empty.npy"]
-    assert plan.keep == [".nv-meta/notes.txt", "README.md", "empty_encodings/mine.npy"]
+    assert plan.keep == [".nv-meta/notes.txt", ".shardcook/../../outside.txt", ".shardcook//x",
+                         "README.md", "empty_encodings/mine.npy"]  # what escapes is never deleted
     for extra, words in (("000001.tar.idx", "holds 000001.tar.idx, named like"),
                          ("train-shard-000000.tar", "holds train-shard-000000.tar, named like"),
                          ("sub/x.tar", "holds 'msc://p/d/sub/x.tar', a tar shardcook did not")):

@@ -193,6 +193,9 @@ def plan_object_deletions(out: str, names: Iterable[str], shards: set[str]) -> O
     plan = ObjectPlan()
     unrecorded: list[str] = []
     for name in sorted(names):
+        if name.startswith("/") or any(part in ("", ".", "..") for part in name.split("/")):
+            plan.keep.append(name)  # a key no client should resolve for us: never deleted
+            continue
         top, nested, rest = name.partition("/")
         ours = top == OURS_DIR or rest in _OWN_FILES.get(top, ())
         if (nested and ours) or (not nested and name.removesuffix(".idx") in shards):

@@ -155,7 +155,8 @@ class BucketRunFolder:
         """Deletes what the earlier shardcook run wrote, after checking everything; returns the
         objects kept."""
         plan = self.plan_overwrite()
-        overwrite.delete_planned_objects(self.url, plan, self.store.delete)
+        overwrite.delete_planned_objects(self.url, plan, lambda name: retried(
+            f"deleting {name} in {self.url}", partial(self._delete, name)))
         return plan.keep
 
     def discard_shard(self, name: str) -> None:

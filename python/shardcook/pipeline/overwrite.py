@@ -215,9 +215,11 @@ def delete_planned_objects(out: str, plan: ObjectPlan, delete: Callable[[str], N
     """Deletes what `plan` removes from `out` with `delete(name)`, saying what."""
     ours = f"{OURS_DIR}/"
     shown = [n for n in plan.remove if not n.startswith(ours)]
-    shown += [ours] if len(shown) < len(plan.remove) else []
+    records = [n for n in plan.remove if n.startswith(ours)]
     if plan.remove:
         log.info("--overwrite deletes what the earlier run wrote in %s: %s", out,
-                 _described_names(shown))
-    for name in plan.remove:
+                 _described_names(shown + ([ours] if records else [])))
+    # the records last: deletes that stop half-way leave every remaining shard recorded, so
+    # the same command can finish them
+    for name in shown + records:
         delete(name)

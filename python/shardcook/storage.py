@@ -103,16 +103,12 @@ def _profile_problem(url: str, what: str, error: Exception) -> str:
     if url.startswith("msc://"):
         profile = url[len("msc://"):].split("/", 1)[0]
         return (f"{what} {url!r}: the Multi-Storage Client cannot open profile {profile!r} "
-                f"({_one_line(error)}); define it in {config} (MSC_CONFIG names the file).")
-    return f"{what} {url!r}: the Multi-Storage Client cannot open it ({_one_line(error)})."
+                f"({describe_error(error)}); define it in {config} (MSC_CONFIG names the file).")
+    return f"{what} {url!r}: the Multi-Storage Client cannot open it ({describe_error(error)})."
 
 
 def describe_error(error: BaseException) -> str:
     """What the client's `error` says, on one line of at most 200 characters, for a sentence."""
-    return _one_line(error)
-
-
-def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
@@ -153,7 +149,7 @@ class Remote:
         except FileNotFoundError:
             raise DatasetError(f"{self.child(name)} does not exist") from None
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise DatasetError(f"cannot read {self.child(name)} ({_one_line(e)})") from None
+            raise DatasetError(f"cannot read {self.child(name)} ({describe_error(e)})") from None
 
     def write_bytes(self, name: str, data: bytes | str) -> None:
         """Writes the object in one PUT: it appears whole or not at all."""
@@ -197,7 +193,7 @@ class Remote:
         except FileNotFoundError:
             raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise OSError(errno.EIO, f"cannot read it ({_one_line(e)})", self.child(name)) from None
+            raise OSError(errno.EIO, f"cannot read it ({describe_error(e)})", self.child(name)) from None
 
     def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
         """Uploads a local file as object `name`; it appears only once complete."""

@@ -1,7 +1,7 @@
 """A URL (`msc://`, `s3://`, ...) as a path that stays local is refused in one sentence before
 anything is written, by every command and the Python API entry points (`--output-dir
-msc://profile/x` used to write a local folder named `msc:` and exit 0). The dataset commands on a
-dataset URL are tests/storage/test_remote_dataset.py's."""
+msc://profile/x` used to write a local folder named `msc:` and exit 0). The pipelines'
+`--output-dir` and inputs, and the dataset commands, take URLs: tests/storage/ tests those."""
 
 from __future__ import annotations
 
@@ -16,14 +16,12 @@ from tests.helpers.dataset import cli, one_error_line
 URL = "msc://profile/x"
 
 COMMANDS = [
-    ["raw", "--input-dir", "in", "--output-dir", URL],
     ["raw", "--input-dir", "https://host/in", "--output-dir", "out"],
     ["raw", "--source-type", "webdataset", "--input-path", "https://h/{0..3}.tar", "--output-dir",
      "o"],
     ["raw", "--source-type", "huggingface", "--hf-dataset", "parquet", "--hf-data-files",
      "s3://b/d.parquet", "--output-dir", "out"],
     ["raw", "--config", "s3://bucket/c.yaml", "--output-dir", "out"],
-    ["encode", "--input-dir", "in", "--output-dir", URL, "--print-config"],
     ["encode", "--input-dir", "in", "--output-dir", "out", "--model-path", "hf://org/flux"],
     ["chatml", "--input", "https://host/a.jsonl", "--output-dir", "out"],
     ["chatml", "--input", "a.jsonl", "--output-dir", URL],
@@ -38,6 +36,23 @@ def test_every_command_refuses_a_url_before_writing(tmp_path, monkeypatch, args)
     monkeypatch.chdir(tmp_path)
     r = cli(*args)
     assert r.code == 2 and "is a URL" in one_error_line(r), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+OUTPUT_URLS = [
+    ["raw", "--input-dir", "in", "--output-dir", URL],
+    ["encode", "--input-dir", "in", "--output-dir", URL, "--print-config"],
+    ["chatml", "--input", "a.jsonl", "--output-dir", URL],
+]
+
+
+@pytest.mark.parametrize("args", OUTPUT_URLS, ids=lambda a: " ".join(a))
+def test_an_output_url_without_its_profile_is_refused_before_writing(tmp_path, monkeypatch,
+                                                                     args):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MSC_CONFIG", str(tmp_path / "none.yaml"))
+    r = cli(*args)
+    assert r.code == 2 and "cannot open profile 'profile'" in one_error_line(r), r.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -42,6 +42,10 @@ def _root(
     ] = None,
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    for chatty in ("botocore", "boto3", "s3transfer", "multistorageclient"):
+        # the object-storage client's own INFO lines ("Found credentials in environment
+        # variables") are not the run's news
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     from shardcook.cli.launch import remember
     from shardcook.errors import ConfigError
 

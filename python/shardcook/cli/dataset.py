@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.cli.options import DatasetArg, EncodingOpt, HfTokenFileOpt, ScratchDirOpt
+from shardcook.cli.options import DatasetArg, DatasetScratchOpt, EncodingOpt, HfTokenFileOpt
 from shardcook.errors import ShardcookError
 
 #: More tiles than this make a sheet too large to look at (and to hold in memory).
@@ -56,7 +56,7 @@ def finalize(
     validate: Annotated[
         bool, typer.Option("--validate/--no-validate", help="Validate after indexing.")
     ] = True,
-    scratch_dir: ScratchDirOpt = None,
+    scratch_dir: DatasetScratchOpt = None,
 ) -> None:
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
@@ -99,7 +99,7 @@ def validate(
     encoding: EncodingOpt = None,
     deep: Annotated[bool, typer.Option(help="Read every sample, not one per split.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    scratch_dir: ScratchDirOpt = None,
+    scratch_dir: DatasetScratchOpt = None,
 ) -> None:
     """Check that a dataset is whole; exit 0 when it is, 1 otherwise."""
     from shardcook.dataset import validate as run
@@ -124,7 +124,7 @@ def validate(
 def info(
     directory: DatasetArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
-    scratch_dir: ScratchDirOpt = None,
+    scratch_dir: DatasetScratchOpt = None,
 ) -> None:
     """Show what a dataset holds (no checks; fast)."""
     from shardcook.dataset import info as run
@@ -160,7 +160,7 @@ def preview(
     count: Annotated[int, typer.Option(help="How many samples.")] = 16,
     model_path: Annotated[str | None, typer.Option(help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
     hf_token_file: HfTokenFileOpt = None,
-    scratch_dir: ScratchDirOpt = None,
+    scratch_dir: DatasetScratchOpt = None,
 ) -> None:
     """A contact sheet PNG of the first samples with their captions (raw: the images; encoded:
     latents decoded by --model-path's VAE, else channels 0-2 as false colour)."""

@@ -24,7 +24,7 @@ PRIMUS = "Primus aliases"
 DatasetArg = Annotated[str, typer.Argument(
     help="The dataset folder, or its URL (msc://PROFILE/path, s3://bucket/path).",
     show_default=False)]
-ScratchDirOpt = Annotated[Path | None, typer.Option(
+DatasetScratchOpt = Annotated[Path | None, typer.Option(
     help="For a dataset URL: where its small files and a few shards at a time are handled "
          "(removed afterwards) [default: the temporary folder].")]
 EncodingOpt = Annotated[
@@ -50,7 +50,9 @@ MinSizeOpt = Annotated[int, typer.Option(help="Skip images whose short side is s
 WorkersOpt = Annotated[int | None, typer.Option("--workers", "--num-workers", help="Image threads (default: all cores; encode on a CPU: half of them). --num-workers is Primus's spelling.", rich_help_panel=IMG)]
 HfDatasetOpt = Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=SRC)]
 ImageColumnOpt = Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=FMT)]
-OutputDirOpt = Annotated[str | None, typer.Option(help="The dataset folder to write.", rich_help_panel=OUT)]
+OutputDirOpt = Annotated[str | None, typer.Option(help="The dataset folder to write: a local path, or msc://PROFILE/path or s3://bucket/path in object storage.", rich_help_panel=OUT)]
+ScratchDirOpt = Annotated[str | None, typer.Option(help="Object storage: the local folder shards are staged in until uploaded (default: the system temp folder).", rich_help_panel=OUT)]
+UploadQueueOpt = Annotated[int, typer.Option(help="Object storage: at most this many shards staged for upload; writing waits when full (scratch space: about this many shards plus the one being written).", rich_help_panel=OUT)]
 ShardSizeOpt = Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=OUT)]
 SplitOpt = Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=OUT)]
 FinalizeOpt = Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=OUT)]

@@ -26,6 +26,7 @@ from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
+from shardcook.storage import check_url, is_url
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -40,17 +41,17 @@ def check_auth(cfg: RunConfig) -> None:
 #: (section, option) of every path a run reads or writes: a URL there is refused, except in
 #: URL_OPTIONS, where it must be one the Multi-Storage Client can open.
 PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
-                ("source", "hf_data_files"), ("output", "output_dir"), ("model", "model_path"),
+                ("source", "hf_data_files"), ("output", "scratch_dir"), ("model", "model_path"),
                 ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
                 ("auth", "hf_token_file"))
-#: The inputs read from object storage too (the input folder, the tar pattern, chatml's JSONL).
-URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"))
+#: The options object storage serves too: the input folder, the tar pattern, chatml's JSONL and
+#: the output folder.
+URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"), ("output", "output_dir"))
 
 
 def check_paths(cfg: RunConfig) -> None:
     """Refuses a URL as a path option that reads only local files, and a URL that cannot be
     opened (unknown scheme, missing profile) where URLs are read."""
-    from shardcook.storage import check_url, is_url
 
     for section, name in PATH_OPTIONS:
         value = getattr(getattr(cfg, section), name)
@@ -82,6 +83,8 @@ def check(cfg: RunConfig) -> None:
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
     if o.shard_size < 1:
         raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
+    if o.upload_queue < 1:
+        raise ConfigError(f"--upload-queue must be at least 1, not {o.upload_queue}.")
     try:
         parse_ratio(o.split)
     except ConfigError as e:
@@ -168,7 +171,8 @@ def cap_workers(workers: int | None) -> int | None:
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
 RUNTIME_ONLY = frozenset(
-    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file", "hf_streaming"}
+    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file", "hf_streaming",
+     "scratch_dir", "upload_queue"}
 )
 
 

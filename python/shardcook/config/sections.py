@@ -69,6 +69,11 @@ class OutputConfig:
     finalize: bool = True
     overwrite: bool = False
     quiet: bool = False
+    #: Where shards bound for object storage are staged before upload (default: the system temp
+    #: folder); local only.
+    scratch_dir: str | None = None
+    #: Shards staged for upload at most (waiting or uploading); the writer waits when full.
+    upload_queue: int = 4
 
     @property
     def path(self) -> Path:

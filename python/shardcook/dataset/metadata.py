@@ -327,6 +327,23 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     if loaded is None:
         return None
     data, label, _ = loaded
+    return _checked_manifest(data, label)
+
+
+def parse_manifest(text: str, label: str) -> dict[str, Any]:
+    """manifest.json's text read from elsewhere (object storage), checked as `read_manifest`
+    checks the file; `label` names it in errors."""
+    try:
+        data = _json(text)
+    except (ValueError, RecursionError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"{label} is not valid JSON ({detail})") from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
+    return _checked_manifest(data, label)
+
+
+def _checked_manifest(data: dict[str, Any], label: str) -> dict[str, Any]:
     if data.get("encoding") is not None and not isinstance(data["encoding"], str):
         raise DatasetError(f"{label}: 'encoding' must be a name, not {_kind(data['encoding'])}")
     shards = data.get("shards")

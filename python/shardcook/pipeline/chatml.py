@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,17 @@ def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[Split
     return units
 
 
-def finalize_chatml(out: Path, fields: dict[str, str], *, sqlite: bool = True) -> list[str]:
-    """`finalize` with split parts train/val by shard name and Megatron-Bridge's dataset.yaml;
-    its validation reads each split's first sample with the ChatML checker. Returns the
-    warnings (also logged).
+def finalize_chatml(out: Path | str, shards: Collection[str], fields: dict[str, str], *,
+                    sqlite: bool = True) -> list[str]:
+    """`finalize` with split parts train/val by the names of the run's `shards` and
+    Megatron-Bridge's dataset.yaml; its validation reads each split's first sample with the
+    ChatML checker. Returns the warnings (also logged).
 
     Raises:
         DatasetError: no shards, or validation found problems.
     """
-    from shardcook.dataset import finalize, list_shards
+    from shardcook.dataset import finalize
 
-    shards = list_shards(out)
     patterns = {s: f"{split_shard_prefix(s)}.*" for s in SPLITS
                 if any(n.startswith(split_shard_prefix(s)) for n in shards)}
     if "train" not in patterns:
@@ -104,9 +105,9 @@ class ChatmlJob:
         assert self.found is not None and source is self.found
         return list(plan_split_units(self.found.split_sizes, self.shard_size))
 
-    def finish(self, out: Path, report: dict[str, Any]) -> None:
+    def finish(self, out: Path | str, report: dict[str, Any]) -> None:
         assert self.found is not None
-        finalize_chatml(out, self.found.field_map())
+        finalize_chatml(out, report["shards"], self.found.field_map())
 
 
 def run_chatml(cfg: RunConfig) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.outdir import RunFolder
+from shardcook.pipeline.folders import OutputFolder, run_folder
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
@@ -52,7 +52,7 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
         yield lambda kind, n: bar.advance(tasks[kind], n)
 
 
-def _setup(cfg: RunConfig, folder: RunFolder, manifest: JsonObject) -> None:
+def _setup(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
     """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
     if cfg.output.overwrite:
         kept = folder.clear()
@@ -79,13 +79,14 @@ def run_pipeline(
     backend: str = "gloo",
     make_source: Callable[[RunConfig], Source] | None = None,
     make_units: Callable[[Source], list[WorkUnit]] | None = None,
-    finish: Callable[[Path, JsonObject], None] | None = None,
+    finish: Callable[[Path | str, JsonObject], None] | None = None,
 ) -> JsonObject | None:
     """Runs the whole pipeline on this process's rank; returns the report on rank 0.
 
     `make_source`, `make_units` and `finish` replace the defaults (`open_source`, consecutive
     units of `shard_size`, `finalize` by --split ratios) for pipelines with their own input kinds,
-    shard names and metadata (`chatml`); `finish(out, report)` runs on rank 0 after the report.
+    shard names and metadata (`chatml`); `finish(out, report)` runs on rank 0 after the report,
+    `out` the folder's location (a path, or a URL for object storage).
     `prefetch` batches wait, read and prepared, for the processor.
 
     Raises:
@@ -97,11 +98,12 @@ def run_pipeline(
 
     t_start = time.perf_counter()
     dist = distributed.init(backend)
-    folder = RunFolder(cfg.output.path)
+    folder: OutputFolder | None = None
     try:
         error: str | None = None
         source = None
         try:
+            folder = run_folder(cfg.output)
             source = (make_source or open_source)(cfg)
             manifest = rep.new_manifest(cfg, encoding, source.describe(), len(source),
                                         manifest_extra)
@@ -116,6 +118,7 @@ def run_pipeline(
         errors = dist.gather(error)
         error = next((e for e in errors if e), None)
         if error is None and dist.is_main:
+            assert folder is not None  # made before the source
             try:
                 _setup(cfg, folder, manifest)
             except ConfigError as e:
@@ -123,7 +126,7 @@ def run_pipeline(
         error = dist.broadcast(error)
         if error is not None:
             raise ConfigError(error)
-        assert source is not None
+        assert source is not None and folder is not None
         processor = make_processor(cfg)
 
         units = (make_units(source) if make_units is not None
@@ -149,13 +152,15 @@ def run_pipeline(
             raise DatasetError(error)
         return result
     finally:
+        if folder is not None:
+            folder.close()
         dist.close()
 
 
-def _finish(cfg: RunConfig, folder: RunFolder, units: list[WorkUnit], manifest: JsonObject,
+def _finish(cfg: RunConfig, folder: OutputFolder, units: list[WorkUnit], manifest: JsonObject,
             all_stats: list[RunStats], world_size: int, encoding: str, t_start: float,
-            finish: Callable[[Path, JsonObject], None] | None = None) -> JsonObject:
-    out = folder.root
+            finish: Callable[[Path | str, JsonObject], None] | None = None) -> JsonObject:
+    out = folder.location
     records, missing = rep.collect(folder, units)
     if missing:
         raise DatasetError(
@@ -167,13 +172,15 @@ def _finish(cfg: RunConfig, folder: RunFolder, units: list[WorkUnit], manifest: 
         for k, v in s.stage_seconds.items():
             stages[k] = stages.get(k, 0.0) + v
     inputs_this_run = sum(s.inputs for s in all_stats)
+    scratch = [s.scratch_peak_bytes for s in all_stats if s.scratch_peak_bytes is not None]
 
     def report(finalize_seconds: float | None) -> JsonObject:
         return rep.build_report(
             records, encoding=encoding, num_inputs=manifest["num_inputs"],
             wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,
             world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
-            inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds)
+            inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
+            scratch_peak_bytes=max(scratch) if scratch else None)
 
     result = report(None)
     folder.write_results(rep.finish_manifest(manifest, result), result)

@@ -22,17 +22,16 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
 from shardcook.distributed import _env_int, env_rank_world
 from shardcook.errors import ConfigError
-from shardcook.files import write_atomic
 from shardcook.imaging import ImageResult
 from shardcook.layouts import LAYOUTS, Layout, registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
 from shardcook.pipeline.encoded import EncodedSample, PartBuilder
+from shardcook.pipeline.folders import OutputFolder, run_folder
 from shardcook.pipeline.raw import check_image_options, decode_images, result_pixels
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
@@ -281,18 +280,16 @@ class EncodeProcessor(Processor):
         return completed(outcomes)
 
 
-def write_empty_encodings(out: Path, encoders: FluxEncoders) -> None:
+def write_empty_encodings(out: OutputFolder, encoders: FluxEncoders) -> None:
     """empty_encodings/t5_empty.npy [1, L, D_t5] and clip_empty.npy [1, D_clip], float32."""
     import numpy as np
     import torch
 
     t5, pooled = encoders.encode_text([""])
-    folder = out / EMPTY_ENCODINGS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     for name, t in ((T5_EMPTY, t5), (CLIP_EMPTY, pooled)):
         data = io.BytesIO()
         np.save(data, t.to("cpu", torch.float32).numpy())
-        write_atomic(folder / name, data.getvalue())
+        out.write_file(f"{EMPTY_ENCODINGS_DIR}/{name}", data.getvalue())
 
 
 def quiet_model_libraries() -> None:
@@ -376,7 +373,7 @@ def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject |
             t5_attention_mask=bool(layout.encoder_fact("t5_attention_mask", False)),
             scale_latents=bool(layout.encoder_fact("latents_scaled", True)))
         if env_rank_world()[0] == 0:
-            write_empty_encodings(cfg.output.path, encoders)
+            write_empty_encodings(run_folder(cfg.output), encoders)
         return encoders
 
     def make_processor(cfg: RunConfig) -> EncodeProcessor:

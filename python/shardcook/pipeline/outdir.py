@@ -39,6 +39,11 @@ class RunFolder:
     def __str__(self) -> str:
         return str(self.root)
 
+    @property
+    def location(self) -> Path:
+        """What finalize and the summary are given: the folder."""
+        return self.root
+
     # ---- paths -----------------------------------------------------------------------------
 
     @property
@@ -156,6 +161,34 @@ class RunFolder:
         """Empties the writer's tmp folder: the partial shards of a killed run."""
         _native.remove_partial_shards(self.root)
 
+    # ---- a unit's shard ----------------------------------------------------------------------
+
+    @property
+    def shard_dir(self) -> Path:
+        """Where the native writer writes shards: the folder itself."""
+        return self.root
+
+    def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
+        """Records a unit once the writer closed its shard (already under its final name)."""
+        self.write_marker(unit, record)
+
+    def flush(self) -> None:
+        """Every unit handed to `finish_unit` is recorded by now (nothing is uploaded here)."""
+
+    def close(self) -> None:
+        """Nothing to clean up: no scratch space is used."""
+
+    def scratch_peak_bytes(self) -> int | None:
+        """None: shards are written in place, not staged."""
+        return None
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """Writes `name` (a path relative to the folder, e.g. `empty_encodings/t5_empty.npy`)
+        whole."""
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+
     # ---- records ---------------------------------------------------------------------------
 
     def read_manifest(self) -> dict[str, Any] | None:
@@ -178,6 +211,11 @@ class RunFolder:
     def write_marker(self, unit: int, record: dict[str, Any]) -> None:
         """Records a finished unit (after its shard got its final name)."""
         _write_json(self.marker_path(unit), record)
+
+    def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
+        """The records of those of `units` that are done (`read_marker`)."""
+        records = {unit: self.read_marker(unit) for unit in units}
+        return {unit: r for unit, r in records.items() if r is not None}
 
     def read_marker(self, unit: int) -> dict[str, Any] | None:
         """The unit's record if the unit is done (marker readable and its shard present),

@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
@@ -67,14 +69,19 @@ def _listed(names: list[str]) -> str:
 
 
 def _described(out: Path, paths: list[Path]) -> str:
-    """`paths` in a few words: the shards listed (the first few), their `.tar.idx` counted, and
+    """`paths` in a few words (`_described_names`)."""
+    return _described_names([str(p.relative_to(out)) + ("/" if p.is_dir() else "")
+                             for p in paths])
+
+
+def _described_names(names: list[str]) -> str:
+    """`names` in a few words: the shards listed (the first few), their `.tar.idx` counted, and
     every other entry (a few metadata files and `.shardcook/`)."""
-    shards = [p.name for p in paths if p.name.endswith(SHARD_SUFFIX)]
-    indexes = [p for p in paths if p.name.endswith(INDEX_SUFFIX)]
+    shards = [n for n in names if n.endswith(SHARD_SUFFIX)]
+    indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
     words = [f"{len(shards)} shard(s) ({_listed(shards)})"] if shards else []
     words += [f"{len(indexes)} .tar.idx"] if indexes else []
-    words += [str(p.relative_to(out)) + ("/" if p.is_dir() else "") for p in paths
-              if p.name not in shards and p not in indexes]
+    words += [n for n in names if n not in shards and n not in indexes]
     return ", ".join(words)
 
 
@@ -89,11 +96,24 @@ def _keep(plan: OverwritePlan, out: Path, path: Path) -> None:
     """Keeps `path`, unless it is or holds a tar the next finalize would index into the dataset."""
     foreign = _first_tar(path)
     if foreign is not None:
-        raise ConfigError(
-            f"Output folder {str(out)!r} holds {str(foreign)!r}, a tar shardcook did not write "
-            "that finalize would index; move it away, then rerun (nothing was deleted)."
-        )
+        _refuse_foreign_tar(str(out), str(foreign))
     plan.keep.append(str(path.relative_to(out)))
+
+
+def _refuse_foreign_tar(out: str, foreign: str) -> NoReturn:
+    raise ConfigError(
+        f"Output folder {out!r} holds {foreign!r}, a tar shardcook did not write that finalize "
+        "would index; move it away, then rerun (nothing was deleted)."
+    )
+
+
+def _refuse_unrecorded(out: str, unrecorded: list[str]) -> NoReturn:
+    them = "it" if len(unrecorded) == 1 else "them"
+    raise ConfigError(
+        f"Output folder {out!r} holds {_listed(unrecorded)}, named like shardcook's shards but "
+        f"not written by the run recorded there; move {them} away, then rerun (nothing was "
+        "deleted)."
+    )
 
 
 def _plan_own_folder(plan: OverwritePlan, out: Path, folder: Path) -> None:
@@ -137,12 +157,7 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
             else:
                 _keep(plan, out, path)
     if unrecorded:
-        them = "it" if len(unrecorded) == 1 else "them"
-        raise ConfigError(
-            f"Output folder {str(out)!r} holds {_listed(unrecorded)}, named like shardcook's "
-            f"shards but not written by the run recorded there; move {them} away, then rerun "
-            "(nothing was deleted)."
-        )
+        _refuse_unrecorded(str(out), unrecorded)
     return plan
 
 
@@ -158,3 +173,53 @@ def delete_planned(out: Path, plan: OverwritePlan) -> None:
             path.unlink()
     for folder in plan.folders:
         folder.rmdir()
+
+
+@dataclass
+class ObjectPlan:
+    """What `--overwrite` deletes in a folder in object storage (names relative to it)."""
+
+    remove: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)
+
+
+def plan_object_deletions(out: str, names: Iterable[str], shards: set[str]) -> ObjectPlan:
+    """`plan_deletions`' rules for the folder `out` in object storage, whose objects are `names`
+    (relative, `/`-separated; a store has no folders, so `.shardcook/` is its objects).
+
+    Raises:
+        ConfigError: as `plan_deletions`; the tar is named by its URL.
+    """
+    plan = ObjectPlan()
+    unrecorded: list[str] = []
+    for name in sorted(names):
+        if name.startswith("/") or any(part in ("", ".", "..") for part in name.split("/")):
+            plan.keep.append(name)  # a key no client should resolve for us: never deleted
+            continue
+        top, nested, rest = name.partition("/")
+        ours = top == OURS_DIR or rest in _OWN_FILES.get(top, ())
+        if (nested and ours) or (not nested and name.removesuffix(".idx") in shards):
+            plan.remove.append(name)
+        elif not nested and _shard_like(name):
+            unrecorded.append(name)
+        elif name.endswith(SHARD_SUFFIX):
+            _refuse_foreign_tar(out, f"{out}/{name}")
+        else:
+            plan.keep.append(name)
+    if unrecorded:
+        _refuse_unrecorded(out, unrecorded)
+    return plan
+
+
+def delete_planned_objects(out: str, plan: ObjectPlan, delete: Callable[[str], None]) -> None:
+    """Deletes what `plan` removes from `out` with `delete(name)`, saying what."""
+    ours = f"{OURS_DIR}/"
+    shown = [n for n in plan.remove if not n.startswith(ours)]
+    records = [n for n in plan.remove if n.startswith(ours)]
+    if plan.remove:
+        log.info("--overwrite deletes what the earlier run wrote in %s: %s", out,
+                 _described_names(shown + ([ours] if records else [])))
+    # the records last: deletes that stop half-way leave every remaining shard recorded, so
+    # the same command can finish them
+    for name in shown + records:
+        delete(name)

@@ -10,7 +10,7 @@ from typing import Any
 
 from shardcook.config import ChatmlConfig, RunConfig, output_affecting
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.pipeline.outdir import RunFolder
+from shardcook.pipeline.folders import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
 
 FORMAT_VERSION = 1
@@ -71,7 +71,7 @@ def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
     return diffs
 
 
-def check_resume(folder: RunFolder, manifest: JsonObject) -> None:
+def check_resume(folder: OutputFolder, manifest: JsonObject) -> None:
     """Raises ConfigError if `folder` holds a run made with different options."""
     try:
         old = folder.read_manifest()
@@ -87,22 +87,20 @@ def check_resume(folder: RunFolder, manifest: JsonObject) -> None:
         )
 
 
-def collect(folder: RunFolder, units: list[WorkUnit]) -> tuple[list[JsonObject], list[int]]:
+def collect(folder: OutputFolder, units: list[WorkUnit]) -> tuple[list[JsonObject], list[int]]:
     """(records of the finished units, numbers of the units that are not finished)."""
-    records, missing = [], []
-    for unit in units:
-        rec = folder.read_marker(unit.unit)
-        if rec is None:
-            missing.append(unit.unit)
-        else:
-            records.append(rec)
+    done = folder.read_markers([unit.unit for unit in units])
+    records = [done[unit.unit] for unit in units if unit.unit in done]
+    missing = [unit.unit for unit in units if unit.unit not in done]
     return records, missing
 
 
 def build_report(records: list[JsonObject], *, encoding: str, num_inputs: int, wall_seconds: float,
                  stage_seconds: dict[str, float], world_size: int, units_resumed: int,
-                 inputs_this_run: int, finalize_seconds: float | None) -> JsonObject:
-    """report.json: counts, every skip with its reason, shards, timings."""
+                 inputs_this_run: int, finalize_seconds: float | None,
+                 scratch_peak_bytes: int | None = None) -> JsonObject:
+    """report.json: counts, every skip with its reason, shards, timings, and for an output in
+    object storage the most scratch space one process used at once (`scratch_peak_bytes`)."""
     skipped = [s for r in records for s in r["skipped"]]
     by_reason = Counter(s["reason"] for s in skipped)
     written = sum(r["written"] for r in records)
@@ -130,6 +128,7 @@ def build_report(records: list[JsonObject], *, encoding: str, num_inputs: int, w
         "stage_seconds": {k: round(v, 3) for k, v in sorted(stages.items())},
         "skipped": skipped,
         **({"media_totals": media} if media else {}),
+        **({"scratch_peak_bytes": scratch_peak_bytes} if scratch_peak_bytes is not None else {}),
     }
 
 
@@ -150,7 +149,7 @@ def finish_manifest(manifest: JsonObject, report: JsonObject) -> JsonObject:
     return done
 
 
-def summary_lines(report: JsonObject, out: Path) -> list[str]:
+def summary_lines(report: JsonObject, out: Path | str) -> list[str]:
     """The human summary printed at the end of a run."""
     lines = [
         f"{report['encoding']} dataset in {out}",

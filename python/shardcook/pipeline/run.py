@@ -5,9 +5,9 @@ processor's `prepare` on each batch (encode: decode and resize; its image thread
 main thread still loads the encoders, and across batch boundaries) into a bounded queue; the main
 thread hands the batches to the processor's `process` (raw: decode/resize/encode; encode: the
 models); a writer thread writes the results in input order with one `ShardWriter` per unit. After
-a unit's shard has its final name, a progress marker records the unit; a unit with a marker is
-skipped on the next run. Memory is bounded by `prefetch` batches of `batch_size` items on each
-side of the processor.
+a unit's shard has its final name (in object storage: once uploaded), a progress marker records
+the unit; a unit with a marker is skipped on the next run. Memory is bounded by `prefetch`
+batches of `batch_size` items on each side of the processor.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Final
 from shardcook._native import ShardWriter
 from shardcook.errors import SkipReason
 from shardcook.imaging import ImageResult
-from shardcook.pipeline.outdir import RunFolder
+from shardcook.pipeline.folders import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source
@@ -107,6 +107,9 @@ class RunStats:
     written: int = 0
     skipped: int = 0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    #: The most scratch space used at once (object storage's staged shards); None for a local
+    #: output folder.
+    scratch_peak_bytes: int | None = None
 
 
 def load(item: Item) -> Loaded:
@@ -206,7 +209,7 @@ class _UnitWriter:
     thread is re-raised in the main thread at its next `put`, or by `run_units` after `close`.
     """
 
-    def __init__(self, folder: RunFolder, stats: RunStats,
+    def __init__(self, folder: OutputFolder, stats: RunStats,
                  on_progress: Callable[[str, int], None] | None, depth: int = 2) -> None:
         self.folder, self.stats, self.on_progress = folder, stats, on_progress
         self.seconds = 0.0
@@ -255,7 +258,7 @@ class _UnitWriter:
                     writer = None
                     if shards:
                         record["shard"] = shards[0][0]
-                    self.folder.write_marker(unit.unit, record)
+                    self.folder.finish_unit(unit.unit, record)
                     self._count(record)
                 self.seconds += time.perf_counter() - t0
                 if self.on_progress:
@@ -272,7 +275,7 @@ class _UnitWriter:
     def _open(self, unit: WorkUnit) -> tuple[ShardWriter, JsonObject]:
         # a shard without a marker was cut off before its unit was recorded: redo it
         self.folder.discard_shard(unit.name)
-        writer = ShardWriter(self.folder.root, shard_size=max(len(unit), 1), prefix=unit.prefix,
+        writer = ShardWriter(self.folder.shard_dir, shard_size=max(len(unit), 1), prefix=unit.prefix,
                              first_shard=unit.number)
         record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
                   "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
@@ -307,7 +310,7 @@ class _UnitWriter:
 
 
 def run_units(
-    folder: RunFolder,
+    folder: OutputFolder,
     source: Source,
     units: list[WorkUnit],
     processor: Processor,
@@ -327,8 +330,9 @@ def run_units(
     """
     stats = RunStats(units_total=len(units))
     pending = []
+    done = folder.read_markers([unit.unit for unit in units])
     for unit in units:
-        if folder.read_marker(unit.unit) is not None:
+        if unit.unit in done:
             stats.units_resumed += 1
             if on_progress:
                 on_progress("unit", 1)
@@ -348,6 +352,8 @@ def run_units(
         writer.close()
     if writer.error is not None:
         raise writer.error
+    folder.flush()  # every unit written is recorded (object storage: uploaded) by now
+    stats.scratch_peak_bytes = folder.scratch_peak_bytes()
     stage = Counter({"read": reader_seconds[0], "input_wait": reader_seconds[1],
                      "write": writer.seconds})
     stage.update(processor.stage_seconds)

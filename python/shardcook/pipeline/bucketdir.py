@@ -1,0 +1,295 @@
+"""`BucketRunFolder`: a run's output folder in object storage (`msc://PROFILE/path`,
+`s3://bucket/path`), the second implementation of `pipeline/outdir.RunFolder`'s methods.
+
+Everything shardcook keeps about the run (`.shardcook/manifest.json`, `report.json`, the unit
+markers) is in the bucket, so a resume on another machine continues where this one stopped. The
+native writer writes each shard into a staging folder of this process under `--scratch-dir`;
+once closed, its `.tar.idx` is built from the staged copy, the background `Uploader` puts shard
+and index into the bucket (each object appears whole under its final name, or not at all), then
+writes the unit's marker, then deletes the staged files. So a marker always names a shard that is
+in the bucket. The staging folder is removed by `close`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shardcook import _native
+from shardcook.dataset.metadata import parse_manifest
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.layouts.names import (
+    MANIFEST_JSON,
+    OURS_DIR,
+    PROGRESS_DIR,
+    REPORT_JSON,
+    is_shard_name,
+)
+from shardcook.pipeline import overwrite
+from shardcook.pipeline.uploader import Uploader, retried
+from shardcook.storage import describe_error, remote
+
+T = TypeVar("T")
+
+_MANIFEST = f"{OURS_DIR}/{MANIFEST_JSON}"
+_REPORT = f"{OURS_DIR}/{REPORT_JSON}"
+_PROGRESS = f"{OURS_DIR}/{PROGRESS_DIR}/"
+#: Markers read at once when many are (a resume, the end of a run).
+MARKER_READERS = 8
+
+
+class BucketRunFolder:
+    """The output folder `url` in object storage; shards are staged under `scratch` (a local
+    path, checked with the config; default: the system temp folder), at most `upload_queue` of
+    them waiting for upload."""
+
+    def __init__(self, url: str, scratch: str | None = None, upload_queue: int = 4) -> None:
+        self.store = remote(url, "--output-dir")
+        self.url = self.store.url
+        self._scratch = Path(scratch) if scratch is not None else Path(tempfile.gettempdir())
+        self._upload_queue = upload_queue
+        self._staging: Path | None = None
+        self._uploader: Uploader | None = None
+        #: The objects there before this process wrote any shard (`discard_shard`).
+        self._before: set[str] | None = None
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def location(self) -> str:
+        """What finalize and the summary are given: the URL."""
+        return self.url
+
+    @property
+    def report_path(self) -> str:
+        return self.store.child(_REPORT)
+
+    @staticmethod
+    def _marker(unit: int) -> str:
+        return f"{_PROGRESS}{unit:06d}.json"
+
+    # ---- checks ----------------------------------------------------------------------------
+
+    def _checked(self, doing: str, call: Callable[[], T]) -> T:
+        """`call()`, or a ConfigError saying the store cannot be used (never the credentials)."""
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
+            raise ConfigError(
+                f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
+                "the bucket exists and that the profile's credentials may list and write there."
+            ) from None
+
+    def is_ours(self) -> bool:
+        """True when nothing is under the URL, or a shardcook run (its manifest, or only
+        `.shardcook/`)."""
+        if self._checked("reading the manifest", partial(self.store.exists, _MANIFEST)):
+            return True
+        names = self._checked("listing", lambda: list(self.store.names()))
+        return all(n.startswith(f"{OURS_DIR}/") for n in names)
+
+    def check(self) -> None:
+        """Raises ConfigError unless the store can be listed and written and the folder holds
+        nothing foreign."""
+        if not self.is_ours():
+            raise ConfigError(
+                f"Output folder {self.url!r} holds objects that are not a shardcook dataset; "
+                "choose a new or empty folder."
+            )
+        self.check_writable()
+
+    def check_writable(self) -> None:
+        """Writes and deletes a small object under `.shardcook/`, and makes the staging folder's
+        parent, or raises ConfigError."""
+        probe = f"{OURS_DIR}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._checked("writing a test object", partial(self.store.write_bytes, probe, b""))
+        self._checked("deleting a test object", partial(self.store.delete, probe))
+        try:
+            self._scratch.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"--scratch-dir {str(self._scratch)!r} cannot be made "
+                              f"({e.strerror or e}); choose a folder you can write to.") from None
+
+    # ---- --overwrite -----------------------------------------------------------------------
+
+    def recorded_shards(self) -> set[str]:
+        """The shard objects the earlier run's manifest or unit markers name."""
+        try:
+            manifest = self.read_manifest()
+        except DatasetError:
+            manifest = None  # damaged: the markers still name every finished unit's shard
+        names = set((manifest or {}).get("shards") or {})
+        markers = self._checked("listing", lambda: list(self.store.names(_PROGRESS)))
+        stems = [n[len(_PROGRESS):].removesuffix(".json") for n in markers]
+        for record in self.read_markers([int(s) for s in stems if s.isdigit()]).values():
+            if isinstance(record.get("shard"), str):
+                names.add(record["shard"])
+        return {n for n in names if is_shard_name(n)}
+
+    def plan_overwrite(self) -> overwrite.ObjectPlan:
+        """What `--overwrite` removes and keeps (`overwrite.plan_object_deletions`), deleting
+        nothing.
+
+        Raises:
+            ConfigError: not a shardcook run, or objects named like shards no record names, or
+                a tar finalize would index.
+        """
+        if not self.is_ours():
+            raise ConfigError(
+                f"Output folder {self.url!r} holds objects that are not a shardcook dataset, so "
+                "--overwrite deletes nothing there; choose a new or empty folder."
+            )
+        names = self._checked("listing", lambda: list(self.store.names()))
+        return overwrite.plan_object_deletions(self.url, names, self.recorded_shards())
+
+    def clear(self) -> list[str]:
+        """Deletes what the earlier shardcook run wrote, after checking everything; returns the
+        objects kept."""
+        plan = self.plan_overwrite()
+        overwrite.delete_planned_objects(self.url, plan, lambda name: retried(
+            f"deleting {name} in {self.url}", partial(self._delete, name)))
+        return plan.keep
+
+    def discard_shard(self, name: str) -> None:
+        """Deletes shard `name` and its `.tar.idx` where there (a unit cut off before its
+        marker is redone). What is there is listed once, at the first call: objects uploaded
+        after it are this run's."""
+        if self._before is None:
+            self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
+        for one in (name, f"{name}.idx"):
+            if one in self._before:
+                retried(f"deleting {one} in {self.url}", partial(self._delete, one))
+                self._before.discard(one)
+
+    def _delete(self, name: str) -> None:
+        try:
+            self.store.delete(name)
+        except FileNotFoundError:
+            pass  # gone already: what was wanted
+
+    def remove_partial_shards(self) -> None:
+        """Nothing: partial shards only ever exist in a process's own staging folder."""
+
+    # ---- a unit's shard ----------------------------------------------------------------------
+
+    @property
+    def shard_dir(self) -> Path:
+        """This process's staging folder under the scratch folder (made on first use)."""
+        if self._staging is None:
+            try:
+                self._scratch.mkdir(parents=True, exist_ok=True)
+                self._staging = Path(tempfile.mkdtemp(prefix="shardcook-staging-",
+                                                      dir=self._scratch))
+            except OSError as e:
+                raise ConfigError(f"--scratch-dir {str(self._scratch)!r} cannot hold a staging "
+                                  f"folder ({e.strerror or e}); choose a folder you can write "
+                                  "to.") from None
+            self._uploader = Uploader(self.store, self._upload_queue)
+        return self._staging
+
+    def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
+        """Indexes the unit's staged shard, and hands shard and index to the uploader, which
+        writes the unit's marker once both are in the bucket. Waits while the upload queue is
+        full.
+
+        Raises:
+            ShardcookIOError: an earlier upload failed for good.
+        """
+        staging, uploader = self.shard_dir, self._uploader
+        assert uploader is not None  # made with the staging folder
+        files: list[Path] = []
+        shard = record.get("shard")
+        if isinstance(shard, str):
+            _native.index_shards(staging, [shard], None)
+            files = [staging / shard, staging / f"{shard}.idx"]
+        named = f" ({shard})" if isinstance(shard, str) else ""
+        uploader.submit(files, partial(self.store.write_bytes, self._marker(unit), _json(record)),
+                        f"writing the marker of unit {unit}{named} to {self.url}")
+
+    def flush(self) -> None:
+        """Waits until every unit handed to `finish_unit` is uploaded and recorded.
+
+        Raises:
+            ShardcookIOError: an upload failed for good.
+        """
+        if self._uploader is not None:
+            self._uploader.wait()
+
+    def close(self) -> None:
+        """Stops the uploads (those not started are dropped) and removes the staging folder."""
+        if self._uploader is not None:
+            self._uploader.close()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+
+    def scratch_peak_bytes(self) -> int | None:
+        """The most bytes staged at once (shards and indexes), measured when each shard closes."""
+        return self._uploader.peak_bytes if self._uploader is not None else 0
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """Writes object `name` (relative to the folder) in one PUT."""
+        self._write(name, data)
+
+    # ---- records ---------------------------------------------------------------------------
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when there is none.
+
+        Raises:
+            DatasetError: it is damaged or cannot be read.
+        """
+        if not self._checked("reading the manifest", partial(self.store.exists, _MANIFEST)):
+            return None
+        data = self.store.read_bytes(_MANIFEST)
+        label = self.store.child(_MANIFEST)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DatasetError(f"{label} is not UTF-8 text") from None
+        return parse_manifest(text, label)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self._write(_MANIFEST, _json(manifest))
+
+    def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None:
+        """The report, then the manifest that calls the run complete."""
+        self._write(_REPORT, _json(report))
+        self._write(_MANIFEST, _json(manifest))
+
+    def _write(self, name: str, data: bytes | str) -> None:
+        """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
+        retried(f"writing {name} to {self.url}", partial(self.store.write_bytes, name, data))
+
+    def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
+        """The records of those of `units` that are done: one listing of the folder finds the
+        markers and the shards, then the markers that are there are read, a few at a time."""
+        present = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
+        wanted = [u for u in units if self._marker(u) in present]
+        with ThreadPoolExecutor(max_workers=MARKER_READERS) as pool:
+            records = dict(zip(wanted, pool.map(self._read_record, wanted), strict=True))
+        return {u: r for u, r in records.items()
+                if r is not None and (r.get("shard") is None or r["shard"] in present)}
+
+    def _read_record(self, unit: int) -> dict[str, Any] | None:
+        """The unit's marker as a record whose shard is None or a shard name, else None."""
+        try:
+            record = json.loads(self.store.read_bytes(self._marker(unit)))
+        except (DatasetError, ValueError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        shard = record.get("shard")
+        return record if shard is None or (isinstance(shard, str) and is_shard_name(shard)) else None
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False)

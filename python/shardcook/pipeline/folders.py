@@ -1,0 +1,74 @@
+"""`OutputFolder`, what the pipeline asks of a run's output folder, and `run_folder`, the one
+place that picks its implementation: `outdir.RunFolder` for a local path, `bucketdir.
+BucketRunFolder` for a URL (object storage). The driver, the per-unit loop and the jobs are typed
+against the protocol and never ask which one they have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from shardcook.config.sections import OutputConfig
+from shardcook.pipeline.bucketdir import BucketRunFolder
+from shardcook.pipeline.outdir import RunFolder
+from shardcook.storage import is_url
+
+
+class OutputFolder(Protocol):
+    """A run's output folder: its checks, `--overwrite`, records, and where shards go."""
+
+    @property
+    def location(self) -> Path | str:
+        """The folder as finalize and the summary take it: a path, or a URL."""
+
+    @property
+    def report_path(self) -> Path | str: ...
+
+    def check(self) -> None: ...
+
+    def check_writable(self) -> None: ...
+
+    def clear(self) -> list[str]: ...
+
+    def discard_shard(self, name: str) -> None: ...
+
+    def remove_partial_shards(self) -> None: ...
+
+    @property
+    def shard_dir(self) -> Path:
+        """The local folder the native writer writes this process's shards into."""
+
+    def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
+        """The unit's shard (if any) is closed in `shard_dir`: make it final and record it."""
+
+    def flush(self) -> None:
+        """Returns once every finished unit is recorded; raises what stopped one."""
+
+    def close(self) -> None:
+        """Releases what the folder holds for this process (staging space, upload threads)."""
+
+    def scratch_peak_bytes(self) -> int | None:
+        """The most scratch space this process used at once; None when it uses none."""
+
+    def write_file(self, name: str, data: bytes) -> None: ...
+
+    def read_manifest(self) -> dict[str, Any] | None: ...
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+
+    def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None: ...
+
+    def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
+        """The records of those of `units` that are done, by unit."""
+
+
+def run_folder(output: OutputConfig) -> OutputFolder:
+    """The owner of `output.output_dir`: local, or in object storage (shards staged under
+    `output.scratch_dir`, at most `output.upload_queue` waiting for upload).
+
+    Raises:
+        ConfigError: no output folder given, or a URL the Multi-Storage Client cannot open.
+    """
+    if output.output_dir is not None and is_url(output.output_dir):
+        return BucketRunFolder(output.output_dir, output.scratch_dir, output.upload_queue)
+    return RunFolder(output.path)

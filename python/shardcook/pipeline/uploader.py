@@ -1,0 +1,130 @@
+"""`Uploader`: the background uploads of a run whose output folder is in object storage.
+
+The writer hands over each finished unit's staged files (shard and `.tar.idx`) and what to do
+once they are all in the store (write the unit's marker); a few threads upload them while the
+next shards are written, retrying a failed call with backoff, then run that step and delete the
+local files. At most `limit` units' files are staged at once: `submit` waits for a free slot, so
+the scratch folder holds at most `limit` staged units plus the shard being written. The first
+failure that outlasts its retries stops every later step, so no marker is written for a unit
+whose files are not all in the store, and is raised by the next `submit` or by `wait`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+from shardcook.errors import ShardcookError, ShardcookIOError
+from shardcook.storage import Remote, describe_error
+
+log = logging.getLogger(__name__)
+
+#: Upload threads at most, however many units may be staged.
+MAX_THREADS = 8
+#: Tries per store call, and the wait before the second (doubled before each later one).
+TRIES = 3
+FIRST_BACKOFF_SECONDS = 0.5
+
+T = TypeVar("T")
+
+
+class Uploader:
+    """Uploads staged files to `store`, at most `limit` units' files staged at once."""
+
+    def __init__(self, store: Remote, limit: int) -> None:
+        self.store = store
+        self.peak_bytes = 0
+        self._slots = threading.BoundedSemaphore(limit)
+        self._pool = ThreadPoolExecutor(max_workers=min(limit, MAX_THREADS),
+                                        thread_name_prefix="shardcook-upload")
+        self._futures: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self._staged_bytes = 0
+        self._error: ShardcookError | None = None
+
+    def submit(self, files: list[Path], then: Callable[[], None], what: str) -> None:
+        """Uploads `files` (each as the object of its name), then runs `then` (`what` names it in
+        a failure); the files are deleted afterwards. Waits while `limit` units are staged.
+
+        Raises:
+            ShardcookIOError: an earlier upload failed for good.
+        """
+        self._raise()
+        self._futures = [f for f in self._futures if not f.done()]
+        size = sum(f.stat().st_size for f in files)
+        with self._lock:  # the new shard is on disk beside every unit still staged
+            self.peak_bytes = max(self.peak_bytes, self._staged_bytes + size)
+        while not self._slots.acquire(timeout=0.1):
+            self._raise()
+        with self._lock:
+            self._staged_bytes += size
+        self._futures.append(self._pool.submit(self._upload, files, then, what, size))
+
+    def wait(self) -> None:
+        """Waits for every upload handed over.
+
+        Raises:
+            ShardcookIOError: one failed for good.
+        """
+        for future in self._futures:
+            future.result()
+        self._futures.clear()
+        self._raise()
+
+    def close(self) -> None:
+        """Stops: uploads not started are dropped (their units stay unrecorded), running ones
+        finish."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _upload(self, files: list[Path], then: Callable[[], None], what: str, size: int) -> None:
+        try:
+            for path in files:
+                if self._error is not None:
+                    return
+                retried(f"uploading {path.name} to {self.store.url}",
+                        partial(self.store.upload, path, path.name))
+            if self._error is None:
+                retried(what, then)
+        except ShardcookError as e:
+            with self._lock:
+                self._error = self._error or e
+        finally:
+            for path in files:
+                path.unlink(missing_ok=True)
+            with self._lock:
+                self._staged_bytes -= size
+            self._slots.release()
+
+
+def retried(what: str, call: Callable[[], T]) -> T:
+    """`call()`, tried `TRIES` times with doubling waits between; `what` names the call and its
+    store (`uploading 000003.tar to msc://profile/data`).
+
+    Raises:
+        ShardcookIOError: the last try failed, in one sentence.
+    """
+    wait = FIRST_BACKOFF_SECONDS
+    for _ in range(TRIES - 1):
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - the client raises many kinds
+            log.warning("%s failed (%s); trying again in %.1f s", what, describe_error(e), wait)
+            time.sleep(wait)
+            wait *= 2
+    try:
+        return call()
+    except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+        raise ShardcookIOError(
+            f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the units "
+            "recorded so far: rerun the same command to resume."
+        ) from None

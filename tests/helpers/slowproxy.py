@@ -1,0 +1,69 @@
+"""A TCP proxy on 127.0.0.1 that forwards to the test S3 server at a limited rate from client to
+server: a slow store (slow uploads) for the real client, nothing of it patched."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from tests.helpers.s3server import free_port
+
+
+class SlowProxy:
+    """Forwards 127.0.0.1:`port` to `upstream_port`, uploads at most `bytes_per_second`."""
+
+    def __init__(self, upstream_port: int, bytes_per_second: int) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._upstream = upstream_port
+        self._rate = bytes_per_second
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._stopped = threading.Event()
+        self._open: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stops accepting: a new connection is refused (the store has gone away)."""
+        self._stopped.set()
+        self._listener.close()
+
+    def cut(self) -> None:
+        """Stops, and breaks every open connection mid-request."""
+        self.stop()
+        for s in list(self._open):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._upstream))
+            self._open.update((client, server))
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
+        try:
+            while True:
+                data = src.recv(16384)
+                if not data:
+                    break
+                if slow:
+                    time.sleep(len(data) / self._rate)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+                self._open.discard(s)

@@ -1,0 +1,395 @@
+"""`raw`, `encode` and `chatml` writing into object storage (`--output-dir msc://...`, `s3://...`)
+against the real S3 server: the objects equal a local run's files, a resume from another scratch
+folder is byte-identical, the upload queue bounds the scratch space, `--overwrite` keeps its
+rules, and a bad store is one sentence before anything is written. The bucket is read with boto3,
+not with the client under test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.raw import make_folder, run_cli
+
+PREFIX = "data/set"
+#: Finalize's own files in a local run, which a --no-finalize run in the bucket does not have.
+FINALIZE_ONLY = (".nv-meta/", ".shardcook/finalize.json")
+
+
+def _raw_args(src: Path, out: str, *extra: str) -> list[str]:
+    return ["raw", "--input-dir", str(src), "--output-dir", out, "--shard-size", "2",
+            "--image-size", "64", "--workers", "1", *extra]
+
+
+@pytest.fixture(scope="module")
+def local_raw(tmp_path_factory):
+    """12 inputs (4 photos) and a finalized local `raw` run of them: the reference."""
+    tmp = tmp_path_factory.mktemp("remote_raw")
+    src = make_folder(tmp / "in", 12, photos=4)
+    ref = tmp / "ref"
+    run_cli(*_raw_args(src, str(ref), "--quiet"))
+    return src, ref
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _objects(store, prefix: str = PREFIX) -> dict[str, bytes]:
+    return {k[len(prefix) + 1:]: store.get(k) for k in store.keys(prefix + "/")}
+
+
+def _shards_and_indexes(files: dict[str, bytes]) -> dict[str, str]:
+    return {n: hashlib.sha256(b).hexdigest() for n, b in files.items()
+            if n.endswith((".tar", ".tar.idx"))}
+
+
+def _scratch_left(scratch: Path) -> list[str]:
+    return sorted(p.relative_to(scratch).as_posix() for p in scratch.rglob("*"))
+
+
+def _indexed(root: Path) -> dict[str, bytes]:
+    """The files of a local --no-finalize run plus the `.tar.idx` finalize would write (the
+    same native call)."""
+    from shardcook import _native
+
+    _native.index_shards(root, sorted(p.name for p in root.glob("*.tar")), None)
+    return _files(root)
+
+
+def _profile(store, name: str, **options: str) -> str:
+    """A new MSC profile `name` like the store's with its storage options changed, in the
+    store's config file; returns `msc://name`."""
+    import yaml
+
+    config = yaml.safe_load(store.config.read_text())
+    profile = json.loads(json.dumps(config["profiles"][store.profile]))
+    profile["storage_provider"]["options"].update(options)
+    config["profiles"][name] = profile
+    store.config.write_text(yaml.safe_dump(config))
+    return f"msc://{name}"
+
+
+def test_raw_into_a_bucket_equals_a_local_run(local_raw, s3_store, tmp_path):
+    src, ref = local_raw
+    scratch = tmp_path / "scratch"
+    r = run_cli(*_raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--scratch-dir",
+                           str(scratch)))
+    local = {n: b for n, b in _files(ref).items() if not n.startswith(FINALIZE_ONLY)}
+    remote = _objects(s3_store)
+    # the same names: 6 shards, their .tar.idx (finalize's, byte for byte), the markers,
+    # the manifest and the report
+    assert sorted(remote) == sorted(local)
+    assert len([n for n in remote if n.endswith(".tar")]) == 6
+    assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+    for name, data in local.items():
+        if name.startswith(".shardcook/progress/"):
+            assert remote[name] == data
+    report = json.loads(remote[".shardcook/report.json"])
+    assert report["num_written"] == 12 and report["num_shards"] == 6
+    biggest = max(len(b) + len(remote[n + ".idx"]) for n, b in remote.items()
+                  if n.endswith(".tar"))
+    assert 0 < report["scratch_peak_bytes"] <= 5 * biggest  # 4 queued + 1 written, at most
+    assert "scratch_peak_bytes" not in json.loads(local[".shardcook/report.json"])
+    manifest = json.loads(remote[".shardcook/manifest.json"])
+    assert manifest["complete"] and manifest["shards"] == report["shards"]
+    # the summary names the URL; the scratch folder is left empty
+    assert f"dataset in {s3_store.url(PREFIX)}" in r.stderr
+    assert _scratch_left(scratch) == []
+    # an s3:// URL of the same bucket resumes the same run: everything is found done
+    run_cli(*_raw_args(src, s3_store.s3_url(PREFIX), "--no-finalize", "--quiet",
+                       "--scratch-dir", str(scratch)))
+    again = _objects(s3_store)
+    assert json.loads(again[".shardcook/report.json"])["units"]["resumed"] == 6
+    assert _shards_and_indexes(again) == _shards_and_indexes(local)
+
+
+def _wait_for_markers(store, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(store.keys(f"{PREFIX}/.shardcook/progress/")) >= n:
+            return
+        time.sleep(0.01)
+
+
+def test_killed_run_resumed_from_another_scratch_folder_is_byte_identical(local_raw, s3_store,
+                                                                         tmp_path):
+    src, ref = local_raw
+    first, second = tmp_path / "machine-a", tmp_path / "machine-b"
+    args = _raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--quiet",
+                     "--upload-queue", "1")
+    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *args, "--scratch-dir",
+                             str(first)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_for_markers(s3_store, 2, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    markers = s3_store.keys(f"{PREFIX}/.shardcook/progress/")
+    assert 2 <= len(markers) < 6
+    # every marker names a shard that is in the bucket, whole
+    local = _files(ref)
+    for key in markers:
+        shard = json.loads(s3_store.get(key))["shard"]
+        assert s3_store.get(f"{PREFIX}/{shard}") == local[shard]
+    # the worst moment for one unit: its shard was uploaded but its marker never written
+    s3_store.server.client().delete_object(Bucket=s3_store.bucket, Key=markers[-1])
+
+    run_cli(*args, "--scratch-dir", str(second))
+    remote = _objects(s3_store)
+    report = json.loads(remote[".shardcook/report.json"])
+    assert report["units"]["resumed"] == len(markers) - 1
+    assert report["num_written"] == 12
+    assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+    assert sorted(remote) == sorted(n for n in local if not n.startswith(FINALIZE_ONLY))
+    assert _scratch_left(second) == []
+
+
+def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, tmp_path):
+    """Uploads through a slow link: with --upload-queue 1 at most one shard waits while the
+    next is written; with a longer queue the same run stages more (so the bound is what holds
+    the first run back)."""
+    from tests.helpers.slowproxy import SlowProxy
+
+    src, _ = local_raw
+    proxy = SlowProxy(s3_server.port, bytes_per_second=50_000)
+    try:  # a second profile on the same bucket, through the proxy
+        slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
+        staged = {}
+        for queue in (1, 4):
+            scratch = tmp_path / f"scratch{queue}"
+            most = _watch(scratch, run_cli, *_raw_args(
+                src, f"{slow}/q{queue}", "--no-finalize", "--quiet", "--scratch-dir",
+                str(scratch), "--upload-queue", str(queue)))
+            objects = _objects(s3_store, f"q{queue}")
+            report = json.loads(objects[".shardcook/report.json"])
+            sizes = sorted(len(b) + len(objects[n + ".idx"]) for n, b in objects.items()
+                           if n.endswith(".tar"))
+            staged[queue] = most
+            if queue == 1:
+                assert most <= 2, f"{most} shards staged at once"
+                assert sizes[-1] <= report["scratch_peak_bytes"] <= sizes[-1] + sizes[-2]
+            assert _scratch_left(scratch) == []
+        assert staged[4] > 2, "the link was not slow enough to test the bound"
+    finally:
+        proxy.stop()
+
+
+def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
+        local_raw, s3_store, s3_server, tmp_path):
+    from shardcook.pipeline.uploader import TRIES
+
+    from tests.helpers.slowproxy import SlowProxy
+
+    src, ref = local_raw
+    proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
+    try:
+        slow = _profile(s3_store, "gone" + s3_store.profile, endpoint_url=proxy.endpoint)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardcook", *_raw_args(
+                src, f"{slow}/{PREFIX}", "--no-finalize", "--quiet", "--upload-queue", "1",
+                "--scratch-dir", str(tmp_path / "a"))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_markers(s3_store, 1, proc)
+        proxy.cut()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proxy.stop()
+    assert proc.returncode == 2, err
+    last = err.strip().splitlines()[-1]  # the shard (or its unit's marker) and the store
+    assert re.match(rf"error: (uploading \d{{6}}\.tar(\.idx)?|writing the marker of unit \d+ "
+                    rf"\(\d{{6}}\.tar\)) to {re.escape(slow)}/{PREFIX} failed {TRIES} times \(", last), last
+    assert "Traceback" not in err and "DO-NOT-PRINT" not in err + out
+    markers = s3_store.keys(f"{PREFIX}/.shardcook/progress/")
+    assert 1 <= len(markers) < 6
+    local = _files(ref)
+    for key in markers:  # a marker only for a unit whose shard and index are in the bucket
+        shard = json.loads(s3_store.get(key))["shard"]
+        assert s3_store.get(f"{PREFIX}/{shard}") == local[shard]
+        assert s3_store.get(f"{PREFIX}/{shard}.idx") == local[f"{shard}.idx"]
+    assert _scratch_left(tmp_path / "a") == []
+    # the store is back (here: through another profile on the same bucket); the same command
+    # completes the run with the same bytes
+    run_cli(*_raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--quiet",
+                       "--scratch-dir", str(tmp_path / "b")))
+    remote = _objects(s3_store)
+    assert json.loads(remote[".shardcook/report.json"])["units"]["resumed"] == len(markers)
+    assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+
+
+def test_two_torchrun_nodes_sharing_no_folder_write_one_bucket(local_raw, s3_store, tmp_path):
+    """Two c10d "nodes" on 127.0.0.1, each with its own scratch folder and no folder in
+    common: the same objects as one process writes."""
+    from tests.helpers.s3server import free_port
+
+    src, ref = local_raw
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+                "--nproc_per_node=1", "--rdzv_backend=c10d",
+                f"--rdzv_endpoint=127.0.0.1:{free_port()}", "-m", "shardcook"]
+    nodes = [subprocess.Popen(
+        [*torchrun, *_raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--quiet",
+                               "--scratch-dir", str(tmp_path / f"node{n}"))],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in range(2)]
+    results = [(p.wait(timeout=300), p.communicate()[1]) for p in nodes]
+    assert [rc for rc, _ in results] == [0, 0], results
+    remote, local = _objects(s3_store), _files(ref)
+    assert json.loads(remote[".shardcook/report.json"])["world_size"] == 2
+    assert sorted(remote) == sorted(n for n in local if not n.startswith(FINALIZE_ONLY))
+    assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+    for n in range(2):
+        assert _scratch_left(tmp_path / f"node{n}") == []
+
+
+def _watch(scratch: Path, run, *args: str) -> int:
+    """Runs `run(*args)` while counting the finished shards staged under `scratch`; returns the
+    most seen at once."""
+    most, done = 0, threading.Event()
+
+    def poll() -> None:
+        nonlocal most
+        while not done.is_set():
+            n = sum(1 for p in scratch.glob("*/*.tar"))
+            most = max(most, n)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    try:
+        run(*args)
+    finally:
+        done.set()
+        t.join()
+    return most
+
+
+def test_overwrite_in_a_bucket_deletes_only_what_the_run_recorded(local_raw, s3_store,
+                                                                   tmp_path):
+    src, _ = local_raw
+    url = s3_store.url(PREFIX)
+    run_cli(*_raw_args(src, url, "--no-finalize", "--quiet"))
+    s3_store.put(f"{PREFIX}/notes.txt", b"mine")
+    s3_store.put(f"{PREFIX}/.nv-meta/dataset.yaml", b"finalize's")
+    s3_store.put(f"{PREFIX}/.nv-meta/mine.yaml", b"mine too")
+    s3_store.put(f"{PREFIX}/000099.tar", b"not from this run")
+    before = _objects(s3_store)
+
+    # a shard-like name no record names: refused, naming it, nothing deleted
+    r = run_cli(*_raw_args(src, url, "--no-finalize", "--quiet", "--image-size", "32",
+                           "--overwrite"), check=False)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "000099.tar" in r.stderr and "Traceback" not in r.stderr
+    assert _objects(s3_store) == before
+    # without it, --overwrite deletes the recorded shards and shardcook's files, keeps the rest
+    s3_store.server.client().delete_object(Bucket=s3_store.bucket, Key=f"{PREFIX}/000099.tar")
+    run_cli(*_raw_args(src, url, "--no-finalize", "--quiet", "--image-size", "32",
+                       "--overwrite"))
+    after = _objects(s3_store)
+    assert after["notes.txt"] == b"mine" and after[".nv-meta/mine.yaml"] == b"mine too"
+    assert ".nv-meta/dataset.yaml" not in after
+    assert sorted(n for n in after if n.endswith(".tar")) == sorted(
+        n for n in before if n.endswith(".tar") and n != "000099.tar")
+    for name in after:
+        if name.endswith(".tar"):  # the new run's shards (64 px -> 32 px)
+            assert after[name] != before[name]
+    assert json.loads(after[".shardcook/manifest.json"])["config"]["image"]["image_size"] == 32
+    # a foreign object without --overwrite: the folder is refused as not shardcook's
+    s3_store.put("other/readme.txt", b"x")
+    r = run_cli(*_raw_args(src, s3_store.url("other"), "--quiet"), check=False)
+    assert r.returncode == 2 and "not a shardcook dataset" in r.stderr
+    assert s3_store.keys("other/") == ["other/readme.txt"]
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("ftp://host/x", "ftp://"),
+    ("msc://nosuchprofile/x", "profile 'nosuchprofile'"),
+    ("s3://no-such-bucket-here/x", "bucket exists"),
+    ("missing-bucket-profile", "bucket exists"),
+    ("scratch-under-a-file", "--scratch-dir"),
+])
+def test_a_store_that_cannot_work_is_one_sentence_before_anything(local_raw, s3_store, tmp_path,
+                                                                  url, words):
+    src, _ = local_raw
+    work = tmp_path / "work"
+    work.mkdir()
+    scratch = str(work / "scratch")
+    if url == "missing-bucket-profile":
+        url = _profile(s3_store, "nobucket" + s3_store.profile,
+                       base_path="no-such-bucket-either") + "/x"
+    if url == "scratch-under-a-file":
+        url, scratch = s3_store.url("x"), str(tmp_path / "file" / "scratch")
+        (tmp_path / "file").write_bytes(b"")
+    r = subprocess.run([sys.executable, "-m", "shardcook", *_raw_args(
+        src, url, "--scratch-dir", scratch)], capture_output=True, text=True,
+        cwd=work, timeout=120, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert "DO-NOT-PRINT" not in r.stderr + r.stdout
+    assert s3_store.keys() == []
+    assert list(work.iterdir()) == []  # no local folder named like the URL, no scratch
+
+
+def test_overwrite_rules_on_an_object_listing():
+    from shardcook.errors import ConfigError
+    from shardcook.pipeline.overwrite import plan_object_deletions
+
+    names = [".shardcook/manifest.json", ".shardcook/progress/000000.json", "000000.tar",
+             "000000.tar.idx", ".nv-meta/split.yaml", ".nv-meta/notes.txt", "README.md",
+             "empty_encodings/t5_empty.npy", "empty_encodings/mine.npy",
+             ".shardcook/../../outside.txt", ".shardcook//x"]
+    plan = plan_object_deletions("msc://p/d", names, {"000000.tar"})
+    assert sorted(plan.remove) == [".nv-meta/split.yaml", ".shardcook/manifest.json",
+                                   ".shardcook/progress/000000.json", "000000.tar",
+                                   "000000.tar.idx", "empty_encodings/t5_empty.npy"]
+    assert plan.keep == [".nv-meta/notes.txt", ".shardcook/../../outside.txt", ".shardcook//x",
+                         "README.md", "empty_encodings/mine.npy"]  # what escapes is never deleted
+    for extra, words in (("000001.tar.idx", "holds 000001.tar.idx, named like"),
+                         ("train-shard-000000.tar", "holds train-shard-000000.tar, named like"),
+                         ("sub/x.tar", "holds 'msc://p/d/sub/x.tar', a tar shardcook did not")):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            plan_object_deletions("msc://p/d", [*names, extra], {"000000.tar"})
+
+
+def test_encode_into_a_bucket(tiny_flux, s3_store, tmp_path):
+    from tests.helpers.encode import encode_args, run_in_process
+
+    src = make_folder(tmp_path / "in", 5, photos=2)
+    ref = tmp_path / "ref"
+    run_in_process(encode_args(tiny_flux, src, ref, "--shard-size", "2", "--no-finalize"))
+    run_in_process(encode_args(tiny_flux, src, s3_store.url(PREFIX), "--shard-size", "2",
+                               "--no-finalize", "--scratch-dir", str(tmp_path / "scratch")))
+    local, remote = _indexed(ref), _objects(s3_store)
+    assert sorted(remote) == sorted(local)
+    assert len([n for n in remote if n.endswith(".tar")]) == 3
+    for name, data in local.items():  # shards, their .tar.idx, empty_encodings/, markers
+        if not name.startswith((".shardcook/manifest", ".shardcook/report")):
+            assert remote[name] == data, name
+    assert _scratch_left(tmp_path / "scratch") == []
+
+
+def test_chatml_into_a_bucket(s3_store, tmp_path):
+    from tests.helpers.chatml import turns, write_images, write_jsonl
+
+    names = write_images(tmp_path / "in" / "images", 4)
+    jsonl = write_jsonl(tmp_path / "in" / "data.jsonl", [
+        {"id": f"s{i}", "image": f"images/{names[i % 4]}", "conversations": turns(1)}
+        for i in range(10)])
+    args = ["chatml", "--input", str(jsonl), "--shard-size", "3", "--val-fraction", "0.3",
+            "--quiet", "--no-finalize"]
+    ref = tmp_path / "ref"
+    run_cli(*args, "--output-dir", str(ref))
+    run_cli(*args, "--output-dir", s3_store.url(PREFIX), "--scratch-dir",
+            str(tmp_path / "scratch"))
+    local, remote = _indexed(ref), _objects(s3_store)
+    assert sorted(remote) == sorted(local)
+    assert {n.split("-shard-")[0] for n in remote if n.endswith(".tar")} == {"train", "val"}
+    assert _shards_and_indexes(remote) == _shards_and_indexes(local)

@@ -114,6 +114,29 @@ def test_raw_into_a_bucket_equals_a_local_run(local_raw, s3_store, tmp_path):
     assert _shards_and_indexes(again) == _shards_and_indexes(local)
 
 
+def test_a_run_into_a_bucket_finalizes_there_and_energon_reads_it(local_raw, s3_store, tmp_path):
+    """The default run (finalize and validate at the end) on a URL: the bucket then holds what
+    the local run's folder holds, the index equal to it, and Energon reads every sample from the
+    bucket."""
+    from megatron.energon.epathlib import EPath
+
+    from tests.helpers.raw import energon_parts
+    from tests.helpers.shards import assert_same_index
+
+    src, ref = local_raw
+    run_cli(*_raw_args(src, s3_store.url(PREFIX), "--quiet", "--scratch-dir",
+                       str(tmp_path / "scratch")))
+    assert sorted(_objects(s3_store)) == sorted(_files(ref))
+    s3_store.download_folder(PREFIX, tmp_path / "copy")
+    assert_same_index(tmp_path / "copy", ref)
+    read = energon_parts(EPath(s3_store.url(PREFIX)))
+    assert {k: parts for k, (_, parts) in read.items()} == {
+        k: parts for k, (_, parts) in energon_parts(ref).items()}
+    assert len(read) == 12
+    assert run_cli("validate", s3_store.url(PREFIX), "--deep").returncode == 0
+    assert _scratch_left(tmp_path / "scratch") == []
+
+
 def _wait_for_markers(store, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
@@ -366,14 +389,21 @@ def test_encode_into_a_bucket(tiny_flux, s3_store, tmp_path):
     ref = tmp_path / "ref"
     run_in_process(encode_args(tiny_flux, src, ref, "--shard-size", "2", "--no-finalize"))
     run_in_process(encode_args(tiny_flux, src, s3_store.url(PREFIX), "--shard-size", "2",
-                               "--no-finalize", "--scratch-dir", str(tmp_path / "scratch")))
+                               "--scratch-dir", str(tmp_path / "scratch")))
     local, remote = _indexed(ref), _objects(s3_store)
-    assert sorted(remote) == sorted(local)
+    assert sorted(n for n in remote if not n.startswith(FINALIZE_ONLY)) == sorted(local)
     assert len([n for n in remote if n.endswith(".tar")]) == 3
     for name, data in local.items():  # shards, their .tar.idx, empty_encodings/, markers
         if not name.startswith((".shardcook/manifest", ".shardcook/report")):
             assert remote[name] == data, name
     assert _scratch_left(tmp_path / "scratch") == []
+    # finalized in the bucket: our loader reads every sample from there
+    from shardcook.energon import get_diffusion_loader
+
+    with get_diffusion_loader(s3_store.url(PREFIX), batch_size=5, num_workers=0,
+                              repeat=False) as w:
+        keys = [k for b in w.loader for k in b.__key__]
+    assert len(keys) == len(set(keys)) == 5
 
 
 def test_chatml_into_a_bucket(s3_store, tmp_path):

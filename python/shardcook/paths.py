@@ -1,9 +1,9 @@
-"""Local paths only, until object storage is supported: a path value that is a URL (`s3://`,
-`msc://`, `https://`), or longer than the file system allows, is refused before anything is read
-or written. Without this check
-`--output-dir msc://profile/x` writes a local folder named `msc:` and exits 0, so on a cluster
-node the data fills the local disk and never reaches the bucket. `dataset_folder` adds that an
-existing dataset must be a folder (not an image or a shard)."""
+"""Paths that stay local: a value that is a URL (`s3://`, `msc://`, `https://`), or longer than the
+file system allows, is refused before anything is read or written where shardcook reads or writes
+only local files (`--config`, `preview --out`, the blend file, model folders ...). Without this
+check `--out msc://profile/x` would write a local folder named `msc:`. Options that object storage
+serves check their URLs with `storage.check_url` instead. `dataset_folder` adds that an existing
+dataset must be a folder (not an image or a shard)."""
 
 from __future__ import annotations
 
@@ -49,9 +49,8 @@ def check_local_path(value: object, what: str) -> None:
     if match is not None:
         scheme = match.group("scheme") or match.group("inner")
         raise ConfigError(
-            f"{what} {_shown(text)} is a URL ({scheme}://); shardcook reads and writes local "
-            "paths only (object storage is not supported yet), so give a local path (a mounted "
-            "bucket works)."
+            f"{what} {_shown(text)} is a URL ({scheme}://); {what} takes local paths only, so "
+            "give a local path (a mounted bucket works)."
         )
     encoded = os.fsencode(text)
     if len(encoded) > MAX_PATH_BYTES or any(

@@ -24,7 +24,6 @@ COMMANDS = [
     ["raw", "--config", "s3://bucket/c.yaml", "--output-dir", "out"],
     ["encode", "--input-dir", "in", "--output-dir", "out", "--model-path", "hf://org/flux"],
     ["chatml", "--input", "https://host/a.jsonl", "--output-dir", "out"],
-    ["chatml", "--input", "a.jsonl", "--output-dir", URL],
     ["preview", "ds", "--out", "s3://bucket/sheet.png"],
     ["blend", "s3://bucket/mix.yaml", "ds"],
     ["demo", "--output-dir", URL],
@@ -66,8 +65,7 @@ API = [
 @pytest.mark.parametrize("call", API, ids=["write_blend", "ShardWriter", "check_local_path"])
 def test_the_python_api_refuses_a_url(tmp_path, monkeypatch, call):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"is a URL \(\w+://\); shardcook reads and writes "
-                                          "local paths only"):
+    with pytest.raises(ConfigError, match=r"is a URL \(\w+://\); .* takes local paths only"):
         call()
     assert list(tmp_path.iterdir()) == []
 

@@ -41,8 +41,8 @@ def check_auth(cfg: RunConfig) -> None:
 #: (section, option) of every path a run reads or writes: a URL there is refused, except in
 #: URL_OPTIONS, where it must be one the Multi-Storage Client can open.
 PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
-                ("source", "hf_data_files"), ("output", "scratch_dir"), ("model", "model_path"),
-                ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
+                ("source", "hf_data_files"), ("output", "output_dir"), ("output", "scratch_dir"),
+                ("model", "model_path"), ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
                 ("auth", "hf_token_file"))
 #: The options object storage serves too: the input folder, the tar pattern, chatml's JSONL and
 #: the output folder.
@@ -52,7 +52,6 @@ URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"), ("output", "ou
 def check_paths(cfg: RunConfig) -> None:
     """Refuses a URL as a path option that reads only local files, and a URL that cannot be
     opened (unknown scheme, missing profile) where URLs are read."""
-
     for section, name in PATH_OPTIONS:
         value = getattr(getattr(cfg, section), name)
         option = "--input" if cfg.chatml and name == "input_path" else f"--{name.replace('_', '-')}"

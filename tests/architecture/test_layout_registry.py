@@ -41,3 +41,12 @@ def test_encode_declarations_agree(layout: Layout) -> None:
         assert layout.encode_refusal, "a layout that refuses modes or dtypes says why"
     for option in layout.task_encoder_options:
         assert option in ("image_format", "resample_latents")
+
+
+def test_encode_layout_help_is_built_from_the_registry():
+    from shardcook.layouts import LAYOUTS, encode_layouts_help
+
+    text = encode_layouts_help()
+    for layout in LAYOUTS.values():
+        assert (f"{layout.name} (" in text) == (layout.part_builder is not None), layout.name
+        assert layout.part_builder is None or layout.summary, layout.name

@@ -48,6 +48,7 @@ from shardcook.cli.options import (
     resolve_config,
 )
 from shardcook.errors import ShardcookError
+from shardcook.layouts import encode_layouts_help
 
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
@@ -181,7 +182,7 @@ def encode(
     config: ConfigOpt = None,
     print_config: PrintConfigOpt = False,
     hf_token_file: HfTokenFileOpt = None,
-    layout: Annotated[str, typer.Option(help="primus (scaled latents, one .pth per tensor), megatron-bridge (Megatron-Bridge's FLUX recipe: unscaled latent pth, pickled embeddings, json) or mlperf (MLPerf Flux.1's preencoded_numpy: bf16 as uint16 .npy, the VAE posterior, json).", rich_help_panel=MOD)] = "primus",
+    layout: Annotated[str, typer.Option(help=encode_layouts_help(), rich_help_panel=MOD)] = "primus",
     model_path: Annotated[str, typer.Option(help="FLUX folder (vae/, text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/) or hub id.", rich_help_panel=MOD)] = "black-forest-labs/FLUX.1-dev",
     vae_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the VAE.", rich_help_panel=MOD)] = None,
     clip_path: Annotated[str | None, typer.Option(help="A folder or hub id holding just the CLIP text model (+ tokenizer).", rich_help_panel=MOD)] = None,

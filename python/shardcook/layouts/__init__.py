@@ -17,7 +17,7 @@ LAYOUTS: dict[str, Layout] = {
     layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC)}
 
 __all__ = ["CHATML", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "MLPERF", "PREENCODED", "RAW", "Layout",
-           "by_encoding", "encodings", "get_layout", "registry_function"]
+           "by_encoding", "encode_layouts_help", "encodings", "get_layout", "registry_function"]
 
 
 def get_layout(name: str) -> Layout:
@@ -38,3 +38,9 @@ def encodings() -> list[str]:
 def by_encoding(encoding: str) -> Layout | None:
     """The layout whose on-disk `encoding` is `encoding` (as dataset.yaml or the manifest say)."""
     return next((lay for lay in LAYOUTS.values() if lay.encoding == encoding), None)
+
+
+def encode_layouts_help() -> str:
+    """`encode --layout`'s help: every layout `encode` writes, with what it stores."""
+    written = [f"{lay.name} ({lay.summary})" for lay in LAYOUTS.values() if lay.part_builder]
+    return ", ".join(written[:-1]) + " or " + written[-1] + "."

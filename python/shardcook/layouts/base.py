@@ -56,6 +56,7 @@ class Layout:
             scaling factor applied); None for layouts whose picture is an image.
         part_builder: `module:function` building one `encode` sample's parts from an
             `pipeline.encoded.EncodedSample`; None for layouts `encode` does not write.
+        summary: What the layout stores, in a few words, for `encode --layout`'s help.
         encode_defaults: (option, value) pairs `encode` fills in when not given.
         latent_modes: The `--latent-mode` values `encode` accepts for this layout.
         stored_dtypes: The stored dtypes `encode` accepts (empty: any).
@@ -81,6 +82,7 @@ class Layout:
     preview: str | None = None
     latents_scaled: bool | None = None
     part_builder: str | None = None
+    summary: str = ""
     encode_defaults: tuple[tuple[str, str], ...] = ()
     latent_modes: tuple[str, ...] = ()
     stored_dtypes: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ BRIDGE_FLUX = Layout(
     preview="shardcook.preview:bridge_flux_picture",
     latents_scaled=False,
     part_builder="shardcook.pipeline.bridge_parts:encoded_bridge_parts",
+    summary="Megatron-Bridge's FLUX recipe: unscaled latent pth, pickled embeddings, json",
     encode_defaults=(("precision", "fp32"), ("latent_mode", "mode")),  # as Bridge's script
     latent_modes=("mode", "sample"),  # Bridge's `--stochastic` off or on
     encode_refusal=("--latent-mode {latent_mode} is for --layout primus; megatron-bridge stores "

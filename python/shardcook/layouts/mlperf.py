@@ -39,6 +39,7 @@ MLPERF = Layout(
     preview="shardcook.preview:mlperf_picture",
     latents_scaled=False,  # the posterior mean is stored unscaled
     part_builder="shardcook.pipeline.mlperf_parts:encoded_mlperf_parts",
+    summary="MLPerf Flux.1's preencoded_numpy: bf16 as uint16 .npy, the VAE posterior, json",
     encode_defaults=(("precision", "bf16"), ("latent_mode", "resample")),  # as MLCommons's data
     latent_modes=("resample",),
     stored_dtypes=("bf16",),

@@ -24,6 +24,7 @@ PREENCODED = Layout(
     preview="shardcook.preview:preencoded_picture",
     latents_scaled=True,
     part_builder="shardcook.pipeline.primus_parts:primus_parts",
+    summary="scaled latents, one .pth per tensor",
     encode_defaults=(("precision", "bf16"), ("latent_mode", "sample")),
     latent_modes=("sample", "mode", "resample"),
 )

@@ -77,13 +77,15 @@ def photos(folder: Path, n: int) -> Path:
 def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
                  layout="primus") -> dict:
     from shardcook.config import resolve
-    from shardcook.pipeline.encode import run_encode
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.encode import EncodeJob
 
     v = {"input_dir": str(src), "output_dir": str(out), "image_size": size, "batch_size": batch,
          "model_path": str(model), "precision": precision, "device": device,
          "t5_max_length": t5_len, "overwrite": True, "quiet": True, "finalize": False,
          "layout": layout}
-    rep = run_encode(resolve(v, set(v)))
+    cfg = resolve(v, set(v))
+    rep = run_pipeline(cfg, EncodeJob(cfg))
     st = rep["stage_seconds"]
     return {"size": size, "batch": batch, "samples": rep["num_written"],
             "wall_s": rep["wall_seconds"], "samples_per_s_wall": rep["inputs_per_second"],
@@ -167,7 +169,7 @@ def main() -> None:
     ap.add_argument("--t5-len", type=int, default=512)
     ap.add_argument("--bridge-script", type=Path, default=None)
     args = ap.parse_args()
-    from shardcook.pipeline.encode import quiet_model_libraries
+    from shardcook.pipeline.jobs.encode import quiet_model_libraries
 
     quiet_model_libraries()
     if WORK.exists():

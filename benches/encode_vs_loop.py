@@ -53,7 +53,8 @@ def images(src: Path) -> list[Path]:
 
 def run_shardcook(model: Path, src: Path, out: Path, size: int) -> float:
     from shardcook.config import resolve
-    from shardcook.pipeline.encode import run_encode
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.encode import EncodeJob
 
     values = {"input_dir": str(src), "output_dir": str(out), "image_size": size,
               "model_path": str(model), "precision": "fp32", "t5_max_length": T5_LEN,
@@ -61,7 +62,7 @@ def run_shardcook(model: Path, src: Path, out: Path, size: int) -> float:
               "finalize": False, "latent_mode": "sample", "device": "cpu"}
     cfg = resolve(values, set(values))
     t0 = time.perf_counter()
-    report = run_encode(cfg)
+    report = run_pipeline(cfg, EncodeJob(cfg))
     seconds = time.perf_counter() - t0
     assert report["num_written"] == len(images(src)), report
     return seconds
@@ -125,7 +126,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
     from shardcook.encoders.tiny import build_tiny_flux
-    from shardcook.pipeline.encode import quiet_model_libraries
+    from shardcook.pipeline.jobs.encode import quiet_model_libraries
 
     quiet_model_libraries()
     if WORK.exists():

@@ -233,7 +233,7 @@ def test_variable_sizes_broken_images_and_groups_of_one_shape(tiny_flux, tmp_pat
 
 
 def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
-    from shardcook.pipeline.encode import cpu_threads
+    from shardcook.pipeline.jobs.encode import cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
@@ -254,7 +254,7 @@ def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
 
 def test_decoded_pixels_waiting_for_the_encoders_are_bounded():
     from shardcook.config import resolve
-    from shardcook.pipeline.encode import PREPARED_BYTES, prefetch_batches
+    from shardcook.pipeline.jobs.encode import PREPARED_BYTES, prefetch_batches
 
     def depth(**v):
         v = {"input_dir": "photos", "output_dir": "out", **v}

@@ -9,9 +9,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
+
+if TYPE_CHECKING:
+    from shardcook.config import RunConfig
 
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "camera",
           "hubble_deep_field", "colorwheel")
@@ -148,3 +152,11 @@ def energon_captions(root: Path, split: str) -> dict[str, str]:
     """Every sample of a split as Energon's own loader reads it: key to its `txt` caption."""
     return {key: parts["txt"].decode() for key, (where, parts) in energon_parts(root).items()
             if where == split}
+
+
+def run_raw(cfg: RunConfig) -> dict | None:
+    """`shardcook raw`'s run in this process; report.json's content."""
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.raw import RawJob
+
+    return run_pipeline(cfg, RawJob(cfg))

@@ -178,7 +178,8 @@ def test_huggingface_bad_setup(tmp_path):
 
 def test_variable_mode_keeps_aspect_and_skips_images_too_small_for_it(tmp_path):
     from shardcook.config import resolve
-    from shardcook.pipeline.raw import run_raw
+
+    from tests.helpers.raw import run_raw
 
     src = tmp_path / "in"
     src.mkdir()

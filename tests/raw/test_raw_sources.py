@@ -202,7 +202,7 @@ def _check_read_back(out, expected_captions: dict[str, str], size: int):
 
 
 def test_directory_end_to_end(tmp_path):
-    from shardcook.pipeline.raw import run_raw
+    from tests.helpers.raw import run_raw
 
     # every format the image core decodes, each through the whole pipeline
     make_folder(tmp_path / "in", 10, photos=4, fmts=("jpg", "png", "webp", "bmp", "gif", "tif"))
@@ -222,7 +222,8 @@ def test_directory_end_to_end(tmp_path):
 
 def test_huggingface_end_to_end(tmp_path):
     import datasets
-    from shardcook.pipeline.raw import run_raw
+
+    from tests.helpers.raw import run_raw
 
     rows = {"image": [{"bytes": encode(photo(i) if i < 2 else generated(i), "jpg"), "path": None}
                       for i in range(6)],
@@ -239,7 +240,7 @@ def test_huggingface_end_to_end(tmp_path):
 
 
 def test_webdataset_end_to_end(tmp_path):
-    from shardcook.pipeline.raw import run_raw
+    from tests.helpers.raw import run_raw
 
     root = _wds(tmp_path)
     out = tmp_path / "out"

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 from shardcook import read_shard
+from shardcook.config import RunConfig
+from shardcook.pipeline.jobs.raw import RawJob
+from shardcook.sources.base import Source
 
 from tests.helpers.chatml import turns, write_images, write_jsonl
 from tests.helpers.dataset import cli, one_error_line
@@ -118,11 +121,22 @@ def test_an_input_dir_in_a_bucket_gives_the_local_shards(s3_store, inputs, tmp_p
             "missing_image", "image_outside_folder", "bad_index_row"]
 
 
+class ListedRawJob(RawJob):
+    """`raw` on a source opened (listed, counted) before the run, so a test can change the
+    bucket in between."""
+
+    def __init__(self, cfg: RunConfig, listed: Source) -> None:
+        super().__init__(cfg)
+        self.listed = listed
+
+    def source(self, cfg: RunConfig) -> Source:
+        return self.listed
+
+
 def test_an_object_deleted_after_the_listing_is_skipped_with_its_reason(s3_store, inputs,
                                                                         tmp_path):
     from shardcook.config import resolve
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.raw import RawProcessor
     from shardcook.sources.directory import DirectorySource
 
     s3_store.upload_folder(inputs / "folder", "in")
@@ -131,8 +145,7 @@ def test_an_object_deleted_after_the_listing_is_skipped_with_its_reason(s3_store
     source = DirectorySource(cfg.source.input_dir or "")  # listed now
     s3_store.server.client().delete_object(Bucket=s3_store.bucket, Key="in/images/0002.webp")
     s3_store.server.client().delete_object(Bucket=s3_store.bucket, Key="in/captions/0005.txt")
-    result = run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
-                          make_source=lambda _: source)
+    result = run_pipeline(cfg, ListedRawJob(cfg, source))
     assert result is not None
     got = {(s["source"], s["reason"], s.get("detail")) for s in report(tmp_path / "out")["skipped"]}
     assert got == {
@@ -186,7 +199,6 @@ def test_a_tar_deleted_after_it_was_counted_stops_the_run_in_one_sentence(s3_sto
     from shardcook.config import resolve
     from shardcook.errors import DatasetError
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.raw import RawProcessor
     from shardcook.sources.webdataset import WebDatasetSource
 
     s3_store.upload_folder(inputs / "tars", "wds")
@@ -198,8 +210,7 @@ def test_a_tar_deleted_after_it_was_counted_stops_the_run_in_one_sentence(s3_sto
     s3_store.server.client().delete_object(Bucket=s3_store.bucket, Key="wds/000001.tar")
     with pytest.raises(DatasetError, match=r"Input tar '.*/wds/000001.tar' cannot be read any "
                                            r"more \(No such object\); restore it"):
-        run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
-                     make_source=lambda _: source)
+        run_pipeline(cfg, ListedRawJob(cfg, source))
     assert [p.name for p in (tmp_path / "out").glob("*.tar")] == ["000000.tar"]
 
 

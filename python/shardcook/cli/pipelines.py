@@ -109,10 +109,11 @@ def raw(
     except ShardcookError as e:
         fail(e)
     _print_config_or_start_workers(ctx, cfg, print_config)
-    from shardcook.pipeline.raw import run_raw
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.raw import RawJob
 
     try:
-        run_raw(cfg)
+        run_pipeline(cfg, RawJob(cfg))
     except ShardcookError as e:
         fail(e)
 
@@ -169,10 +170,11 @@ def chatml(
     except ShardcookError as e:
         fail(e)
     _print_config_or_start_workers(ctx, cfg, print_config)
-    from shardcook.pipeline.chatml import run_chatml
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.chatml import ChatmlJob
 
     try:
-        run_chatml(cfg)
+        run_pipeline(cfg, ChatmlJob(cfg))
     except ShardcookError as e:
         fail(e)
 
@@ -228,16 +230,17 @@ def encode(
     shards. Resumable; one GPU or many under torchrun. Alias: diffusion-encoded."""
     try:
         cfg = resolve_config(ctx, config)
-        from shardcook.pipeline.encode import apply_layout_defaults, check_model
+        from shardcook.pipeline.jobs.encode import apply_layout_defaults, check_model
 
         apply_layout_defaults(cfg)
         check_model(cfg)
     except ShardcookError as e:
         fail(e)
     _print_config_or_start_workers(ctx, cfg, print_config)
-    from shardcook.pipeline.encode import run_encode
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.encode import EncodeJob
 
     try:
-        run_encode(cfg)
+        run_pipeline(cfg, EncodeJob(cfg))
     except ShardcookError as e:
         fail(e)

@@ -70,12 +70,13 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
 
 def _run_demo(root: Path, n: int) -> DemoResult:
     t0 = time.perf_counter()
-    for name in ("shardcook.pipeline.encode", "shardcook.pipeline.driver"):
+    for name in ("shardcook.pipeline.jobs.encode", "shardcook.pipeline.driver"):
         logging.getLogger(name).setLevel(logging.ERROR)  # "encoding on the CPU": expected here
     from shardcook.dataset import validate
     from shardcook.encoders.tiny import LABEL, build_tiny_flux
-    from shardcook.pipeline.encode import quiet_model_libraries, run_encode
-    from shardcook.pipeline.raw import run_raw
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.encode import EncodeJob, quiet_model_libraries
+    from shardcook.pipeline.jobs.raw import RawJob
 
     quiet_model_libraries()
     images, model = root / "images", root / "tiny-flux-DEMO-WEIGHTS"
@@ -83,8 +84,9 @@ def _run_demo(root: Path, n: int) -> DemoResult:
     made = make_images(images, n)
     if not (model / "DEMO_WEIGHTS.txt").is_file():
         build_tiny_flux(model)
-    raw_report = run_raw(_config(images, raw_out, None))
-    enc_report = run_encode(_config(images, enc_out, model))
+    raw_cfg, enc_cfg = _config(images, raw_out, None), _config(images, enc_out, model)
+    raw_report = run_pipeline(raw_cfg, RawJob(raw_cfg))
+    enc_report = run_pipeline(enc_cfg, EncodeJob(enc_cfg))
     assert raw_report is not None and enc_report is not None  # one process: rank 0 reports
     lines = [f"shardcook demo in {root.resolve()}",
              f"  inputs:   {len(made)} generated images with captions in {images}",

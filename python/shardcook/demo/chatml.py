@@ -82,13 +82,15 @@ def run_chatml_demo(root: Path, images: list[tuple[str, str]], image_dir: Path) 
     from shardcook.dataset import validate
     from shardcook.errors import DatasetError
     from shardcook.layouts.chatml import VIDEO_FRAMES_PART, load_videos
-    from shardcook.pipeline.chatml import run_chatml
+    from shardcook.pipeline.driver import run_pipeline
+    from shardcook.pipeline.jobs.chatml import ChatmlJob
 
     # "Bridge's class is not importable here": expected on a machine without Megatron-Bridge
-    logging.getLogger("shardcook.pipeline.chatml").setLevel(logging.ERROR)
+    logging.getLogger("shardcook.pipeline.jobs.chatml").setLevel(logging.ERROR)
     jsonl = make_inputs(root / "chatml-inputs", images, image_dir)
     out = root / "chatml"
-    rep = run_chatml(config(jsonl, out))
+    cfg = config(jsonl, out)
+    rep = run_pipeline(cfg, ChatmlJob(cfg))
     assert rep is not None
     v = validate(out, deep=True)
     if not v.ok:

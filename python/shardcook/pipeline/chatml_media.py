@@ -24,7 +24,7 @@ from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.errors import SkipReason
 from shardcook.layouts import chatml as layout
 from shardcook.media import MediaError, audio, video
-from shardcook.pipeline.raw import classify_error
+from shardcook.pipeline.images import classify_error
 from shardcook.pipeline.run import Loaded, Outcome, Processor, split_skipped
 from shardcook.sources.chat import ChatItem
 

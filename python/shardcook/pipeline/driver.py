@@ -1,5 +1,5 @@
-"""One whole run, shared by `raw` and `encode`: setup checks, planning, this rank's units,
-gathering, report and manifest, finalize (rank 0)."""
+"""One whole run of a `Job` (`pipeline/jobs/`: raw, encode, chatml): setup checks, planning,
+this rank's units, gathering, report and manifest, finalize (rank 0)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -20,6 +21,63 @@ from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
 
 log = logging.getLogger(__name__)
+
+
+class Job(Protocol):
+    """What a job gives the engine: its source, units, processor, manifest facts and finalize.
+
+    The engine calls, in order: `running()` around the whole run; `source` and `units` on every
+    rank before any work (a ConfigError there stops every rank); `processor` once the output
+    folder is set up; `finalize` on rank 0 after every rank is done, with --finalize.
+    """
+
+    #: The dataset's encoding (the layout's), recorded in the manifest and report.
+    encoding: str
+    #: Inputs per reader batch, and how many batches wait, read and prepared, for the processor.
+    batch_size: int
+    prefetch: int
+    #: The process group's backend (nccl when the processor runs on a GPU).
+    backend: str
+    #: Facts the manifest records besides the run's config and source (encode: its encoders).
+    manifest_extra: JsonObject | None
+
+    def running(self) -> AbstractContextManager[object]:
+        """What the job sets for the length of the run (encode: torch's thread count)."""
+        ...
+
+    def source(self, cfg: RunConfig) -> Source:
+        """The inputs, opened and checked."""
+        ...
+
+    def units(self, source: Source) -> list[WorkUnit]:
+        """The run's work units; ConfigError for a plan finalize would refuse."""
+        ...
+
+    def processor(self, cfg: RunConfig) -> Processor:
+        """What turns loaded inputs into sample parts."""
+        ...
+
+    def finalize(self, out: Path | str, report: JsonObject) -> None:
+        """Indexes and checks the finished dataset at `out` (a path, or a URL)."""
+        ...
+
+
+def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
+    """Consecutive units of --shard-size inputs; with --finalize, --split's ratios are checked
+    against them now, not after the work."""
+    units = plan_units(len(source), cfg.output.shard_size)
+    if cfg.output.finalize:
+        from shardcook.dataset.splits import split_by_ratio
+
+        split_by_ratio([u.name for u in units], cfg.output.split)
+    return units
+
+
+def finalize_by_ratio(cfg: RunConfig, encoding: str, out: Path | str) -> None:
+    """`finalize` of a job with one shard sequence, cut into splits by --split's ratios."""
+    from shardcook.dataset import finalize
+
+    finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
 
 
 @contextmanager
@@ -68,51 +126,33 @@ def _setup(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
     folder.write_manifest(manifest)
 
 
-def run_pipeline(
-    cfg: RunConfig,
-    *,
-    encoding: str,
-    make_processor: Callable[[RunConfig], Processor],
-    batch_size: int = 32,
-    prefetch: int = 2,
-    manifest_extra: JsonObject | None = None,
-    backend: str = "gloo",
-    make_source: Callable[[RunConfig], Source] | None = None,
-    make_units: Callable[[Source], list[WorkUnit]] | None = None,
-    finish: Callable[[Path | str, JsonObject], None] | None = None,
-) -> JsonObject | None:
-    """Runs the whole pipeline on this process's rank; returns the report on rank 0.
-
-    `make_source`, `make_units` and `finish` replace the defaults (`open_source`, consecutive
-    units of `shard_size`, `finalize` by --split ratios) for pipelines with their own input kinds,
-    shard names and metadata (`chatml`); `finish(out, report)` runs on rank 0 after the report,
-    `out` the folder's location (a path, or a URL for object storage).
-    `prefetch` batches wait, read and prepared, for the processor.
+def run_pipeline(cfg: RunConfig, job: Job) -> JsonObject | None:
+    """Runs `job` on this process's rank; returns the report on rank 0.
 
     Raises:
         ConfigError: bad setup, before any work (on every rank).
         DatasetError: units missing after all ranks finished, or finalize/validate failed.
     """
+    with job.running():
+        return _run(cfg, job)
+
+
+def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
     from shardcook import distributed
-    from shardcook.sources import open_source
 
     t_start = time.perf_counter()
-    dist = distributed.init(backend)
+    dist = distributed.init(job.backend)
     folder: OutputFolder | None = None
     try:
         error: str | None = None
         source = None
+        units: list[WorkUnit] = []
         try:
             folder = run_folder(cfg.output)
-            source = (make_source or open_source)(cfg)
-            manifest = rep.new_manifest(cfg, encoding, source.describe(), len(source),
-                                        manifest_extra)
-            # a split finalize would refuse fails now, not after the work
-            if cfg.output.finalize and finish is None:
-                from shardcook.dataset.splits import split_by_ratio
-
-                planned = plan_units(len(source), cfg.output.shard_size)
-                split_by_ratio([u.name for u in planned], cfg.output.split)
+            source = job.source(cfg)
+            manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
+                                        job.manifest_extra)
+            units = job.units(source)
         except ConfigError as e:
             error = str(e)
         errors = dist.gather(error)
@@ -127,22 +167,19 @@ def run_pipeline(
         if error is not None:
             raise ConfigError(error)
         assert source is not None and folder is not None
-        processor = make_processor(cfg)
-
-        units = (make_units(source) if make_units is not None
-                 else plan_units(len(source), cfg.output.shard_size))
+        processor = job.processor(cfg)
         mine = units_for_rank(units, dist.rank, dist.world_size)
         show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
         with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
-            stats = run_units(folder, source, mine, processor, batch_size=batch_size,
-                              prefetch=prefetch, on_progress=on_progress)
+            stats = run_units(folder, source, mine, processor, batch_size=job.batch_size,
+                              prefetch=job.prefetch, on_progress=on_progress)
         all_stats: list[RunStats] = dist.gather(stats)
         result: JsonObject | None = None
         failure: ShardcookError | None = None
         if dist.is_main:
             try:
-                result = _finish(cfg, folder, units, manifest, all_stats, dist.world_size,
-                                 encoding, t_start, finish)
+                result = _finish(cfg, job, folder, units, manifest, all_stats,
+                                 dist.world_size, t_start)
             except ShardcookError as e:
                 failure = e
         error = dist.broadcast(None if failure is None else str(failure))
@@ -157,9 +194,9 @@ def run_pipeline(
         dist.close()
 
 
-def _finish(cfg: RunConfig, folder: OutputFolder, units: list[WorkUnit], manifest: JsonObject,
-            all_stats: list[RunStats], world_size: int, encoding: str, t_start: float,
-            finish: Callable[[Path | str, JsonObject], None] | None = None) -> JsonObject:
+def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit],
+            manifest: JsonObject, all_stats: list[RunStats], world_size: int,
+            t_start: float) -> JsonObject:
     out = folder.location
     records, missing = rep.collect(folder, units)
     if missing:
@@ -176,7 +213,7 @@ def _finish(cfg: RunConfig, folder: OutputFolder, units: list[WorkUnit], manifes
 
     def report(finalize_seconds: float | None) -> JsonObject:
         return rep.build_report(
-            records, encoding=encoding, num_inputs=manifest["num_inputs"],
+            records, encoding=job.encoding, num_inputs=manifest["num_inputs"],
             wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,
             world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
@@ -191,12 +228,7 @@ def _finish(cfg: RunConfig, folder: OutputFolder, units: list[WorkUnit], manifes
                 f"see {folder.report_path} for the reasons."
             )
         t0 = time.perf_counter()
-        if finish is not None:
-            finish(out, result)
-        else:
-            from shardcook.dataset import finalize
-
-            finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
+        job.finalize(out, result)
         result = report(time.perf_counter() - t0)
         folder.write_results(rep.finish_manifest(manifest, result), result)
     if not cfg.output.quiet:

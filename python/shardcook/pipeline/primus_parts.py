@@ -8,7 +8,7 @@ import json
 
 from shardcook.layouts.preencoded import POSTERIOR_PARTS
 from shardcook.pipeline.encoded import EncodedSample
-from shardcook.pipeline.raw import result_meta_json
+from shardcook.pipeline.images import result_meta_json
 
 
 def _with_factors(meta: bytes, facts: dict[str, object]) -> bytes:

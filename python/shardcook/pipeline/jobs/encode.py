@@ -18,10 +18,12 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
@@ -30,11 +32,14 @@ from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.layouts import LAYOUTS, Layout, registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
+from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
 from shardcook.pipeline.encoded import EncodedSample, PartBuilder
 from shardcook.pipeline.folders import OutputFolder, run_folder
-from shardcook.pipeline.raw import check_image_options, decode_images, result_pixels
+from shardcook.pipeline.images import check_image_options, decode_images, result_pixels
+from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+from shardcook.sources.base import Source
 
 if TYPE_CHECKING:
     import torch
@@ -330,62 +335,88 @@ def cpu_threads(workers: int | None) -> tuple[int, int]:
     return torch_threads, workers or max(1, cores - torch_threads)
 
 
-def run_encode(cfg: RunConfig, *, token_file: str | None = None) -> JsonObject | None:
-    """`shardcook encode`: the whole run for this rank; returns report.json's content on rank 0.
+class EncodeJob:
+    """`shardcook encode` as a job: `open_source`'s inputs in units of --shard-size, the image core
+    and the FLUX encoders, finalize by --split's ratios with the layout's encoding."""
 
-    Args:
-        token_file: The Hugging Face token file (default: the config's `auth.hf_token_file`).
+    prefetch: int
 
-    Raises:
-        ConfigError: bad setup (options, model paths, token file), before any work.
-    """
-    token_file = token_file or cfg.auth.hf_token_file
-    check_model(cfg)
-    local_env()
-    layout = encode_layout(cfg.model.layout)
-    from shardcook.encoders.flux import torch_dtype
-    from shardcook.pipeline.driver import run_pipeline
+    def __init__(self, cfg: RunConfig, *, token_file: str | None = None) -> None:
+        """Checks the options, the environment and the encoders' sources and picks the device,
+        before any work.
 
-    extra = encoder_manifest(cfg, token_file)
-    device = pick_device(cfg.model.device)
-    import torch
+        Args:
+            token_file: The Hugging Face token file (default: the config's `auth.hf_token_file`).
 
-    callers_threads = threads = torch.get_num_threads()
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-        workers = cfg.image.workers or os.cpu_count() or 1
-    else:  # fixed for the whole run: float32 CPU kernels round differently with other counts
-        threads, workers = cpu_threads(cfg.image.workers)
-    check_image_options(cfg.image, workers)
-    m = cfg.model
-    precision, latent_mode = m.precision, m.latent_mode
-    assert precision is not None and latent_mode is not None  # check_model filled them in
+        Raises:
+            ConfigError: bad setup (options, model paths, token file).
+        """
+        self.cfg = cfg
+        self.token_file = token_file or cfg.auth.hf_token_file
+        check_model(cfg)
+        local_env()
+        self.layout = encode_layout(cfg.model.layout)
+        self.encoding = self.layout.encoding
+        self.manifest_extra: JsonObject | None = encoder_manifest(cfg, self.token_file)
+        self.device = pick_device(cfg.model.device)
+        self.backend = "nccl" if self.device.startswith("cuda") else "gloo"
+        import torch
 
-    def load_encoders() -> FluxEncoders:
+        self.threads = torch.get_num_threads()
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(self.device))
+            self.workers = cfg.image.workers or os.cpu_count() or 1
+        else:  # fixed for the whole run: float32 CPU kernels round differently with other counts
+            self.threads, self.workers = cpu_threads(cfg.image.workers)
+        check_image_options(cfg.image, self.workers)
+        self.batch_size = max(4 * cfg.model.batch_size, 8)
+        self.prefetch = prefetch_batches(cfg, self.batch_size)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Torch's thread count for the run, the caller's restored after."""
+        import torch
+
+        callers_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(callers_threads)
+
+    def source(self, cfg: RunConfig) -> Source:
+        from shardcook.sources import open_source
+
+        return open_source(cfg)
+
+    def units(self, source: Source) -> list[WorkUnit]:
+        return ratio_units(self.cfg, source)
+
+    def load_encoders(self) -> FluxEncoders:
+        """The encoders (rank 0 also writes empty_encodings)."""
         quiet_model_libraries()
         from shardcook.encoders.flux import FluxEncoders
 
+        m, layout = self.cfg.model, self.layout
+        assert m.precision is not None and m.latent_mode is not None  # check_model filled them
         encoders = FluxEncoders.load(
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
-            t5_path=m.t5_path, revision=m.revision, token_file=token_file,
-            precision=precision, device=device, t5_max_length=m.t5_max_length,
-            latent_mode=latent_mode, seed=m.seed,
+            t5_path=m.t5_path, revision=m.revision, token_file=self.token_file,
+            precision=m.precision, device=self.device, t5_max_length=m.t5_max_length,
+            latent_mode=m.latent_mode, seed=m.seed,
             t5_attention_mask=bool(layout.encoder_fact("t5_attention_mask", False)),
             scale_latents=bool(layout.encoder_fact("latents_scaled", True)))
         if env_rank_world()[0] == 0:
-            write_empty_encodings(run_folder(cfg.output), encoders)
+            write_empty_encodings(run_folder(self.cfg.output), encoders)
         return encoders
 
-    def make_processor(cfg: RunConfig) -> EncodeProcessor:
-        return EncodeProcessor(cfg, load_encoders, torch_dtype(m.stored_dtype or precision),
-                               workers)
+    def processor(self, cfg: RunConfig) -> EncodeProcessor:
+        from shardcook.encoders.flux import torch_dtype
 
-    batch_size = max(4 * m.batch_size, 8)
-    torch.set_num_threads(threads)
-    try:
-        return run_pipeline(cfg, encoding=layout.encoding, make_processor=make_processor,
-                            batch_size=batch_size, prefetch=prefetch_batches(cfg, batch_size),
-                            manifest_extra=extra,
-                            backend="nccl" if device.startswith("cuda") else "gloo")
-    finally:
-        torch.set_num_threads(callers_threads)
+        m = cfg.model
+        assert m.precision is not None  # check_model filled it in
+        return EncodeProcessor(cfg, self.load_encoders, torch_dtype(m.stored_dtype or m.precision),
+                               self.workers)
+
+    def finalize(self, out: Path | str, report: JsonObject) -> None:
+        finalize_by_ratio(self.cfg, self.encoding, out)

@@ -1,20 +1,16 @@
-"""`raw`: images decoded, oriented, resized/cropped and re-encoded by the Rust image core, written
-with their captions and meta.json (docs/FORMAT.md §3, raw)."""
+"""The image stage shared by `raw` and `encode` (and chatml's skip reasons): images decoded,
+oriented and resized by the Rust image core, the skip reason of a failure, meta.json."""
 
 from __future__ import annotations
 
 import json
-import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 import numpy as np
 from shardcook import imaging  # the Rust image core
-from shardcook.config import ImageConfig, RunConfig
+from shardcook.config import ImageConfig
 from shardcook.errors import ConfigError, ImageError, ImageErrorKind, SkipReason
-from shardcook.pipeline.report import JsonObject
-from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+from shardcook.pipeline.run import Loaded, Outcome
 
 
 def classify_error(kind: ImageErrorKind | None) -> SkipReason:
@@ -84,54 +80,6 @@ def result_meta_json(source: str, result: imaging.ImageResult) -> bytes:
     return meta_json(source, result.orig_size, result.crop, (h, w))
 
 
-class RawProcessor(Processor):
-    """Turns loaded inputs into (image, txt, meta.json) parts."""
-
-    def __init__(self, cfg: RunConfig) -> None:
-        self.image = cfg.image
-        self.workers = cfg.image.workers or os.cpu_count() or 1
-        self.stage_seconds = {"preprocess": 0.0, "encode": 0.0}
-        self._pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
-
-    def _encode(self, pixels: np.ndarray) -> bytes:
-        i = self.image
-        # config validation allows only the image core's formats
-        image_format = cast(imaging.ImageFormat, i.image_format)
-        return imaging.encode_image(pixels, format=image_format, quality=i.image_quality)
-
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
-        i = self.image
-        outcomes, todo = split_skipped(batch)
-        t0 = time.perf_counter()
-        keep, skips = decode_images(batch, todo, i, self.workers)
-        for n, o in skips.items():
-            outcomes[n] = o
-        t1 = time.perf_counter()
-        self.stage_seconds["preprocess"] += t1 - t0
-        pixels = [result_pixels(r) for _, r in keep]
-        encoded = list(self._pool.map(self._try_encode, pixels)) if self._pool else [
-            self._try_encode(p) for p in pixels]
-        self.stage_seconds["encode"] += time.perf_counter() - t1
-        for (n, r), data in zip(keep, encoded):
-            item = batch[n].item
-            if isinstance(data, str):
-                outcomes[n] = Outcome(item, skip="encode_error", detail=data)
-                continue
-            parts = [
-                (i.image_format, data),
-                ("txt", (item.caption or "").encode("utf-8")),
-                ("meta.json", result_meta_json(item.source, r)),
-            ]
-            outcomes[n] = Outcome(item, parts=parts)
-        return completed(outcomes)
-
-    def _try_encode(self, pixels: np.ndarray) -> bytes | str:
-        try:
-            return self._encode(pixels)
-        except Exception as e:  # noqa: BLE001 - any encode failure skips just this image
-            return str(e) or type(e).__name__
-
-
 def check_image_options(image: ImageConfig, workers: int) -> None:
     """Raises ConfigError, before anything is written, when the image core would refuse these
     options (a size whose output exceeds --max-pixels, too many workers): a batch of no images
@@ -143,13 +91,3 @@ def check_image_options(image: ImageConfig, workers: int) -> None:
         raise ConfigError(
             f"{e} (check --image-size, --max-size, --max-pixels and --workers)."
         ) from None
-
-
-def run_raw(cfg: RunConfig) -> JsonObject | None:
-    """`shardcook raw`: the whole run for this rank; returns report.json's content on rank 0."""
-    from shardcook.pipeline.driver import run_pipeline
-
-    workers = cfg.image.workers or os.cpu_count() or 1
-    check_image_options(cfg.image, workers)
-    return run_pipeline(cfg, encoding="raw", make_processor=RawProcessor,
-                        batch_size=max(16, 4 * workers))

@@ -1,4 +1,4 @@
-"""`chatml` as a job on the shared driver: the chat source (`sources/chat.py`), work units per
+"""`chatml` as a job on the shared engine: the chat source (`sources/chat.py`), work units per
 split, the media processor (`pipeline/chatml_media.py`), and the generic finalize with split
 parts by shard name and Megatron-Bridge's dataset.yaml (validate runs the layout's checker)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Collection
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError
@@ -17,6 +17,8 @@ from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
 from shardcook.pipeline.chatml_media import ChatmlProcessor
 from shardcook.pipeline.plan import WorkUnit
+from shardcook.pipeline.report import JsonObject
+from shardcook.sources.base import Source
 from shardcook.sources.chat import SPLITS, ChatmlSource
 
 log = logging.getLogger(__name__)
@@ -84,46 +86,40 @@ def finalize_chatml(out: Path | str, shards: Collection[str], fields: dict[str, 
 
 
 class ChatmlJob:
-    """The driver's callbacks for one chatml run; the processor and finalize use what the
-    source found (image layout, video layout, audio format)."""
+    """`shardcook chatml` as a job; the processor and finalize use what the source found (image
+    layout, video layout, audio format)."""
 
-    def __init__(self, shard_size: int) -> None:
-        self.shard_size = shard_size
+    encoding = CHATML.encoding
+    prefetch = 2
+    backend = "gloo"
+    manifest_extra: JsonObject | None = None
+
+    def __init__(self, cfg: RunConfig) -> None:
+        """Raises ConfigError without the chatml section (its options are checked with the
+        config: `config.check_chatml`)."""
+        if cfg.chatml is None:
+            raise ConfigError("chatml needs the chatml section of the config.")
+        self.shard_size = cfg.output.shard_size
+        self.batch_size = max(16, 4 * (cfg.image.workers or os.cpu_count() or 1))
         self.found: ChatmlSource | None = None
+
+    def running(self) -> AbstractContextManager[object]:
+        return nullcontext()
 
     def source(self, cfg: RunConfig) -> ChatmlSource:
         """Opens and scans the inputs (bad setup raises ConfigError here, before any work)."""
         self.found = ChatmlSource(cfg)
         return self.found
 
+    def units(self, source: Source) -> list[WorkUnit]:
+        assert self.found is not None and source is self.found
+        return list(plan_split_units(self.found.split_sizes, self.shard_size))
+
     def processor(self, cfg: RunConfig) -> ChatmlProcessor:
         assert self.found is not None
         s = self.found
         return ChatmlProcessor(cfg, s.images, s.video_layout, s.audio_extension)
 
-    def units(self, source: object) -> list[WorkUnit]:
-        assert self.found is not None and source is self.found
-        return list(plan_split_units(self.found.split_sizes, self.shard_size))
-
-    def finish(self, out: Path | str, report: dict[str, Any]) -> None:
+    def finalize(self, out: Path | str, report: JsonObject) -> None:
         assert self.found is not None
         finalize_chatml(out, report["shards"], self.found.field_map())
-
-
-def run_chatml(cfg: RunConfig) -> dict[str, Any] | None:
-    """`shardcook chatml`: the whole run for this rank; returns report.json's content on rank 0.
-
-    Raises:
-        ConfigError: bad options or inputs, before any work.
-        DatasetError: as `run_pipeline`.
-    """
-    from shardcook.pipeline.driver import run_pipeline
-
-    if cfg.chatml is None:  # options are checked with the config (config.check_chatml)
-        raise ConfigError("chatml needs the chatml section of the config.")
-    job = ChatmlJob(cfg.output.shard_size)
-    workers = cfg.image.workers or os.cpu_count() or 1
-    return run_pipeline(
-        cfg, encoding=CHATML.encoding, make_processor=job.processor,
-        batch_size=max(16, 4 * workers), make_source=job.source, make_units=job.units,
-        finish=job.finish)

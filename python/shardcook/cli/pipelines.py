@@ -4,6 +4,8 @@ Primus aliases are registered in `shardcook.cli`; the logic is in shardcook.pipe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -52,19 +54,38 @@ from shardcook.layouts import encode_layouts_help
 
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
+    from shardcook.pipeline.driver import Job
 
 # More --help panels, for the options of one command.
 CHAT = "ChatML"
 MOD = "Model"
 
 
-def _print_config_or_start_workers(ctx: typer.Context, cfg: RunConfig, print_config: bool) -> None:
-    """With the options checked: --print-config prints the config and exits; `--nproc-per-node`
-    runs the command in that many workers and exits with their status."""
+def _run_job(ctx: typer.Context, config: Path | None, print_config: bool,
+             make_job: Callable[[RunConfig], Job], *,
+             check: Callable[[RunConfig], None] | None = None,
+             renamed: dict[str, str] | None = None,
+             extra: dict[str, tuple[object, bool]] | None = None) -> None:
+    """The run commands' shell: the config resolved and checked (`check` adds the command's
+    own checks), then --print-config prints it and exits, `--nproc-per-node` runs the command in
+    that many workers and exits with their status, or the job runs here; a ShardcookError is one
+    line and exit 2."""
+    try:
+        cfg = resolve_config(ctx, config, renamed=renamed, extra=extra)
+        if check is not None:
+            check(cfg)
+    except ShardcookError as e:
+        fail(e)
     if print_config:
         typer.echo(cfg.to_yaml(), nl=False)
         raise typer.Exit()
     start_workers(ctx)
+    from shardcook.pipeline.driver import run_pipeline
+
+    try:
+        run_pipeline(cfg, make_job(cfg))
+    except ShardcookError as e:
+        fail(e)
 
 
 def raw(
@@ -104,18 +125,9 @@ def raw(
 ) -> None:
     """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
     finalized Energon shards. Resumable; runs under torchrun. Alias: diffusion-raw."""
-    try:
-        cfg = resolve_config(ctx, config)
-    except ShardcookError as e:
-        fail(e)
-    _print_config_or_start_workers(ctx, cfg, print_config)
-    from shardcook.pipeline.driver import run_pipeline
     from shardcook.pipeline.jobs.raw import RawJob
 
-    try:
-        run_pipeline(cfg, RawJob(cfg))
-    except ShardcookError as e:
-        fail(e)
+    _run_job(ctx, config, print_config, RawJob)
 
 
 def chatml(
@@ -163,20 +175,11 @@ def chatml(
             input is None and hf_dataset is None and config is None):
         fail(ValueError("give exactly one of --input FILE.jsonl and --hf-dataset"))
     source_type = "huggingface" if hf_dataset is not None else "jsonl"
-    try:
-        cfg = resolve_config(
-            ctx, config, renamed={"input": "input_path", "max_pixels": "chatml.max_pixels"},
-            extra={"source_type": (source_type, input is not None or hf_dataset is not None)})
-    except ShardcookError as e:
-        fail(e)
-    _print_config_or_start_workers(ctx, cfg, print_config)
-    from shardcook.pipeline.driver import run_pipeline
     from shardcook.pipeline.jobs.chatml import ChatmlJob
 
-    try:
-        run_pipeline(cfg, ChatmlJob(cfg))
-    except ShardcookError as e:
-        fail(e)
+    _run_job(ctx, config, print_config, ChatmlJob,
+             renamed={"input": "input_path", "max_pixels": "chatml.max_pixels"},
+             extra={"source_type": (source_type, input is not None or hf_dataset is not None)})
 
 
 def encode(
@@ -228,19 +231,6 @@ def encode(
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
     shards. Resumable; one GPU or many under torchrun. Alias: diffusion-encoded."""
-    try:
-        cfg = resolve_config(ctx, config)
-        from shardcook.pipeline.jobs.encode import apply_layout_defaults, check_model
+    from shardcook.pipeline.jobs.encode import EncodeJob, check_model
 
-        apply_layout_defaults(cfg)
-        check_model(cfg)
-    except ShardcookError as e:
-        fail(e)
-    _print_config_or_start_workers(ctx, cfg, print_config)
-    from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.jobs.encode import EncodeJob
-
-    try:
-        run_pipeline(cfg, EncodeJob(cfg))
-    except ShardcookError as e:
-        fail(e)
+    _run_job(ctx, config, print_config, EncodeJob, check=check_model)

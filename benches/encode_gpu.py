@@ -84,7 +84,7 @@ def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
          "model_path": str(model), "precision": precision, "device": device,
          "t5_max_length": t5_len, "overwrite": True, "quiet": True, "finalize": False,
          "layout": layout}
-    cfg = resolve(v, set(v))
+    cfg = resolve(v, set(v), encode=True)
     rep = run_pipeline(cfg, EncodeJob(cfg))
     st = rep["stage_seconds"]
     return {"size": size, "batch": batch, "samples": rep["num_written"],

@@ -60,7 +60,7 @@ def run_shardcook(model: Path, src: Path, out: Path, size: int) -> float:
               "model_path": str(model), "precision": "fp32", "t5_max_length": T5_LEN,
               "batch_size": 8, "shard_size": 1000, "overwrite": True, "quiet": True,
               "finalize": False, "latent_mode": "sample", "device": "cpu"}
-    cfg = resolve(values, set(values))
+    cfg = resolve(values, set(values), encode=True)
     t0 = time.perf_counter()
     report = run_pipeline(cfg, EncodeJob(cfg))
     seconds = time.perf_counter() - t0

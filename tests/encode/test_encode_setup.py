@@ -283,3 +283,31 @@ def test_torchrun_variables_that_are_not_counts_stop_encode_before_any_work(
     assert r.code == 2, (r.code, r.stderr, r.escaped)
     assert message in one_error_line(r) and "let torchrun set it" in r.stderr
     assert not out.exists()
+
+
+def test_encode_checks_and_layout_defaults_come_with_the_config(tmp_path):
+    """`resolve(..., encode=True)` fills in the layout's defaults and checks the model options
+    with the other checks, before any work; a job refuses a config resolved without them."""
+    from shardcook.config import resolve
+    from shardcook.errors import ConfigError
+    from shardcook.pipeline.jobs.encode import EncodeJob
+
+    def cfg(encode=True, **v):
+        v = {"input_dir": str(tmp_path / "in"), "output_dir": str(tmp_path / "out"), **v}
+        return resolve(v, set(v), encode=encode)
+
+    primus, bridge = cfg(), cfg(layout="megatron-bridge")
+    assert (primus.model.precision, primus.model.latent_mode) == ("bf16", "sample")
+    assert (bridge.model.precision, bridge.model.latent_mode) == ("fp32", "mode")
+    assert cfg(layout="megatron-bridge", precision="bf16").model.precision == "bf16"  # given wins
+    assert cfg(encode=False).model.precision is None  # raw's config: no encode defaults
+    for options, message in [({"precision": "fp8"}, "--precision must be one of"),
+                             ({"layout": "raw"}, "--layout must be one of"),
+                             ({"image_size": 100}, "--image-size must be a multiple of 16"),
+                             ({"layout": "megatron-bridge", "latent_mode": "resample"},
+                              "--latent-mode resample is for --layout primus")]:
+        with pytest.raises(ConfigError, match=message):
+            cfg(**options)
+    with pytest.raises(ConfigError, match="resolved for encode"):
+        EncodeJob(cfg(encode=False))
+    assert not (tmp_path / "out").exists()

@@ -74,11 +74,13 @@ def resolve_config(
     *,
     renamed: dict[str, str] | None = None,
     extra: dict[str, tuple[object, bool]] | None = None,
+    encode: bool = False,
 ) -> RunConfig:
     """The run config from the command line (explicit options win), the --config file and the
     defaults; Primus's flags become the options they stand for. `renamed` maps a parameter to
     its config name (`input` -> `input_path`, `max_pixels` -> `chatml.max_pixels`); `extra`
-    adds options the command implies, as (value, given explicitly)."""
+    adds options the command implies, as (value, given explicitly); `encode` adds encode's
+    checks and defaults (`config.resolve`)."""
     from shardcook.config import PRIMUS_FLAGS, resolve
 
     given = {
@@ -94,4 +96,4 @@ def resolve_config(
         values[name] = value
         if is_given:
             explicit.add(name)
-    return resolve(values, explicit, config, primus)
+    return resolve(values, explicit, config, primus, encode=encode)

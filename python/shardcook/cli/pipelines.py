@@ -63,17 +63,14 @@ MOD = "Model"
 
 def _run_job(ctx: typer.Context, config: Path | None, print_config: bool,
              make_job: Callable[[RunConfig], Job], *,
-             check: Callable[[RunConfig], None] | None = None,
-             renamed: dict[str, str] | None = None,
+             encode: bool = False, renamed: dict[str, str] | None = None,
              extra: dict[str, tuple[object, bool]] | None = None) -> None:
-    """The run commands' shell: the config resolved and checked (`check` adds the command's
-    own checks), then --print-config prints it and exits, `--nproc-per-node` runs the command in
+    """The run commands' shell: the config resolved and checked (`encode`: with encode's
+    checks and defaults), then --print-config prints it and exits, `--nproc-per-node` runs the command in
     that many workers and exits with their status, or the job runs here; a ShardcookError is one
     line and exit 2."""
     try:
-        cfg = resolve_config(ctx, config, renamed=renamed, extra=extra)
-        if check is not None:
-            check(cfg)
+        cfg = resolve_config(ctx, config, renamed=renamed, extra=extra, encode=encode)
     except ShardcookError as e:
         fail(e)
     if print_config:
@@ -231,6 +228,6 @@ def encode(
 ) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
     shards. Resumable; one GPU or many under torchrun. Alias: diffusion-encoded."""
-    from shardcook.pipeline.jobs.encode import EncodeJob, check_model
+    from shardcook.pipeline.jobs.encode import EncodeJob
 
-    _run_job(ctx, config, print_config, EncodeJob, check=check_model)
+    _run_job(ctx, config, print_config, EncodeJob, encode=True)

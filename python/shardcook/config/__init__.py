@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
-from shardcook.config.checks import check, output_affecting
+from shardcook.config.checks import check, check_encode, output_affecting
 from shardcook.config.primus import (
     PRIMUS_FLAGS,
     PRIMUS_KEYS,
@@ -183,6 +183,8 @@ def resolve(
     explicit: set[str] | frozenset[str] = frozenset(),
     config_file: str | os.PathLike[str] | None = None,
     primus_flags: dict[str, Any] | None = None,
+    *,
+    encode: bool = False,
 ) -> RunConfig:
     """Builds the run config: an explicit CLI option > the YAML file > the CLI/dataclass default.
 
@@ -193,6 +195,8 @@ def resolve(
         primus_flags: Primus's flags given on the command line (`PRIMUS_FLAGS` names -> value);
             they count as explicit options, and one that contradicts an explicit option of ours
             is a ConfigError naming both.
+        encode: the config of an `encode` run: its layout's defaults are filled in and its
+            model options checked too (`check_encode`).
     """
     cfg = RunConfig()
     yaml_values = load_yaml(config_file) if config_file else {}
@@ -217,6 +221,8 @@ def resolve(
     cfg.image.image_format = IMAGE_FORMAT_ALIASES.get(cfg.image.image_format,
                                                       cfg.image.image_format)
     check(cfg)
+    if encode:
+        check_encode(cfg)
     return cfg
 
 

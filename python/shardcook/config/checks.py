@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from typing import Any
 
 from shardcook.config.sections import (
@@ -23,7 +24,9 @@ from shardcook.config.sections import (
     SourceConfig,
 )
 from shardcook.dataset.splits import parse_ratio
+from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
+from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
 from shardcook.storage import check_url, is_url
@@ -112,6 +115,52 @@ def check(cfg: RunConfig) -> None:
     i.workers = cap_workers(i.workers)
     if cfg.chatml is not None:
         check_chatml(cfg.chatml, s, i)
+
+
+def encode_layout(name: str) -> Layout:
+    """The layout `--layout name` asks for (one with a part builder), or ConfigError in one
+    sentence."""
+    writable = [lay.name for lay in LAYOUTS.values() if lay.part_builder is not None]
+    if name not in writable:
+        raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
+    return LAYOUTS[name]
+
+
+#: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
+T5_MAX_LENGTH = 512
+DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
+
+
+def check_encode(cfg: RunConfig) -> None:
+    """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
+    take the layout's defaults (its `encode_defaults`), then ConfigError names the first
+    `model`/image option `encode` cannot work with."""
+    layout = encode_layout(cfg.model.layout)
+    m, i = cfg.model, cfg.image
+    for name, value in layout.encode_defaults:
+        if getattr(m, name) is None:
+            setattr(m, name, value)
+    if m.precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, not {m.precision!r}.")
+    if m.stored_dtype is not None and m.stored_dtype not in PRECISIONS:
+        raise ConfigError(
+            f"--stored-dtype must be one of {', '.join(PRECISIONS)}, not {m.stored_dtype!r}.")
+    if m.latent_mode not in LATENT_MODES:
+        raise ConfigError(
+            f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
+    if m.latent_mode not in layout.latent_modes or (
+            layout.stored_dtypes and (m.stored_dtype or m.precision) not in layout.stored_dtypes):
+        raise ConfigError(layout.encode_refusal.format(latent_mode=m.latent_mode))
+    if m.batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
+    if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:
+        raise ConfigError(f"--t5-max-length must be between 1 and {T5_MAX_LENGTH} (the FLUX T5 "
+                          f"tokenizer's limit), not {m.t5_max_length}.")
+    if m.device is not None and not DEVICE.fullmatch(m.device):
+        raise ConfigError(f"--device must be cpu, cuda or cuda:N, not {m.device!r}.")
+    if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
+        raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
+                          f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
 
 
 def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:

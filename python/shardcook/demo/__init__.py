@@ -45,7 +45,7 @@ def _config(images: Path, out: Path, model: Path | None) -> RunConfig:
         values.update(model_path=str(model), precision="fp32", t5_max_length=32, batch_size=4,
                       device="cpu")
         del values["image_format"]
-    return resolve(values, set(values))
+    return resolve(values, set(values), encode=model is not None)
 
 
 def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResult:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,10 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
+from shardcook.config.checks import encode_layout
 from shardcook.distributed import _env_int, env_rank_world
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
-from shardcook.layouts import LAYOUTS, Layout, registry_function
+from shardcook.layouts import registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
 from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
 from shardcook.pipeline.encoded import EncodedSample, PartBuilder
@@ -49,59 +49,6 @@ log = logging.getLogger(__name__)
 
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
-
-
-def encode_layout(name: str) -> Layout:
-    """The layout `--layout name` asks for (one with a part builder), or ConfigError in one
-    sentence."""
-    writable = [lay.name for lay in LAYOUTS.values() if lay.part_builder is not None]
-    if name not in writable:
-        raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
-    return LAYOUTS[name]
-
-
-def apply_layout_defaults(cfg: RunConfig) -> None:
-    """Fills the `model` options left unset with the layout's defaults (ConfigError for an
-    unknown layout)."""
-    layout = encode_layout(cfg.model.layout)
-    for name, value in layout.encode_defaults:
-        if getattr(cfg.model, name) is None:
-            setattr(cfg.model, name, value)
-
-
-#: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
-T5_MAX_LENGTH = 512
-DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
-
-
-def check_model(cfg: RunConfig) -> None:
-    """Raises ConfigError naming the first `model`/image option `encode` cannot work with."""
-    from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
-
-    apply_layout_defaults(cfg)
-    layout = encode_layout(cfg.model.layout)
-    m, i = cfg.model, cfg.image
-    if m.precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, not {m.precision!r}.")
-    if m.stored_dtype is not None and m.stored_dtype not in PRECISIONS:
-        raise ConfigError(
-            f"--stored-dtype must be one of {', '.join(PRECISIONS)}, not {m.stored_dtype!r}.")
-    if m.latent_mode not in LATENT_MODES:
-        raise ConfigError(
-            f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
-    if m.latent_mode not in layout.latent_modes or (
-            layout.stored_dtypes and (m.stored_dtype or m.precision) not in layout.stored_dtypes):
-        raise ConfigError(layout.encode_refusal.format(latent_mode=m.latent_mode))
-    if m.batch_size < 1:
-        raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
-    if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:
-        raise ConfigError(f"--t5-max-length must be between 1 and {T5_MAX_LENGTH} (the FLUX T5 "
-                          f"tokenizer's limit), not {m.t5_max_length}.")
-    if m.device is not None and not DEVICE.fullmatch(m.device):
-        raise ConfigError(f"--device must be cpu, cuda or cuda:N, not {m.device!r}.")
-    if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
-        raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
-                          f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
 
 
 def local_env() -> tuple[int, int]:
@@ -353,7 +300,9 @@ class EncodeJob:
         """
         self.cfg = cfg
         self.token_file = token_file or cfg.auth.hf_token_file
-        check_model(cfg)
+        if cfg.model.precision is None or cfg.model.latent_mode is None:
+            raise ConfigError("encode needs its config resolved for encode "
+                              "(shardcook.config.resolve(..., encode=True)).")
         local_env()
         self.layout = encode_layout(cfg.model.layout)
         self.encoding = self.layout.encoding
@@ -398,7 +347,7 @@ class EncodeJob:
         from shardcook.encoders.flux import FluxEncoders
 
         m, layout = self.cfg.model, self.layout
-        assert m.precision is not None and m.latent_mode is not None  # check_model filled them
+        assert m.precision is not None and m.latent_mode is not None  # checked in __init__
         encoders = FluxEncoders.load(
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
             t5_path=m.t5_path, revision=m.revision, token_file=self.token_file,
@@ -414,7 +363,7 @@ class EncodeJob:
         from shardcook.encoders.flux import torch_dtype
 
         m = cfg.model
-        assert m.precision is not None  # check_model filled it in
+        assert m.precision is not None  # checked in __init__
         return EncodeProcessor(cfg, self.load_encoders, torch_dtype(m.stored_dtype or m.precision),
                                self.workers)
 

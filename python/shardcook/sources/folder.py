@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.files import read_regular_file
-from shardcook.storage import Remote, is_url, remote
+from shardcook.storage import Remote, access_problem, describe_error, is_url, remote
 
 __all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
 
@@ -231,9 +231,9 @@ def listing(folder: Remote, what: str) -> list[str]:
     try:
         return list(folder.names())
     except Exception as e:  # noqa: BLE001 - MSC and boto3 raise many kinds; one sentence
-        text = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ConfigError(f"{what} {folder.url!r} cannot be listed ({text}); check the URL and "
-                          "the store's credentials.") from None
+        raise ConfigError(access_problem(what, folder.url, "read", e) or
+                          f"{what} {folder.url!r} cannot be listed ({describe_error(e)}); check "
+                          "the URL and the store's credentials.") from None
 
 
 def _normalized(name: str) -> str:

@@ -147,6 +147,7 @@ class AuthS3Server:
         self.admin = self._user(iam, "admin", ["s3:*", "iam:*"])
         iam = self._boto("iam", *self.admin)
         self.reader = self._user(iam, "reader", ["s3:GetObject", "s3:ListBucket"])
+        self.nobody = self._user(iam, "nobody", [])
 
     def _boto(self, service: str, key: str, secret: str):
         import boto3
@@ -156,13 +157,16 @@ class AuthS3Server:
 
     @staticmethod
     def _user(iam, name: str, actions: list[str]) -> tuple[str, str]:
-        """Makes IAM user `name` allowed `actions` on everything; returns its (key, secret)."""
+        """Makes IAM user `name` allowed `actions` (none: nothing) on everything; returns its
+        (key, secret)."""
         import json
 
         iam.create_user(UserName=name)
-        iam.put_user_policy(UserName=name, PolicyName=f"{name}-policy", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17",
-             "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
+        if actions:
+            policy = {"Version": "2012-10-17",
+                      "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+            iam.put_user_policy(UserName=name, PolicyName=f"{name}-policy",
+                                PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName=name)["AccessKey"]
         return key["AccessKeyId"], key["SecretAccessKey"]
 
@@ -185,7 +189,8 @@ WRONG_KEY = ("AKIAWRONGKEY00000000", "wrong-secret-DO-NOT-PRINT")
 
 def make_auth_store(server: AuthS3Server, tmp: Path, bucket: str) -> Store:
     """Creates `bucket` (as admin) and an MSC config with profiles `admin` (every right),
-    `reader` (s3:GetObject and s3:ListBucket) and `wrongkey` (a key the server does not know).
+    `reader` (s3:GetObject and s3:ListBucket), `nobody` (a key with no rights) and `wrongkey` (a
+    key the server does not know).
     The AWS variables carry the admin's key (for `s3://` URLs)."""
     server.client().create_bucket(Bucket=bucket)
     tmp.mkdir(parents=True, exist_ok=True)
@@ -199,7 +204,7 @@ def make_auth_store(server: AuthS3Server, tmp: Path, bucket: str) -> Store:
 
     config.write_text(yaml.safe_dump({"profiles": {
         "admin": profile(server.admin), "reader": profile(server.reader),
-        "wrongkey": profile(WRONG_KEY)}}))
+        "nobody": profile(server.nobody), "wrongkey": profile(WRONG_KEY)}}))
     env = {"MSC_CONFIG": str(config), "AWS_ENDPOINT_URL": server.endpoint,
            "AWS_ACCESS_KEY_ID": server.admin[0], "AWS_SECRET_ACCESS_KEY": server.admin[1],
            "AWS_DEFAULT_REGION": REGION}

@@ -29,9 +29,10 @@ class Auth:
 
 @pytest.fixture(scope="module")
 def auth_store(tmp_path_factory):
-    """One enforcing server and bucket for the module, with profiles `admin`, `reader` and
-    `wrongkey` (`make_auth_store`); `ds` holds two shards (not finalized) and `in` images with captions,
-    put there with the admin's key; MSC_CONFIG and the AWS variables are set meanwhile."""
+    """One enforcing server and bucket for the module, with profiles `admin`, `reader`,
+    `nobody` and `wrongkey` (`make_auth_store`); `ds` holds two shards (not finalized) and `in`
+    images with captions, put there with the admin's key; MSC_CONFIG and the AWS variables are
+    set meanwhile."""
     tmp = tmp_path_factory.mktemp("auth")
     server = AuthS3Server()
     try:
@@ -64,7 +65,8 @@ def refused(auth: Auth, code: int, stdout: str, stderr: str, words: str) -> str:
     assert "Traceback" not in stdout + stderr
     assert len(stderr.splitlines()) == 1 and stderr.startswith("error: "), stderr
     assert words in stderr, stderr
-    for secret in (WRONG_KEY[1], auth.server.admin[1], auth.server.reader[1]):
+    for secret in (WRONG_KEY[1], auth.server.admin[1], auth.server.reader[1],
+                   auth.server.nobody[1]):
         assert secret not in stdout + stderr
     assert list(auth.scratch.iterdir()) == []
     return stderr.strip()
@@ -110,6 +112,18 @@ def test_a_dataset_read_with_a_wrong_key_is_one_sentence(auth_store, command):
     """Exit 2, as for a URL that holds no dataset: validate's 1 says the dataset has problems."""
     r = cli(command, "msc://wrongkey/ds", "--scratch-dir", auth_store.scratch)
     refused_in_process(auth_store, r, f"The dataset 'msc://wrongkey/ds': {REFUSED}")
+
+
+@pytest.mark.parametrize("args", [["validate", "msc://nobody/ds"],
+                                  ["raw", "--input-dir", "msc://nobody/in", "--output-dir"]])
+def test_credentials_without_read_permission_say_what_they_need(auth_store, tmp_path, args):
+    r = cli(*args, *([tmp_path / "out"] if args[0] == "raw" else []), "--scratch-dir",
+            auth_store.scratch)
+    refused_in_process(auth_store, r, "'msc://nobody/")
+    assert ("the credentials of profile 'nobody' may not read there (AccessDenied); use "
+            "credentials allowed to list and read objects there (on S3: s3:ListBucket, "
+            "s3:GetObject).") in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_s3_url_with_a_wrong_key_names_the_aws_variables(auth_store, monkeypatch):

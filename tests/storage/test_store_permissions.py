@@ -30,9 +30,9 @@ class Auth:
 @pytest.fixture(scope="module")
 def auth_store(tmp_path_factory):
     """One enforcing server and bucket for the module, with profiles `admin`, `reader`,
-    `nobody` and `wrongkey` (`make_auth_store`); `ds` holds two shards (not finalized) and `in`
-    images with captions, put there with the admin's key; MSC_CONFIG and the AWS variables are
-    set meanwhile."""
+    `nobody` and `wrongkey` (`make_auth_store`); `ds` holds two shards (not finalized), `in`
+    images with captions and `chat` a JSONL, put there with the admin's key; MSC_CONFIG and the
+    AWS variables are set meanwhile."""
     tmp = tmp_path_factory.mktemp("auth")
     server = AuthS3Server()
     try:
@@ -43,6 +43,7 @@ def auth_store(tmp_path_factory):
             for i in range(4):
                 shards.write(f"{i:010d}", raw_parts(i))
         store.upload_folder(tmp / "ds", "ds")
+        store.put("chat/a.jsonl", b'{"messages": [{"role": "user", "content": "hi"}]}\n')
         scratch = tmp / "scratch"
         scratch.mkdir()
         with pytest.MonkeyPatch.context() as env:
@@ -123,6 +124,18 @@ def test_credentials_without_read_permission_say_what_they_need(auth_store, tmp_
     assert ("the credentials of profile 'nobody' may not read there (AccessDenied); use "
             "credentials allowed to list and read objects there (on S3: s3:ListBucket, "
             "s3:GetObject).") in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("profile", ["wrongkey", "nobody"])
+def test_a_chatml_jsonl_the_store_refuses_is_no_missing_file(auth_store, tmp_path, profile):
+    """Opening one object is a HEAD, whose 403 cannot say which of key and rights is wrong."""
+    r = cli("chatml", "--input", f"msc://{profile}/chat/a.jsonl", "--output-dir",
+            tmp_path / "out")
+    refused_in_process(auth_store, r, (
+        f"The input 'msc://{profile}/chat/a.jsonl': the store refused access with the "
+        f"credentials of profile '{profile}'; check the access key and secret key in "
+        f"{auth_store.store.config}, and that they are allowed to list and read objects there"))
     assert not (tmp_path / "out").exists()
 
 

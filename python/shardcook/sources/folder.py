@@ -76,7 +76,7 @@ class Folder(Protocol):
 
     def open(self, name: str) -> BinaryIO:
         """A seekable reader of `name`, read sequentially (OSError when it is missing or not a
-        regular file)."""
+        regular file; ConfigError when the store refuses the credentials)."""
 
     def locate(self, name: str) -> str:
         """The path or URL of a file a record names (chatml's media): locally relative to the
@@ -192,7 +192,11 @@ class RemoteFolder:
             return None
 
     def open(self, name: str) -> BinaryIO:
-        return self.remote.open_stream(_normalized(name), 1 << 20)
+        try:
+            return self.remote.open_stream(_normalized(name), 1 << 20)
+        except PermissionError as e:  # the credentials, not this object: say so, not "no file"
+            raise ConfigError(access_problem("The input", self.where(name), "read", e) or
+                              describe_error(e)) from None
 
     def locate(self, name: str) -> str:
         if not self.inside(name):

@@ -110,7 +110,9 @@ def test_an_input_read_with_a_wrong_key_is_one_sentence(auth_store, tmp_path, ar
 
 @pytest.mark.parametrize("command", ["validate", "info"])
 def test_a_dataset_read_with_a_wrong_key_is_one_sentence(auth_store, command):
-    """Exit 2, as for a URL that holds no dataset: validate's 1 says the dataset has problems."""
+    """Exit 2 for validate too, as STORAGE.md says of a bucket the profile's credentials cannot
+    list and as for a profile that is not configured: the store was never read. A dataset
+    missing from a bucket that can be read is validate's problem, exit 1, as locally."""
     r = cli(command, "msc://wrongkey/ds", "--scratch-dir", auth_store.scratch)
     refused_in_process(auth_store, r, f"The dataset 'msc://wrongkey/ds': {REFUSED}")
 

@@ -104,6 +104,8 @@ def run_pipeline(
         source = None
         try:
             folder = run_folder(cfg.output)
+            if dist.is_main:
+                folder.check_access()  # a store that refuses us, before any input is read
             source = (make_source or open_source)(cfg)
             manifest = rep.new_manifest(cfg, encoding, source.describe(), len(source),
                                         manifest_extra)

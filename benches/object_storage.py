@@ -77,7 +77,7 @@ def bench_finalize(store, work: Path, samples: int, per_shard: int) -> None:
     with ShardWriter(folder, shard_size=per_shard) as w:
         for i in range(samples):
             w.write(f"{i:010d}", raw_parts(i % 50))
-    for prefix in ("ours", "energon"):
+    for prefix in ("ours", "energon", "ours-index", "energon-index"):
         store.upload_folder(folder, prefix)
     ours = timed([sys.executable, "-m", "shardcook", "finalize", store.url("ours"),
                   "--encoding", "raw", "--scratch-dir", str(work / "scratch")])
@@ -89,6 +89,25 @@ def bench_finalize(store, work: Path, samples: int, per_shard: int) -> None:
     print(f"  shardcook finalize  {ours:6.2f} s (indexes, writes dataset.yaml, validates)")
     print(f"  energon prepare     {theirs:6.2f} s   shardcook {theirs / ours:.1f}x faster "
           "(goal >= 10x)")
+    # The indexing alone, in this process (imports done): what is left once both commands'
+    # start-up (torch and Energon, about 3 s each, which finalize's validation needs too) is
+    # paid.
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
+    from shardcook import build_index
+
+    names = sorted(p.name for p in folder.glob("*.tar"))
+    start = time.perf_counter()
+    build_index(store.url("ours-index"), split=(1, 0, 0))
+    ours_index = time.perf_counter() - start
+    start = time.perf_counter()
+    BaseWebdatasetFactory.prepare_dataset(
+        EPath(store.url("energon-index")), names,
+        split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)], shuffle_seed=None,
+        workers=os.cpu_count() or 1)
+    theirs_index = time.perf_counter() - start
+    print(f"  indexing alone, in-process: shardcook build_index {ours_index:.2f} s, Energon's "
+          f"prepare_dataset {theirs_index:.2f} s ({theirs_index / ours_index:.1f}x)")
 
 
 def bench_dataset_commands(store, work: Path) -> None:
@@ -98,6 +117,7 @@ def bench_dataset_commands(store, work: Path) -> None:
     local = work / "samples-copy"
     store.download_folder("ours", local)
     print("dataset commands, the finalized bucket dataset against its local copy (in-process)")
+    validate(str(local))  # the imports, untimed
     for label, target in (("local folder", str(local)), ("msc:// bucket", store.url("ours"))):
         times = []
         for step in (partial(validate, target), partial(validate, target, deep=True),

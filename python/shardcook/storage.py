@@ -16,11 +16,12 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from shardcook.errors import ConfigError, DatasetError
 
-__all__ = ["SCHEMES", "Remote", "check_url", "describe_error", "is_url", "remote"]
+__all__ = ["SCHEMES", "Remote", "access_problem", "check_url", "describe_error", "is_url",
+           "remote"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
 SCHEMES = ("msc", "s3", "gs", "az")
@@ -111,6 +112,52 @@ def describe_error(error: BaseException) -> str:
     """What the client's `error` says, on one line of at most 200 characters, for a sentence."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+#: S3 error codes that refuse the credentials themselves, not what they may do.
+_BAD_CREDENTIALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+                              "ExpiredToken", "InvalidClientTokenId", "TokenRefreshRequired"})
+#: What the credentials need, by what the command does there.
+_NEEDED = {"read": "list and read objects there (on S3: s3:ListBucket, s3:GetObject)",
+           "write": "list, write and delete objects there (on S3: s3:ListBucket, s3:PutObject, "
+                    "s3:DeleteObject)"}
+
+
+def _error_code(error: BaseException) -> str | None:
+    """The store's error code (`AccessDenied` ...) in `error` or what it was raised from."""
+    seen: BaseException | None = error
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if code:
+                return str(code)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def access_problem(what: str, url: str, doing: Literal["read", "write"],
+                   error: BaseException) -> str | None:
+    """One sentence when the store refused `error`'s request for its credentials (unknown key,
+    bad secret, expired token) or their permissions; None for any other failure. `doing` is
+    what the command needs there. Never holds a credential.
+    """
+    code = _error_code(error)
+    profile = url[len("msc://"):].split("/", 1)[0] if url.startswith("msc://") else None
+    whose = f"the credentials of profile {profile!r}" if profile else "the credentials"
+    where = (f"in {os.environ.get('MSC_CONFIG') or '~/.msc_config.yaml'}" if profile else
+             "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the AWS credentials file)")
+    if code in _BAD_CREDENTIALS:
+        return (f"{what} {url!r}: the store refused {whose} ({code}); check the access key and "
+                f"secret key {where}.")
+    if code in ("AccessDenied", "AllAccessDisabled"):
+        return (f"{what} {url!r}: {whose} may not {doing} there ({code}); use credentials "
+                f"allowed to {_NEEDED[doing]}.")
+    if isinstance(error, PermissionError):
+        # a reply without a body (a HEAD's) cannot say whether the key or its rights were wrong
+        return (f"{what} {url!r}: the store refused access with {whose}; check the access key "
+                f"and secret key {where}, and that they are allowed to {_NEEDED[doing]}.")
+    return None
 
 
 @dataclass(frozen=True)

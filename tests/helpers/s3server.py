@@ -47,7 +47,7 @@ class S3Server:
 class Store:
     """One bucket of the server, an MSC profile `profile` on it, and the env that selects it."""
 
-    server: S3Server
+    server: S3Server | AuthS3Server
     bucket: str
     profile: str
     config: Path
@@ -112,3 +112,100 @@ def make_store(server: S3Server, tmp: Path, bucket: str, profile: str) -> Store:
 
 def subprocess_env(store: Store) -> dict[str, str]:
     return {**os.environ, **store.env}
+
+
+class AuthS3Server:
+    """moto's server in a subprocess that checks every request's credentials against IAM users
+    and their policies (moto reads INITIAL_NO_AUTH_ACTION_COUNT once per process, so this cannot
+    be the in-process `S3Server`). The first requests, unauthenticated, make an admin user; the
+    rest (users, keys, policies, the bucket) go through the admin's key."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                # moto's own dashboard page: not an AWS action, so no unauthenticated one is spent
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto's server did not start") from None
+                time.sleep(0.1)
+        iam = self._boto("iam", ACCESS_KEY, SECRET_KEY)
+        self.admin = self._user(iam, "admin", ["s3:*", "iam:*"])
+        iam = self._boto("iam", *self.admin)
+        self.reader = self._user(iam, "reader", ["s3:GetObject", "s3:ListBucket"])
+        self.nobody = self._user(iam, "nobody", [])
+
+    def _boto(self, service: str, key: str, secret: str):
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=key, aws_secret_access_key=secret)
+
+    @staticmethod
+    def _user(iam, name: str, actions: list[str]) -> tuple[str, str]:
+        """Makes IAM user `name` allowed `actions` (none: nothing) on everything; returns its
+        (key, secret)."""
+        import json
+
+        iam.create_user(UserName=name)
+        if actions:
+            policy = {"Version": "2012-10-17",
+                      "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+            iam.put_user_policy(UserName=name, PolicyName=f"{name}-policy",
+                                PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def client(self):
+        """boto3 on S3 with the admin's key (what tests read the bucket with)."""
+        return self._boto("s3", *self.admin)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(10)
+        except Exception:  # noqa: BLE001 - it would not stop: make it
+            self._process.kill()
+            self._process.wait()
+
+
+#: A secret that looks real but belongs to no key (the test asserts it is never printed).
+WRONG_KEY = ("AKIAWRONGKEY00000000", "wrong-secret-DO-NOT-PRINT")
+
+
+def make_auth_store(server: AuthS3Server, tmp: Path, bucket: str) -> Store:
+    """Creates `bucket` (as admin) and an MSC config with profiles `admin` (every right),
+    `reader` (s3:GetObject and s3:ListBucket), `nobody` (a key with no rights) and `wrongkey` (a
+    key the server does not know).
+    The AWS variables carry the admin's key (for `s3://` URLs)."""
+    server.client().create_bucket(Bucket=bucket)
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = tmp / "msc_config.yaml"
+
+    def profile(key: tuple[str, str]) -> dict[str, object]:
+        return {"storage_provider": {"type": "s3", "options": {
+                    "base_path": bucket, "endpoint_url": server.endpoint, "region_name": REGION}},
+                "credentials_provider": {"type": "S3Credentials", "options": {
+                    "access_key": key[0], "secret_key": key[1]}}}
+
+    config.write_text(yaml.safe_dump({"profiles": {
+        "admin": profile(server.admin), "reader": profile(server.reader),
+        "nobody": profile(server.nobody), "wrongkey": profile(WRONG_KEY)}}))
+    env = {"MSC_CONFIG": str(config), "AWS_ENDPOINT_URL": server.endpoint,
+           "AWS_ACCESS_KEY_ID": server.admin[0], "AWS_SECRET_ACCESS_KEY": server.admin[1],
+           "AWS_DEFAULT_REGION": REGION}
+    return Store(server, bucket, "admin", config, env)

@@ -46,6 +46,7 @@ def _root(
         # the object-storage client's own INFO lines ("Found credentials in environment
         # variables") are not the run's news
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    logging.getLogger("multistorageclient.retry").addFilter(_not_an_error)
     from shardcook.cli.launch import remember
     from shardcook.errors import ConfigError
 
@@ -53,6 +54,12 @@ def _root(
         remember(ctx, nproc_per_node)
     except ConfigError as e:
         fail(e)
+
+
+def _not_an_error(record: logging.LogRecord) -> bool:
+    """False for the object-storage client's ERROR lines: it logs each error it gives up on and
+    then raises it, and the command says that error in its own one sentence."""
+    return record.levelno < logging.ERROR
 
 
 def fail(e: Exception) -> NoReturn:

@@ -195,6 +195,7 @@ def finalize(
     """
     check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
     with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        view.check_writable()
         result = _finalize(view, encoding=encoding, split=split, split_parts=split_parts,
                            shuffle_seed=shuffle_seed, exclude=exclude, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, sqlite=sqlite, force=force,

@@ -23,6 +23,7 @@ import shutil
 import sqlite3
 import struct
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from shardcook import _native
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, DuplicateKeyError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
-from shardcook.storage import Remote, describe_error, remote
+from shardcook.storage import Remote, access_problem, describe_error, remote
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
 
@@ -122,7 +123,8 @@ class RemoteView(DatasetView):
         try:
             found = list(self.folder.sized_names())
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise ConfigError(f"cannot list {self.name} ({describe_error(e)}); check the "
+            raise ConfigError(access_problem("The dataset", self.name, "read", e) or
+                              f"cannot list {self.name} ({describe_error(e)}); check the "
                               "bucket, the path and the profile's credentials") from None
         if not found:
             raise DatasetError(f"{self.name} holds no objects; give the URL of a dataset folder")
@@ -262,6 +264,22 @@ class RemoteView(DatasetView):
             building.unlink(missing_ok=True)
             part.unlink(missing_ok=True)
         return counts, sorted(names)[:50]
+
+    def check_writable(self) -> None:
+        """Writes and deletes an empty object under `.shardcook/`, so a store that refuses
+        writes says so before any shard is downloaded.
+
+        Raises:
+            ConfigError: the store refused the write, in one sentence.
+        """
+        probe = f"{OURS_DIR}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            self.folder.write_bytes(probe, b"")
+            self.folder.delete(probe)
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise ConfigError(access_problem("The dataset", self.name, "write", e) or
+                              f"cannot write to {self.name} ({describe_error(e)}); check the "
+                              "bucket and the profile's credentials") from None
 
     def publish(self) -> None:
         """Uploads the small files that changed or appeared under the view and deletes the

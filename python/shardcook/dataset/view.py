@@ -51,6 +51,10 @@ class DatasetView:
         summary = _native.index_shards(self.root, list(shards), sqlite_path)
         return [(name, count) for name, count in summary.shards], list(summary.part_names)
 
+    def check_writable(self) -> None:
+        """Raises ConfigError when the dataset cannot be written (a folder's writes say so
+        themselves, where they happen)."""
+
     def publish(self) -> None:
         """Makes what a command wrote under `root` the dataset's (nothing to do for a folder)."""
 

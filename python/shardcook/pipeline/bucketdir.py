@@ -35,7 +35,7 @@ from shardcook.layouts.names import (
 )
 from shardcook.pipeline import overwrite
 from shardcook.pipeline.uploader import Uploader, retried
-from shardcook.storage import describe_error, remote
+from shardcook.storage import access_problem, describe_error, remote
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ class BucketRunFolder:
         try:
             return call()
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
-            raise ConfigError(
+            raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
                 f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
                 "the bucket exists and that the profile's credentials may list and write there."
             ) from None
@@ -105,6 +105,13 @@ class BucketRunFolder:
                 f"Output folder {self.url!r} holds objects that are not a shardcook dataset; "
                 "choose a new or empty folder."
             )
+        self.check_writable()
+
+    def check_access(self) -> None:
+        """Lists the folder and writes and deletes a test object, or raises ConfigError saying
+        whether the store refused the credentials or their permissions; before any input is
+        read. The listing comes first: a refused key is named only in a reply with a body."""
+        self._checked("listing", lambda: next(iter(self.store.names()), None))
         self.check_writable()
 
     def check_writable(self) -> None:

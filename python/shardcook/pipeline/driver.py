@@ -149,6 +149,8 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         units: list[WorkUnit] = []
         try:
             folder = run_folder(cfg.output)
+            if dist.is_main:
+                folder.check_access()  # a store that refuses us, before any input is read
             source = job.source(cfg)
             manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
                                         job.manifest_extra)

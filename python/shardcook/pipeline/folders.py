@@ -26,6 +26,9 @@ class OutputFolder(Protocol):
 
     def check(self) -> None: ...
 
+    def check_access(self) -> None:
+        """What can be checked before any input is read, creating nothing that stays."""
+
     def check_writable(self) -> None: ...
 
     def clear(self) -> list[str]: ...

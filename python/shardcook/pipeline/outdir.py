@@ -91,6 +91,9 @@ class RunFolder:
             )
         self.check_writable()
 
+    def check_access(self) -> None:
+        """Nothing before the input is read: `check` creates the folder, so it waits."""
+
     def check_not_a_file(self) -> None:
         """Raises ConfigError when the folder's path exists and is not a folder."""
         if self.root.exists() and not self.root.is_dir():

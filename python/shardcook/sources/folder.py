@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.files import read_regular_file
-from shardcook.storage import Remote, is_url, remote
+from shardcook.storage import Remote, access_problem, describe_error, is_url, remote
 
 __all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
 
@@ -76,7 +76,7 @@ class Folder(Protocol):
 
     def open(self, name: str) -> BinaryIO:
         """A seekable reader of `name`, read sequentially (OSError when it is missing or not a
-        regular file)."""
+        regular file; ConfigError when the store refuses the credentials)."""
 
     def locate(self, name: str) -> str:
         """The path or URL of a file a record names (chatml's media): locally relative to the
@@ -192,7 +192,11 @@ class RemoteFolder:
             return None
 
     def open(self, name: str) -> BinaryIO:
-        return self.remote.open_stream(_normalized(name), 1 << 20)
+        try:
+            return self.remote.open_stream(_normalized(name), 1 << 20)
+        except PermissionError as e:  # the credentials, not this object: say so, not "no file"
+            raise ConfigError(access_problem("The input", self.where(name), "read", e) or
+                              describe_error(e)) from None
 
     def locate(self, name: str) -> str:
         if not self.inside(name):
@@ -231,9 +235,9 @@ def listing(folder: Remote, what: str) -> list[str]:
     try:
         return list(folder.names())
     except Exception as e:  # noqa: BLE001 - MSC and boto3 raise many kinds; one sentence
-        text = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ConfigError(f"{what} {folder.url!r} cannot be listed ({text}); check the URL and "
-                          "the store's credentials.") from None
+        raise ConfigError(access_problem(what, folder.url, "read", e) or
+                          f"{what} {folder.url!r} cannot be listed ({describe_error(e)}); check "
+                          "the URL and the store's credentials.") from None
 
 
 def _normalized(name: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -270,6 +271,49 @@ def test_two_torchrun_nodes_sharing_no_folder_write_one_bucket(local_raw, s3_sto
     assert _shards_and_indexes(remote) == _shards_and_indexes(local)
     for n in range(2):
         assert _scratch_left(tmp_path / f"node{n}") == []
+
+
+def test_a_two_node_run_killed_mid_way_is_completed_from_another_machine(
+        local_raw, s3_store, s3_server, tmp_path):
+    """Two torchrun "nodes" writing through a slow link are killed after the first units are
+    recorded; one process elsewhere (its own scratch folder, none of theirs) completes the run:
+    the same objects as an uninterrupted run."""
+    from tests.helpers.s3server import free_port
+    from tests.helpers.slowproxy import SlowProxy
+
+    src, ref = local_raw
+    proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
+    try:
+        slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+                    "--nproc_per_node=1", "--rdzv_backend=c10d",
+                    f"--rdzv_endpoint=127.0.0.1:{free_port()}", "-m", "shardcook"]
+        nodes = [subprocess.Popen(
+            [*torchrun, *_raw_args(src, f"{slow}/{PREFIX}", "--no-finalize", "--quiet",
+                                   "--upload-queue", "1", "--scratch-dir",
+                                   str(tmp_path / f"node{n}"))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            for n in range(2)]
+        _wait_for_markers(s3_store, 1, nodes[0])
+        for node in nodes:  # the whole node: torchrun and its worker
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
+        assert all(n.returncode == -signal.SIGKILL for n in nodes), "the run ended first"
+    finally:
+        proxy.stop()
+    done = len(s3_store.keys(f"{PREFIX}/.shardcook/progress/"))
+    assert 1 <= done < 6
+    run_cli(*_raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--quiet", "--scratch-dir",
+                       str(tmp_path / "elsewhere")))
+    remote, local = _objects(s3_store), _files(ref)
+    report = json.loads(remote[".shardcook/report.json"])
+    # what was recorded is kept (a marker already on its way through the proxy may land after
+    # the kill), the rest is redone
+    assert done <= report["units"]["resumed"] < 6
+    assert report["num_written"] == 12
+    assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+    assert sorted(remote) == sorted(n for n in local if not n.startswith(FINALIZE_ONLY))
+    assert _scratch_left(tmp_path / "elsewhere") == []
 
 
 def _watch(scratch: Path, run, *args: str) -> int:

@@ -14,11 +14,12 @@ import errno
 import io
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
-from shardcook.errors import ConfigError, DatasetError
+from shardcook.errors import ConfigError
 
 __all__ = ["SCHEMES", "Remote", "access_problem", "check_url", "describe_error", "is_url",
            "remote"]
@@ -99,12 +100,22 @@ def _client(url: str, what: str) -> tuple[Any, str]:
         raise ConfigError(_profile_problem(url, what, e)) from None
 
 
+def _profile(url: str) -> str | None:
+    """The MSC profile an `msc://` URL names; None for other URLs."""
+    return url[len("msc://"):].split("/", 1)[0] if url.startswith("msc://") else None
+
+
+def _config_file() -> str:
+    """The file MSC reads its profiles from."""
+    return os.environ.get("MSC_CONFIG") or "~/.msc_config.yaml"
+
+
 def _profile_problem(url: str, what: str, error: Exception) -> str:
-    config = os.environ.get("MSC_CONFIG") or "~/.msc_config.yaml"
-    if url.startswith("msc://"):
-        profile = url[len("msc://"):].split("/", 1)[0]
+    profile = _profile(url)
+    if profile is not None:
         return (f"{what} {url!r}: the Multi-Storage Client cannot open profile {profile!r} "
-                f"({describe_error(error)}); define it in {config} (MSC_CONFIG names the file).")
+                f"({describe_error(error)}); define it in {_config_file()} (MSC_CONFIG names "
+                "the file).")
     return f"{what} {url!r}: the Multi-Storage Client cannot open it ({describe_error(error)})."
 
 
@@ -143,9 +154,9 @@ def access_problem(what: str, url: str, doing: Literal["read", "write"],
     what the command needs there. Never holds a credential.
     """
     code = _error_code(error)
-    profile = url[len("msc://"):].split("/", 1)[0] if url.startswith("msc://") else None
+    profile = _profile(url)
     whose = f"the credentials of profile {profile!r}" if profile else "the credentials"
-    where = (f"in {os.environ.get('MSC_CONFIG') or '~/.msc_config.yaml'}" if profile else
+    where = (f"in {_config_file()}" if profile else
              "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the AWS credentials file)")
     if code in _BAD_CREDENTIALS:
         return (f"{what} {url!r}: the store refused {whose} ({code}); check the access key and "
@@ -180,33 +191,10 @@ class Remote:
         client, path = self._resolve(name)
         return bool(client.is_file(path))
 
-    def size(self, name: str) -> int:
-        client, path = self._resolve(name)
-        return int(client.info(path).content_length)
-
-    def read_bytes(self, name: str) -> bytes:
-        """The whole object.
-
-        Raises:
-            DatasetError: it is missing or cannot be read.
-        """
-        client, path = self._resolve(name)
-        try:
-            return bytes(client.read(path))
-        except FileNotFoundError:
-            raise DatasetError(f"{self.child(name)} does not exist") from None
-        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise DatasetError(f"cannot read {self.child(name)} ({describe_error(e)})") from None
-
     def write_bytes(self, name: str, data: bytes | str) -> None:
         """Writes the object in one PUT: it appears whole or not at all."""
         client, path = self._resolve(name)
         client.write(path, data.encode() if isinstance(data, str) else data)
-
-    def open_read(self, name: str) -> BinaryIO:
-        """A seekable reader (ranged reads) of the object."""
-        client, path = self._resolve(name)
-        return client.open(path, "rb")  # type: ignore[no-any-return]
 
     def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
         """A sequential reader of the object: one ranged GET of `buffer_size` bytes each time
@@ -241,6 +229,13 @@ class Remote:
             raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise OSError(errno.EIO, f"cannot read it ({describe_error(e)})", self.child(name)) from None
+
+    def probe_write(self, folder: str) -> None:
+        """Writes and deletes an empty object in subfolder `folder`: proof that the credentials
+        may write and delete here, before any work."""
+        probe = f"{folder}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.write_bytes(probe, b"")
+        self.delete(probe)
 
     def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
         """Uploads a local file as object `name`; it appears only once complete."""

@@ -22,10 +22,10 @@ def test_objects_written_read_listed_and_deleted(s3_store):
     folder = remote(s3_store.url("data/set"), "--output-dir")
     folder.write_bytes("a.txt", b"alpha")
     folder.write_bytes("sub/b.txt", "beta")
-    assert folder.read_bytes("a.txt") == b"alpha"
+    assert folder.read("a.txt") == b"alpha"
     assert list(folder.names()) == ["a.txt", "sub/b.txt"]
     assert list(folder.names("sub/")) == ["sub/b.txt"]
-    assert folder.size("sub/b.txt") == 4
+    assert list(folder.sized_names("sub/")) == [("sub/b.txt", 4)]
     assert s3_store.keys() == ["data/set/a.txt", "data/set/sub/b.txt"]
     folder.delete("a.txt")
     assert not folder.exists("a.txt") and folder.exists("sub/b.txt")

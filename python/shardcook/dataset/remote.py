@@ -23,7 +23,6 @@ import shutil
 import sqlite3
 import struct
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -272,10 +271,8 @@ class RemoteView(DatasetView):
         Raises:
             ConfigError: the store refused the write, in one sentence.
         """
-        probe = f"{OURS_DIR}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
-            self.folder.write_bytes(probe, b"")
-            self.folder.delete(probe)
+            self.folder.probe_write(OURS_DIR)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "write", e) or
                               f"cannot write to {self.name} ({describe_error(e)}); check the "

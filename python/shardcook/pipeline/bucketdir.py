@@ -13,10 +13,8 @@ in the bucket. The staging folder is removed by `close`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -117,9 +115,8 @@ class BucketRunFolder:
     def check_writable(self) -> None:
         """Writes and deletes a small object under `.shardcook/`, and makes the staging folder's
         parent, or raises ConfigError."""
-        probe = f"{OURS_DIR}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._checked("writing a test object", partial(self.store.write_bytes, probe, b""))
-        self._checked("deleting a test object", partial(self.store.delete, probe))
+        self._checked("writing and deleting a test object",
+                      partial(self.store.probe_write, OURS_DIR))
         try:
             self._scratch.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -256,8 +253,11 @@ class BucketRunFolder:
         """
         if not self._checked("reading the manifest", partial(self.store.exists, _MANIFEST)):
             return None
-        data = self.store.read_bytes(_MANIFEST)
         label = self.store.child(_MANIFEST)
+        try:
+            data = self.store.read(_MANIFEST)
+        except OSError as e:
+            raise DatasetError(f"{label}: {e.strerror or e}") from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -289,8 +289,8 @@ class BucketRunFolder:
     def _read_record(self, unit: int) -> dict[str, Any] | None:
         """The unit's marker as a record whose shard is None or a shard name, else None."""
         try:
-            record = json.loads(self.store.read_bytes(self._marker(unit)))
-        except (DatasetError, ValueError):
+            record = json.loads(self.store.read(self._marker(unit)))
+        except (OSError, ValueError):
             return None
         if not isinstance(record, dict):
             return None

@@ -17,11 +17,11 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from shardcook.errors import ConfigError
 
-__all__ = ["SCHEMES", "Remote", "access_problem", "check_url", "describe_error", "is_url",
+__all__ = ["SCHEMES", "Listed", "Remote", "access_problem", "check_url", "describe_error", "is_url",
            "remote"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
@@ -171,6 +171,14 @@ def access_problem(what: str, url: str, doing: Literal["read", "write"],
     return None
 
 
+class Listed(NamedTuple):
+    """An object as a listing shows it."""
+
+    name: str
+    size: int
+    etag: str | None
+
+
 @dataclass(frozen=True)
 class Remote:
     """A folder in object storage: `url` has no trailing slash; names are relative to it."""
@@ -253,18 +261,23 @@ class Remote:
     def names(self, prefix: str = "") -> Iterator[str]:
         """Every object under this folder whose name starts with `prefix`, recursively, as
         names relative to the folder, in the store's (lexicographic) order."""
-        for name, _ in self.sized_names(prefix):
-            yield name
+        for listed in self.listing(prefix):
+            yield listed.name
 
-    def sized_names(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        """`names(prefix)` with each object's size in bytes, from the same listing."""
+    def listing(self, prefix: str = "") -> Iterator[Listed]:
+        """`names(prefix)` with each object's size and ETag, from the same listing."""
         client, root = self._resolve("")
         start = root.rstrip("/") + "/" if root.strip("/") else ""
         for obj in client.list(path=start + prefix):
             key = obj.key.lstrip("/")
             name = key[len(start):] if start and key.startswith(start) else key
             if obj.type != "directory" and name.startswith(prefix):
-                yield name, int(obj.content_length)
+                yield Listed(name, int(obj.content_length), obj.etag or None)
+
+    def etag(self, name: str) -> str | None:
+        """The ETag the store gives object `name` now (None where the store gives none)."""
+        client, path = self._resolve(name)
+        return client.info(path).etag or None
 
     def read_range(self, name: str, offset: int, size: int) -> bytes:
         """`size` bytes of the object from `offset` (one ranged GET)."""

@@ -7,7 +7,9 @@ not with the client under test."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
 import os
 import re
 import signal
@@ -46,8 +48,11 @@ def _files(root: Path) -> dict[str, bytes]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _objects(store, prefix: str = PREFIX) -> dict[str, bytes]:
-    return {k[len(prefix) + 1:]: store.get(k) for k in store.keys(prefix + "/")}
+def _objects(store, prefix: str = PREFIX, *, rows: bool = False) -> dict[str, bytes]:
+    """The objects under `prefix`; without the shards' index rows (`.shardcook/index/`, which
+    only a bucket run writes) unless `rows`."""
+    return {k[len(prefix) + 1:]: store.get(k) for k in store.keys(prefix + "/")
+            if rows or not k.startswith(f"{prefix}/.shardcook/index/")}
 
 
 def _shards_and_indexes(files: dict[str, bytes]) -> dict[str, str]:
@@ -87,19 +92,21 @@ def test_raw_into_a_bucket_equals_a_local_run(local_raw, s3_store, tmp_path):
     r = run_cli(*_raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--scratch-dir",
                            str(scratch)))
     local = {n: b for n, b in _files(ref).items() if not n.startswith(FINALIZE_ONLY)}
-    remote = _objects(s3_store)
+    remote = _objects(s3_store, rows=True)
     # the same names: 6 shards, their .tar.idx (finalize's, byte for byte), the markers,
-    # the manifest and the report
-    assert sorted(remote) == sorted(local)
-    assert len([n for n in remote if n.endswith(".tar")]) == 6
+    # the manifest and the report; and each shard's index rows, for finalize there
+    shards = [n for n in remote if n.endswith(".tar")]
+    rows = {n for n in remote if n.startswith(".shardcook/index/")}
+    assert len(shards) == 6 and rows == {f".shardcook/index/{s}.sqlite" for s in shards}
+    assert sorted(set(remote) - rows) == sorted(local)
     assert _shards_and_indexes(remote) == _shards_and_indexes(local)
     for name, data in local.items():
         if name.startswith(".shardcook/progress/"):
             assert remote[name] == data
     report = json.loads(remote[".shardcook/report.json"])
     assert report["num_written"] == 12 and report["num_shards"] == 6
-    biggest = max(len(b) + len(remote[n + ".idx"]) for n, b in remote.items()
-                  if n.endswith(".tar"))
+    biggest = max(len(remote[n]) + len(remote[n + ".idx"]) +
+                  len(remote[f".shardcook/index/{n}.sqlite"]) for n in shards)
     assert 0 < report["scratch_peak_bytes"] <= 5 * biggest  # 4 queued + 1 written, at most
     assert "scratch_peak_bytes" not in json.loads(local[".shardcook/report.json"])
     manifest = json.loads(remote[".shardcook/manifest.json"])
@@ -136,6 +143,52 @@ def test_a_run_into_a_bucket_finalizes_there_and_energon_reads_it(local_raw, s3_
     assert len(read) == 12
     assert run_cli("validate", s3_store.url(PREFIX), "--deep").returncode == 0
     assert _scratch_left(tmp_path / "scratch") == []
+
+
+def _whole_shard_reads(records, prefix: str) -> list[str]:
+    """The shards of `prefix` the S3 server sent whole (status 200, not a 206 ranged read), by
+    its request log."""
+    pattern = re.compile(rf'"GET /[^/ ]+/{re.escape(prefix)}/([^ ?]+\.tar) HTTP/[0-9.]+" 200 ')
+    return sorted(m[1] for r in records if (m := pattern.search(r.getMessage())))
+
+
+def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, caplog, tmp_path):
+    """A run into a bucket leaves each shard's index rows beside it, so finalize there reads
+    no shard, and writes what `energon prepare` writes on a copy of the same objects; a shard
+    replaced since (same size, other bytes) is read again."""
+    import tarfile
+
+    from tests.helpers.shards import assert_same_index, energon_prepare
+
+    src, _ = local_raw
+    run_cli(*_raw_args(src, s3_store.url(PREFIX), "--no-finalize", "--quiet",
+                       "--scratch-dir", str(tmp_path / "scratch")))
+    shard = s3_store.get(f"{PREFIX}/000001.tar")
+    with tarfile.open(fileobj=io.BytesIO(shard)) as tar:
+        txt = next(m for m in tar.getmembers() if m.name.endswith(".txt"))
+    changed = bytearray(shard)
+    changed[txt.offset_data] ^= 0x20  # the caption's first letter's case
+    for name, data in _objects(s3_store).items():  # Energon's copy: the objects, no rows
+        s3_store.put(f"theirs/{name}", data)
+
+    finalize = ["finalize", s3_store.url(PREFIX), "--encoding", "raw", "--split", "0.5,0.5,0",
+                "--scratch-dir", str(tmp_path / "scratch")]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="werkzeug"):
+        assert run_cli(*finalize).returncode == 0
+    assert _whole_shard_reads(caplog.records, PREFIX) == []
+    caplog.clear()
+    ref = energon_prepare(s3_store.url("theirs"), "--split-ratio", "0.5,0.5,0")
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    s3_store.download_folder(PREFIX, tmp_path / "ours")
+    s3_store.download_folder("theirs", tmp_path / "theirs")
+    assert_same_index(tmp_path / "ours", tmp_path / "theirs")
+
+    s3_store.put(f"{PREFIX}/000001.tar", bytes(changed))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="werkzeug"):
+        assert run_cli(*finalize, "--force").returncode == 0
+    assert _whole_shard_reads(caplog.records, PREFIX) == ["000001.tar"]
 
 
 def _wait_for_markers(store, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -194,10 +247,11 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
             most = _watch(scratch, run_cli, *_raw_args(
                 src, f"{slow}/q{queue}", "--no-finalize", "--quiet", "--scratch-dir",
                 str(scratch), "--upload-queue", str(queue)))
-            objects = _objects(s3_store, f"q{queue}")
+            objects = _objects(s3_store, f"q{queue}", rows=True)
             report = json.loads(objects[".shardcook/report.json"])
-            sizes = sorted(len(b) + len(objects[n + ".idx"]) for n, b in objects.items()
-                           if n.endswith(".tar"))
+            sizes = sorted(len(b) + len(objects[n + ".idx"]) +
+                           len(objects[f".shardcook/index/{n}.sqlite"])
+                           for n, b in objects.items() if n.endswith(".tar"))
             staged[queue] = most
             if queue == 1:
                 assert most <= 2, f"{most} shards staged at once"

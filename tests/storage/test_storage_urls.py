@@ -25,7 +25,7 @@ def test_objects_written_read_listed_and_deleted(s3_store):
     assert folder.read("a.txt") == b"alpha"
     assert list(folder.names()) == ["a.txt", "sub/b.txt"]
     assert list(folder.names("sub/")) == ["sub/b.txt"]
-    assert list(folder.sized_names("sub/")) == [("sub/b.txt", 4)]
+    assert [(o.name, o.size) for o in folder.listing("sub/")] == [("sub/b.txt", 4)]
     assert s3_store.keys() == ["data/set/a.txt", "data/set/sub/b.txt"]
     folder.delete("a.txt")
     assert not folder.exists("a.txt") and folder.exists("sub/b.txt")

@@ -15,12 +15,9 @@ dataset) last; a command that fails before `publish` leaves the bucket as it was
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import shutil
-import sqlite3
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -30,10 +27,11 @@ from itertools import pairwise
 from pathlib import Path, PurePosixPath
 
 from shardcook import _native
+from shardcook.dataset import shardrows
 from shardcook.dataset.view import DatasetView
-from shardcook.errors import ConfigError, DatasetError, DuplicateKeyError
+from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
-from shardcook.storage import Remote, access_problem, describe_error, remote
+from shardcook.storage import Listed, Remote, access_problem, describe_error, remote
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
 
@@ -84,6 +82,8 @@ class RemoteView(DatasetView):
         self.window = window
         #: Every shard's size in the bucket.
         self.sizes = sizes
+        #: Every shard's ETag in the listing (None: the store gave none).
+        self.etags: dict[str, str | None] = {}
         #: The small files as copied: name -> sha256, to publish only what changed.
         self.copied: dict[str, str] = {}
         #: Shards whose whole bytes are under `root` now.
@@ -118,25 +118,26 @@ class RemoteView(DatasetView):
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _listing(self) -> list[tuple[str, int]]:
+    def _listing(self) -> list[Listed]:
         try:
-            found = list(self.folder.sized_names())
+            found = list(self.folder.listing())
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "read", e) or
                               f"cannot list {self.name} ({describe_error(e)}); check the "
                               "bucket, the path and the profile's credentials") from None
         if not found:
             raise DatasetError(f"{self.name} holds no objects; give the URL of a dataset folder")
-        return [(_safe_name(self.name, name), size) for name, size in found]
+        return [Listed(_safe_name(self.name, obj.name), obj.size, obj.etag) for obj in found]
 
     def _materialise(self) -> None:
         self.root.mkdir()
         small = []
-        for name, size in self._listing():
+        for name, size, etag in self._listing():
             if _is_small_file(name):
                 small.append(name)
             elif name.endswith(_SHARD_ENDINGS):
                 self.sizes[name] = size
+                self.etags[name] = etag
                 self._placeholder(name)
         self._in_parallel(lambda name: self._fetch(name, self._local(name)), small,
                           SMALL_FILES_AT_ONCE)
@@ -237,32 +238,65 @@ class RemoteView(DatasetView):
 
     def index_shards(self, shards: Sequence[str], sqlite_path: Path | None
                      ) -> tuple[list[tuple[str, int]], list[str]]:
-        """The native indexer on one window at a time: each window's rows go to a sqlite of
-        their own, appended in order to the whole index with their `tar_file_id` shifted; its
-        UNIQUE key column finds a key in two windows (the indexer finds the rest)."""
+        """Each shard's rows appended in order, with their `tar_file_id` shifted, to one index
+        whose UNIQUE key column finds a key in two shards: the rows a run recorded when it
+        wrote the shard (`shardrows`, nothing downloaded) while they still describe the object,
+        else the native indexer's on a window of downloaded shards."""
         target = sqlite_path or self.root.parent / "keys.sqlite"
         building = target.with_name(target.name + ".tmp")
-        part = self.root.parent / "window.sqlite"
+        window_part = self.root.parent / "window.sqlite"
         counts: list[tuple[str, int]] = []
         names: dict[str, None] = {}
         try:
-            for window in self.windows(shards):
-                summary = _native.index_shards(self.root, window, part)
-                first_id = len(counts)
-                if first_id == 0:
-                    os.replace(part, building)
-                else:
-                    _append_rows(building, part, first_id, shards)
-                counts += [(name, n) for name, n in summary.shards]
-                names.update(dict.fromkeys(summary.part_names))
+            for group, part in self._index_parts(shards, window_part):
+                if not building.exists():
+                    shardrows.start_index(building, part)
+                shardrows.append_rows(building, part, len(counts), shards)
+                group_counts, group_names = shardrows.part_summary(part, group)
+                counts += group_counts
+                names.update(dict.fromkeys(group_names))
             if sqlite_path is None:
-                building.unlink()
+                building.unlink(missing_ok=True)
             else:
                 os.replace(building, target)
         finally:
             building.unlink(missing_ok=True)
-            part.unlink(missing_ok=True)
+            window_part.unlink(missing_ok=True)
         return counts, sorted(names)[:50]
+
+    def _index_parts(self, shards: Sequence[str], window_part: Path
+                     ) -> Iterator[tuple[list[str], Path]]:
+        """The shards in order, as (shards, the sqlite of their rows): one recorded shard at a
+        time, the others a window at a time, downloaded and indexed into `window_part`."""
+        waiting: list[str] = []
+        for name in shards:
+            rows = self._recorded_rows(name)
+            if rows is None:
+                waiting.append(name)
+                if len(waiting) < self.window:
+                    continue
+            if waiting:
+                yield waiting, self._indexed(waiting, window_part)
+                waiting = []
+            if rows is not None:
+                yield [name], rows
+        if waiting:
+            yield waiting, self._indexed(waiting, window_part)
+
+    def _indexed(self, window: list[str], part: Path) -> Path:
+        with self.fetched(window):
+            part.unlink(missing_ok=True)
+            _native.index_shards(self.root, window, part)
+        return part
+
+    def _recorded_rows(self, name: str) -> Path | None:
+        """The rows recorded for shard `name` when they describe the object listed now."""
+        rows = self.root / shardrows.rows_name(name)
+        if name not in self.sizes or not rows.is_file():
+            return None
+        match = shardrows.rows_match(rows, self.sizes[name], self.etags.get(name),
+                                     self._idx_offsets(name))
+        return rows if match else None
 
     def check_writable(self) -> None:
         """Writes and deletes an empty object under `.shardcook/`, so a store that refuses
@@ -308,31 +342,3 @@ class RemoteView(DatasetView):
 
     def shown(self, text: str) -> str:
         return text.replace(str(self.root), self.name)
-
-
-def _append_rows(target: Path, part: Path, first_id: int, shards: Sequence[str]) -> None:
-    """Appends `part`'s rows to `target` in their order, `tar_file_id` shifted by `first_id`.
-
-    Raises:
-        DuplicateKeyError: a key of `part` is already in `target`, naming both shards.
-    """
-    with contextlib.closing(sqlite3.connect(target)) as db:
-        db.execute("ATTACH DATABASE ? AS part", (str(part),))
-        try:
-            with db:
-                db.execute("INSERT INTO samples SELECT tar_file_id + ?, sample_key, sample_index, "
-                           "byte_offset, byte_size FROM part.samples ORDER BY rowid", (first_id,))
-                db.execute("INSERT INTO sample_parts SELECT tar_file_id + ?, sample_index, "
-                           "part_name, content_byte_offset, content_byte_size "
-                           "FROM part.sample_parts ORDER BY rowid", (first_id,))
-        except sqlite3.IntegrityError:
-            key, first, second = db.execute(
-                "SELECT p.sample_key, s.tar_file_id, p.tar_file_id + ? FROM part.samples p "
-                "JOIN samples s ON s.sample_key = p.sample_key ORDER BY p.rowid LIMIT 1",
-                (first_id,)).fetchone()
-            raise DuplicateKeyError(
-                f"duplicate sample key {json.dumps(key)}: in {shards[first]} and in "
-                f"{shards[second]}; keys must be unique across the dataset (rename or drop one)"
-            ) from None
-        finally:
-            db.execute("DETACH DATABASE part")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shardcook import _native
+from shardcook.dataset import shardrows
 from shardcook.dataset.metadata import parse_manifest
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import (
@@ -164,12 +165,12 @@ class BucketRunFolder:
         return plan.keep
 
     def discard_shard(self, name: str) -> None:
-        """Deletes shard `name` and its `.tar.idx` where there (a unit cut off before its
-        marker is redone). What is there is listed once, at the first call: objects uploaded
+        """Deletes shard `name`, its `.tar.idx` and its index rows where there (a unit cut off
+        before its marker is redone). What is there is listed once, at the first call: objects uploaded
         after it are this run's."""
         if self._before is None:
             self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
-        for one in (name, f"{name}.idx"):
+        for one in (name, f"{name}.idx", shardrows.rows_name(name)):
             if one in self._before:
                 retried(f"deleting {one} in {self.url}", partial(self._delete, one))
                 self._before.discard(one)
@@ -201,9 +202,10 @@ class BucketRunFolder:
         return self._staging
 
     def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
-        """Indexes the unit's staged shard, and hands shard and index to the uploader, which
-        writes the unit's marker once both are in the bucket. Waits while the upload queue is
-        full.
+        """Indexes the unit's staged shard, and hands shard and index to the uploader; once
+        both are in the bucket, the shard's index rows (named by the object's ETag: see
+        `dataset/shardrows.py`) and then the unit's marker are written. Waits while the upload
+        queue is full.
 
         Raises:
             ShardcookIOError: an earlier upload failed for good.
@@ -211,13 +213,30 @@ class BucketRunFolder:
         staging, uploader = self.shard_dir, self._uploader
         assert uploader is not None  # made with the staging folder
         files: list[Path] = []
+        staged: list[Path] = []
+        then = partial(self.store.write_bytes, self._marker(unit), _json(record))
         shard = record.get("shard")
         if isinstance(shard, str):
-            _native.index_shards(staging, [shard], None)
+            rows = staging / f"{shard}.rows.sqlite"
+            rows.unlink(missing_ok=True)
+            _native.index_shards(staging, [shard], rows)
+            shardrows.compact(rows)
             files = [staging / shard, staging / f"{shard}.idx"]
+            staged = [rows]
+            then = partial(self._after_upload, shard, rows, files[0].stat().st_size, then)
         named = f" ({shard})" if isinstance(shard, str) else ""
-        uploader.submit(files, partial(self.store.write_bytes, self._marker(unit), _json(record)),
-                        f"writing the marker of unit {unit}{named} to {self.url}")
+        uploader.submit(files, then, f"writing the index rows and the marker of unit {unit}"
+                        f"{named} to {self.url}", staged=staged)
+
+    def _after_upload(self, shard: str, rows: Path, size: int, write_marker: Callable[[], None]
+                      ) -> None:
+        """Uploads `rows` naming the shard object as the store now holds it, then writes the
+        marker."""
+        etag = self.store.etag(shard)
+        if etag is not None:
+            shardrows.record_object(rows, size, etag)
+            self.store.upload(rows, shardrows.rows_name(shard))
+        write_marker()
 
     def flush(self) -> None:
         """Waits until every unit handed to `finish_unit` is uploaded and recorded.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -48,15 +48,18 @@ class Uploader:
         self._staged_bytes = 0
         self._error: ShardcookError | None = None
 
-    def submit(self, files: list[Path], then: Callable[[], None], what: str) -> None:
+    def submit(self, files: list[Path], then: Callable[[], None], what: str, *,
+               staged: Sequence[Path] = ()) -> None:
         """Uploads `files` (each as the object of its name), then runs `then` (`what` names it in
-        a failure); the files are deleted afterwards. Waits while `limit` units are staged.
+        a failure); the files, and the `staged` ones `then` uploads itself, are deleted
+        afterwards. Waits while `limit` units are staged.
 
         Raises:
             ShardcookIOError: an earlier upload failed for good.
         """
         self._raise()
         self._futures = [f for f in self._futures if not f.done()]
+        files = [*files, *staged]
         size = sum(f.stat().st_size for f in files)
         with self._lock:  # the new shard is on disk beside every unit still staged
             self.peak_bytes = max(self.peak_bytes, self._staged_bytes + size)
@@ -64,7 +67,8 @@ class Uploader:
             self._raise()
         with self._lock:
             self._staged_bytes += size
-        self._futures.append(self._pool.submit(self._upload, files, then, what, size))
+        self._futures.append(self._pool.submit(self._upload, files, len(files) - len(staged),
+                                               then, what, size))
 
     def wait(self) -> None:
         """Waits for every upload handed over.
@@ -86,9 +90,10 @@ class Uploader:
         if self._error is not None:
             raise self._error
 
-    def _upload(self, files: list[Path], then: Callable[[], None], what: str, size: int) -> None:
+    def _upload(self, files: list[Path], uploads: int, then: Callable[[], None], what: str,
+                size: int) -> None:
         try:
-            for path in files:
+            for path in files[:uploads]:
                 if self._error is not None:
                     return
                 retried(f"uploading {path.name} to {self.store.url}",

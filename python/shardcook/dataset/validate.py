@@ -155,17 +155,20 @@ def validate(
     return report
 
 
-def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False
-                  ) -> ValidationReport:
-    """`validate` on a dataset's view; the report names the dataset as the user gave it."""
-    report = _validate(view, encoding, deep)
+def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False,
+                  energon_check: bool = True) -> ValidationReport:
+    """`validate` on a dataset's view; the report names the dataset as the user gave it.
+    Without `energon_check`, the first samples are read with shardcook's reader only, not also
+    through Energon (which imports torch)."""
+    report = _validate(view, encoding, deep, energon_check)
     report.directory = view.name
     report.problems = [view.shown(p) for p in report.problems]
     report.warnings = [view.shown(w) for w in report.warnings]
     return report
 
 
-def _validate(view: DatasetView, encoding: str | None, deep: bool) -> ValidationReport:
+def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check: bool
+              ) -> ValidationReport:
     root = view.root
     report = ValidationReport(str(root))
     problems = report.problems
@@ -190,7 +193,7 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool) -> Validation
         report.warnings.append(older)
     layout = _layout(report, encoding, dataset, manifest)
     info_name = metadata.info_file(root)
-    energon = _sample_class(report, root, dataset)
+    energon = energon_check and _sample_class(report, root, dataset)
 
     excluded = _excluded(root, record, split_yaml)
     present_shards = set(list_shards(root)) - excluded

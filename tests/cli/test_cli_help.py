@@ -3,12 +3,11 @@ a whole sentence, and links to the documentation site rather than to files of th
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 from shardcook.docsite import docs_url
+
+from tests.helpers.helptext import help_text, panels
 
 PANELS = {
     "Try it": ["demo"],
@@ -20,30 +19,13 @@ PANELS = {
 REPO_PATH = re.compile(r"docs/[A-Z]|\b[A-Z]+\.md\b|§")
 
 
-def help_text(*command: str) -> str:
-    # Wide enough that rich wraps no summary: every line break left is the help's own.
-    env = {**os.environ, "COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}
-    run = subprocess.run([sys.executable, "-m", "shardcook", *command, "--help"], env=env,
-                         capture_output=True, text=True, timeout=120, check=True)
-    return run.stdout
-
-
-def panels(text: str) -> dict[str, list[str]]:
-    """Panel title to the rows' first words, in order, from rich's boxes."""
-    found: dict[str, list[str]] = {}
-    rows: list[str] | None = None
-    for line in text.splitlines():
-        if m := re.match(r"╭─ (.+?) ─", line):
-            rows = found.setdefault(m.group(1), [])
-        elif line.startswith("╰"):
-            rows = None
-        elif rows is not None:
-            rows.append(line.strip("│ ").split(" ")[0])
-    return found
+def first_words(text: str) -> dict[str, list[str]]:
+    """Panel title to the rows' first words, in order."""
+    return {title: [row.split(" ")[0] for row in rows] for title, rows in panels(text).items()}
 
 
 def test_commands_are_grouped_as_a_user_meets_them():
-    found = panels(help_text())
+    found = first_words(help_text())
     assert list(found) == ["Options", *PANELS]
     for title, commands in PANELS.items():
         # One row per command: a summary that wrapped onto a second row would add a row.

@@ -1,5 +1,7 @@
-"""The option types shared by several commands, declared once, and `resolve_config`, the one
-way raw, encode, chatml and their Primus aliases turn their options into a `RunConfig`.
+"""The option types shared by several commands, declared once; `with_config_options`, which
+makes the run commands' options from the config fields' metadata (`config.sections.option`); and
+`resolve_config`, the one way raw, encode, chatml and their Primus aliases turn their options
+into a `RunConfig`.
 
 Options mirror shardcook.config (YAML key = option name with `_`); an option given on the
 command line beats the --config file, which beats the defaults shown in --help.
@@ -7,19 +9,18 @@ command line beats the --config file, which beats the defaults shown in --help.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from shardcook.config.sections import CLI, SOURCE, CliOption, option_field
 from shardcook.layouts import encodings
 
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
-
-# The --help panels the options are grouped in.
-SRC, OUT, IMG, FMT = "Source", "Output", "Image", "Data format"
-PRIMUS = "Primus aliases"
 
 DatasetArg = Annotated[str, typer.Argument(
     help="The dataset folder, or its URL (msc://PROFILE/path, s3://bucket/path).",
@@ -34,35 +35,63 @@ EncodingOpt = Annotated[
 
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")]
 PrintConfigOpt = Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")]
-SourceTypeOpt = Annotated[str, typer.Option(help="directory, huggingface or webdataset.", rich_help_panel=SRC)]
-InputDirOpt = Annotated[str | None, typer.Option(help="directory: images/ + captions/, or a flat folder.", rich_help_panel=SRC)]
-HfSplitOpt = Annotated[str, typer.Option(help="huggingface: the split.", rich_help_panel=SRC)]
-HfDataFilesOpt = Annotated[list[str] | None, typer.Option(help="huggingface: data files, repeatable.", rich_help_panel=SRC)]
-HfStreamingOpt = Annotated[bool, typer.Option(help="huggingface: read the parquet files a row group at a time instead of downloading and converting the dataset first (same shards).", rich_help_panel=SRC)]
-InputPathOpt = Annotated[str | None, typer.Option(help="webdataset: tar glob, brace pattern or folder.", rich_help_panel=SRC)]
-MaxSamplesOpt = Annotated[int | None, typer.Option(help="Use only the first N inputs.", rich_help_panel=SRC)]
-CaptionColumnOpt = Annotated[str | None, typer.Option(help="Caption column or dotted path, e.g. json.caption (default: detected).", rich_help_panel=FMT)]
-OverwriteOpt = Annotated[bool, typer.Option(help="Delete an earlier run in --output-dir and start over.", rich_help_panel=OUT)]
-QuietOpt = Annotated[bool, typer.Option(help="No progress bars and no summary.", rich_help_panel=OUT)]
-ResizeModeOpt = Annotated[str, typer.Option(help="crop, stretch, variable or bucket.", rich_help_panel=IMG)]
-MaxSizeOpt = Annotated[int, typer.Option(help="Longest side (variable, bucket).", rich_help_panel=IMG)]
-MinSizeOpt = Annotated[int, typer.Option(help="Skip images whose short side is smaller.", rich_help_panel=IMG)]
-WorkersOpt = Annotated[int | None, typer.Option("--workers", "--num-workers", help="Image threads (default: all cores; encode on a CPU: half of them). --num-workers is Primus's spelling.", rich_help_panel=IMG)]
-HfDatasetOpt = Annotated[str | None, typer.Option(help="huggingface: hub name, save_to_disk folder or data file.", rich_help_panel=SRC)]
-ImageColumnOpt = Annotated[str | None, typer.Option(help="Image column / tar part (default: detected).", rich_help_panel=FMT)]
-OutputDirOpt = Annotated[str | None, typer.Option(help="The dataset folder to write: a local path, or msc://PROFILE/path or s3://bucket/path in object storage.", rich_help_panel=OUT)]
-ScratchDirOpt = Annotated[str | None, typer.Option(help="Object storage: the local folder shards are staged in until uploaded (default: the system temp folder).", rich_help_panel=OUT)]
-UploadQueueOpt = Annotated[int, typer.Option(help="Object storage: at most this many shards staged for upload; writing waits when full (scratch space: about this many shards plus the one being written).", rich_help_panel=OUT)]
-ShardSizeOpt = Annotated[int, typer.Option(help="Inputs per work unit / shard.", rich_help_panel=OUT)]
-SplitOpt = Annotated[str, typer.Option(help="train,val,test ratios by whole shard.", rich_help_panel=OUT)]
-FinalizeOpt = Annotated[bool, typer.Option("--finalize/--no-finalize", help="Index and validate at the end.", rich_help_panel=OUT)]
-HfTokenFileOpt = Annotated[str | None, typer.Option(help="A file holding a Hugging Face token (mode 600 or 400), for models and datasets. Else HF_TOKEN, else the saved `huggingface-cli login`. Never printed.", rich_help_panel=SRC)]
+ChatmlInputOpt = Annotated[str | None, typer.Option("--input", help="A JSONL file: one record per line with images/image, videos/video, audio and a conversation (or question/answer fields); paths relative to the file.", rich_help_panel=SOURCE)]
 # Primus's spellings (`primus-cli direct -- data diffusion-raw|diffusion-encoded`), as aliases.
-CompressOpt = Annotated[bool | None, typer.Option("--compress", help="Primus: refused (shards stay uncompressed: Energon reads them by byte offset).", rich_help_panel=PRIMUS, show_default=False)]
-CenterCropOpt = Annotated[bool | None, typer.Option("--center-crop/--no-center-crop", help="Primus: --center-crop = --resize-mode crop, --no-center-crop = stretch.", rich_help_panel=PRIMUS, show_default=False)]
-VariableSizeOpt = Annotated[bool | None, typer.Option("--variable-size", help="Primus: = --resize-mode variable (long side to --max-size).", rich_help_panel=PRIMUS, show_default=False)]
-TrainSplitOpt = Annotated[float | None, typer.Option(help="Primus: F = --split F,(1-F)/2,(1-F)/2.", rich_help_panel=PRIMUS, show_default=False)]
-VaeLatentModeOpt = Annotated[str | None, typer.Option(help="Primus: presampled = --latent-mode sample, resample = --latent-mode resample.", rich_help_panel=PRIMUS, show_default=False)]
+PRIMUS = "Primus aliases"
+PRIMUS_ALIASES: dict[str, Any] = {
+    "center_crop": Annotated[bool | None, typer.Option("--center-crop/--no-center-crop", help="Primus: --center-crop = --resize-mode crop, --no-center-crop = stretch.", rich_help_panel=PRIMUS, show_default=False)],
+    "variable_size": Annotated[bool | None, typer.Option("--variable-size", help="Primus: = --resize-mode variable (long side to --max-size).", rich_help_panel=PRIMUS, show_default=False)],
+    "train_split": Annotated[float | None, typer.Option(help="Primus: F = --split F,(1-F)/2,(1-F)/2.", rich_help_panel=PRIMUS, show_default=False)],
+    "vae_latent_mode": Annotated[str | None, typer.Option(help="Primus: presampled = --latent-mode sample, resample = --latent-mode resample.", rich_help_panel=PRIMUS, show_default=False)],
+    "compress": Annotated[bool | None, typer.Option("--compress", help="Primus: refused (shards stay uncompressed: Energon reads them by byte offset).", rich_help_panel=PRIMUS, show_default=False)],
+}
+
+
+def config_option(name: str, command: str) -> tuple[Any, Any]:
+    """(typer annotation, default) of the config field `name` (`image_size`, or dotted:
+    `chatml.max_pixels`) as `command`'s option, from the field's `CliOption` metadata. A list of
+    floats (`--split`) is one comma-separated string on the command line."""
+    found, hint = option_field(name)
+    meta: CliOption = found.metadata[CLI]
+    default: Any = found.default_factory() if callable(found.default_factory) else found.default
+    if hint == list[float]:
+        hint, default = str, ",".join(f"{v:g}" for v in default)
+    info = typer.Option(*meta.flags, help=meta.help_in(command), rich_help_panel=meta.panel)
+    return Annotated[hint, info], default
+
+
+HfTokenFileOpt = config_option("hf_token_file", "preview")[0]
+
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def with_config_options(names: Sequence[str],
+                        after: Sequence[str] = ()) -> Callable[[Command], Command]:
+    """A run command whose options are its own parameters (ctx, --config, ...), then the config
+    fields `names` in that order (see `config_option`; the function takes them as `**options`),
+    then the Primus aliases `after`: typer reads the signature this sets."""
+
+    def build(command: Command) -> Command:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+               if p.kind is not p.VAR_KEYWORD]
+        added = [(name.rpartition(".")[2], *config_option(name, command.__name__))
+                 for name in names]
+        added += [(name, PRIMUS_ALIASES[name], None) for name in after]
+        params = own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                          annotation=annotation, default=default)
+                        for name, annotation, default in added]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return build
+
+
+def config_names(names: Sequence[str]) -> dict[str, str]:
+    """The parameters of `with_config_options(names)` whose config name is dotted
+    (`max_pixels` -> `chatml.max_pixels`), for `resolve_config`'s `renamed`."""
+    return {name.rpartition(".")[2]: name for name in names if "." in name}
+
 
 #: Parameters of the pipeline commands that are not config options.
 _NOT_CONFIG = ("config", "print_config")

@@ -31,10 +31,10 @@ from shardcook.config.primus import (
 from shardcook.config.sections import (
     _SECTION_CLASSES,
     IMAGE_FORMAT_ALIASES,
-    OPTION_SECTION,
     ChatmlConfig,
     ImageConfig,
     RunConfig,
+    option_key,
 )
 from shardcook.errors import ConfigError
 from shardcook.paths import check_local_path
@@ -45,16 +45,6 @@ def _section(cfg: RunConfig, name: str) -> Any:
     if name == "chatml" and cfg.chatml is None:
         cfg.chatml = ChatmlConfig()
     return getattr(cfg, name)
-
-
-def _option(name: str) -> tuple[str, str]:
-    """(section, field) of a CLI option name, plain (`image_size`) or dotted (`chatml.max_pixels`)."""
-    if "." in name:
-        section, _, key = name.partition(".")
-        return section, key
-    if name not in OPTION_SECTION:
-        raise AssertionError(f"CLI option {name!r} has no config field")
-    return OPTION_SECTION[name], name
 
 
 def _type_hints(cls: type) -> dict[str, Any]:
@@ -206,7 +196,7 @@ def resolve(
             setattr(sec, key, value)
     given: dict[tuple[str, str], Setting] = {}
     for name, value in cli_values.items():
-        section, key = _option(name)
+        section, key = option_key(name)
         in_yaml = key in yaml_values.get(section, {})
         if name in explicit or not in_yaml:
             hint = _type_hints(_SECTION_CLASSES[section])[key]

@@ -1,14 +1,18 @@
 """The run configuration's sections as dataclasses, their allowed values, and which section
-each option belongs to."""
+each option belongs to. A field that is a command-line option of raw, encode and chatml declares
+its --help text and panel here (`option`); `shardcook.cli` builds the options from them."""
 
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
+from shardcook.layouts import encode_layouts_help
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
 #: The input option each source type needs.
@@ -32,19 +36,58 @@ MAX_VIDEO_FPS = 1000.0
 CHATML_IMAGE_FORMATS = ("jpg", "png")
 
 
+# The --help panels the run commands' options are grouped in.
+SOURCE, OUTPUT, IMAGE, DATA_FORMAT, MODEL, CHATML = (
+    "Source", "Output", "Image", "Data format", "Model", "ChatML")
+#: The key of a field's metadata that makes it a command-line option (a `CliOption`).
+CLI = "cli"
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """How a config field is a command-line option of raw, encode and chatml: its --help text
+    (or a function computing it when --help is built), its panel, its flags when they are not
+    just `--field-name`, and the wording of a command that says it differently (`help_for`, by
+    the command's function name: raw, encode, chatml, preview)."""
+
+    help: str | Callable[[], str]
+    panel: str
+    flags: tuple[str, ...] = ()
+    help_for: Mapping[str, str] = field(default_factory=dict)
+
+    def help_in(self, command: str) -> str:
+        """The help text `command` shows."""
+        text = self.help_for.get(command, self.help)
+        return text if isinstance(text, str) else text()
+
+
+def option(default: Any, help: str | Callable[[], str], panel: str, *,
+           flags: tuple[str, ...] = (), help_for: Mapping[str, str] | None = None) -> Any:
+    """A config field that is also a command-line option; a list default is copied per
+    instance."""
+    metadata = {CLI: CliOption(help, panel, flags, dict(help_for or {}))}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class SourceConfig:
     """Where the inputs come from."""
 
-    source_type: str = "directory"
-    input_dir: str | None = None
-    hf_dataset: str | None = None
-    hf_split: str = "train"
-    hf_data_files: list[str] | None = None
-    input_path: str | None = None
-    max_samples: int | None = None
+    source_type: str = option("directory", "directory, huggingface or webdataset.", SOURCE)
+    input_dir: str | None = option(
+        None, "directory: images/ + captions/, or a flat folder.", SOURCE)
+    hf_dataset: str | None = option(
+        None, "huggingface: hub name, save_to_disk folder or data file.", SOURCE)
+    hf_split: str = option("train", "huggingface: the split.", SOURCE)
+    hf_data_files: list[str] | None = option(None, "huggingface: data files, repeatable.", SOURCE)
+    input_path: str | None = option(None, "webdataset: tar glob, brace pattern or folder.", SOURCE)
+    max_samples: int | None = option(None, "Use only the first N inputs.", SOURCE)
     #: Read a Hugging Face dataset's parquet files in place (`--hf-streaming`), not loaded whole.
-    hf_streaming: bool = False
+    hf_streaming: bool = option(
+        False, "huggingface: read the parquet files a row group at a time instead of downloading "
+               "and converting the dataset first (same shards).", SOURCE)
 
     def location(self) -> str:
         """The input option `source_type` needs (`input_dir`, `hf_dataset` or `input_path`);
@@ -63,17 +106,27 @@ class SourceConfig:
 class OutputConfig:
     """Where and how shards are written."""
 
-    output_dir: str | None = None
-    shard_size: int = 1000
-    split: list[float] = field(default_factory=lambda: [1.0, 0.0, 0.0])
-    finalize: bool = True
-    overwrite: bool = False
-    quiet: bool = False
+    output_dir: str | None = option(
+        None, "The dataset folder to write: a local path, or msc://PROFILE/path or "
+              "s3://bucket/path in object storage.", OUTPUT)
+    shard_size: int = option(1000, "Inputs per work unit / shard.", OUTPUT,
+                             help_for={"chatml": "Inputs per work unit / shard, per split."})
+    #: On the command line as comma-separated ratios (`--split 1,0,0`).
+    split: list[float] = option([1.0, 0.0, 0.0], "train,val,test ratios by whole shard.", OUTPUT)
+    finalize: bool = option(True, "Index and validate at the end.", OUTPUT,
+                            flags=("--finalize/--no-finalize",),
+                            help_for={"chatml": "Index and check at the end."})
+    overwrite: bool = option(False, "Delete an earlier run in --output-dir and start over.", OUTPUT)
+    quiet: bool = option(False, "No progress bars and no summary.", OUTPUT)
     #: Where shards bound for object storage are staged before upload (default: the system temp
     #: folder); local only.
-    scratch_dir: str | None = None
+    scratch_dir: str | None = option(
+        None, "Object storage: the local folder shards are staged in until uploaded (default: "
+              "the system temp folder).", OUTPUT)
     #: Shards staged for upload at most (waiting or uploading); the writer waits when full.
-    upload_queue: int = 4
+    upload_queue: int = option(
+        4, "Object storage: at most this many shards staged for upload; writing waits when full "
+           "(scratch space: about this many shards plus the one being written).", OUTPUT)
 
     @property
     def path(self) -> Path:
@@ -87,14 +140,21 @@ class OutputConfig:
 class ImageConfig:
     """How images are decoded, resized and re-encoded."""
 
-    image_size: int = 1024
-    resize_mode: str = "crop"
-    max_size: int = 1024
-    image_format: str = "jpg"
-    image_quality: int = 95
-    min_size: int = 0
+    image_size: int = option(1024, "Target side (crop, stretch).", IMAGE,
+                             help_for={"encode": "Target side (crop, stretch); a multiple of 16."})
+    resize_mode: str = option("crop", "crop, stretch, variable or bucket.", IMAGE)
+    max_size: int = option(1024, "Longest side (variable, bucket).", IMAGE)
+    image_format: str = option(
+        "jpg", "jpg, png or webp (also Primus's JPEG, PNG, WEBP).", IMAGE,
+        help_for={"chatml": "jpg or png for one image per sample (several: always JPEG in "
+                            "`jpgs`)."})
+    image_quality: int = option(95, "JPEG/WebP quality 1-100.", IMAGE,
+                                help_for={"chatml": "JPEG quality 1-100."})
+    min_size: int = option(0, "Skip images whose short side is smaller.", IMAGE)
     max_pixels: int = 178_956_970
-    workers: int | None = None
+    workers: int | None = option(
+        None, "Image threads (default: all cores; encode on a CPU: half of them). --num-workers "
+              "is Primus's spelling.", IMAGE, flags=("--workers", "--num-workers"))
 
 
 @dataclass
@@ -102,27 +162,43 @@ class ModelConfig:
     """The encoders (`encode` only; `raw` ignores this section). `precision` and `latent_mode`
     left unset take the `layout`'s defaults (its `Layout.encode_defaults`)."""
 
-    layout: str = "primus"
-    model_path: str = "black-forest-labs/FLUX.1-dev"
-    vae_path: str | None = None
-    clip_path: str | None = None
-    t5_path: str | None = None
-    revision: str | None = None
-    precision: str | None = None
-    stored_dtype: str | None = None
-    batch_size: int = 8
-    t5_max_length: int = 512
-    latent_mode: str | None = None
-    seed: int = 0
-    device: str | None = None
+    # computed from the layout registry when --help is built
+    layout: str = option("primus", encode_layouts_help, MODEL)
+    model_path: str = option(
+        "black-forest-labs/FLUX.1-dev", "FLUX folder (vae/, text_encoder/, tokenizer/, "
+        "text_encoder_2/, tokenizer_2/) or hub id.", MODEL)
+    vae_path: str | None = option(None, "A folder or hub id holding just the VAE.", MODEL)
+    clip_path: str | None = option(
+        None, "A folder or hub id holding just the CLIP text model (+ tokenizer).", MODEL)
+    t5_path: str | None = option(
+        None, "A folder or hub id holding just the T5 encoder (+ tokenizer).", MODEL)
+    revision: str | None = option(None, "Hub revision of --model-path.", MODEL)
+    precision: str | None = option(
+        None, "bf16, fp16 or fp32 (default: bf16; fp32 for --layout megatron-bridge, as its "
+              "script).", MODEL)
+    stored_dtype: str | None = option(
+        None, "dtype of the saved tensors (default: --precision).", MODEL)
+    batch_size: int = option(8, "Images per encoder batch.", MODEL)
+    t5_max_length: int = option(512, "T5 padding length (256 suits FLUX.1-schnell).", MODEL)
+    latent_mode: str | None = option(
+        None, "sample (seeded per sample key), mode, or resample (also store the posterior "
+              "mean/logvar so training draws a fresh latent every epoch); default: sample, mode "
+              "for --layout megatron-bridge (which takes sample or mode).", MODEL)
+    seed: int = option(0, "Seed of the latent sampling.", MODEL)
+    device: str | None = option(
+        None, "cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", MODEL)
 
 
 @dataclass
 class DataFormatConfig:
     """Which fields of an input hold the image and the caption (dotted paths into JSON)."""
 
-    image_column: str | None = None
-    caption_column: str | None = None
+    image_column: str | None = option(
+        None, "Image column / tar part (default: detected).", DATA_FORMAT,
+        help_for={"chatml": "Image or image-list field/column (default: images or image)."})
+    caption_column: str | None = option(
+        None, "Caption column or dotted path, e.g. json.caption (default: detected).",
+        DATA_FORMAT)
     #: Several candidate fields, tried in order per input (Primus's `image_keys`).
     image_columns: list[str] | None = None
     #: Several candidate fields, tried in order per input (Primus's `caption_keys`).
@@ -133,29 +209,53 @@ class DataFormatConfig:
 class AuthConfig:
     """Credentials: where the Hugging Face token is (the file is read, never printed)."""
 
-    hf_token_file: str | None = None
+    hf_token_file: str | None = option(
+        None, "A file holding a Hugging Face token (mode 600 or 400), for models and datasets. "
+              "Else HF_TOKEN, else the saved `huggingface-cli login`. Never printed.", SOURCE)
 
 
 @dataclass
 class ChatmlConfig:
     """How `chatml` builds conversations, splits them and stores their media."""
 
-    conversation_column: str | None = None
-    question_column: str | None = None
-    answer_column: str | None = None
-    system_prompt: str | None = None
-    val_fraction: float = 0.01
+    conversation_column: str | None = option(
+        None, "Conversation field/column (default: conversation, messages or conversations).",
+        DATA_FORMAT)
+    question_column: str | None = option(
+        None, "Build a two-turn conversation from this question field/column (with "
+              "--answer-column).", DATA_FORMAT)
+    answer_column: str | None = option(
+        None, "The answer field/column of a question/answer dataset.", DATA_FORMAT)
+    system_prompt: str | None = option(
+        None, "A system turn before each question/answer pair.", DATA_FORMAT)
+    val_fraction: float = option(
+        0.01, "Share of samples for val, by a stable hash of the sample id.", OUTPUT)
     #: Share of samples for test, by the same hash (the band after val's).
-    test_fraction: float = 0.0
-    hf_val_split: str | None = None
-    train_rows: int | None = None
-    val_rows: int | None = None
-    test_rows: int | None = None
-    max_pixels: int | None = None
-    video_layout: str = "frames"
-    video_frames_part: str = "videos"
-    video_fps: float = 2.0
-    max_frames: int = 32
+    test_fraction: float = option(
+        0.0, "Share of samples for test, by the same hash (beside --val-fraction's share).",
+        OUTPUT)
+    hf_val_split: str | None = option(
+        None, "huggingface: take val from this split instead of --val-fraction.", OUTPUT)
+    train_rows: int | None = option(
+        None, "Train = the first N inputs (val = the next --val-rows, or the first of "
+              "--hf-val-split).", OUTPUT)
+    val_rows: int | None = option(
+        None, "Val = M inputs after the train rows (or the first M of --hf-val-split).", OUTPUT,
+        flags=("--val-rows", "--validation-rows"))
+    test_rows: int | None = option(
+        None, "Test = K inputs after the train and val rows (needs --train-rows).", OUTPUT)
+    max_pixels: int | None = option(
+        None, "Scale larger images and video frames down to at most this many pixels, keeping "
+              "the aspect ratio.", IMAGE)
+    video_layout: str = option(
+        "frames", "frames: sampled JPEG frames in `videos`; mp4: the MP4 file unchanged as "
+                  "`video.mp4`.", CHATML)
+    video_frames_part: str = option(
+        "videos", "frames: the part's name, videos or mp4s (Megatron-Bridge's VALOR32K recipe: "
+                  "field_map videos: mp4s).", CHATML)
+    video_fps: float = option(2.0, "frames: frames kept per second of video.", CHATML)
+    max_frames: int = option(
+        32, "frames: at most this many frames per video, evenly spread.", CHATML)
 
 
 @dataclass
@@ -200,3 +300,21 @@ OPTION_SECTION: dict[str, str] = {}
 for _section_name, _cls in _SECTION_CLASSES.items():
     for _f in dataclasses.fields(_cls):
         OPTION_SECTION.setdefault(_f.name, _section_name)
+
+
+def option_key(name: str) -> tuple[str, str]:
+    """(section, field) of an option name, plain (`image_size`) or dotted (`chatml.max_pixels`)."""
+    if "." in name:
+        section, _, key = name.partition(".")
+        return section, key
+    if name not in OPTION_SECTION:
+        raise AssertionError(f"CLI option {name!r} has no config field")
+    return OPTION_SECTION[name], name
+
+
+def option_field(name: str) -> tuple[dataclasses.Field[Any], Any]:
+    """The config field an option name stands for (see `option_key`), and its type."""
+    section, key = option_key(name)
+    cls = _SECTION_CLASSES[section]
+    (found,) = [f for f in dataclasses.fields(cls) if f.name == key]
+    return found, typing.get_type_hints(cls)[key]

@@ -93,6 +93,32 @@ def test_webdataset_tars_in_a_bucket_give_the_local_shards(s3_store, inputs, tmp
     assert samples(by_glob, s3_store.s3_url("wds"), s3_store.url("wds")) == want
 
 
+def test_a_tar_with_its_index_beside_it_is_read_once(s3_store, inputs, caplog, tmp_path):
+    """Tars with their `.tar.idx` in the bucket are counted from it and each read once; tars
+    without one are counted from their headers first (a second read of small tars); the shards
+    are the same."""
+    import logging
+    import re
+
+    tars = inputs / "tars"
+    s3_store.upload_folder(tars, "indexed")
+    for tar in ("000000.tar", "000001.tar"):
+        s3_store.put(f"bare/{tar}", (tars / tar).read_bytes())
+    gets = {}
+    for prefix in ("indexed", "bare"):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="werkzeug"):
+            run("raw", "--source-type", "webdataset", "--input-path",
+                s3_store.url(f"{prefix}/{{000000..000001}}.tar"), "--output-dir",
+                str(tmp_path / prefix), "--shard-size", "10", *RAW)
+        pattern = re.compile(rf'GET /[^/ ]+/{prefix}/(0+[01]\.tar) HTTP')  # 206s are coloured
+        gets[prefix] = sorted(m[1] for r in caplog.records if (m := pattern.search(r.getMessage())))
+    assert gets["indexed"] == ["000000.tar", "000001.tar"]
+    assert gets["bare"] == ["000000.tar", "000000.tar", "000001.tar", "000001.tar"]
+    assert samples(tmp_path / "indexed", s3_store.url("indexed"), "") == samples(
+        tmp_path / "bare", s3_store.url("bare"), "")
+
+
 def test_a_missing_tar_in_the_pattern_is_one_sentence(s3_store, inputs, tmp_path):
     s3_store.upload_folder(inputs / "tars", "wds")
     out = tmp_path / "out"

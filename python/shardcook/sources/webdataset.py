@@ -12,6 +12,7 @@ import os
 from array import array
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,8 +67,9 @@ class LocalTar:
 
 
 class RemoteTar:
-    """A tar in object storage: its headers walked once to count (and find) its samples, then
-    each work unit's samples streamed from where they start."""
+    """A tar in object storage: where its samples start, from the `.tar.idx` beside it (Energon's
+    index: each sample's offset, then the end) or else by walking its headers once; then each
+    work unit's samples streamed from where they start."""
 
     def __init__(self, folder: Remote, name: str):
         self.folder, self.name = folder, name
@@ -75,9 +77,26 @@ class RemoteTar:
         self._offsets: array[int] = array("q")
 
     def count(self) -> int:
-        with self.folder.open_stream(self.name, COUNT_BUFFER) as f:
-            self._offsets = sample_offsets(f, self.where)
+        indexed = self._indexed_offsets()
+        if indexed is not None:
+            self._offsets = indexed
+        else:
+            with self.folder.open_stream(self.name, COUNT_BUFFER) as f:
+                self._offsets = sample_offsets(f, self.where)
         return len(self._offsets)
+
+    def _indexed_offsets(self) -> array[int] | None:
+        """The samples' offsets its `.tar.idx` holds, so the tar is read once, not counted
+        first; None without a well-formed one (increasing tar block offsets)."""
+        try:
+            data = self.folder.read(f"{self.name}.idx")
+        except OSError:  # none (FileNotFoundError) or unreadable: count from the headers
+            return None
+        offsets = array("q", data) if data and len(data) % 8 == 0 else None
+        if offsets is None or any(n % 512 for n in offsets) or any(
+                b <= a for a, b in pairwise(offsets)):
+            return None
+        return offsets[:-1]
 
     def samples(self, skip: int) -> Iterator[TarSample]:
         if skip >= len(self._offsets):

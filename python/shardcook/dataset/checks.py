@@ -115,9 +115,11 @@ def first_sample_problems(
     field_map: Mapping[str, str],
     manifest: Mapping[str, Any],
     checker: Checker | None,
+    *,
+    deep: bool = False,
 ) -> list[str]:
     """Each split's first sample has its layout's parts and the parts dataset.yaml's field_map
-    names, and passes the layout's checker."""
+    names, and passes the layout's checker (`deep`: and `--deep`'s checks of every part)."""
     samples, problems = first_samples(root, splits)
     for split, (key, parts) in samples.items():
         missing = layout.missing_parts(parts) if layout else []
@@ -129,7 +131,7 @@ def first_sample_problems(
             continue
         problems += [f"sample {key} of the {split} split: {p}"
                      for p in check_sample(parts, layout, manifest=manifest, checker=checker,
-                                           deep=False)]
+                                           deep=deep)]
     return problems
 
 

@@ -132,8 +132,9 @@ def _check_fits(view: DatasetView, shards: list[str], encoding: str) -> None:
 
 def _layouts_own_class(content: Mapping[str, Any], encoding: str | None) -> bool:
     """True when dataset.yaml names just its layout's own sample class (no field map): the
-    test suite loads every layout's samples through Energon, so finalize's validation skips
-    importing Energon (and torch) to do it again; `validate` still does."""
+    test suite loads every layout's samples through Energon, so finalize's validation checks the
+    first samples' parts thoroughly without torch instead of importing Energon (and torch) to
+    load them; `validate` still loads them."""
     if encoding is None or "field_map" in content:
         return False
     named = {k: v for k, v in content.items() if k in CLASS_KEYS}

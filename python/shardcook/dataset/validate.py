@@ -158,8 +158,9 @@ def validate(
 def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False,
                   energon_check: bool = True) -> ValidationReport:
     """`validate` on a dataset's view; the report names the dataset as the user gave it.
-    Without `energon_check`, the first samples are read with shardcook's reader only, not also
-    through Energon (which imports torch)."""
+    Without `energon_check`, each split's first sample gets `--deep`'s checks of every part
+    (tensors read without torch, images decoded) instead of being loaded through Energon, which
+    imports torch and Energon."""
     report = _validate(view, encoding, deep, energon_check)
     report.directory = view.name
     report.problems = [view.shown(p) for p in report.problems]
@@ -225,21 +226,22 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
     if not problems:
         # Only a structurally sound dataset is worth handing to Energon.
         _check_samples(report, view, splits, listed, layout, dataset, manifest or {}, deep,
-                       energon)
+                       energon, thorough_first=not energon_check)
     return report
 
 
 def _check_samples(report: ValidationReport, view: DatasetView, splits: dict[str, list[str]],
                    listed: list[str], layout: Layout | None,
                    dataset: metadata.DatasetYaml | None, manifest: dict[str, Any],
-                   deep: bool, energon: bool) -> None:
+                   deep: bool, energon: bool, *, thorough_first: bool = False) -> None:
     root = view.root
     checker = load_checker(layout)
     field_map = dataset.field_map if dataset else {}
     with view.fetched([shards[0] for shards in splits.values() if shards], first_sample=True):
         # with `deep` every sample gets the checker below; do not report the first ones twice
         report.problems += checks.first_sample_problems(root, splits, layout, field_map,
-                                                        manifest, None if deep else checker)
+                                                        manifest, None if deep else checker,
+                                                        deep=thorough_first and not deep)
         if energon:
             report.problems += checks.energon_load_problems(root, splits, layout)
     if deep:

@@ -6,8 +6,9 @@ prepare`, both on the same dataset in a bucket.
 1. `shardcook raw` of the same real photos (benches/raw_vs_peers.py's) into a local folder and
    into `msc://PROFILE/...`, alternately, best of --runs each (`--no-finalize`: the writing and
    the uploads it overlaps); the peak scratch space of the bucket run against its bound.
-2. `shardcook finalize` and `energon prepare` on two copies of the same --samples raw samples in
-   the bucket (each a new process, as a user runs them).
+2. `shardcook raw --no-finalize` of --samples photos into the bucket, then `shardcook finalize`
+   on it, on a copy without the index rows the run recorded (as for tars another tool wrote),
+   and `energon prepare` on a third copy (each a new process, as a user runs them).
 3. validate, validate --deep and info on the bucket dataset against its local copy.
 
 The store is moto's S3 server started on 127.0.0.1 with an MSC profile pointing at it, as the
@@ -61,53 +62,58 @@ def bench_raw(store, photos: Path, work: Path, runs: int) -> None:
     print(f"  msc:// bucket  {best_bucket:6.2f} s  {n / best_bucket:7.1f} images/s   "
           f"{best_local / best_bucket:.2f}x local (goal >= 0.8x)")
     report = json.loads(store.get("raw/.shardcook/report.json"))
-    sizes = [len(store.get(k)) for k in store.keys("raw/") if k.endswith(".tar")]
+    staged = {k: len(store.get(k)) for k in store.keys("raw/")}
+    sizes = [n + staged[f"{k}.idx"] + staged[k.replace("raw/", "raw/.shardcook/index/", 1) +
+                                              ".sqlite"]
+             for k, n in staged.items() if k.endswith(".tar")]
     bound = (UPLOAD_QUEUE + 1) * max(sizes)
     print(f"  scratch peak   {report['scratch_peak_bytes'] / 2**20:6.1f} MiB of a bound of "
-          f"{bound / 2**20:.1f} MiB ((--upload-queue {UPLOAD_QUEUE} + 1) x the largest shard, "
-          f"{max(sizes) / 2**20:.1f} MiB)")
+          f"{bound / 2**20:.1f} MiB ((--upload-queue {UPLOAD_QUEUE} + 1) x the largest shard "
+          f"with its index files, {max(sizes) / 2**20:.1f} MiB)")
 
 
-def bench_finalize(store, work: Path, samples: int, per_shard: int) -> None:
-    from shardcook import ShardWriter
+def copy_objects(store, source: str, target: str, skip: str) -> None:
+    """Copies every object under `source` to `target` inside the bucket (server-side), leaving
+    out those under `source/skip`."""
+    client = store.server.client()
+    for key in store.keys(f"{source}/"):
+        if not key.startswith(f"{source}/{skip}"):
+            client.copy_object(Bucket=store.bucket, Key=f"{target}/{key[len(source) + 1:]}",
+                               CopySource={"Bucket": store.bucket, "Key": key})
 
-    from tests.helpers.dataset import raw_parts
 
-    folder = work / "samples"
-    with ShardWriter(folder, shard_size=per_shard) as w:
-        for i in range(samples):
-            w.write(f"{i:010d}", raw_parts(i % 50))
-    for prefix in ("ours", "energon", "ours-index", "energon-index"):
-        store.upload_folder(folder, prefix)
-    ours = timed([sys.executable, "-m", "shardcook", "finalize", store.url("ours"),
-                  "--encoding", "raw", "--scratch-dir", str(work / "scratch")])
+def bench_finalize(store, photos: Path, work: Path, per_shard: int) -> None:
+    """`shardcook raw --no-finalize` of the photos into the bucket, then on three copies of
+    those objects: `shardcook finalize` (which uses the index rows the run recorded), the same
+    with the rows removed (what finalize does on tars another tool wrote), `energon prepare`."""
+    from shardcook.dataset.shardrows import ROWS_DIR
+
+    timed([sys.executable, "-m", "shardcook", "raw", "--input-dir", str(photos),
+           "--output-dir", store.url("run"), "--shard-size", str(per_shard), "--no-finalize",
+           "--quiet", "--overwrite", "--scratch-dir", str(work / "scratch")])
+    copy_objects(store, "run", "ours", skip=".shardcook/progress")
+    copy_objects(store, "run", "foreign", skip=".shardcook")
+    copy_objects(store, "run", "energon", skip=".shardcook")
+    tars = [k for k in store.keys("run/") if k.endswith(".tar")]
+    size = sum(len(store.get(k)) for k in tars)
+    samples = sum(1 for p in photos.iterdir() if p.suffix in (".jpg", ".png", ".webp"))
+
+    def finalize(prefix: str) -> float:
+        return timed([sys.executable, "-m", "shardcook", "finalize", store.url(prefix),
+                      "--encoding", "raw", "--scratch-dir", str(work / "scratch")])
+
+    ours = finalize("ours")
+    foreign = finalize("foreign")
     theirs = timed([sys.executable, "-m", "megatron.energon.cli.main", "prepare",
                     "--non-interactive", "--sample-type", "CrudeWebdataset",
                     "--split-ratio", "1,0,0", store.url("energon")])
-    shards = -(-samples // per_shard)
-    print(f"finalize, {samples} samples in {shards} shards in the bucket (each a new process)")
-    print(f"  shardcook finalize  {ours:6.2f} s (indexes, writes dataset.yaml, validates)")
-    print(f"  energon prepare     {theirs:6.2f} s   shardcook {theirs / ours:.1f}x faster "
-          "(goal >= 10x)")
-    # The indexing alone, in this process (imports done): what is left once both commands'
-    # start-up (torch and Energon, about 3 s each, which finalize's validation needs too) is
-    # paid.
-    from megatron.energon.epathlib import EPath
-    from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
-    from shardcook import build_index
-
-    names = sorted(p.name for p in folder.glob("*.tar"))
-    start = time.perf_counter()
-    build_index(store.url("ours-index"), split=(1, 0, 0))
-    ours_index = time.perf_counter() - start
-    start = time.perf_counter()
-    BaseWebdatasetFactory.prepare_dataset(
-        EPath(store.url("energon-index")), names,
-        split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)], shuffle_seed=None,
-        workers=os.cpu_count() or 1)
-    theirs_index = time.perf_counter() - start
-    print(f"  indexing alone, in-process: shardcook build_index {ours_index:.2f} s, Energon's "
-          f"prepare_dataset {theirs_index:.2f} s ({theirs_index / ours_index:.1f}x)")
+    print(f"finalize, {samples} raw samples of `shardcook raw` in {len(tars)} shards "
+          f"({size / 2**20:.0f} MiB) in the bucket (each command a new process)")
+    print(f"  shardcook finalize, shards of a shardcook run  {ours:6.2f} s   "
+          f"{theirs / ours:4.1f}x energon prepare (goal >= 10x)")
+    print(f"  shardcook finalize, the same tars without the index rows in {ROWS_DIR}/ "
+          f"(as from another tool)  {foreign:6.2f} s   {theirs / foreign:4.1f}x")
+    print(f"  energon prepare                                {theirs:6.2f} s")
 
 
 def bench_dataset_commands(store, work: Path) -> None:
@@ -155,7 +161,10 @@ def main() -> None:
         print(f"{os.cpu_count()} cores; moto's S3 server on 127.0.0.1\n")
         bench_raw(store, photos, work, args.runs)
         print()
-        bench_finalize(store, work, args.samples, args.per_shard)
+        samples = work / f"photos-{args.samples}"
+        if not samples.is_dir():
+            make_photos(samples, args.samples)
+        bench_finalize(store, samples, work, args.per_shard)
         print()
         bench_dataset_commands(store, work)
     finally:

@@ -20,7 +20,7 @@ COMMANDS = [
     ["raw", "--source-type", "webdataset", "--input-path", "https://h/{0..3}.tar", "--output-dir",
      "o"],
     ["raw", "--source-type", "huggingface", "--hf-dataset", "parquet", "--hf-data-files",
-     "s3://b/d.parquet", "--output-dir", "out"],
+     "https://b/d.parquet", "--output-dir", "out"],
     ["raw", "--config", "s3://bucket/c.yaml", "--output-dir", "out"],
     ["encode", "--input-dir", "in", "--output-dir", "out", "--model-path", "hf://org/flux"],
     ["chatml", "--input", "https://host/a.jsonl", "--output-dir", "out"],

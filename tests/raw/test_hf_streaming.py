@@ -103,3 +103,45 @@ def test_streaming_what_cannot_stream_is_one_sentence(parquet, tmp_path, args, w
     line = one_error_line(r)
     assert r.code == 2 and words in line, line
     assert not out.exists()
+
+
+def _samples_but_source(out):
+    """Every sample's parts, meta.json without its `source` (which names the dataset)."""
+    import json
+
+    from shardcook import read_shard
+
+    found = []
+    for shard in sorted(out.glob("*.tar")):
+        for key, parts in read_shard(shard):
+            meta = json.loads(parts.pop("meta.json"))
+            meta.pop("source")
+            found.append((shard.name, key, dict(parts), meta))
+    return found
+
+
+def test_data_files_in_a_bucket_give_the_local_shards(parquet, loaded, s3_store, tmp_path):
+    """`--hf-dataset parquet --hf-data-files msc://...`: parquet files in object storage, read
+    through MSC's own fsspec filesystem, loaded and streamed, give the local folder's samples;
+    an s3:// data file and a missing object are one sentence each."""
+    for f in sorted((parquet / "set" / "data").glob("*.parquet")):
+        s3_store.put(f"hf/data/{f.name}", f.read_bytes())
+    ref, _ = loaded
+    want = _samples_but_source(ref)
+    assert len(want) == ROWS - 1
+    files = s3_store.url("hf/data/train-*.parquet")
+    for extra in ((), ("--hf-streaming",)):
+        out = tmp_path / f"out{len(extra)}"
+        run_cli("raw", "--source-type", "huggingface", "--hf-dataset", "parquet",
+                "--hf-data-files", files, "--output-dir", str(out), "--shard-size", "4",
+                "--image-size", "32", "--quiet", *extra,
+                env_extra={"HF_HOME": str(tmp_path / f"home{len(extra)}")})
+        assert _samples_but_source(out) == want
+        assert [s["reason"] for s in report(out)["skipped"]] == ["missing_image"]
+    for bad, words in ((s3_store.s3_url("hf/data/train-00000-of-00002.parquet"),
+                        "read through an MSC profile"),
+                       (s3_store.url("hf/data/nope.parquet"), "does not exist")):
+        r = cli("raw", "--source-type", "huggingface", "--hf-dataset", "parquet",
+                "--hf-data-files", bad, "--output-dir", str(tmp_path / "bad"), "--hf-streaming")
+        assert r.code == 2 and words in one_error_line(r)
+        assert not (tmp_path / "bad").exists()

@@ -29,7 +29,7 @@ from shardcook.errors import ConfigError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
-from shardcook.storage import check_url, is_url
+from shardcook.storage import check_url, is_url, url_scheme
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -47,9 +47,13 @@ PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "i
                 ("source", "hf_data_files"), ("output", "output_dir"), ("output", "scratch_dir"),
                 ("model", "model_path"), ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
                 ("auth", "hf_token_file"))
-#: The options object storage serves too: the input folder, the tar pattern, chatml's JSONL and
-#: the output folder.
-URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"), ("output", "output_dir"))
+#: The options object storage serves too: the input folder, the tar pattern, chatml's JSONL,
+#: Hugging Face data files and the output folder.
+URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"), ("source", "hf_data_files"),
+               ("output", "output_dir"))
+#: Of those, the ones `datasets` opens itself, through the filesystem MSC gives fsspec, which
+#: takes `msc://` URLs only (fsspec would hand `s3://` to another client).
+MSC_ONLY_OPTIONS = (("source", "hf_data_files"),)
 
 
 def check_paths(cfg: RunConfig) -> None:
@@ -63,6 +67,10 @@ def check_paths(cfg: RunConfig) -> None:
                 continue
             if (section, name) in URL_OPTIONS and is_url(one):
                 check_url(one, option)
+                if (section, name) in MSC_ONLY_OPTIONS and url_scheme(one) != "msc":
+                    raise ConfigError(f"{option} {one!r}: Hugging Face data files in object "
+                                      "storage are read through an MSC profile; write "
+                                      "msc://PROFILE/path (a profile can name any bucket).")
             else:
                 check_local_path(one, option)
 

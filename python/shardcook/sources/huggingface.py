@@ -15,6 +15,7 @@ from shardcook.sources.base import (
     decode_caption,
     dotted_get,
 )
+from shardcook.storage import is_url, remote
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -107,9 +108,22 @@ def _check_local(name: str, data_files: list[str] | None) -> None:
     if base is None:  # a hub dataset: the files are the repository's
         return
     for file in data_files:
-        if not glob.has_magic(file) and not (base / file).exists():
+        if is_url(file):  # read through the store; a pattern matching nothing is datasets' error
+            _check_object(file)
+        elif not glob.has_magic(file) and not (base / file).exists():
             where = f" in {name!r}" if path.is_dir() else ""
             raise ConfigError(f"--hf-data-files {file!r} does not exist{where}; check the name.")
+
+
+def _check_object(url: str) -> None:
+    """Refuses a data file URL (not a pattern) that names no object."""
+    import glob
+
+    if glob.has_magic(url):
+        return
+    folder, _, name = url.rpartition("/")
+    if not remote(folder, "--hf-data-files").exists(name):
+        raise ConfigError(f"--hf-data-files {url!r} does not exist; check the name.")
 
 
 def _root(path: str) -> str:

@@ -59,6 +59,8 @@ class BucketRunFolder:
         self._uploader: Uploader | None = None
         #: The objects there before this process wrote any shard (`discard_shard`).
         self._before: set[str] | None = None
+        #: Whether the store took a test write and delete from this process.
+        self._probed = False
 
     def __str__(self) -> str:
         return self.url
@@ -114,10 +116,12 @@ class BucketRunFolder:
         self.check_writable()
 
     def check_writable(self) -> None:
-        """Writes and deletes a small object under `.shardcook/`, and makes the staging folder's
-        parent, or raises ConfigError."""
-        self._checked("writing and deleting a test object",
-                      partial(self.store.probe_write, OURS_DIR))
+        """Writes and deletes a small object under `.shardcook/` (once per run: `check_access`
+        and `check` both ask), and makes the staging folder's parent, or raises ConfigError."""
+        if not self._probed:
+            self._checked("writing and deleting a test object",
+                          partial(self.store.probe_write, OURS_DIR))
+            self._probed = True
         try:
             self._scratch.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -18,16 +18,14 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import struct
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from itertools import pairwise
 from pathlib import Path, PurePosixPath
 
 from shardcook import _native
-from shardcook.dataset import shardrows
+from shardcook.dataset import shardrows, tarindex
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
@@ -202,12 +200,7 @@ class RemoteView(DatasetView):
     def _idx_offsets(self, name: str) -> list[int] | None:
         """The offsets a shard's `.tar.idx` holds (samples, then the end), None when unreadable."""
         path = self.root / f"{name}.idx"
-        if not path.is_file():
-            return None
-        data = path.read_bytes()
-        if len(data) % 8:
-            return None
-        return [n for (n,) in struct.iter_unpack("=Q", data)]
+        return tarindex.idx_offsets(path.read_bytes()) if path.is_file() else None
 
     def verify_shards(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
         """Shards whose bytes are here (in a window) get the fresh scan; the others are checked
@@ -229,7 +222,7 @@ class RemoteView(DatasetView):
             if expected is not None and len(offsets) != expected + 1:
                 problems.append(f"{name}.idx has {len(offsets)} entries where the shard needs "
                                 f"{expected + 1} (samples + 1){fix}")
-            elif any(b <= a for a, b in pairwise(offsets)) or any(n % 512 for n in offsets):
+            elif not tarindex.block_offsets(offsets):
                 problems.append(f"{name}.idx does not hold increasing tar block offsets{fix}")
             elif offsets and offsets[-1] + 512 > self.sizes[name]:
                 problems.append(f"{name}: the shard is {self.sizes[name]:,} bytes but its index "

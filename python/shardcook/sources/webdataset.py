@@ -12,12 +12,12 @@ import os
 from array import array
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
 from shardcook._native import count_samples, read_shard
 from shardcook.dataset.braces import expand_braces
+from shardcook.dataset.tarindex import block_offsets, idx_offsets
 from shardcook.errors import ConfigError, DatasetError, ShardcookError, SkipReason
 from shardcook.sources.base import (
     Item,
@@ -89,14 +89,12 @@ class RemoteTar:
         """The samples' offsets its `.tar.idx` holds, so the tar is read once, not counted
         first; None without a well-formed one (increasing tar block offsets)."""
         try:
-            data = self.folder.read(f"{self.name}.idx")
+            offsets = idx_offsets(self.folder.read(f"{self.name}.idx"))
         except OSError:  # none (FileNotFoundError) or unreadable: count from the headers
             return None
-        offsets = array("q", data) if data and len(data) % 8 == 0 else None
-        if offsets is None or any(n % 512 for n in offsets) or any(
-                b <= a for a, b in pairwise(offsets)):
+        if not offsets or not block_offsets(offsets):
             return None
-        return offsets[:-1]
+        return array("q", offsets[:-1])
 
     def samples(self, skip: int) -> Iterator[TarSample]:
         if skip >= len(self._offsets):

@@ -59,16 +59,15 @@ class Uploader:
         """
         self._raise()
         self._futures = [f for f in self._futures if not f.done()]
-        files = [*files, *staged]
-        size = sum(f.stat().st_size for f in files)
+        local = [*files, *staged]
+        size = sum(f.stat().st_size for f in local)
         with self._lock:  # the new shard is on disk beside every unit still staged
             self.peak_bytes = max(self.peak_bytes, self._staged_bytes + size)
         while not self._slots.acquire(timeout=0.1):
             self._raise()
         with self._lock:
             self._staged_bytes += size
-        self._futures.append(self._pool.submit(self._upload, files, len(files) - len(staged),
-                                               then, what, size))
+        self._futures.append(self._pool.submit(self._upload, files, local, then, what, size))
 
     def wait(self) -> None:
         """Waits for every upload handed over.
@@ -90,10 +89,11 @@ class Uploader:
         if self._error is not None:
             raise self._error
 
-    def _upload(self, files: list[Path], uploads: int, then: Callable[[], None], what: str,
+    def _upload(self, files: list[Path], local: list[Path], then: Callable[[], None], what: str,
                 size: int) -> None:
+        """Uploads `files`, runs `then`, and deletes every `local` file (`size` bytes)."""
         try:
-            for path in files[:uploads]:
+            for path in files:
                 if self._error is not None:
                     return
                 retried(f"uploading {path.name} to {self.store.url}",
@@ -104,7 +104,7 @@ class Uploader:
             with self._lock:
                 self._error = self._error or e
         finally:
-            for path in files:
+            for path in local:
                 path.unlink(missing_ok=True)
             with self._lock:
                 self._staged_bytes -= size

@@ -23,13 +23,14 @@ from shardcook.config.sections import (
     RunConfig,
     SourceConfig,
 )
+from shardcook.dataset.location import check_location
 from shardcook.dataset.splits import parse_ratio
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
-from shardcook.storage import check_url, is_url, url_scheme
+from shardcook.storage import url_scheme
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -65,14 +66,14 @@ def check_paths(cfg: RunConfig) -> None:
         for one in value if isinstance(value, list) else [value]:
             if one is None:
                 continue
-            if (section, name) in URL_OPTIONS and is_url(one):
-                check_url(one, option)
-                if (section, name) in MSC_ONLY_OPTIONS and url_scheme(one) != "msc":
-                    raise ConfigError(f"{option} {one!r}: Hugging Face data files in object "
-                                      "storage are read through an MSC profile; write "
-                                      "msc://PROFILE/path (a profile can name any bucket).")
-            else:
+            if (section, name) not in URL_OPTIONS:
                 check_local_path(one, option)
+                continue
+            check_location(one, option)
+            if (section, name) in MSC_ONLY_OPTIONS and url_scheme(one) not in (None, "msc"):
+                raise ConfigError(f"{option} {one!r}: Hugging Face data files in object "
+                                  "storage are read through an MSC profile; write "
+                                  "msc://PROFILE/path (a profile can name any bucket).")
 
 
 def check(cfg: RunConfig) -> None:

@@ -16,9 +16,9 @@ import textwrap
 import zipfile
 
 import pytest
+import shardcook
 import torch
 from megatron.energon.savable_loader import SavableDataLoaderState
-import shardcook
 from shardcook.dataset.metadata import read_split_yaml
 from shardcook.energon import LoaderState, LoaderStateError, get_diffusion_loader, write_blend
 

@@ -34,8 +34,8 @@ __all__ = [
     "DatasetIdentity",
     "LoaderState",
     "allow_weights_only_load",
-    "checked_energon_state",
     "check_global_states",
+    "checked_energon_state",
     "data_parallel_size",
     "dataset_folders",
     "dataset_identity",
@@ -305,7 +305,7 @@ def _src_rank_count(count: int | None, src_rank: int, worker_config: Any) -> int
     src = src_rank if group is None else dist.get_global_rank(group, src_rank)
     shared = [count]
     dist.broadcast_object_list(shared, src=src, group=group)
-    return cast("int | None", shared[0])
+    return shared[0]
 
 
 def check_global_states(state: Any, *, src_rank: int | None, worker_config: Any) -> None:

@@ -106,3 +106,26 @@ def test_tensor_parallel_ranks_of_one_replica_read_the_same_batches(datasets):
         rank1 = json.loads((out / case["name"] / "rank1.tp.json").read_text())
         assert rank0 == rank1
         assert len({k for batch in rank0 for k in batch["keys"]}) > 2
+
+
+def test_a_state_of_another_data_parallel_size_is_refused_on_every_rank(datasets):
+    """Saved by one rank, restored by two: every restore path, on both ranks, says both sizes
+    (with `src_rank`, the rank without the list is told too, not left waiting)."""
+    import torch
+    from shardcook.energon import get_diffusion_loader
+
+    root, paths = datasets
+    with get_diffusion_loader(paths["encoded"], batch_size=2, num_workers=0, rank=0,
+                              world_size=1) as one:
+        next(one)
+        torch.save(one.save_state_global(0), root / "one_rank.pth")
+    spec = [{"name": "resize", "path": str(paths["encoded"]), "workers": 0,
+             "pattern": "energon-global", "state": str(root / "one_rank.pth")}]
+    (root / "resize.json").write_text(json.dumps(spec))
+    _torchrun("resize", root / "resize.json", root / "resize", timeout=300)
+    for rank in (0, 1):
+        said = json.loads((root / "resize" / "resize" / f"rank{rank}.resize.json").read_text())
+        assert len(said) == 6, said
+        for path, message in said.items():
+            assert message.startswith("This loader state was saved at data-parallel size 1 but "
+                                      "the loader reads at data-parallel size 2"), (rank, path)

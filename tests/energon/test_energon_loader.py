@@ -342,3 +342,42 @@ def test_bad_loader_arguments_are_config_errors(encoded, kwargs, message):
 
     with pytest.raises(ConfigError, match=message):
         get_diffusion_loader(encoded.path, **{"batch_size": 4, **kwargs})
+
+
+def _tagged_info_yaml(root):
+    """An `.info.yaml` (Energon before 7.0) whose counts a YAML tag turns into a list."""
+    (root / ".nv-meta" / ".info.json").unlink()
+    (root / ".nv-meta" / ".info.yaml").write_text(
+        "energon_version: '6'\nshard_counts: !!omap [000000.tar: 8, 000001.tar: 8, "
+        "000002.tar: 4]\n")
+    return ".info.yaml: 'shard_counts' must map shard names to sample counts, not a list"
+
+
+def _tagged_dataset_yaml(root):
+    """A dataset.yaml whose subflavors a YAML tag turns into a list."""
+    path = root / ".nv-meta" / "dataset.yaml"
+    path.write_text(path.read_text().replace("subflavors:\n  encoding: preencoded",
+                                             "subflavors: !!omap [encoding: preencoded]"))
+    return "dataset.yaml: 'subflavors' must be a mapping, not a list"
+
+
+@pytest.mark.parametrize("damage", [_tagged_info_yaml, _tagged_dataset_yaml])
+@pytest.mark.parametrize("read_as", ["dataset", "blend"])
+def test_a_yaml_tag_in_the_metadata_is_one_sentence_naming_the_file(encoded, tmp_path, damage,
+                                                                    read_as):
+    """As validate says it, also with the task encoder given (so the loader reads no
+    dataset.yaml to pick one) and through a blend, instead of Energon's JsonValueError."""
+    import shutil
+
+    from shardcook.energon import EncodedDiffusionTaskEncoder, write_blend
+    from shardcook.errors import DatasetError
+
+    root = tmp_path / "ds"
+    shutil.copytree(encoded.path, root)
+    path = root if read_as == "dataset" else write_blend(tmp_path / "mix.yaml", [f"{root}=1"])
+    said = damage(root)
+    assert any(said in problem for problem in shardcook.validate(root).problems)
+    with pytest.raises(DatasetError, match=rf"^{root}/\.nv-meta/{said}; run `shardcook finalize "
+                       rf"--force {root}`$"):
+        get_diffusion_loader(path, batch_size=4, num_workers=0,
+                             task_encoder=EncodedDiffusionTaskEncoder())

@@ -1,11 +1,14 @@
 """The loader's checkpoint state with the real Energon loader: it is Energon's own state (what
 Megatron-LM and Energon's guide save, load and restore), loads with torch.load's default
-`weights_only=True`, and a state of another dataset (by content, not name) or worker count is
-refused on every restore path; shardcook's older `LoaderState` checkpoints still restore."""
+`weights_only=True`, is only read by a restore, and a state of another dataset (by content, not
+name or index.uuid), worker count or data-parallel size is refused on every restore path;
+shardcook's older checkpoints still restore."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import pickle
 import shutil
 import subprocess
 import sys
@@ -13,8 +16,10 @@ import textwrap
 import zipfile
 
 import pytest
+import shardcook
 import torch
 from megatron.energon.savable_loader import SavableDataLoaderState
+from shardcook.dataset.metadata import read_split_yaml
 from shardcook.energon import LoaderState, LoaderStateError, get_diffusion_loader, write_blend
 
 from tests.helpers.energon import make_encoded_dataset
@@ -22,10 +27,10 @@ from tests.helpers.energon import make_encoded_dataset
 K, M = 3, 4
 
 
-def _build(path, num_workers=0):
+def _build(path, num_workers=0, **ranks):
     return get_diffusion_loader(path, batch_size=2, num_workers=num_workers,
                                 shuffle_buffer_size=4, max_samples_per_sequence=2,
-                                checkpoint_every_min_n_samples=2)
+                                checkpoint_every_min_n_samples=2, **ranks)
 
 
 def _keys(batches):
@@ -34,15 +39,17 @@ def _keys(batches):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """Two datasets in folders of the same name, with the same shard layout and samples."""
+    """Two datasets in folders of the same name, with the same shard names and sample counts but
+    other samples."""
     root = tmp_path_factory.mktemp("state")
     return (make_encoded_dataset(root / "dA" / "data", 16, shard_size=4).path,
-            make_encoded_dataset(root / "dB" / "data", 16, shard_size=4).path)
+            make_encoded_dataset(root / "dB" / "data", 16, shard_size=4,
+                                 latent_shapes=((8, 16),)).path)
 
 
-def _saved(path, num_workers=0):
+def _saved(path, num_workers=0, **ranks):
     """The state after K batches and the M batches an uninterrupted run draws next."""
-    with _build(path, num_workers) as w:
+    with _build(path, num_workers, **ranks) as w:
         for _ in range(K):
             next(w)
         state = w.save_state()
@@ -176,3 +183,100 @@ def test_a_dataset_id_that_is_no_identity_is_refused_at_once():
     with pytest.raises(TypeError, match="dataset_id must be what shardcook.energon.state."
                        "dataset_identity\\(\\) returns, not a str"):
         MegatronDataloaderWrapper([1, 2], dataset_id="ds split 'train'")
+
+
+@pytest.mark.parametrize("restore_with", PATHS)
+def test_restoring_leaves_the_state_as_saved(data, restore_with):
+    """Two loaders restored from one state object both read on where the saved one was."""
+    state, expected = _saved(data[0])
+    before = pickle.dumps(state)
+    for _ in range(2):
+        with _build(data[0]) as fresh:
+            _restore_paths(fresh)[restore_with](state)
+            assert _keys(next(fresh) for _ in range(M)) == expected
+        assert pickle.dumps(state) == before
+
+
+def _finalize_again(path):
+    """`finalize --force` over the shards as they are; returns the old and new index.uuid."""
+    uuid = path / ".nv-meta" / "index.uuid"
+    old = uuid.read_text()
+    shardcook.finalize(path, force=True)
+    assert uuid.read_text() != old
+    return old, uuid.read_text()
+
+
+@pytest.mark.parametrize("restore_with", PATHS)
+def test_a_state_restores_after_finalize_force_on_the_same_shards(data, tmp_path, restore_with):
+    copy = tmp_path / "data"
+    shutil.copytree(data[0], copy)
+    state, expected = _saved(copy)
+    _finalize_again(copy)
+    with _build(copy) as fresh:
+        _restore_paths(fresh)[restore_with](state)
+        assert _keys(next(fresh) for _ in range(M)) == expected
+
+
+def test_a_state_is_refused_once_the_shards_changed(data, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(data[0], copy)
+    state, _ = _saved(copy)
+    for name in ("000003.tar", "000003.tar.idx"):
+        (copy / name).unlink()
+    _finalize_again(copy)
+    with (_build(copy) as fresh,
+          pytest.raises(LoaderStateError, match=r"saved on data split 'train' \(index \w+\) but "
+                        r"the loader reads data split 'train' \(index \w+\)")):
+        fresh.restore_state(state)
+
+
+def _uuid_digest(path) -> str:
+    """The digest states saved before the identity left out index.uuid hold."""
+    meta = path / ".nv-meta"
+    counts = json.loads((meta / ".info.json").read_text())["shard_counts"]
+    split = read_split_yaml(path)
+    content = {"index_uuid": (meta / "index.uuid").read_text().strip(),
+               "shard_counts": sorted(counts.items()),
+               "split_parts": sorted(split.parts.items()), "exclude": sorted(split.exclude)}
+    digest = hashlib.sha256(b"train\0" + json.dumps(content, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def test_a_state_tagged_with_the_index_uuid_restores_until_the_next_finalize(data, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(data[0], copy)
+    state, expected = _saved(copy)
+    state.shardcook_dataset["digest"] = _uuid_digest(copy)
+    with _build(copy) as fresh:
+        fresh.restore_state(state)
+        assert _keys(next(fresh) for _ in range(M)) == expected
+    _finalize_again(copy)
+    with _build(copy) as fresh, pytest.raises(LoaderStateError, match="restore it into a loader "
+                                              "of the same dataset and split"):
+        fresh.restore_state(state)
+
+
+def _global_paths(w):
+    """The restore paths, each given what a training loop stores for this rank or all ranks."""
+    return {
+        "wrapper.restore_state": lambda states: w.restore_state(states[0]),
+        "wrapper.restore_state_rank": lambda states: w.restore_state_rank(states[0]),
+        "loader.restore_state_rank": lambda states: w.loader.restore_state_rank(states[0]),
+        "wrapper.restore_state_global": lambda states: w.restore_state_global(states),
+        "loader.restore_state_global": lambda states: w.loader.restore_state_global(states),
+    }
+
+
+@pytest.mark.parametrize("restore_with", PATHS)
+def test_a_state_of_another_data_parallel_size_is_refused_on_every_path(data, restore_with):
+    """Two ranks saved, one restores: rank 1's position would be dropped without a word."""
+    saved = [_saved(data[0], rank=r, world_size=2) for r in (0, 1)]
+    states = [state for state, _ in saved]
+    with (_build(data[0], rank=0, world_size=1) as one,
+          pytest.raises(LoaderStateError, match=r"^This loader state was saved at data-parallel "
+                        r"size 2 but the loader reads at data-parallel size 1; Energon cannot "
+                        r"redistribute a loader state, so resume at data-parallel size 2")):
+        _global_paths(one)[restore_with](states)
+    with _build(data[0], rank=1, world_size=2) as two:  # teeth: the same size restores
+        _global_paths(two)[restore_with](states if "global" in restore_with else states[1:])
+        assert _keys(next(two) for _ in range(M)) == saved[1][1]

@@ -5,7 +5,9 @@
 draws M more (what an uninterrupted run gives) and exits; `restore`, in new processes, builds the
 loaders again, restores them the same way and draws M batches; `tp` draws batches with tensor
 parallelism 2 (one data-parallel replica). Every rank writes what it drew (keys and a digest of
-the tensors of each batch) to OUT/<case>/rank<r>.<phase>.json.
+the tensors of each batch) to OUT/<case>/rank<r>.<phase>.json. `resize` hands a state saved at
+another data-parallel size (the case's `state` file: what `save_state_global` gathered) to every
+restore path and writes what each path said to OUT/<case>/rank<r>.resize.json.
 
 Patterns (what the training code around the loader does):
 
@@ -163,6 +165,34 @@ def restore(case: dict[str, Any], train_iter: Any, folder: Path, rank: int) -> N
         train_iter.restore_state_global(state, src_rank=0)
 
 
+def resize(case: dict[str, Any], out: Path, rank: int) -> None:
+    """What each restore path says to a state of another data-parallel size (no batch drawn)."""
+    from shardcook.energon import LoaderStateError
+
+    states = torch.load(case["state"])
+    paths = {
+        "wrapper.restore_state": lambda w: w.restore_state(states[0]),
+        "loader.restore_state_rank": lambda w: w.loader.restore_state_rank(states[0]),
+        "wrapper.restore_state_global": lambda w: w.restore_state_global(states),
+        "loader.restore_state_global": lambda w: w.loader.restore_state_global(states),
+        "wrapper.restore_state_global(src_rank=0)": lambda w: w.restore_state_global(
+            states if rank == 0 else None, src_rank=0),
+        "loader.restore_state_global(src_rank=0)": lambda w: w.loader.restore_state_global(
+            states if rank == 0 else None, src_rank=0),
+    }
+    said: dict[str, str] = {}
+    folder = out / case["name"]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, restore_with in paths.items():
+        with build(case) as train_iter:
+            try:
+                restore_with(train_iter)
+                said[name] = "restored"
+            except LoaderStateError as e:
+                said[name] = str(e)
+        (folder / f"rank{rank}.resize.json").write_text(json.dumps(said))
+
+
 def run_case(phase: str, case: dict[str, Any], out: Path, rank: int) -> None:
     folder = out / case["name"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -197,6 +227,9 @@ def main() -> None:
             folder = out / case["name"]
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"rank{rank}.tp.json").write_text(json.dumps(batches))
+    elif phase == "resize":
+        for case in spec:
+            resize(case, out, rank)
     else:
         for case in spec:
             run_case(phase, case, out, rank)

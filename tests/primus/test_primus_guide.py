@@ -118,6 +118,37 @@ def test_guides_raw_task_encoder_gets_pil_images_and_captions(raw):
     assert all(c.startswith("caption of ") for c in captions)
 
 
+class GuideKeyedRawTaskEncoder(GuideRawTaskEncoder):
+    """The raw task encoder, with the sample keys `basic_sample_keys` forwarded (the guide's
+    "always forward `__key__`, `__restore_key__`, `__subflavors__`")."""
+
+    def batch(self, samples: list[dict]) -> dict[str, Any]:
+        return {**super().batch(samples), "keys": [s["__key__"] for s in samples],
+                "mapped": [set(s) for s in samples]}
+
+
+def test_raw_samples_hold_the_keys_of_primuss_cooker(raw):
+    """Primus's `cook_raw_images` returns `{**basic_sample_keys(sample), "images", "txt"}`."""
+    batch = next(iter(_energon_loader(raw.path, GuideKeyedRawTaskEncoder())))
+    assert len(batch["keys"]) == 4 and set(batch["keys"]) <= set(raw.keys)
+    basic = {"__key__", "__restore_key__", "__subflavors__", "__sources__"}
+    assert all(keys == basic | {"images", "txt"} for keys in batch["mapped"])
+
+
+def test_encoded_samples_carry_energons_sample_keys_as_primuss_do(encoded):
+    """Primus's `cook_preencoded_diffusion` returns its DiffusionSample dataclass, which carries
+    the basic sample keys as fields."""
+    class Keyed(GuideEncodedTaskEncoder):
+        def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+            return {"keys": [s.__key__ for s in samples],
+                    "restore": [s.__restore_key__ for s in samples],
+                    "subflavors": [s.__subflavors__ for s in samples]}
+
+    batch = next(iter(_energon_loader(encoded.path, Keyed())))
+    assert set(batch["keys"]) <= set(encoded.keys) and all(batch["restore"])
+    assert all(sub["encoding"] == "preencoded" for sub in batch["subflavors"])
+
+
 # --- "Multiple cookers in one TaskEncoder": DefaultTaskEncoder's defaults, nothing else -------
 
 

@@ -322,7 +322,8 @@ def cook_raw_images(
     sample: dict[str, Any], *, image_format: ImageFormat | None = None
 ) -> RawImageSample:
     """Cooks a raw crude sample (`jpg|png|webp`, `txt`, `meta.json`) into a `RawImageSample`,
-    which is also the mapping Primus's raw cooker returns (`sample["images"]`, `sample["txt"]`).
+    which is also the mapping Primus's raw cooker returns (`sample["__key__"]` and Energon's other
+    basic sample keys, `sample["images"]`, `sample["txt"]`).
 
     Args:
         sample: The crude sample, parts as bytes (`decoder = None`) or as Energon's default

@@ -195,6 +195,23 @@ def _check_loader_args(
         raise ConfigError(f"split must be a split name such as 'train', not {split!r}.")
 
 
+def _check_metadata(path: Path) -> None:
+    """Reads the Energon metadata of every dataset folder `path` reads through shardcook's
+    readers, so a bad file is one sentence naming it rather than an error from inside Energon.
+
+    Raises:
+        DatasetError: A metadata file that is unreadable or malformed (a YAML tag that makes a
+            list of a mapping, a count that is no whole number, ...).
+    """
+    from shardcook.dataset import metadata
+    from shardcook.energon.state import dataset_folders
+
+    for folder in dataset_folders(path):
+        metadata.read_dataset_yaml(folder)
+        metadata.read_split_yaml(folder)
+        metadata.read_info_json(folder)
+
+
 def _check_split(path: Path, split: str) -> None:
     """Refuses a split the dataset (or metadataset) at `path` does not define."""
     from shardcook.errors import ConfigError
@@ -269,14 +286,16 @@ def get_diffusion_loader(
     Returns:
         A `MegatronDataloaderWrapper` around Energon's `SavableDataLoader` (what
         `get_savable_loader` builds); its saved states are Energon's own and restore, through the
-        wrapper or the loader, only into a loader of the same dataset (by content: index.uuid,
-        shards and counts), split and `num_workers`.
+        wrapper or the loader, only into a loader of the same dataset (by content: shard names,
+        sizes and sample counts, so also after `finalize --force` over the same shards), split,
+        `num_workers` and data-parallel size.
 
     Raises:
         ConfigError: A bad argument (`batch_size`, `num_workers`, a `split` the dataset lacks,
             `max_samples_per_sequence=0`, a `task_encoder` or `worker_config` of the wrong
             type, ...), or a task encoder that cannot read the dataset (naming the one that does).
-        DatasetError: The folder is not a finalized dataset.
+        DatasetError: The folder is not a finalized dataset, or a metadata file of a dataset it
+            reads is malformed (naming the file).
     """
     from megatron.energon import get_train_dataset, get_val_dataset
 
@@ -308,6 +327,7 @@ def get_diffusion_loader(
             "task_encoder= pass it there, e.g. EncodedDiffusionTaskEncoder(resample_latents=True)."
         )
     with readable(path, first_sample_of=split) as local:
+        _check_metadata(local)
         _check_split(local, split)
         if picked:
             task_encoder = task_encoder_for(

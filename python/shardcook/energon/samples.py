@@ -5,7 +5,8 @@ keys are the values a training step consumes (`latents`, `prompt_embeds`, ...; a
 `images` and `txt`), so `{k: v.cuda(non_blocking=True) for k, v in batch.items()}` moves a
 pre-encoded batch to the GPU.
 Everything else (captions, sizes, Energon's `__key__`) is an attribute. A raw sample is a mapping
-too, with the `images` and `txt` keys of Primus's raw cooker.
+too, with the keys of the dict Primus's raw cooker returns: Energon's basic sample keys
+(`__key__`, `__restore_key__`, `__subflavors__`, `__sources__`), `images` and `txt`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import torch
 from megatron.energon import Batch, Sample, edataclass
 
 __all__ = ["DiffusionBatch", "DiffusionSample", "RawImageBatch", "RawImageSample"]
+
+#: Energon's basic sample keys (what `basic_sample_keys` forwards), each its own field's name.
+_BASIC_KEYS = {name: name for name in ("__key__", "__restore_key__", "__subflavors__",
+                                       "__sources__")}
 
 
 class _FieldMapping(MutableMapping[str, Any]):
@@ -104,8 +109,10 @@ class DiffusionSample(Sample):
 class RawImageSample(_FieldMapping, Sample):
     """One raw sample (docs/FORMAT.md §3, `encoding: raw`): an RGB image and its caption.
 
-    `sample["images"]` is `sample.image` and `sample["txt"]` is `sample.caption`, the keys of
-    Primus's raw cooker.
+    As a mapping it has the keys of the dict Primus's raw cooker returns: `sample["images"]` is
+    `sample.image`, `sample["txt"]` is `sample.caption`, and Energon's basic sample keys
+    (`sample["__key__"]`, `__restore_key__`, `__subflavors__`, `__sources__`) are its fields of
+    those names.
 
     Attributes:
         image: `uint8` tensor `[3, H, W]`, or a `PIL.Image.Image` in RGB mode (see
@@ -117,7 +124,7 @@ class RawImageSample(_FieldMapping, Sample):
         size: `(H, W)` of the stored image, when present.
     """
 
-    _KEYS: ClassVar[dict[str, str]] = {"images": "image", "txt": "caption"}
+    _KEYS: ClassVar[dict[str, str]] = {**_BASIC_KEYS, "images": "image", "txt": "caption"}
 
     image: torch.Tensor | Any
     caption: str

@@ -17,7 +17,9 @@ from shardcook.energon.state import (
     DatasetIdentity,
     LoaderState,
     allow_weights_only_load,
+    check_global_states,
     checked_energon_state,
+    data_parallel_size,
     tag_state,
 )
 
@@ -169,7 +171,7 @@ class MegatronDataloaderWrapper:
                 )
                 self._said_not_checkpointable = True
             return None
-        return tag_state(save(), self.dataset_id)
+        return tag_state(save(), self.dataset_id, data_parallel_size(self.loader))
 
     def restore_state(self, state: Any) -> None:
         """Restores a state from `save_state()`; call it before drawing the first batch.
@@ -177,11 +179,13 @@ class MegatronDataloaderWrapper:
         Args:
             state: What `save_state()` returned; None (nothing was saved) leaves the loader at its
                 start. A bare Energon `save_state_rank()` state, and the `LoaderState` older
-                shardcook saved, are accepted too.
+                shardcook saved, are accepted too. It is only read: the same state restores
+                another loader the same way.
 
         Raises:
             LoaderStateError: `state` is not a loader state, or was saved on another dataset or
-                split, with another `num_workers`, or another batch size.
+                split, with another `num_workers` or batch size, or at another data-parallel
+                size.
             NotCheckpointableError: A real state, but the wrapped loader has no
                 `restore_state_rank`.
             RuntimeError: Batches were already drawn from this wrapper.
@@ -189,9 +193,7 @@ class MegatronDataloaderWrapper:
         if state is None:
             return
         restore = self._restorer("restore_state_rank")
-        energon_state = checked_energon_state(
-            state, dataset=self.dataset_id, num_workers=self._num_workers()
-        )
+        energon_state = self._checked(state)
         try:
             restore(energon_state)
         except (AssertionError, ValueError) as e:  # Energon's checks (e.g. another batch size)
@@ -214,7 +216,8 @@ class MegatronDataloaderWrapper:
                 "megatron.energon.get_savable_loader."
             )
         states = save(global_dst_rank)
-        return None if states is None else [tag_state(s, self.dataset_id) for s in states]
+        size = data_parallel_size(self.loader)
+        return None if states is None else [tag_state(s, self.dataset_id, size) for s in states]
 
     def restore_state_global(self, state: list[Any] | None, *, src_rank: int | None = None) -> None:
         """Energon's `restore_state_global`: restores what `save_state_global` gathered.
@@ -224,19 +227,27 @@ class MegatronDataloaderWrapper:
         the whole list.
 
         Raises:
-            LoaderStateError: A state in the list is not a loader state, or does not fit this
-                loader (another dataset, split or `num_workers`).
+            LoaderStateError: The list holds another number of states than the loader has
+                data-parallel ranks (Energon cannot redistribute them), or a state in it is not a
+                loader state or does not fit this loader (another dataset, split or
+                `num_workers`).
         """
         restore = self._restorer("restore_state_global")
-        for rank_state in state if isinstance(state, list) else []:
-            if rank_state is not None:
-                checked_energon_state(
-                    rank_state, dataset=self.dataset_id, num_workers=self._num_workers()
-                )
+        worker_config = getattr(self.loader, "worker_config", None)
+        if worker_config is not None:
+            check_global_states(state, src_rank=src_rank, worker_config=worker_config)
+        if isinstance(state, list):
+            state = [None if s is None else self._checked(s) for s in state]
         try:
             restore(state, src_rank=src_rank)
         except (AssertionError, ValueError) as e:
             raise LoaderStateError(f"Energon cannot restore this loader state: {e}") from None
+
+    def _checked(self, state: Any) -> Any:
+        """A copy of `state` for the wrapped loader, once it is known to fit it."""
+        return checked_energon_state(state, dataset=self.dataset_id,
+                                     num_workers=self._num_workers(),
+                                     data_parallel_size=data_parallel_size(self.loader))
 
     def _restorer(self, name: str) -> Any:
         restore = getattr(self.loader, name, None)

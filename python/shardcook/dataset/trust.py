@@ -33,9 +33,15 @@ TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
 CODE_FILE_KEYS = ("sample_loader", "part_filter")
 
 
+def _is_command_entry(module: str) -> bool:
+    """A `__main__` module: importing one may run a command (print Usage, exit)."""
+    return "__main__" in module.split(".")
+
+
 def is_trusted(module: str) -> bool:
-    """Whether `module` is one of `TRUSTED_PACKAGES` or inside one."""
-    return any(module == p or module.startswith(f"{p}.") for p in TRUSTED_PACKAGES)
+    """Whether `module` is one of `TRUSTED_PACKAGES` or inside one, and not a command entry."""
+    return not _is_command_entry(module) and any(
+        module == p or module.startswith(f"{p}.") for p in TRUSTED_PACKAGES)
 
 
 def code_problems(content: Any, label: str, fix: str) -> list[str]:
@@ -48,9 +54,12 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
         if isinstance(node, dict):
             module = node.get("__module__")
             if "__module__" in node and not (isinstance(module, str) and is_trusted(module)):
-                problems.append(
-                    f"{label} names the module {module!r}, which is not part of {allowed}; it was "
-                    f"not imported, as that would run the dataset's own code{fix}")
+                why = ("a command-line entry that runs a command when imported; it was not "
+                       "imported"
+                       if isinstance(module, str) and _is_command_entry(module) else
+                       f"which is not part of {allowed}; it was not imported, as that would run "
+                       "the dataset's own code")
+                problems.append(f"{label} names the module {module!r}, {why}{fix}")
             for key in CODE_FILE_KEYS:
                 if isinstance(node.get(key), str):
                     problems.append(

@@ -21,8 +21,8 @@ from typing import Any, Literal, NamedTuple
 
 from shardcook.errors import ConfigError
 
-__all__ = ["SCHEMES", "Listed", "Remote", "access_problem", "check_url", "describe_error", "is_url",
-           "remote"]
+__all__ = ["SCHEMES", "Listed", "Remote", "access_problem", "bad_segment", "check_url",
+           "describe_error", "is_url", "remote"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
 SCHEMES = ("msc", "s3", "gs", "az")
@@ -61,8 +61,9 @@ def check_url(value: object, what: str) -> str:
 
     Raises:
         ConfigError: the scheme is not one MSC reads, the URL went through a local path (one
-            slash after the scheme), the `msc://` profile is not configured, or the client
-            package for the store is not installed.
+            slash after the scheme), its path has an empty, `.` or `..` segment (one trailing
+            `/` is allowed), the `msc://` profile is not configured, or the client package for
+            the store is not installed.
     """
     scheme = url_scheme(value)
     text = _text(value)
@@ -78,8 +79,23 @@ def check_url(value: object, what: str) -> str:
         what_is_missing = "profile" if scheme == "msc" else "bucket"
         raise ConfigError(f"{what} {text!r} names no {what_is_missing}; write "
                           f"{scheme}://{what_is_missing.upper()}/path.")
+    segment = bad_segment(rest.removesuffix("/"))
+    if segment is not None:
+        shown = "an empty segment (//)" if not segment else f"a {segment!r} segment"
+        raise ConfigError(
+            f"{what} {text!r} has {shown}, which the store keeps in the object names while "
+            "Energon reads the folder it resolves to; write the path without '.', '..' or "
+            "empty segments.")
     _client(text, what)
     return text
+
+
+def bad_segment(path: str) -> str | None:
+    """The first segment of the `/`-separated `path` that is empty, `.` or `..` (a leading `/`
+    is an empty one), or None when every segment is a name. Such a path names one object in a
+    store, which keeps keys as they are, and another place to anything that normalizes paths
+    (Energon, a local file system)."""
+    return next((part for part in path.split("/") if part in ("", ".", "..")), None)
 
 
 def _client(url: str, what: str) -> tuple[Any, str]:

@@ -29,7 +29,14 @@ from shardcook.dataset import shardrows, tarindex
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
-from shardcook.storage import Listed, Remote, access_problem, describe_error, remote
+from shardcook.storage import (
+    Listed,
+    Remote,
+    access_problem,
+    bad_segment,
+    describe_error,
+    remote,
+)
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
 
@@ -55,15 +62,15 @@ def _is_small_file(name: str) -> bool:
 
 
 def _safe_name(url: str, name: str) -> str:
-    """`name` once it is known to stay inside the dataset folder.
+    """`name` once it is known to be a file name inside the dataset folder.
 
     Raises:
-        DatasetError: the object's name is absolute or climbs out with `..`.
+        DatasetError: the object's name is absolute or has an empty, `.` or `..` segment.
     """
-    parts = PurePosixPath(name).parts
-    if not parts or name.startswith("/") or any(p in ("..", ".") for p in parts):
-        raise DatasetError(f"{url} holds an object named {name!r}, which escapes the dataset "
-                           "folder; remove or rename it")
+    if bad_segment(name) is not None:
+        raise DatasetError(f"{url} holds an object named {name!r}, which is no file name inside "
+                           "the dataset folder (an empty, '.' or '..' segment); remove or rename "
+                           "it")
     return name
 
 

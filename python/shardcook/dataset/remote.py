@@ -34,6 +34,7 @@ from shardcook.storage import (
     Remote,
     access_problem,
     bad_segment,
+    credentials_of,
     describe_error,
     remote,
 )
@@ -129,7 +130,7 @@ class RemoteView(DatasetView):
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "read", e) or
                               f"cannot list {self.name} ({describe_error(e)}); check the "
-                              "bucket, the path and the profile's credentials") from None
+                              f"bucket, the path and {credentials_of(self.name)}") from None
         if not found:
             raise DatasetError(f"{self.name} holds no objects; give the URL of a dataset folder")
         return [Listed(_safe_name(self.name, obj.name), obj.size, obj.etag) for obj in found]
@@ -310,7 +311,7 @@ class RemoteView(DatasetView):
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "write", e) or
                               f"cannot write to {self.name} ({describe_error(e)}); check the "
-                              "bucket and the profile's credentials") from None
+                              f"bucket and {credentials_of(self.name)}") from None
 
     def publish(self) -> None:
         """Uploads the small files that changed or appeared under the view and deletes the

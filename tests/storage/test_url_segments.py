@@ -86,3 +86,16 @@ def test_the_loader_refuses_it(seeded, path):
     with pytest.raises(ConfigError, match=REFUSED):
         get_diffusion_loader(f"{seeded.url()}/{path}", batch_size=1, num_workers=0)
     assert bucket_hashes(seeded) == before
+
+
+@pytest.mark.parametrize("name", ["sub//000000.tar", "sub/../000000.tar", "./000000.tar"])
+def test_a_bucket_dataset_holding_such_an_object_name_is_refused(seeded, name):
+    """A view of the dataset would put `sub//000000.tar` at `sub/000000.tar` on disk."""
+    seeded.put(f"x/{name}", seeded.get("x/000000.tar"))
+    before = bucket_hashes(seeded)
+    said = f"{seeded.url('x')} holds an object named {name!r}, which is no file name inside"
+    r = cli("validate", seeded.url("x"))
+    assert r.code == 1 and f"problem: {said}" in r.stdout, r.stdout + r.stderr
+    r = cli("finalize", seeded.url("x"), "--force")
+    assert r.code == 2 and said in one_error_line(r)
+    assert bucket_hashes(seeded) == before

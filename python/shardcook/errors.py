@@ -23,7 +23,7 @@ ImageErrorKind = Literal[
 SkipReason = Literal[
     # decided by the source
     "missing_image", "missing_caption", "caption_not_utf8", "duplicate_image",
-    "duplicate_caption", "bad_index_row", "image_outside_folder",
+    "duplicate_caption", "bad_index_row", "image_outside_folder", "unsafe_name",
     # chatml's records
     "bad_json", "bad_conversation", "image_count_mismatch", "media_count_mismatch",
     "media_outside_folder",

@@ -21,8 +21,8 @@ from typing import Any, Literal, NamedTuple
 
 from shardcook.errors import ConfigError
 
-__all__ = ["SCHEMES", "Listed", "Remote", "access_problem", "check_url", "describe_error", "is_url",
-           "remote"]
+__all__ = ["SCHEMES", "Listed", "Remote", "access_problem", "bad_segment", "check_url",
+           "credentials_of", "describe_error", "is_url", "redact", "remote"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
 SCHEMES = ("msc", "s3", "gs", "az")
@@ -56,30 +56,63 @@ def _text(value: object) -> str:
     return text if isinstance(text, str) else repr(text)
 
 
+#: `scheme://userinfo@`: the user (and password) part of a URL, up to the last `@` before the
+#: host's end (a password may hold `@`).
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s\"']*)@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every `scheme://user:password@host` in it shown as `***`
+    (`user:***@`), and a user part without a password (which may be a token) as `***@`: for
+    every message that quotes a URL, an endpoint or what the client said about one."""
+    def hide(match: re.Match[str]) -> str:
+        user, colon, _ = match["userinfo"].partition(":")
+        return f"{match['scheme']}{user + ':' if colon else ''}***@"
+
+    return _USERINFO.sub(hide, text)
+
+
 def check_url(value: object, what: str) -> str:
     """`value` as a URL string once it is known that MSC can open it.
 
     Raises:
         ConfigError: the scheme is not one MSC reads, the URL went through a local path (one
-            slash after the scheme), the `msc://` profile is not configured, or the client
-            package for the store is not installed.
+            slash after the scheme), its path has an empty, `.` or `..` segment (one trailing
+            `/` is allowed), the `msc://` profile is not configured, or the client package for
+            the store is not installed.
     """
     scheme = url_scheme(value)
     text = _text(value)
+    shown = redact(text)
     if scheme not in SCHEMES:
         raise ConfigError(
-            f"{what} {text!r} is a URL ({scheme}://); shardcook reads and writes local paths "
+            f"{what} {shown!r} is a URL ({scheme}://); shardcook reads and writes local paths "
             f"and {', '.join(s + '://' for s in SCHEMES)} URLs through the Multi-Storage Client."
         )
     if not text.startswith(f"{scheme}://"):
-        raise ConfigError(f"{what} {text!r} is not a whole URL; write it as {scheme}://...")
+        raise ConfigError(f"{what} {shown!r} is not a whole URL; write it as {scheme}://...")
     rest = text[len(scheme) + 3:]
     if not rest.split("/", 1)[0]:
         what_is_missing = "profile" if scheme == "msc" else "bucket"
-        raise ConfigError(f"{what} {text!r} names no {what_is_missing}; write "
+        raise ConfigError(f"{what} {shown!r} names no {what_is_missing}; write "
                           f"{scheme}://{what_is_missing.upper()}/path.")
+    segment = bad_segment(rest.removesuffix("/"))
+    if segment is not None:
+        which = "an empty segment (//)" if not segment else f"a {segment!r} segment"
+        raise ConfigError(
+            f"{what} {shown!r} has {which}, which the store keeps in the object names while "
+            "Energon reads the folder it resolves to; write the path without '.', '..' or "
+            "empty segments.")
     _client(text, what)
     return text
+
+
+def bad_segment(path: str) -> str | None:
+    """The first segment of the `/`-separated `path` that is empty, `.` or `..` (a leading `/`
+    is an empty one), or None when every segment is a name. Such a path names one object in a
+    store, which keeps keys as they are, and another place to anything that normalizes paths
+    (Energon, a local file system)."""
+    return next((part for part in path.split("/") if part in ("", ".", "..")), None)
 
 
 def _client(url: str, what: str) -> tuple[Any, str]:
@@ -87,14 +120,14 @@ def _client(url: str, what: str) -> tuple[Any, str]:
     try:
         import multistorageclient as msc
     except ImportError:
-        raise ConfigError(f"{what} {url!r} needs the Multi-Storage Client: "
+        raise ConfigError(f"{what} {redact(url)!r} needs the Multi-Storage Client: "
                           "pip install 'multi-storage-client[boto3]'.") from None
     try:
         return msc.resolve_storage_client(url)
     except ImportError as e:
         raise ConfigError(
-            f"{what} {url!r}: the store's client package is missing ({e.name or e}); install "
-            "it, for S3: pip install 'multi-storage-client[boto3]'."
+            f"{what} {redact(url)!r}: the store's client package is missing ({e.name or e}); "
+            "install it, for S3: pip install 'multi-storage-client[boto3]'."
         ) from None
     except Exception as e:  # noqa: BLE001 - MSC raises ValueError, KeyError, RuntimeError ...
         raise ConfigError(_profile_problem(url, what, e)) from None
@@ -116,12 +149,14 @@ def _profile_problem(url: str, what: str, error: Exception) -> str:
         return (f"{what} {url!r}: the Multi-Storage Client cannot open profile {profile!r} "
                 f"({describe_error(error)}); define it in {_config_file()} (MSC_CONFIG names "
                 "the file).")
-    return f"{what} {url!r}: the Multi-Storage Client cannot open it ({describe_error(error)})."
+    return (f"{what} {redact(url)!r}: the Multi-Storage Client cannot open it "
+            f"({describe_error(error)}).")
 
 
 def describe_error(error: BaseException) -> str:
-    """What the client's `error` says, on one line of at most 200 characters, for a sentence."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    """What the client's `error` says, on one line of at most 200 characters, for a sentence;
+    a password in an endpoint it quotes is redacted."""
+    text = redact(" ".join(str(error).split())) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -134,28 +169,62 @@ _NEEDED = {"read": "list and read objects there (on S3: s3:ListBucket, s3:GetObj
                     "s3:DeleteObject)"}
 
 
-def _error_code(error: BaseException) -> str | None:
-    """The store's error code (`AccessDenied` ...) in `error` or what it was raised from."""
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error` and what it was raised from, in turn (the client wraps the store's errors)."""
     seen: BaseException | None = error
     while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def _error_code(error: BaseException) -> str | None:
+    """The store's error code (`AccessDenied` ...) in `error` or what it was raised from."""
+    for seen in _chain(error):
         response = getattr(seen, "response", None)
         if isinstance(response, dict):
             code = response.get("Error", {}).get("Code")
             if code:
                 return str(code)
-        seen = seen.__cause__ or seen.__context__
     return None
+
+
+def credentials_of(url: str) -> str:
+    """Whose credentials a request to `url` goes out with, for a sentence: an `msc://` URL's
+    profile's, an `s3://` URL's from the AWS variables or files."""
+    profile = _profile(url)
+    if profile is not None:
+        return f"the credentials of profile {profile!r}"
+    return "the AWS credentials" if url.startswith("s3://") else "the store's credentials"
+
+
+def _no_credentials(what: str, url: str) -> str:
+    """The sentence for a request that found no credentials at all to go out with."""
+    profile = _profile(url)
+    if profile is not None:
+        return (f"{what} {url!r}: profile {profile!r} names no credentials and none were found "
+                "in the AWS variables or files; give the profile a credentials_provider in "
+                f"{_config_file()}.")
+    if url.startswith("s3://"):
+        return (f"{what} {url!r}: no AWS credentials were found for this s3:// URL; set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE and the AWS "
+                "credentials file), or reach the bucket through an MSC profile that holds its "
+                "credentials (msc://PROFILE/path).")
+    return (f"{what} {url!r}: no credentials were found for this store; set them up for its "
+            "client, or reach it through an MSC profile that holds them (msc://PROFILE/path).")
 
 
 def access_problem(what: str, url: str, doing: Literal["read", "write"],
                    error: BaseException) -> str | None:
     """One sentence when the store refused `error`'s request for its credentials (unknown key,
-    bad secret, expired token) or their permissions; None for any other failure. `doing` is
-    what the command needs there. Never holds a credential.
+    bad secret, expired token) or their permissions, or no credentials were found to send;
+    None for any other failure. `doing` is what the command needs there. Never holds a
+    credential.
     """
+    if any(type(seen).__name__ == "NoCredentialsError" for seen in _chain(error)):
+        return _no_credentials(what, url)
     code = _error_code(error)
     profile = _profile(url)
-    whose = f"the credentials of profile {profile!r}" if profile else "the credentials"
+    whose = credentials_of(url)
     where = (f"in {_config_file()}" if profile else
              "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the AWS credentials file)")
     if code in _BAD_CREDENTIALS:

@@ -118,3 +118,30 @@ def test_finalize_refuses_an_untrusted_sample_type_before_writing(tmp_path):
     with pytest.raises(ConfigError, match=r"sample_type 'evilmod:Evil' names a class outside"):
         finalize(d, sample_type="evilmod:Evil", force=True)
     assert {p: p.read_bytes() for p in (d / META).iterdir()} == before
+
+
+def test_importing_the_command_line_entry_runs_nothing():
+    r = subprocess.run([sys.executable, "-c", "import shardcook.__main__"], capture_output=True,
+                       text=True, timeout=300, check=False)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_python_m_shardcook_still_runs_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "shardcook", "--help"], capture_output=True,
+                       text=True, timeout=300, check=False)
+    assert r.returncode == 0 and "Usage" in r.stdout, r.stderr
+
+
+def test_a_dataset_naming_the_command_line_entry_is_refused_unimported(tmp_path):
+    d = write_dataset(tmp_path / "ds")
+    set_dataset_yaml(d, {"__module__": "shardcook.__main__", "__class__": "Evil",
+                         "subflavors": {"encoding": "raw"}})
+    code = (f"import sys; from shardcook import validate; r = validate({str(d)!r}); "
+            "print('\\n'.join(r.problems)); print('main imported:', 'shardcook.__main__' in "
+            "sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("names the module 'shardcook.__main__', a command-line entry that runs a command "
+            "when imported; it was not imported") in r.stdout
+    assert "main imported: False" in r.stdout

@@ -61,3 +61,84 @@ def test_a_metadataset_reaching_such_a_dataset_is_refused(tmp_path, evilmod):
         write_blend(tmp_path / "mix.yaml", [f"{outer}=1"])
     assert not evilmod.exists()
     assert not (tmp_path / "mix.yaml").exists()
+
+
+def metadataset(path, *entries):
+    """A MetadatasetV2 blending `entries` (paths, or mappings with their `path`) equally."""
+    blend = [{"path": e, "weight": 1} if isinstance(e, str) else {**e, "weight": 1}
+             for e in entries]
+    path.write_text(yaml.safe_dump({"__module__": "megatron.energon",
+                                    "__class__": "MetadatasetV2",
+                                    "splits": {"train": {"blend": blend}}}))
+    return path
+
+
+@pytest.fixture
+def bucket_with_code(s3_store, tmp_path, evilmod):
+    """`good/` and `bad/` in a bucket; `bad`'s dataset.yaml names `evilmod` and a sample_loader
+    `.nv-meta/evil.py`, both of which would leave `ran` behind if anything ran them."""
+    good = write_dataset(tmp_path / "good")
+    s3_store.upload_folder(good, "good")
+    s3_store.upload_folder(good, "bad")
+    s3_store.put("bad/.nv-meta/dataset.yaml", yaml.safe_dump(
+        {"__module__": "evilmod", "__class__": "Evil", "sample_loader": "evil.py:f",
+         "subflavors": {"encoding": "raw"}}).encode())
+    s3_store.put("bad/.nv-meta/evil.py", f"open({str(evilmod)!r}, 'w').close()\n"
+                                         "def f(*a, **k):\n    return a\n".encode())
+    return s3_store
+
+
+def test_a_local_metadataset_naming_a_bucket_dataset_with_code_is_refused(bucket_with_code,
+                                                                         tmp_path, evilmod):
+    from tests.helpers.dataset import cli, one_error_line
+
+    store = bucket_with_code
+    named = cli("blend", tmp_path / "direct.yaml", store.url("bad"))
+    inner = metadataset(tmp_path / "inner.yaml", store.url("good"), store.url("bad"))
+    outer = metadataset(tmp_path / "outer.yaml", "inner.yaml")
+    for args in ([tmp_path / "mix.yaml", inner], [tmp_path / "mix.yaml", f"{outer}=2"]):
+        r = cli("blend", *args)
+        assert r.code == 2, (r.stdout, r.stderr)
+        line = one_error_line(r)
+        assert f"{store.url('bad')}/.nv-meta/dataset.yaml names the module 'evilmod'" in line
+        assert "leave that dataset out of the blend" in line
+        assert not evilmod.exists() and not (tmp_path / "mix.yaml").exists()
+    # the same refusal as the dataset named directly
+    assert named.code == 2 and "names the module 'evilmod'" in one_error_line(named)
+    assert not evilmod.exists()
+
+
+def test_a_dataset_yaml_stand_in_in_a_bucket_is_checked(bucket_with_code, tmp_path, evilmod):
+    from tests.helpers.dataset import cli, one_error_line
+
+    store = bucket_with_code
+    store.put("good/.nv-meta/other", store.get("bad/.nv-meta/dataset.yaml"))
+    inner = metadataset(tmp_path / "inner.yaml",
+                        {"path": store.url("good"), "dataset_config": "other"})
+    r = cli("blend", tmp_path / "mix.yaml", inner)
+    assert r.code == 2
+    assert f"{store.url('good')}/.nv-meta/other names the module 'evilmod'" in one_error_line(r)
+    assert not evilmod.exists() and not (tmp_path / "mix.yaml").exists()
+
+
+def test_a_bucket_metadataset_entry_with_a_dot_dot_segment_is_refused(bucket_with_code,
+                                                                      tmp_path, evilmod):
+    from tests.helpers.dataset import cli, one_error_line
+
+    store = bucket_with_code
+    inner = metadataset(tmp_path / "inner.yaml", store.url("good/../bad"))
+    r = cli("blend", tmp_path / "mix.yaml", inner)
+    assert r.code == 2 and "'..' segment" in one_error_line(r)
+    assert not evilmod.exists() and not (tmp_path / "mix.yaml").exists()
+
+
+def test_a_metadataset_of_bucket_datasets_without_code_still_blends(s3_store, tmp_path):
+    from tests.helpers.dataset import cli
+
+    good = write_dataset(tmp_path / "good")
+    s3_store.upload_folder(good, "one")
+    s3_store.upload_folder(good, "two")
+    inner = metadataset(tmp_path / "inner.yaml", s3_store.url("one"), s3_store.url("two"))
+    r = cli("blend", tmp_path / "mix.yaml", inner)
+    assert r.code == 0, (r.stdout, r.stderr)
+    assert (tmp_path / "mix.yaml").exists()

@@ -248,3 +248,26 @@ def test_an_input_dir_url_that_is_an_object_or_nothing_is_one_sentence(s3_store,
         line = one_error_line(r)
         assert r.code == 2 and f"{url!r}" in line and words in line, line
         assert not (tmp_path / "out").exists()
+
+
+#: Keys under `in/` whose names no file can have; MSC and Energon would read them elsewhere.
+UNSAFE_KEYS = ["in/../up.jpg", "in/images/../up.jpg", "in/images/./dot.jpg",
+               "in/images//empty.jpg", "in/.."]
+
+
+def test_objects_whose_names_cannot_be_files_are_skipped_with_their_reason(s3_store, inputs,
+                                                                           tmp_path):
+    s3_store.upload_folder(inputs / "folder", "in")
+    for key in UNSAFE_KEYS:
+        s3_store.put(key, encode(generated(9), "jpg"))
+    r = cli("raw", "--input-dir", s3_store.url("in"), "--output-dir", tmp_path / "out",
+            "--image-size", "32")
+    assert r.code == 0 and r.escaped is None, r.stderr
+    done = report(tmp_path / "out")
+    unsafe = sorted(s["source"] for s in done["skipped"] if s["reason"] == "unsafe_name")
+    root = s3_store.url("in")
+    assert unsafe == sorted(f"{root}/{key[len('in/'):]}" for key in UNSAFE_KEYS)
+    assert done["skipped_by_reason"]["unsafe_name"] == len(UNSAFE_KEYS)
+    assert done["num_ignored_files"] == len(UNSAFE_KEYS) and done["num_written"] == 7
+    assert f"{len(UNSAFE_KEYS)} extra files ignored" in r.stderr  # the summary
+    assert f"unsafe_name: {len(UNSAFE_KEYS)}" in r.stderr

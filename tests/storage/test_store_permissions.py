@@ -145,8 +145,9 @@ def test_an_s3_url_with_a_wrong_key_names_the_aws_variables(auth_store, monkeypa
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRONG_KEY[0])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRONG_KEY[1])
     r = cli("info", auth_store.store.s3_url("ds"), "--scratch-dir", auth_store.scratch)
-    refused_in_process(auth_store, r, "the store refused the credentials (InvalidAccessKeyId); "
-                                      "check the access key and secret key (AWS_ACCESS_KEY_ID")
+    refused_in_process(auth_store, r, "the store refused the AWS credentials "
+                                      "(InvalidAccessKeyId); check the access key and secret key "
+                                      "(AWS_ACCESS_KEY_ID")
 
 
 def test_finalize_without_write_permission_is_refused_before_indexing(auth_store):

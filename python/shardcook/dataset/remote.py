@@ -29,7 +29,15 @@ from shardcook.dataset import shardrows, tarindex
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
-from shardcook.storage import Listed, Remote, access_problem, describe_error, remote
+from shardcook.storage import (
+    Listed,
+    Remote,
+    access_problem,
+    bad_segment,
+    credentials_of,
+    describe_error,
+    remote,
+)
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
 
@@ -55,15 +63,15 @@ def _is_small_file(name: str) -> bool:
 
 
 def _safe_name(url: str, name: str) -> str:
-    """`name` once it is known to stay inside the dataset folder.
+    """`name` once it is known to be a file name inside the dataset folder.
 
     Raises:
-        DatasetError: the object's name is absolute or climbs out with `..`.
+        DatasetError: the object's name is absolute or has an empty, `.` or `..` segment.
     """
-    parts = PurePosixPath(name).parts
-    if not parts or name.startswith("/") or any(p in ("..", ".") for p in parts):
-        raise DatasetError(f"{url} holds an object named {name!r}, which escapes the dataset "
-                           "folder; remove or rename it")
+    if bad_segment(name) is not None:
+        raise DatasetError(f"{url} holds an object named {name!r}, which is no file name inside "
+                           "the dataset folder (an empty, '.' or '..' segment); remove or rename "
+                           "it")
     return name
 
 
@@ -122,7 +130,7 @@ class RemoteView(DatasetView):
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "read", e) or
                               f"cannot list {self.name} ({describe_error(e)}); check the "
-                              "bucket, the path and the profile's credentials") from None
+                              f"bucket, the path and {credentials_of(self.name)}") from None
         if not found:
             raise DatasetError(f"{self.name} holds no objects; give the URL of a dataset folder")
         return [Listed(_safe_name(self.name, obj.name), obj.size, obj.etag) for obj in found]
@@ -303,7 +311,7 @@ class RemoteView(DatasetView):
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "write", e) or
                               f"cannot write to {self.name} ({describe_error(e)}); check the "
-                              "bucket and the profile's credentials") from None
+                              f"bucket and {credentials_of(self.name)}") from None
 
     def publish(self) -> None:
         """Uploads the small files that changed or appeared under the view and deletes the

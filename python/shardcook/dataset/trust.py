@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import posixpath
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import DATASET_YAML, META_DIR
+from shardcook.storage import Remote, is_url, remote
 
 #: The packages whose modules a dataset may name (with their submodules).
 TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
@@ -33,9 +35,15 @@ TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
 CODE_FILE_KEYS = ("sample_loader", "part_filter")
 
 
+def _is_command_entry(module: str) -> bool:
+    """A `__main__` module: importing one may run a command (print Usage, exit)."""
+    return "__main__" in module.split(".")
+
+
 def is_trusted(module: str) -> bool:
-    """Whether `module` is one of `TRUSTED_PACKAGES` or inside one."""
-    return any(module == p or module.startswith(f"{p}.") for p in TRUSTED_PACKAGES)
+    """Whether `module` is one of `TRUSTED_PACKAGES` or inside one, and not a command entry."""
+    return not _is_command_entry(module) and any(
+        module == p or module.startswith(f"{p}.") for p in TRUSTED_PACKAGES)
 
 
 def code_problems(content: Any, label: str, fix: str) -> list[str]:
@@ -48,9 +56,12 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
         if isinstance(node, dict):
             module = node.get("__module__")
             if "__module__" in node and not (isinstance(module, str) and is_trusted(module)):
-                problems.append(
-                    f"{label} names the module {module!r}, which is not part of {allowed}; it was "
-                    f"not imported, as that would run the dataset's own code{fix}")
+                why = ("a command-line entry that runs a command when imported; it was not "
+                       "imported"
+                       if isinstance(module, str) and _is_command_entry(module) else
+                       f"which is not part of {allowed}; it was not imported, as that would run "
+                       "the dataset's own code")
+                problems.append(f"{label} names the module {module!r}, {why}{fix}")
             for key in CODE_FILE_KEYS:
                 if isinstance(node.get(key), str):
                     problems.append(
@@ -66,15 +77,35 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
     return problems
 
 
-def _referenced(content: Any, base: Path) -> Iterator[Path]:
+#: A place the walk reads: a local path, or a URL (read through the storage client).
+Place = Path | str
+
+#: What a metadataset's name ends with; a URL ending so, or inside a `.nv-meta/` folder (a
+#: dataset.yaml stand-in), is read as a YAML object, any other URL as a dataset folder.
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def _joined(base: Place, path: str) -> Place:
+    """`path` as a metadataset in `base` names it: a URL as it is, else relative to `base` (in
+    a URL, `..` and `.` resolved as Energon resolves them)."""
+    if is_url(path):
+        return path
+    if isinstance(base, str):
+        scheme, _, rest = base.partition("://")
+        store, _, folder = rest.partition("/")
+        return f"{scheme}://{store}{posixpath.normpath(posixpath.join('/', folder, path))}"
+    return base / path
+
+
+def _referenced(content: Any, base: Place) -> Iterator[Place]:
     """The datasets and metadatasets a metadataset names (`path:` at any depth, relative to
     `base`), with the dataset.yaml stand-ins its `dataset_config:` entries name."""
     if isinstance(content, dict):
         if isinstance(content.get("path"), str):
-            target = base / content["path"]
+            target = _joined(base, content["path"])
             yield target
             if isinstance(content.get("dataset_config"), str):
-                yield target / META_DIR / content["dataset_config"]
+                yield _joined(target, f"{META_DIR}/{content['dataset_config']}")
         for value in content.values():
             yield from _referenced(value, base)
     elif isinstance(content, list):
@@ -82,34 +113,75 @@ def _referenced(content: Any, base: Path) -> Iterator[Path]:
             yield from _referenced(value, base)
 
 
+def _local_problems(target: Path, fix: str, todo: list[Place]) -> list[str]:
+    """`code_problems` of a local dataset folder's dataset.yaml or a metadataset file (whose
+    entries go on `todo`); nothing for a place that cannot be read."""
+    if target.is_dir():
+        try:
+            dataset = metadata.read_dataset_yaml(target)
+        except DatasetError:
+            return []
+        if dataset is None:
+            return []
+        return code_problems(dataset.content, str(target / META_DIR / DATASET_YAML), fix)
+    if not target.is_file():
+        return []
+    try:
+        content = safeyaml.load(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    todo += _referenced(content, target.parent)
+    return code_problems(content, str(target), fix)
+
+
+def _url_problems(url: str, fix: str, todo: list[Place]) -> list[str]:
+    """`_local_problems` of a URL, read through the storage client: a `.yaml` object (a
+    metadataset, or a dataset.yaml stand-in), else a dataset folder's dataset.yaml. A missing
+    or unparsable file is passed over, as locally; one the store refuses to give is a problem,
+    since its code could not be checked.
+
+    Raises:
+        ConfigError: the URL cannot be opened (see `storage.check_url`: a `..` segment ...).
+    """
+    folder = remote(url, "The blended dataset")
+    parent, _, name = folder.url.rpartition("/")
+    is_file = "://" in parent and (name.endswith(_YAML_SUFFIXES) or f"/{META_DIR}/" in url)
+    store, name = (Remote(parent), name) if is_file else (folder, f"{META_DIR}/{DATASET_YAML}")
+    label = store.child(name)
+    try:
+        content = safeyaml.load(store.read(name).decode("utf-8"))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        return [(f"{label} cannot be read ({e.strerror or e}), so the code it may name cannot "
+                 f"be checked{fix}")]
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return []
+    if is_file:
+        todo += _referenced(content, parent)
+    return code_problems(content, label, fix)
+
+
 def blend_code_problems(path: Path, fix: str) -> list[str]:
     """`code_problems` of everything Energon would load for a blend entry: a dataset folder's
     dataset.yaml, or a metadataset .yaml and, through it, each dataset and metadataset it names
-    (each once). A file that cannot be read is passed over: Energon cannot load code from it
-    either, and its own check names it."""
+    (each once), those named by URL read through the storage client. A file that cannot be
+    read is passed over: Energon cannot load code from it either, and its own check names it.
+
+    Raises:
+        ConfigError: a URL a metadataset names cannot be opened (see `storage.check_url`).
+    """
     problems: list[str] = []
-    seen: set[Path] = set()
-    todo = [path]
+    seen: set[Place] = set()
+    todo: list[Place] = [path]
     while todo:
-        target = todo.pop().resolve()
+        place = todo.pop()
+        target = place if isinstance(place, str) else place.resolve()
         if target in seen:
             continue
         seen.add(target)
-        if target.is_dir():
-            try:
-                dataset = metadata.read_dataset_yaml(target)
-            except DatasetError:
-                continue
-            if dataset is not None:
-                problems += code_problems(dataset.content, str(target / META_DIR / DATASET_YAML),
-                                          fix)
-        elif target.is_file():
-            try:
-                content = safeyaml.load(target.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError):
-                continue
-            problems += code_problems(content, str(target), fix)
-            todo += _referenced(content, target.parent)
+        problems += (_url_problems(target, fix, todo) if isinstance(target, str) else
+                     _local_problems(target, fix, todo))
     return problems
 
 

@@ -34,7 +34,7 @@ from shardcook.layouts.names import (
 )
 from shardcook.pipeline import overwrite
 from shardcook.pipeline.uploader import Uploader, retried
-from shardcook.storage import access_problem, describe_error, remote
+from shardcook.storage import access_problem, credentials_of, describe_error, remote
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ class BucketRunFolder:
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
             raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
                 f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
-                "the bucket exists and that the profile's credentials may list and write there."
+                f"the bucket exists and that {credentials_of(self.url)} may list and write there."
             ) from None
 
     def is_ours(self) -> bool:

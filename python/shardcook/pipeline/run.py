@@ -286,8 +286,9 @@ class _UnitWriter:
         for o in outcomes:
             record["inputs"] += 1
             for ex in o.item.extras:
+                used = {"used": ex.used} if ex.used is not None else {}
                 record["skipped"].append(
-                    skip_record(None, ex.source, ex.reason, used=ex.used, input_key=o.item.key))
+                    skip_record(None, ex.source, ex.reason, **used, input_key=o.item.key))
             if o.parts is None:
                 record["skipped"].append(
                     skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))

@@ -12,11 +12,12 @@ from shardcook.files import read_regular_file
 
 @dataclass(frozen=True)
 class Extra:
-    """An input file that was found but not used (e.g. a second image for one stem)."""
+    """An input file that was found but not used (e.g. a second image for one stem); `used`
+    names the file used in its place, if any."""
 
     source: str
     reason: SkipReason
-    used: str
+    used: str | None = None
 
 
 @dataclass

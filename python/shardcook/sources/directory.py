@@ -63,6 +63,8 @@ class DirectorySource:
             )
         self.num_found = len(stems)
         self._stems = stems[:max_samples] if max_samples is not None else stems
+        #: Reported with the first input, so that the run's report names each one once.
+        self._unsafe = tuple(Extra(url, "unsafe_name") for url in folder.unsafe())
 
     def __len__(self) -> int:
         return len(self._stems)
@@ -80,6 +82,8 @@ class DirectorySource:
         first, *more = self._images[stem]
         image_path = where(self.image_dir + first)
         extras = [Extra(where(self.image_dir + n), "duplicate_image", image_path) for n in more]
+        if index == 0:
+            extras[:0] = self._unsafe
         captions = [where(d + n) for d, groups in self._captions for n in groups.get(stem, [])]
         caption: str | None = None
         skip: SkipReason | None = "missing_caption"

@@ -6,6 +6,8 @@ reads both the same way and gives the same inputs in the same order.
 Names are relative to the folder and `/`-separated; `where(name)` is the file's path or URL (what
 reports show and `read` takes). A remote folder is listed once, when first asked; an object
 deleted after that reads as a missing file (FileNotFoundError), which the run turns into a skip.
+An object whose name no file can have (`a/../b`, `a//b`) is left out of the listing and named by
+`unsafe`, for the source to report.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import BinaryIO, Protocol, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.files import read_regular_file
-from shardcook.storage import Remote, access_problem, describe_error, is_url, remote
+from shardcook.storage import Remote, access_problem, bad_segment, describe_error, is_url, remote
 
 __all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
 
@@ -86,6 +88,11 @@ class Folder(Protocol):
             OutsideFolder: the name leads out of a folder in object storage.
         """
 
+    def unsafe(self) -> list[str]:
+        """The URLs of the objects listed under a folder in object storage whose names no file
+        can have (an empty, `.` or `..` segment: a client that normalizes paths reads another
+        object); they are never read. Empty for a local folder."""
+
 
 class LocalFolder:
     """A folder on a local file system."""
@@ -138,6 +145,9 @@ class LocalFolder:
     def locate(self, name: str) -> str:
         return str(self.path / name)
 
+    def unsafe(self) -> list[str]:
+        return []
+
 
 class RemoteFolder:
     """A folder in object storage, listed once when first asked."""
@@ -148,10 +158,14 @@ class RemoteFolder:
         self.remote = folder
         self.root = folder.url
         self._names: set[str] | None = None
+        self._unsafe: list[str] = []
 
     def _listing(self) -> set[str]:
+        """The names that can be file names; the others are kept aside for `unsafe`."""
         if self._names is None:
-            self._names = set(listing(self.remote, "The input folder"))
+            names = listing(self.remote, "The input folder")
+            self._unsafe = [n for n in names if bad_segment(n) is not None]
+            self._names = set(names).difference(self._unsafe)
         return self._names
 
     def exists(self) -> bool:
@@ -202,6 +216,10 @@ class RemoteFolder:
         if not self.inside(name):
             raise OutsideFolder(f"{name!r} leads out of {self.root}")
         return self.where(name)
+
+    def unsafe(self) -> list[str]:
+        self._listing()
+        return [f"{self.root}/{name}" for name in self._unsafe]  # as listed, not normalized
 
     def _name(self, where: str) -> str:
         assert where.startswith(self.root + "/"), f"{where} is not in {self.root}"

@@ -17,6 +17,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset.samplecheck import Checker, check_sample
+from shardcook.dataset.sqlitedb import open_read_only
 from shardcook.errors import ShardcookError
 from shardcook.layouts import Layout
 from shardcook.layouts.base import registry_function
@@ -41,7 +42,7 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
     if not path.is_file():
         return [f"{label} is not a regular file{fix}"]
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(open_read_only(path)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             lacking = [t for t in SQLITE_TABLES if t not in tables]
             if lacking and not (samples_only_ok and lacking == ["sample_parts"]):

@@ -287,9 +287,10 @@ def info_file(root: Path) -> str:
     return INFO_YAML if not json_path.exists() and yaml_path.exists() else INFO_JSON
 
 
-def read_info_json(root: Path) -> InfoJson | None:
-    """`.info.json`, else `.info.yaml`, as Energon reads them (same fields)."""
-    name = info_file(root)
+def read_info_json(root: Path, name: str | None = None) -> InfoJson | None:
+    """`.info.json`, else `.info.yaml`, as Energon reads them (same fields); with `name`, that
+    one of the two."""
+    name = name or info_file(root)
     path = meta_path(root, name)
     loaded = _load_object(root, path, _json if name == INFO_JSON else safeyaml.load)
     if loaded is None:

@@ -206,6 +206,7 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
                  f"`shardcook finalize --force {root}` to index it"
                  for s in sorted(present_shards - set(counts))]
     problems += view.verify_shards([(s, counts[s]) for s in listed])
+    problems += checks.info_files_problems(root)
     problems += checks.sqlite_problems(root, counts, record.sqlite if record else False,
                                        samples_only_ok=by_energon)
     seen: dict[str, str] = {}

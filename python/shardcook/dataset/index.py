@@ -248,6 +248,7 @@ def plan_index(
     writes nothing; `encoding` is what finalize records for dataset.yaml."""
     check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
     root = view.root
+    metadata.refuse_links(root)
     meta = root / META_DIR
     if not force and meta.exists() and not meta.is_dir():
         metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -429,6 +430,27 @@ def layout_of(encoding: str, source: str) -> Layout:
 
 
 # ---- writing -----------------------------------------------------------------------------------
+
+
+def refuse_links(root: Path) -> None:
+    """Refuses a dataset whose `.nv-meta` or `.shardcook`, or an entry in them, is a symbolic
+    link: the metadata written there would land wherever the link points, in another dataset's
+    folder say. Called before anything is read or written.
+
+    Raises:
+        DatasetError: naming the first link and where it points.
+    """
+    for name in (META_DIR, OURS_DIR):
+        folder = root / name
+        inside = sorted(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+        link = next((p for p in (folder, *inside) if p.is_symlink()), None)
+        if link is not None:
+            raise DatasetError(
+                f"{_label(root, link)} is a symbolic link (to {os.readlink(link)}), and the "
+                "dataset's metadata is never written through a link, which could overwrite "
+                f"another folder's files; replace it with a {'folder' if link == folder else 'file'} "
+                "of its own, or remove it"
+            )
 
 
 def prepare_meta_dir(root: Path, *, repair: bool) -> Path:

@@ -28,7 +28,7 @@ from shardcook.dataset.splits import (
     split_by_patterns,
     split_by_ratio,
 )
-from shardcook.dataset.undo import undone_on_failure
+from shardcook.dataset.undo import finish_interrupted, undone_on_failure
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import by_encoding
@@ -339,6 +339,7 @@ def build_index(
             two splits.
     """
     with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        finish_interrupted(view.root)
         plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                           exclude=exclude, sqlite=sqlite, force=force)
         with undone_on_failure(plan.root, plan.shards):

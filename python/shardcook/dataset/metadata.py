@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -451,6 +452,31 @@ def refuse_links(root: Path) -> None:
                 f"another folder's files; replace it with a {'folder' if link == folder else 'file'} "
                 "of its own, or remove it"
             )
+
+
+#: The temporary name `files.write_atomic` gives a file while writing it: `.NAME.tmpPID`.
+_TEMPORARY = re.compile(r"\..+\.tmp([0-9]+)")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def remove_stale_temporaries(root: Path) -> None:
+    """Removes, from `.nv-meta/` and `.shardcook/`, the temporary files of metadata writes that
+    a killed process left (`.index.uuid.tmp1234`); a file of a process still running is left."""
+    for name in (META_DIR, OURS_DIR):
+        folder = root / name
+        for path in folder.iterdir() if folder.is_dir() and not folder.is_symlink() else ():
+            match = _TEMPORARY.fullmatch(path.name)
+            if match and path.is_file() and not _running(int(match[1])):
+                path.unlink()
 
 
 def prepare_meta_dir(root: Path, *, repair: bool) -> Path:

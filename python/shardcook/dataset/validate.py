@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook.dataset import checks, legacy, metadata, trust
+from shardcook.dataset import checks, legacy, metadata, trust, undo
 from shardcook.dataset.index import list_shards, shard_name_problem
 from shardcook.dataset.location import check_location, dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
@@ -150,9 +150,20 @@ def validate(
     try:
         with dataset_view(directory, scratch_dir=scratch_dir) as view:
             report = validate_view(view, encoding=encoding, deep=deep)
+            report.problems += _interrupted_finalize(view.root)
     except DatasetError as e:
         return ValidationReport(str(directory), [str(e)])
     return report
+
+
+def _interrupted_finalize(root: Path) -> list[str]:
+    """A finalize's undo folder that is still there: that finalize was killed (or is running),
+    and the metadata may be half old, half new. (finalize validates inside its own undo block,
+    so only `validate` asks.)"""
+    return [f"{aside} was left by a finalize that was interrupted (or is still running), so the "
+            f"metadata may be half written; run that finalize again (`shardcook finalize --force "
+            f"{root}` with its options), which first puts the old metadata back"
+            for aside in undo.interrupted(root)]
 
 
 def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False,

@@ -38,7 +38,9 @@ from shardcook.layouts.names import (
     MANIFEST_JSON,
     META_DIR,
     OURS_DIR,
+    PROGRESS_DIR,
     SPLIT_YAML,
+    is_shard_name,
 )
 
 #: Counts are stored by Energon as signed 64-bit integers in index.sqlite.
@@ -363,6 +365,30 @@ def _checked_manifest(data: dict[str, Any], label: str) -> dict[str, Any]:
         if data.get(key) is not None and not _is_count(data[key]):
             raise DatasetError(f"{label}: {key!r} must be a whole number, not {data[key]!r}")
     return data
+
+
+def recorded_shards(root: Path) -> dict[str, int | None]:
+    """The shards the run that wrote the folder recorded, with their sample counts where known:
+    each progress marker's shard (`written`, or ingest's `samples`) and the manifest's `shards`.
+    Empty for a folder no shardcook run wrote; a damaged manifest or marker is passed over
+    (validate names a damaged manifest)."""
+    found: dict[str, int | None] = {}
+    progress = root / OURS_DIR / PROGRESS_DIR
+    for marker in sorted(progress.glob("*.json")) if progress.is_dir() else ():
+        try:
+            record = _json(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        shard = record.get("shard") if isinstance(record, dict) else None
+        if isinstance(shard, str):
+            count = record.get("written", record.get("samples"))
+            found[shard] = count if _is_count(count) else None
+    try:
+        manifest = read_manifest(root)
+    except DatasetError:
+        manifest = None
+    found.update((manifest or {}).get("shards") or {})
+    return {name: n for name, n in found.items() if is_shard_name(name)}
 
 
 def read_finalize_record(root: Path) -> FinalizeRecord | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from shardcook import validate
 
-from tests.helpers.dataset import cli, write_dataset
+from tests.helpers.dataset import cli, one_error_line, write_dataset
 
 META, OURS = ".nv-meta", ".shardcook"
 
@@ -88,3 +88,23 @@ def test_a_finalize_killed_before_it_wrote_anything_leaves_nothing_to_put_back(t
     assert not (ds / META / ".split.yaml.tmp999999999").exists()
     assert {k: v for k, v in files(ds).items() if k != f"{META}/index.uuid"} == {
         k: v for k, v in before.items() if k != f"{META}/index.uuid"}
+
+
+@pytest.mark.parametrize("record", ['[["../victim", false]]', '[["sub/../../victim.tar.idx", false]]',
+                                    "not json"])
+def test_an_undo_record_naming_other_files_puts_nothing_back(tmp_path, record):
+    ds = write_dataset(tmp_path / "ds", n_shards=2)
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "data.bin").write_bytes(b"keep me")
+    (tmp_path / "victim.tar.idx").write_bytes(b"keep me too")
+    aside = ds / ".shardcook-undo-evil"
+    aside.mkdir()
+    (aside / "kept.json").write_text(record)
+    before = files(tmp_path)
+
+    r = cli("finalize", "--force", ds)
+    assert r.code == 2
+    assert one_error_line(r).startswith(
+        f"error: {aside} is left by a finalize that was interrupted, but its record kept.json is "
+        "damaged or names files finalize never writes, so nothing is put back from it")
+    assert files(tmp_path) == before

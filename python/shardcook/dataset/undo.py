@@ -89,6 +89,41 @@ def _discard(aside: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def _is_target(root: Path, name: object) -> bool:
+    """True for a path finalize keeps aside: `.nv-meta`, `.shardcook` or its finalize.json, a
+    shard's `.tar.idx` inside the folder."""
+    if not isinstance(name, str):
+        return False
+    if name in (META_DIR, OURS_DIR, f"{OURS_DIR}/{FINALIZE_JSON}"):
+        return True
+    parent = (root / name).parent.resolve()
+    return (name.endswith(".tar.idx") and not os.path.isabs(name) and ".." not in Path(name).parts
+            and parent.is_relative_to(root.resolve()))
+
+
+def _read_record(root: Path, aside: Path) -> list[tuple[str, bool]]:
+    """What the undo folder's record says was kept; empty when there is no record (the finalize
+    was killed while keeping, before it wrote anything).
+
+    Raises:
+        DatasetError: the record cannot be read, or names anything finalize never keeps.
+    """
+    try:
+        kept = json.loads((aside / _RECORD).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        kept = None  # unreadable: refused below
+    if not (isinstance(kept, list) and all(
+            isinstance(k, list) and len(k) == 2 and _is_target(root, k[0])
+            and isinstance(k[1], bool) for k in kept)):
+        raise DatasetError(f"{aside} is left by a finalize that was interrupted, but its record "
+                           f"{_RECORD} is damaged or names files finalize never writes, so "
+                           "nothing is put back from it; check the folder's metadata, remove "
+                           f"{aside} and run `shardcook finalize --force {root}`")
+    return [(name, existed) for name, existed in kept]
+
+
 def interrupted(root: Path) -> list[Path]:
     """The undo folders of finalizes that were killed (or are still running) in `root`."""
     return sorted(p for p in root.glob(f"{UNDO_PREFIX}*") if p.is_dir() and not p.is_symlink())
@@ -100,17 +135,10 @@ def finish_interrupted(root: Path) -> None:
     it was."""
     metadata.refuse_links(root)
     for aside in interrupted(root):
-        try:
-            kept = json.loads((aside / _RECORD).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            kept = []  # killed while keeping: nothing had been written yet
-        except (OSError, ValueError) as e:
-            raise DatasetError(f"{aside} holds the metadata an interrupted finalize kept, but its "
-                               f"record cannot be read ({e}); restore the folder from a backup"
-                               ) from None
+        kept = _read_record(root, aside)
         if kept:
             log.warning("a finalize of %s was interrupted; putting its old metadata back", root)
-        _put_back(root, aside, [(str(name), bool(existed)) for name, existed in kept])
+        _put_back(root, aside, kept)
         _discard(aside)
     metadata.remove_stale_temporaries(root)
 

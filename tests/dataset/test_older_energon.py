@@ -130,3 +130,23 @@ def test_a_damaged_info_yaml_is_named(prepared, tmp_path):
          f"a list; run `shardcook finalize --force {root}`")]
     finalize(root, force=True)
     assert validate(root).ok
+
+
+def test_an_info_yaml_that_disagrees_with_info_json_is_named(prepared, tmp_path):
+    root = tmp_path / "both"
+    shutil.copytree(prepared, root)
+    counts = json.loads((root / META / ".info.json").read_text())["shard_counts"]
+    first = min(counts)
+    stale = {**counts, first: counts[first] - 1}  # what an older Energon would read
+    (root / META / ".info.yaml").write_text(yaml.dump({"shard_counts": stale}))
+
+    report = validate(root)
+    assert report.problems == [
+        (f"{META}/.info.yaml and {META}/.info.json disagree on the sample counts (e.g. {first}: "
+        f"{counts[first] - 1} and {counts[first]}), so an Energon before 7.0 reads other counts "
+        f"than a later one; run `shardcook finalize --force {root}` to rewrite both from the "
+        "shards")]
+    assert cli("validate", root).code == 1
+    finalize(root, force=True)
+    assert yaml.safe_load((root / META / ".info.yaml").read_text())["shard_counts"] == counts
+    assert validate(root).ok

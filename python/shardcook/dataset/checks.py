@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
+from shardcook.dataset import metadata
 from shardcook.dataset.samplecheck import Checker, check_sample
-from shardcook.errors import ShardcookError
+from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import Layout
 from shardcook.layouts.base import registry_function
-from shardcook.layouts.names import INDEX_SQLITE, META_DIR
+from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 
 #: Energon's index tables (docs/FORMAT.md §5).
 SQLITE_TABLES = ("samples", "sample_parts")
@@ -41,7 +43,7 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
     if not path.is_file():
         return [f"{label} is not a regular file{fix}"]
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(open_read_only(path)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             lacking = [t for t in SQLITE_TABLES if t not in tables]
             if lacking and not (samples_only_ok and lacking == ["sample_parts"]):
@@ -69,6 +71,26 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
         problems.append(f"{shard}: sample #{index} holds the part {part} twice; Energon keeps "
                         "only one of them")
     return problems
+
+
+def info_files_problems(root: Path) -> list[str]:
+    """`.info.yaml` (what an Energon before 7.0 reads) against `.info.json` (what later ones
+    read), when both are there: the counts must agree, or two Energons train on different data."""
+    if not all((root / META_DIR / name).is_file() for name in (INFO_JSON, INFO_YAML)):
+        return []
+    try:
+        new, old = (metadata.read_info_json(root, name) for name in (INFO_JSON, INFO_YAML))
+    except DatasetError as e:
+        return [str(e)]
+    if new is None or old is None or new.shard_counts == old.shard_counts:
+        return []
+    shard = next(s for s in sorted({*new.shard_counts, *old.shard_counts})
+                 if new.shard_counts.get(s) != old.shard_counts.get(s))
+    counts = " and ".join(str(info.shard_counts.get(shard, "no count")) for info in (old, new))
+    message = (f"{META_DIR}/{INFO_YAML} and {META_DIR}/{INFO_JSON} disagree on the sample counts "
+               f"(e.g. {shard}: {counts}), so an Energon before 7.0 reads other counts than a "
+               f"later one; run `shardcook finalize --force {root}` to rewrite both from the shards")
+    return [message]
 
 
 def repeated_part_problems(root: Path, shards: Sequence[str]) -> list[str]:

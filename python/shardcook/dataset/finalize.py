@@ -15,7 +15,7 @@ from shardcook.dataset.arguments import check_finalize_arguments
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
-from shardcook.dataset.undo import undone_on_failure
+from shardcook.dataset.undo import finish_interrupted, undone_on_failure
 from shardcook.dataset.validate import ValidationReport, validate_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -207,6 +207,7 @@ def finalize(
     check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
     with dataset_view(directory, scratch_dir=scratch_dir) as view:
         view.check_writable()
+        finish_interrupted(view.root)
         result = _finalize(view, encoding=encoding, split=split, split_parts=split_parts,
                            shuffle_seed=shuffle_seed, exclude=exclude, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, sqlite=sqlite, force=force,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from shardcook.dataset import metadata
 from shardcook.dataset.arguments import check_index_arguments
@@ -28,7 +28,7 @@ from shardcook.dataset.splits import (
     split_by_patterns,
     split_by_ratio,
 )
-from shardcook.dataset.undo import undone_on_failure
+from shardcook.dataset.undo import finish_interrupted, undone_on_failure
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import by_encoding
@@ -206,13 +206,29 @@ def _resolve(
     return _Request(record, record.split_parts, ratio), warnings
 
 
-def _split(shards: list[str], request: _Request) -> Splits:
+def lost_shards(root: Path, shards: Sequence[str]) -> list[str]:
+    """The shards the run that wrote `root` recorded that are neither among `shards` nor in the
+    folder: lost since the run."""
+    present = set(shards)
+    return [s for s in metadata.recorded_shards(root)
+            if s not in present and not os.path.lexists(root / s)]
+
+
+def _split(shards: list[str], request: _Request, lost: Sequence[str]) -> Splits:
+    """The splits; a ratio is cut over the shards present and those `lost` (left out or not), so
+    a lost shard moves no other shard into another split."""
     if request.split_parts:
         splits = split_by_patterns(shards, request.split_parts)
         layout = by_encoding(request.record.encoding) if request.record.encoding else None
         check_parts(splits.parts, need_train=not (layout and layout.split_folders))
         return splits
-    return split_by_ratio(shards, request.ratio, request.record.shuffle_seed)
+    order = sorted([*shards, *lost], key=PurePosixPath)  # Energon's order, as list_shards'
+    cut = split_by_ratio(order, request.ratio, request.record.shuffle_seed)
+    present = set(shards)
+    warnings = [f"shard {name}, which the run recorded, is missing; the other shards keep the "
+                "split the run gave them" for name in lost]
+    return Splits({name: [s for s in names if s in present] for name, names in cut.parts.items()},
+                  cut.warnings + warnings)
 
 
 @dataclass(frozen=True)
@@ -248,6 +264,7 @@ def plan_index(
     writes nothing; `encoding` is what finalize records for dataset.yaml."""
     check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
     root = view.root
+    metadata.refuse_links(root)
     meta = root / META_DIR
     if not force and meta.exists() and not meta.is_dir():
         metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
@@ -265,7 +282,7 @@ def plan_index(
                                                  else "")
         )
     _check_shard_names(root, shards)
-    splits = _split(shards, request)
+    splits = _split(shards, request, lost_shards(root, shards))
     left_out = collapse(excluded_shards(root, request.record.exclude))
     return IndexPlan(view, shards, splits, left_out, request.record,
                      warnings + splits.warnings, force)
@@ -338,6 +355,7 @@ def build_index(
             two splits.
     """
     with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        finish_interrupted(view.root)
         plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                           exclude=exclude, sqlite=sqlite, force=force)
         with undone_on_failure(plan.root, plan.shards):

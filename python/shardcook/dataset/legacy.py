@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from shardcook.dataset import metadata
+from shardcook.dataset.sqlitedb import open_read_only
 from shardcook.layouts.names import INDEX_SQLITE, INDEX_UUID, INFO_JSON, INFO_YAML, META_DIR
 
 #: The table index.sqlite has had from Energon 6 on, and the one Energon 7.0 added.
@@ -27,7 +28,7 @@ def sqlite_tables(root: Path) -> set[str] | None:
     if not path.is_file():
         return None
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(open_read_only(path)) as db:
             return {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     except sqlite3.Error:
         return None

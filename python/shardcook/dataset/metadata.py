@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +38,9 @@ from shardcook.layouts.names import (
     MANIFEST_JSON,
     META_DIR,
     OURS_DIR,
+    PROGRESS_DIR,
     SPLIT_YAML,
+    is_shard_name,
 )
 
 #: Counts are stored by Energon as signed 64-bit integers in index.sqlite.
@@ -287,9 +291,10 @@ def info_file(root: Path) -> str:
     return INFO_YAML if not json_path.exists() and yaml_path.exists() else INFO_JSON
 
 
-def read_info_json(root: Path) -> InfoJson | None:
-    """`.info.json`, else `.info.yaml`, as Energon reads them (same fields)."""
-    name = info_file(root)
+def read_info_json(root: Path, name: str | None = None) -> InfoJson | None:
+    """`.info.json`, else `.info.yaml`, as Energon reads them (same fields); with `name`, that
+    one of the two."""
+    name = name or info_file(root)
     path = meta_path(root, name)
     loaded = _load_object(root, path, _json if name == INFO_JSON else safeyaml.load)
     if loaded is None:
@@ -362,6 +367,30 @@ def _checked_manifest(data: dict[str, Any], label: str) -> dict[str, Any]:
     return data
 
 
+def recorded_shards(root: Path) -> dict[str, int | None]:
+    """The shards the run that wrote the folder recorded, with their sample counts where known:
+    each progress marker's shard (`written`, or ingest's `samples`) and the manifest's `shards`.
+    Empty for a folder no shardcook run wrote; a damaged manifest or marker is passed over
+    (validate names a damaged manifest)."""
+    found: dict[str, int | None] = {}
+    progress = root / OURS_DIR / PROGRESS_DIR
+    for marker in sorted(progress.glob("*.json")) if progress.is_dir() else ():
+        try:
+            record = _json(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        shard = record.get("shard") if isinstance(record, dict) else None
+        if isinstance(shard, str):
+            count = record.get("written", record.get("samples"))
+            found[shard] = count if _is_count(count) else None
+    try:
+        manifest = read_manifest(root)
+    except DatasetError:
+        manifest = None
+    found.update((manifest or {}).get("shards") or {})
+    return {name: n for name, n in found.items() if is_shard_name(name)}
+
+
 def read_finalize_record(root: Path) -> FinalizeRecord | None:
     path = ours_path(root, FINALIZE_JSON)
     loaded = _load_object(root, path, _json)
@@ -428,6 +457,52 @@ def layout_of(encoding: str, source: str) -> Layout:
 
 
 # ---- writing -----------------------------------------------------------------------------------
+
+
+def refuse_links(root: Path) -> None:
+    """Refuses a dataset whose `.nv-meta` or `.shardcook`, or an entry in them, is a symbolic
+    link: the metadata written there would land wherever the link points, in another dataset's
+    folder say. Called before anything is read or written.
+
+    Raises:
+        DatasetError: naming the first link and where it points.
+    """
+    for name in (META_DIR, OURS_DIR):
+        folder = root / name
+        inside = sorted(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+        link = next((p for p in (folder, *inside) if p.is_symlink()), None)
+        if link is not None:
+            raise DatasetError(
+                f"{_label(root, link)} is a symbolic link (to {os.readlink(link)}), and the "
+                "dataset's metadata is never written through a link, which could overwrite "
+                f"another folder's files; replace it with a {'folder' if link == folder else 'file'} "
+                "of its own, or remove it"
+            )
+
+
+#: The temporary name `files.write_atomic` gives a file while writing it: `.NAME.tmpPID`.
+_TEMPORARY = re.compile(r"\..+\.tmp([0-9]+)")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def remove_stale_temporaries(root: Path) -> None:
+    """Removes, from `.nv-meta/` and `.shardcook/`, the temporary files of metadata writes that
+    a killed process left (`.index.uuid.tmp1234`); a file of a process still running is left."""
+    for name in (META_DIR, OURS_DIR):
+        folder = root / name
+        for path in folder.iterdir() if folder.is_dir() and not folder.is_symlink() else ():
+            match = _TEMPORARY.fullmatch(path.name)
+            if match and path.is_file() and not _running(int(match[1])):
+                path.unlink()
 
 
 def prepare_meta_dir(root: Path, *, repair: bool) -> Path:

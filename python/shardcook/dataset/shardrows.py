@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
+from shardcook.dataset.sqlitedb import open_read_only
 from shardcook.errors import DuplicateKeyError
 from shardcook.layouts.names import OURS_DIR
 
@@ -70,7 +71,7 @@ def rows_match(rows: Path, size: int, etag: str | None, idx_offsets: Sequence[in
     if etag is None or idx_offsets is None:
         return False
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{rows}?mode=ro", uri=True)) as db:
+        with contextlib.closing(open_read_only(rows)) as db:
             identity = db.execute(f"SELECT size, etag FROM {_IDENTITY}").fetchall()
             spans = db.execute("SELECT byte_offset, byte_size FROM samples "
                                "ORDER BY sample_index").fetchall()
@@ -99,7 +100,7 @@ def start_index(target: Path, part: Path) -> None:
 def part_summary(part: Path, shards: Sequence[str]) -> tuple[list[tuple[str, int]], list[str]]:
     """The sample count of each of `shards` (the part's `tar_file_id` 0, 1, ...) and the part
     names `part` holds."""
-    with contextlib.closing(sqlite3.connect(f"file:{part}?mode=ro", uri=True)) as db:
+    with contextlib.closing(open_read_only(part)) as db:
         counts = dict(db.execute("SELECT tar_file_id, COUNT(*) FROM samples GROUP BY tar_file_id"))
         names = [n for (n,) in db.execute("SELECT DISTINCT part_name FROM sample_parts")]
     return [(shard, counts.get(i, 0)) for i, shard in enumerate(shards)], names

@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook.dataset import checks, legacy, metadata, trust
-from shardcook.dataset.index import list_shards, shard_name_problem
+from shardcook.dataset import checks, legacy, metadata, trust, undo
+from shardcook.dataset.index import (
+    compile_excludes,
+    list_shards,
+    lost_shards,
+    shard_name_problem,
+)
 from shardcook.dataset.location import check_location, dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
@@ -104,6 +109,28 @@ def _excluded(root: Path, record: metadata.FinalizeRecord | None,
     return names
 
 
+def _run_record_problems(root: Path, counts: dict[str, int], info_name: str,
+                         record: metadata.FinalizeRecord | None,
+                         split_yaml: metadata.SplitYaml | None) -> list[str]:
+    """The shards the run that wrote the folder recorded (its manifest and progress markers)
+    against the index: a shard lost since (unless left out on purpose), or one whose count is
+    not the run's."""
+    recorded = metadata.recorded_shards(root)
+    left_out = set(split_yaml.exclude) if split_yaml else set()
+    patterns = compile_excludes(record.exclude if record else [])
+    lost = [s for s in lost_shards(root, list(counts))
+            if s not in left_out and not any(p.search(s) for p in patterns)]
+    fix = (f"rerun the command that wrote {root} (it writes only what is missing), or leave the "
+           "shard out with `shardcook finalize --force --exclude`")
+    problems = [f"shard {s} is missing, though the run that wrote {root} recorded it"
+                + (f" ({recorded[s]} samples)" if recorded[s] is not None else "") + f"; {fix}"
+                for s in lost]
+    problems += [f"shard {s} holds {n} samples by {info_name}, but the run that wrote it recorded "
+                 f"{recorded[s]}, so it is not that run's shard; {fix}"
+                 for s, n in counts.items() if recorded.get(s) not in (None, n)]
+    return problems
+
+
 def _layout(report: ValidationReport, encoding: str | None,
             dataset: metadata.DatasetYaml | None, manifest: dict[str, Any] | None,
             ) -> Layout | None:
@@ -150,9 +177,20 @@ def validate(
     try:
         with dataset_view(directory, scratch_dir=scratch_dir) as view:
             report = validate_view(view, encoding=encoding, deep=deep)
+            report.problems += _interrupted_finalize(view.root)
     except DatasetError as e:
         return ValidationReport(str(directory), [str(e)])
     return report
+
+
+def _interrupted_finalize(root: Path) -> list[str]:
+    """A finalize's undo folder that is still there: that finalize was killed (or is running),
+    and the metadata may be half old, half new. (finalize validates inside its own undo block,
+    so only `validate` asks.)"""
+    return [f"{aside} was left by a finalize that was interrupted (or is still running), so the "
+            f"metadata may be half written; run that finalize again (`shardcook finalize --force "
+            f"{root}` with its options), which first puts the old metadata back"
+            for aside in undo.interrupted(root)]
 
 
 def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False,
@@ -205,7 +243,9 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
     problems += [shard_name_problem(root, s) or f"shard {s} is not listed in {info_name}; run "
                  f"`shardcook finalize --force {root}` to index it"
                  for s in sorted(present_shards - set(counts))]
+    problems += _run_record_problems(root, counts, info_name, record, split_yaml)
     problems += view.verify_shards([(s, counts[s]) for s in listed])
+    problems += checks.info_files_problems(root)
     problems += checks.sqlite_problems(root, counts, record.sqlite if record else False,
                                        samples_only_ok=by_energon)
     seen: dict[str, str] = {}

@@ -95,9 +95,12 @@ class RunFolder:
         """Nothing before the input is read: `check` creates the folder, so it waits."""
 
     def check_not_a_file(self) -> None:
-        """Raises ConfigError when the folder's path exists and is not a folder."""
+        """Raises ConfigError when the folder's path exists and is not a folder, DatasetError
+        when its `.shardcook` or `.nv-meta` is a link (the run's records would be written
+        through it)."""
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"--output-dir {str(self.root)!r} is a file; name a folder.")
+        metadata.refuse_links(self.root)
 
     def check_writable(self) -> None:
         """Creates `.shardcook/progress/` and proves it writable, or raises ConfigError."""

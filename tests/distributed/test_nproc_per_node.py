@@ -3,6 +3,8 @@ workers itself: the same bytes as one process, and a bad option stops before any
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers.raw import make_folder, report, run_cli, shard_hashes
 
 
@@ -28,4 +30,19 @@ def test_nproc_per_node_with_a_bad_option_starts_no_worker(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "error: --image-size must be at most 16383 (WebP's largest side), not 100000."]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [("data", "diffusion-ingest"), ("diffusion-ingest",),
+                                     ("ingest",)])
+def test_nproc_per_node_refuses_ingest_which_runs_in_one_process(tmp_path, command):
+    arrow = tmp_path / "part.arrow"
+    arrow.write_bytes(b"")
+    out = tmp_path / "out"
+    r = run_cli("--nproc-per-node", "2", *command, str(arrow), "--output-dir", str(out),
+                check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: --nproc-per-node starts workers for chatml, diffusion-encoded, diffusion-raw, "
+        f"encode, raw; {command[-1]} runs in one process, drop it."]
     assert not out.exists()

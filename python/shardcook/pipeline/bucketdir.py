@@ -33,6 +33,7 @@ from shardcook.layouts.names import (
     is_shard_name,
 )
 from shardcook.pipeline import overwrite
+from shardcook.pipeline.place import check_bucket_place
 from shardcook.pipeline.uploader import Uploader, retried
 from shardcook.storage import access_problem, describe_error, remote
 
@@ -84,6 +85,8 @@ class BucketRunFolder:
         """`call()`, or a ConfigError saying the store cannot be used (never the credentials)."""
         try:
             return call()
+        except ConfigError:
+            raise  # already one sentence
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
             raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
                 f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
@@ -109,10 +112,12 @@ class BucketRunFolder:
         self.check_writable()
 
     def check_access(self) -> None:
-        """Lists the folder and writes and deletes a test object, or raises ConfigError saying
-        whether the store refused the credentials or their permissions; before any input is
-        read. The listing comes first: a refused key is named only in a reply with a body."""
+        """Lists the folder, checks it is not inside a dataset (`place.check_bucket_place`)
+        and writes and deletes a test object, or raises ConfigError saying whether the store
+        refused the credentials or their permissions; before any input is read. The listing
+        comes first: a refused key is named only in a reply with a body."""
         self._checked("listing", lambda: next(iter(self.store.names()), None))
+        self._checked("reading the folders above it", partial(check_bucket_place, self.store))
         self.check_writable()
 
     def check_writable(self) -> None:

@@ -28,6 +28,7 @@ from shardcook.layouts.names import (
     is_shard_name,
 )
 from shardcook.pipeline import overwrite
+from shardcook.pipeline.place import check_local_place
 
 
 class RunFolder:
@@ -92,7 +93,11 @@ class RunFolder:
         self.check_writable()
 
     def check_access(self) -> None:
-        """Nothing before the input is read: `check` creates the folder, so it waits."""
+        """What can be checked before the input is read, writing nothing: the path is not a
+        file, nor inside a dataset or its `.nv-meta`/`.shardcook` (`place.check_local_place`).
+        `check` creates the folder, so it waits."""
+        self.check_not_a_file()
+        check_local_place(self.root)
 
     def check_not_a_file(self) -> None:
         """Raises ConfigError when the folder's path exists and is not a folder."""

@@ -96,10 +96,10 @@ def test_a_run_without_test_writes_what_it_wrote_before(jsonl, tmp_path):
     (["--val-fraction", "0.5", "--test-fraction", "0.5"], "leave nothing for train"),
     (["--test-rows", "3"], "--test-rows needs --train-rows"),
     (["--train-rows", "3", "--test-rows", "-1"], "--test-rows must be at least 0"),
-    (["--train-rows", "3", "--test-fraction", "0.2"], "--test-fraction splits by hash, but "
-     "--train-rows splits by rows and would ignore it; give one or the other."),
-    (["--val-fraction", "0.2", "--train-rows", "3", "--val-rows", "2"], "--val-fraction splits "
-     "by hash, but --train-rows splits by rows and would ignore it; give one or the other."),
+    (["--train-rows", "3", "--test-fraction", "0.2"], ("--test-fraction splits by hash, but "
+     "--train-rows splits by rows and would ignore it; give one or the other.")),
+    (["--val-fraction", "0.2", "--train-rows", "3", "--val-rows", "2"], ("--val-fraction splits "
+     "by hash, but --train-rows splits by rows and would ignore it; give one or the other.")),
 ])
 def test_test_split_options_that_cannot_work(jsonl, tmp_path, extra, message):
     out = tmp_path / "out"

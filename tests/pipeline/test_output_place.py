@@ -80,7 +80,7 @@ def test_a_dataset_beside_another_is_written(inputs):
 
 
 def _objects(store) -> dict[str, str]:
-    return {k: hashlib.sha256(store.get(k)).hexdigest() for k in store.keys()}
+    return {key: hashlib.sha256(store.get(key)).hexdigest() for key in store.keys("")}
 
 
 @pytest.mark.parametrize("where, dataset", [("ds/sub", "ds"), ("ds/a/b", "ds"),

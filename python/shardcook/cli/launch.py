@@ -77,13 +77,19 @@ def remember(ctx: typer.Context, nproc: int | None) -> None:
     ctx.obj = Launch(nproc, argv)
 
 
+def workers_asked(ctx: typer.Context) -> bool:
+    """Whether `--nproc-per-node` asked for more than one worker."""
+    launch = ctx.find_root().obj
+    return isinstance(launch, Launch) and launch.nproc > 1
+
+
 def start_workers(ctx: typer.Context) -> None:
     """Runs the command in `--nproc-per-node` torchrun workers when that was asked (more than
     one), then exits with their status: 0, or the first failed worker's exit code (each
     worker has printed its own sentence). Returns when this process should do the work itself."""
-    launch = ctx.find_root().obj
-    if not isinstance(launch, Launch) or launch.nproc == 1:
+    if not workers_asked(ctx):
         return
+    launch = ctx.find_root().obj
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 

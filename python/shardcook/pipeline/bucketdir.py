@@ -30,10 +30,12 @@ from shardcook.layouts.names import (
     OURS_DIR,
     PROGRESS_DIR,
     REPORT_JSON,
+    RUN_LOCK,
     is_shard_name,
 )
 from shardcook.pipeline import overwrite
 from shardcook.pipeline.place import check_bucket_place
+from shardcook.pipeline.runlock import BucketLease, Holder
 from shardcook.pipeline.uploader import Uploader, retried
 from shardcook.storage import access_problem, describe_error, remote
 
@@ -62,6 +64,7 @@ class BucketRunFolder:
         self._before: set[str] | None = None
         #: Whether the store took a test write and delete from this process.
         self._probed = False
+        self._lease = BucketLease(self.store, f"{OURS_DIR}/{RUN_LOCK}")
 
     def __str__(self) -> str:
         return self.url
@@ -104,12 +107,16 @@ class BucketRunFolder:
     def check(self) -> None:
         """Raises ConfigError unless the store can be listed and written and the folder holds
         nothing foreign."""
+        self.check_ours()
+        self.check_writable()
+
+    def check_ours(self) -> None:
+        """Raises ConfigError when the folder holds anything foreign; writes nothing."""
         if not self.is_ours():
             raise ConfigError(
                 f"Output folder {self.url!r} holds objects that are not a shardcook dataset; "
                 "choose a new or empty folder."
             )
-        self.check_writable()
 
     def check_access(self) -> None:
         """Lists the folder, checks it is not inside a dataset (`place.check_bucket_place`)
@@ -118,7 +125,21 @@ class BucketRunFolder:
         comes first: a refused key is named only in a reply with a body."""
         self._checked("listing", lambda: next(iter(self.store.names()), None))
         self._checked("reading the folders above it", partial(check_bucket_place, self.store))
+        self._checked("reading the lease", self._lease.check_free)
         self.check_writable()
+
+    def lock(self, me: Holder) -> None:
+        """Takes the folder's lease for run `me` and renews it until `close`
+        (`runlock.BucketLease`), or raises ConfigError naming the run that holds it."""
+        self._checked("writing the lease", partial(self._lease.acquire, me))
+
+    def check_held(self) -> None:
+        """Raises DatasetError when another run took the folder over (its lease) meanwhile."""
+        try:
+            self._lease.check_held()
+        except OSError as e:
+            raise DatasetError(f"{self.url}: cannot read the lease ({e.strerror or e}); nothing "
+                               "was finalized: rerun the same command.") from None
 
     def check_writable(self) -> None:
         """Writes and deletes a small object under `.shardcook/` (once per run: `check_access`
@@ -257,11 +278,13 @@ class BucketRunFolder:
             self._uploader.wait()
 
     def close(self) -> None:
-        """Stops the uploads (those not started are dropped) and removes the staging folder."""
+        """Stops the uploads (those not started are dropped), removes the staging folder and
+        gives the lease up, if this process holds it."""
         if self._uploader is not None:
             self._uploader.close()
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
+        self._lease.release()
 
     def scratch_peak_bytes(self) -> int | None:
         """The most bytes staged at once (shards and indexes), measured when each shard closes."""

@@ -54,8 +54,8 @@ def test_nproc_per_node_refuses_ingest_which_runs_in_one_process(tmp_path, comma
     (["chatml", "--input", "{tmp}/missing.jsonl"],
      "error: --input '{tmp}/missing.jsonl' is not a file; give a JSONL file."),
     (["raw", "--input-dir", "{tmp}/in", "--output-dir", "{tmp}/foreign"],
-     "error: Output folder '{tmp}/foreign' holds files that are not a shardcook dataset; choose "
-     "a new or empty folder."),
+     ("error: Output folder '{tmp}/foreign' holds files that are not a shardcook dataset; "
+      "choose a new or empty folder.")),
 ])
 def test_nproc_per_node_with_bad_input_says_it_once_and_starts_no_worker(tmp_path, command,
                                                                          sentence):

@@ -239,7 +239,10 @@ class BucketRunFolder:
 
         Raises:
             ShardcookIOError: an earlier upload failed for good.
+            DatasetError: another run took the folder over.
         """
+        if self._lease.lost:
+            self.check_held()  # stop writing into a folder another run now holds
         staging, uploader = self.shard_dir, self._uploader
         assert uploader is not None  # made with the staging folder
         files: list[Path] = []

@@ -231,8 +231,8 @@ class BucketLease:
         self._term = DEFAULT_LEASE_SECONDS
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        #: The run that took the lease from this one, once the heartbeat finds one.
-        self._lost_to: Record | None = None
+        #: Whether the heartbeat found the lease gone or another run's.
+        self._lost = False
 
     def _read(self) -> Record | None:
         """The lease there (None when there is none, or only a damaged one, which nobody
@@ -249,9 +249,8 @@ class BucketLease:
 
     def _refusal(self, record: Record) -> ConfigError:
         until = datetime.fromtimestamp(record.renewed + record.term, timezone.utc)
-        return _in_use(self.store.url, record, "wait for it to end; if it was killed, its lease "
-                       f"expires at {until:%H:%M:%S} UTC unless renewed, and the same command "
-                       "then continues its work.")
+        return _in_use(self.store.url, record, "wait for it to end, or write elsewhere; if it "
+                       f"was killed, its lease expires at {until:%H:%M:%S} UTC.")
 
     def check_free(self) -> None:
         """Raises ConfigError naming the holder while another run's lease is fresh."""
@@ -279,13 +278,13 @@ class BucketLease:
         self._thread.start()
 
     def _renew(self) -> None:
-        """Renews the lease every quarter of its term until stopped, or until another run holds
-        it. A failed renewal is tried again at the next one."""
+        """Renews the lease every quarter of its term until stopped, or until it is gone or
+        another run holds it. A failed renewal is tried again at the next one."""
         while not self._stop.wait(self._term / 4):
             try:
                 record = self._read()
-                if record is not None and record.holder != self._me:
-                    self._lost_to = record
+                if record is None or record.holder != self._me:
+                    self._lost = True
                     return
                 self._write(time.time())
             except Exception as e:  # noqa: BLE001 - the store's errors vary; the next beat retries
@@ -295,13 +294,19 @@ class BucketLease:
         """Raises DatasetError when another run took the lease over while this one worked."""
         if self._me is None:
             return
-        record = self._lost_to or self._read()
-        if record is None or record.holder != self._me:
-            who = record.holder.describe() if record is not None else "no run"
+        record = self._read()
+        if self._lost or record is None or record.holder != self._me:
+            who = (record.holder.describe() if record is not None and record.holder != self._me
+                   else "another run")
             raise DatasetError(
                 f"{self.store.url} was taken over by {who} while this run wrote there (its "
                 "lease was not renewed in time), so it may mix both runs' shards; nothing was "
                 "finalized: once no other run writes there, rerun with --overwrite.")
+
+    @property
+    def lost(self) -> bool:
+        """Whether the heartbeat found the lease gone or another run's."""
+        return self._lost
 
     def release(self) -> None:
         """Stops renewing and deletes the lease, when it is still this run's."""

@@ -96,11 +96,28 @@ def test_a_run_without_test_writes_what_it_wrote_before(jsonl, tmp_path):
     (["--val-fraction", "0.5", "--test-fraction", "0.5"], "leave nothing for train"),
     (["--test-rows", "3"], "--test-rows needs --train-rows"),
     (["--train-rows", "3", "--test-rows", "-1"], "--test-rows must be at least 0"),
+    (["--train-rows", "3", "--test-fraction", "0.2"], ("--test-fraction splits by hash, but "
+     "--train-rows splits by rows and would ignore it; give one or the other.")),
+    (["--val-fraction", "0.2", "--train-rows", "3", "--val-rows", "2"], ("--val-fraction splits "
+     "by hash, but --train-rows splits by rows and would ignore it; give one or the other.")),
 ])
 def test_test_split_options_that_cannot_work(jsonl, tmp_path, extra, message):
     out = tmp_path / "out"
     r = cli("chatml", "--input", jsonl, "--output-dir", out, *extra)
     assert r.code == 2 and message in one_error_line(r)
+    assert not out.exists()
+
+
+def test_a_fraction_in_the_config_file_beside_rows_is_refused(jsonl, tmp_path):
+    """A fraction is refused beside the row options wherever it is set, even at its default
+    value: the rows would decide the splits alone."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"chatml": {"val_fraction": 0.01, "train_rows": 3}}))
+    out = tmp_path / "out"
+    r = cli("chatml", "--input", jsonl, "--output-dir", out, "--config", config)
+    assert r.code == 2 and one_error_line(r).endswith(
+        "error: --val-fraction splits by hash, but --train-rows splits by rows and would ignore "
+        "it; give one or the other.")
     assert not out.exists()
 
 

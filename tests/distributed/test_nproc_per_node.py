@@ -3,6 +3,8 @@ workers itself: the same bytes as one process, and a bad option stops before any
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers.raw import make_folder, report, run_cli, shard_hashes
 
 
@@ -29,3 +31,44 @@ def test_nproc_per_node_with_a_bad_option_starts_no_worker(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "error: --image-size must be at most 16383 (WebP's largest side), not 100000."]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [("data", "diffusion-ingest"), ("diffusion-ingest",),
+                                     ("ingest",)])
+def test_nproc_per_node_refuses_ingest_which_runs_in_one_process(tmp_path, command):
+    arrow = tmp_path / "part.arrow"
+    arrow.write_bytes(b"")
+    out = tmp_path / "out"
+    r = run_cli("--nproc-per-node", "2", *command, str(arrow), "--output-dir", str(out),
+                check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        ("error: --nproc-per-node starts workers for chatml, diffusion-encoded, diffusion-raw, "
+         f"encode, raw; {command[-1]} runs in one process, drop it.")]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command, sentence", [
+    (["raw", "--input-dir", "{tmp}/missing"],
+     "error: Input folder '{tmp}/missing' does not exist; check --input-dir."),
+    (["chatml", "--input", "{tmp}/missing.jsonl"],
+     "error: --input '{tmp}/missing.jsonl' is not a file; give a JSONL file."),
+    (["raw", "--input-dir", "{tmp}/in", "--output-dir", "{tmp}/foreign"],
+     ("error: Output folder '{tmp}/foreign' holds files that are not a shardcook dataset; "
+      "choose a new or empty folder.")),
+])
+def test_nproc_per_node_with_bad_input_says_it_once_and_starts_no_worker(tmp_path, command,
+                                                                         sentence):
+    """The inputs and the output folder are checked before any worker starts: one sentence,
+    not one per worker with torch's lines about the failed workers."""
+    make_folder(tmp_path / "in", 2, photos=0)
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    args = [a.format(tmp=tmp_path) for a in command]
+    if "--output-dir" not in args:
+        args += ["--output-dir", str(tmp_path / "out")]
+    r = run_cli("--nproc-per-node", "2", *args, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [sentence.format(tmp=tmp_path)]
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in (tmp_path / "foreign").iterdir()) == ["notes.txt"]

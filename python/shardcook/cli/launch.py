@@ -14,9 +14,10 @@ import typer
 
 from shardcook.errors import ConfigError
 
-#: The commands that run under torchrun (with their Primus names and group).
-PIPELINE_COMMANDS = frozenset({"raw", "encode", "chatml", "data", "diffusion-raw",
-                               "diffusion-encoded"})
+#: The commands that run under torchrun (with their Primus names).
+PIPELINE_COMMANDS = frozenset({"raw", "encode", "chatml", "diffusion-raw", "diffusion-encoded"})
+#: Primus's command group, whose commands are named after it (`data diffusion-raw`).
+GROUP = "data"
 #: More workers than this on one machine is a typo, not a plan.
 MAX_NPROC = 1024
 
@@ -41,6 +42,15 @@ def _without_nproc(argv: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _command(invoked: str | None, argv: tuple[str, ...]) -> str | None:
+    """The command that runs: the one invoked, or for Primus's group the one named after it
+    (the group itself when none is, as in `data --help`)."""
+    if invoked != GROUP or GROUP not in argv:
+        return invoked
+    after = argv[argv.index(GROUP) + 1:]
+    return after[0] if after and not after[0].startswith("-") else GROUP
+
+
 def remember(ctx: typer.Context, nproc: int | None) -> None:
     """Checks `--nproc-per-node` given before the command and keeps it, with this process's
     command line (`sys.argv`, the workers' command line less that option), for `start_workers`.
@@ -53,26 +63,33 @@ def remember(ctx: typer.Context, nproc: int | None) -> None:
         return
     if not 1 <= nproc <= MAX_NPROC:
         raise ConfigError(f"--nproc-per-node must be between 1 and {MAX_NPROC}, not {nproc}.")
-    if ctx.invoked_subcommand not in PIPELINE_COMMANDS:
+    argv = _without_nproc(sys.argv[1:])
+    command = _command(ctx.invoked_subcommand, argv)
+    if command not in PIPELINE_COMMANDS | {GROUP}:
         raise ConfigError(f"--nproc-per-node starts workers for {', '.join(sorted(PIPELINE_COMMANDS))}; "
-                          f"{ctx.invoked_subcommand or 'no command'} runs in one process, drop it.")
+                          f"{command or 'no command'} runs in one process, drop it.")
     if "WORLD_SIZE" in os.environ:
         raise ConfigError("--nproc-per-node starts torchrun itself, but this process already runs "
                           "under a launcher (WORLD_SIZE is set); drop --nproc-per-node.")
-    argv = _without_nproc(sys.argv[1:])
     if ctx.invoked_subcommand not in argv:  # called in-process (tests, CliRunner), not a shell
         raise ConfigError("--nproc-per-node works from the command line (`shardcook` or "
                           "`python -m shardcook`); in Python, run the command under torchrun.")
     ctx.obj = Launch(nproc, argv)
 
 
+def workers_asked(ctx: typer.Context) -> bool:
+    """Whether `--nproc-per-node` asked for more than one worker."""
+    launch = ctx.find_root().obj
+    return isinstance(launch, Launch) and launch.nproc > 1
+
+
 def start_workers(ctx: typer.Context) -> None:
     """Runs the command in `--nproc-per-node` torchrun workers when that was asked (more than
     one), then exits with their status: 0, or the first failed worker's exit code (each
     worker has printed its own sentence). Returns when this process should do the work itself."""
-    launch = ctx.find_root().obj
-    if not isinstance(launch, Launch) or launch.nproc == 1:
+    if not workers_asked(ctx):
         return
+    launch = ctx.find_root().obj
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.cli.launch import start_workers
+from shardcook.cli.launch import start_workers, workers_asked
 from shardcook.cli.options import (
     ChatmlInputOpt,
     ConfigOpt,
@@ -54,9 +54,9 @@ def _run_job(ctx: typer.Context, config: Path | None, print_config: bool,
              encode: bool = False, renamed: dict[str, str] | None = None,
              extra: dict[str, tuple[object, bool]] | None = None) -> None:
     """The run commands' shell: the config resolved and checked (`encode`: with encode's
-    checks and defaults), then --print-config prints it and exits, `--nproc-per-node` runs the command in
-    that many workers and exits with their status, or the job runs here; a ShardcookError is one
-    line and exit 2."""
+    checks and defaults), then --print-config prints it and exits, `--nproc-per-node` checks
+    the whole setup here (`check_setup`), runs the command in that many workers and exits with
+    their status, or the job runs here; a ShardcookError is one line and exit 2."""
     try:
         cfg = resolve_config(ctx, config, renamed=renamed, extra=extra, encode=encode)
     except ShardcookError as e:
@@ -64,8 +64,14 @@ def _run_job(ctx: typer.Context, config: Path | None, print_config: bool,
     if print_config:
         typer.echo(cfg.to_yaml(), nl=False)
         raise typer.Exit()
+    from shardcook.pipeline.driver import check_setup, run_pipeline
+
+    if workers_asked(ctx):
+        try:
+            check_setup(cfg, make_job(cfg))
+        except ShardcookError as e:
+            fail(e)
     start_workers(ctx)
-    from shardcook.pipeline.driver import run_pipeline
 
     try:
         run_pipeline(cfg, make_job(cfg))

@@ -210,7 +210,8 @@ def resolve(
         setattr(getattr(cfg, section), name, value)
     cfg.image.image_format = IMAGE_FORMAT_ALIASES.get(cfg.image.image_format,
                                                       cfg.image.image_format)
-    check(cfg)
+    chosen = {(section, key) for section, values in yaml_values.items() for key in values}
+    check(cfg, frozenset(chosen | set(given)))
     if encode:
         check_encode(cfg)
     return cfg

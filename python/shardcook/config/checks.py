@@ -76,8 +76,9 @@ def check_paths(cfg: RunConfig) -> None:
                                   "msc://PROFILE/path (a profile can name any bucket).")
 
 
-def check(cfg: RunConfig) -> None:
-    """Raises ConfigError naming the first option whose value cannot work."""
+def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> None:
+    """Raises ConfigError naming the first option whose value cannot work; `chosen` holds the
+    (section, option) pairs set on the command line or in the config file, not defaulted."""
     check_paths(cfg)
     check_auth(cfg)
     s, o, i = cfg.source, cfg.output, cfg.image
@@ -124,6 +125,7 @@ def check(cfg: RunConfig) -> None:
     i.workers = cap_workers(i.workers)
     if cfg.chatml is not None:
         check_chatml(cfg.chatml, s, i)
+        check_split_choice(cfg.chatml, chosen)
 
 
 def encode_layout(name: str) -> Layout:
@@ -213,6 +215,18 @@ def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
     if c.test_rows is not None and c.train_rows is None:
         raise ConfigError("--test-rows needs --train-rows (test takes the inputs after the "
                           "train and val rows).")
+
+
+def check_split_choice(c: ChatmlConfig, chosen: frozenset[tuple[str, str]]) -> None:
+    """Refuses a split fraction beside the options that split by rows, which would ignore it."""
+    by_rows = "--train-rows" if c.train_rows is not None else (
+        "--hf-val-split" if c.hf_val_split is not None else None)
+    if by_rows is None:
+        return
+    for name in ("val_fraction", "test_fraction"):
+        if ("chatml", name) in chosen:
+            raise ConfigError(f"--{name.replace('_', '-')} splits by hash, but {by_rows} splits "
+                              "by rows and would ignore it; give one or the other.")
 
 
 def cap_workers(workers: int | None) -> int | None:

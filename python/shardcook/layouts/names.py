@@ -24,6 +24,8 @@ REPORT_JSON = "report.json"
 #: What finalize was asked (split, exclusions), so validate and a later finalize keep it.
 FINALIZE_JSON = "finalize.json"
 PROGRESS_DIR = "progress"
+#: In `.shardcook/`: the run that holds the folder now (a lock, or a lease in a bucket).
+RUN_LOCK = "lock.json"
 TMP_DIR = "tmp"
 #: encode only: the encoders' outputs for the empty caption.
 EMPTY_ENCODINGS_DIR = "empty_encodings"

@@ -30,9 +30,12 @@ from shardcook.layouts.names import (
     OURS_DIR,
     PROGRESS_DIR,
     REPORT_JSON,
+    RUN_LOCK,
     is_shard_name,
 )
 from shardcook.pipeline import overwrite
+from shardcook.pipeline.place import check_bucket_place
+from shardcook.pipeline.runlock import BucketLease, Holder
 from shardcook.pipeline.uploader import Uploader, retried
 from shardcook.storage import access_problem, credentials_of, describe_error, remote
 
@@ -61,6 +64,7 @@ class BucketRunFolder:
         self._before: set[str] | None = None
         #: Whether the store took a test write and delete from this process.
         self._probed = False
+        self._lease = BucketLease(self.store, f"{OURS_DIR}/{RUN_LOCK}")
 
     def __str__(self) -> str:
         return self.url
@@ -84,6 +88,8 @@ class BucketRunFolder:
         """`call()`, or a ConfigError saying the store cannot be used (never the credentials)."""
         try:
             return call()
+        except ConfigError:
+            raise  # already one sentence
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
             raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
                 f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
@@ -101,19 +107,39 @@ class BucketRunFolder:
     def check(self) -> None:
         """Raises ConfigError unless the store can be listed and written and the folder holds
         nothing foreign."""
+        self.check_ours()
+        self.check_writable()
+
+    def check_ours(self) -> None:
+        """Raises ConfigError when the folder holds anything foreign; writes nothing."""
         if not self.is_ours():
             raise ConfigError(
                 f"Output folder {self.url!r} holds objects that are not a shardcook dataset; "
                 "choose a new or empty folder."
             )
-        self.check_writable()
 
     def check_access(self) -> None:
-        """Lists the folder and writes and deletes a test object, or raises ConfigError saying
-        whether the store refused the credentials or their permissions; before any input is
-        read. The listing comes first: a refused key is named only in a reply with a body."""
+        """Lists the folder, checks it is not inside a dataset (`place.check_bucket_place`)
+        and writes and deletes a test object, or raises ConfigError saying whether the store
+        refused the credentials or their permissions; before any input is read. The listing
+        comes first: a refused key is named only in a reply with a body."""
         self._checked("listing", lambda: next(iter(self.store.names()), None))
+        self._checked("reading the folders above it", partial(check_bucket_place, self.store))
+        self._checked("reading the lease", self._lease.check_free)
         self.check_writable()
+
+    def lock(self, me: Holder) -> None:
+        """Takes the folder's lease for run `me` and renews it until `close`
+        (`runlock.BucketLease`), or raises ConfigError naming the run that holds it."""
+        self._checked("writing the lease", partial(self._lease.acquire, me))
+
+    def check_held(self) -> None:
+        """Raises DatasetError when another run took the folder over (its lease) meanwhile."""
+        try:
+            self._lease.check_held()
+        except OSError as e:
+            raise DatasetError(f"{self.url}: cannot read the lease ({e.strerror or e}); nothing "
+                               "was finalized: rerun the same command.") from None
 
     def check_writable(self) -> None:
         """Writes and deletes a small object under `.shardcook/` (once per run: `check_access`
@@ -213,7 +239,10 @@ class BucketRunFolder:
 
         Raises:
             ShardcookIOError: an earlier upload failed for good.
+            DatasetError: another run took the folder over.
         """
+        if self._lease.lost:
+            self.check_held()  # stop writing into a folder another run now holds
         staging, uploader = self.shard_dir, self._uploader
         assert uploader is not None  # made with the staging folder
         files: list[Path] = []
@@ -252,11 +281,13 @@ class BucketRunFolder:
             self._uploader.wait()
 
     def close(self) -> None:
-        """Stops the uploads (those not started are dropped) and removes the staging folder."""
+        """Stops the uploads (those not started are dropped), removes the staging folder and
+        gives the lease up, if this process holds it."""
         if self._uploader is not None:
             self._uploader.close()
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
+        self._lease.release()
 
     def scratch_peak_bytes(self) -> int | None:
         """The most bytes staged at once (shards and indexes), measured when each shard closes."""

@@ -18,6 +18,7 @@ from shardcook.pipeline.folders import OutputFolder, run_folder
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
+from shardcook.pipeline.runlock import Holder
 from shardcook.sources.base import Source
 
 log = logging.getLogger(__name__)
@@ -110,20 +111,59 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
         yield lambda kind, n: bar.advance(tasks[kind], n)
 
 
+def _check_folder(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
+    """Refuses what the output folder holds (something foreign, a different earlier run, what
+    --overwrite may not delete), writing nothing."""
+    if cfg.output.overwrite:
+        folder.plan_overwrite()
+    else:
+        folder.check_ours()
+        rep.check_resume(folder, manifest)
+
+
 def _setup(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
-    """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
+    """Rank 0: check the output folder, take it for this run, refuse a different earlier run,
+    write the manifest."""
+    _check_folder(cfg, folder, manifest)  # before the lock writes anything there
+    folder.lock(Holder.this_run())
     if cfg.output.overwrite:
         kept = folder.clear()
         if kept:
             log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s",
                         len(kept), folder,
                         ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else ""))
-        folder.check_writable()
     else:
-        folder.check()
-        rep.check_resume(folder, manifest)
+        rep.check_resume(folder, manifest)  # again: a run that held the folder may have ended
+    folder.check_writable()
     folder.remove_partial_shards()
     folder.write_manifest(manifest)
+
+
+def _opened(cfg: RunConfig, job: Job) -> tuple[Source, JsonObject, list[WorkUnit]]:
+    """The job's source, the run's manifest and its units (ConfigError for bad input)."""
+    source = job.source(cfg)
+    manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
+                                job.manifest_extra)
+    return source, manifest, job.units(source)
+
+
+def check_setup(cfg: RunConfig, job: Job) -> None:
+    """Every check a run makes before any work, here and without writing (in a bucket, a test
+    object is written and deleted): the output folder's place and access, the inputs, the
+    units, and what the folder holds. `--nproc-per-node` calls it before it starts workers, so
+    bad input is one sentence from one process, not one per worker.
+
+    Raises:
+        ConfigError: the first problem found.
+    """
+    folder = run_folder(cfg.output)
+    try:
+        with job.running():
+            folder.check_access()
+            _, manifest, _ = _opened(cfg, job)
+            _check_folder(cfg, folder, manifest)
+    finally:
+        folder.close()
 
 
 def run_pipeline(cfg: RunConfig, job: Job) -> JsonObject | None:
@@ -151,10 +191,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
             folder = run_folder(cfg.output)
             if dist.is_main:
                 folder.check_access()  # a store that refuses us, before any input is read
-            source = job.source(cfg)
-            manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
-                                        job.manifest_extra)
-            units = job.units(source)
+            source, manifest, units = _opened(cfg, job)
         except ConfigError as e:
             error = str(e)
         errors = dist.gather(error)
@@ -221,6 +258,7 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
             scratch_peak_bytes=max(scratch) if scratch else None)
 
+    folder.check_held()  # no other run took the folder over meanwhile
     result = report(None)
     folder.write_results(rep.finish_manifest(manifest, result), result)
     if cfg.output.finalize:

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 from shardcook.config.sections import OutputConfig
 from shardcook.pipeline.bucketdir import BucketRunFolder
 from shardcook.pipeline.outdir import RunFolder
+from shardcook.pipeline.overwrite import ObjectPlan, OverwritePlan
+from shardcook.pipeline.runlock import Holder
 from shardcook.storage import is_url
 
 
@@ -26,10 +28,23 @@ class OutputFolder(Protocol):
 
     def check(self) -> None: ...
 
+    def check_ours(self) -> None:
+        """Refuses a folder holding anything foreign, writing nothing."""
+
     def check_access(self) -> None:
-        """What can be checked before any input is read, creating nothing that stays."""
+        """What can be checked before any input is read, creating nothing that stays: also
+        that no other run holds the folder."""
+
+    def lock(self, me: Holder) -> None:
+        """Takes the folder for run `me` until `close`; ConfigError names the run holding it."""
+
+    def check_held(self) -> None:
+        """Raises DatasetError when another run took the folder over since `lock`."""
 
     def check_writable(self) -> None: ...
+
+    def plan_overwrite(self) -> OverwritePlan | ObjectPlan:
+        """What `--overwrite` would delete; ConfigError when it may not, deleting nothing."""
 
     def clear(self) -> list[str]: ...
 
@@ -48,7 +63,8 @@ class OutputFolder(Protocol):
         """Returns once every finished unit is recorded; raises what stopped one."""
 
     def close(self) -> None:
-        """Releases what the folder holds for this process (staging space, upload threads)."""
+        """Releases what the folder holds for this process (staging space, upload threads,
+        the run's lock)."""
 
     def scratch_peak_bytes(self) -> int | None:
         """The most scratch space this process used at once; None when it uses none."""

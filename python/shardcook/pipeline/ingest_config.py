@@ -13,6 +13,7 @@ from typing import Any
 
 from shardcook.errors import ConfigError
 from shardcook.pipeline.download import Retry
+from shardcook.pipeline.place import RESERVED_FOLDERS, reserved_folder
 
 #: Split names become shard prefixes (`train-shard-000000.tar`), so lowercase letters only.
 SPLIT_NAME = re.compile(r"[a-z]+")
@@ -132,10 +133,12 @@ def from_yaml(path: Path) -> IngestConfig:
                      ("manifest_url", "output_subdir"))
     if empty:
         subdir = str(empty.get("output_subdir", "empty_encodings"))
-        if (Path(subdir).is_absolute() or ".." in Path(subdir).parts or not subdir
-                or subdir in {d.split for d in cfg.datasets}):
-            raise ConfigError("empty_encodings.output_subdir must be a folder name inside the "
-                              "output folder, other than a split's")
+        segments = subdir.split("/")
+        if (subdir.startswith("/") or any(s in ("", ".", "..") for s in segments)
+                or reserved_folder(segments) or segments[0] in {d.split for d in cfg.datasets}):
+            raise ConfigError(f"empty_encodings.output_subdir {subdir!r} must be a folder inside "
+                              "the output folder, outside the splits' folders and outside "
+                              f"{' and '.join(RESERVED_FOLDERS)}")
         if not isinstance(empty.get("manifest_url"), str):
             raise ConfigError("empty_encodings needs manifest_url, the address of its .uri file")
         cfg.empty_encodings = EmptyEncodings(empty["manifest_url"], subdir)

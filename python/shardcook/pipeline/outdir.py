@@ -25,9 +25,12 @@ from shardcook.layouts.names import (
     OURS_DIR,
     PROGRESS_DIR,
     REPORT_JSON,
+    RUN_LOCK,
     is_shard_name,
 )
 from shardcook.pipeline import overwrite
+from shardcook.pipeline.place import check_local_place
+from shardcook.pipeline.runlock import Holder, LocalLock
 
 
 class RunFolder:
@@ -35,6 +38,7 @@ class RunFolder:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._lock = LocalLock(root / OURS_DIR / RUN_LOCK, str(root))
 
     def __str__(self) -> str:
         return str(self.root)
@@ -83,16 +87,39 @@ class RunFolder:
     def check(self) -> None:
         """Raises ConfigError unless the folder can be created and written and holds nothing
         foreign."""
+        self.check_ours()
+        self.check_writable()
+
+    def check_ours(self) -> None:
+        """Raises ConfigError when the path is a file or the folder holds anything foreign;
+        writes nothing."""
         self.check_not_a_file()
         if not self.is_ours():
             raise ConfigError(
                 f"Output folder {str(self.root)!r} holds files that are not a shardcook dataset; "
                 "choose a new or empty folder."
             )
-        self.check_writable()
 
     def check_access(self) -> None:
-        """Nothing before the input is read: `check` creates the folder, so it waits."""
+        """What can be checked before the input is read, writing nothing: the path is not a
+        file, nor inside a dataset or its `.nv-meta`/`.shardcook` (`place.check_local_place`),
+        and no other run holds the folder. `check` creates the folder, so it waits."""
+        self.check_not_a_file()
+        check_local_place(self.root)
+        self._lock.check_free()
+
+    def lock(self, me: Holder) -> None:
+        """Takes the folder for run `me` until `close` (`runlock.LocalLock`), or raises
+        ConfigError naming the run that holds it; call it once the folder is known to be
+        ours."""
+        try:
+            self._lock.acquire(me)
+        except OSError as e:
+            raise ConfigError(f"Output folder {str(self.root)!r} cannot be locked for this run "
+                              f"({e.strerror or e}); choose a folder you can write to.") from None
+
+    def check_held(self) -> None:
+        """Nothing to check: the lock is held until this process ends."""
 
     def check_not_a_file(self) -> None:
         """Raises ConfigError when the folder's path exists and is not a folder, DatasetError
@@ -182,7 +209,8 @@ class RunFolder:
         """Every unit handed to `finish_unit` is recorded by now (nothing is uploaded here)."""
 
     def close(self) -> None:
-        """Nothing to clean up: no scratch space is used."""
+        """Lets go of the folder's lock, if this process holds it (no scratch space is used)."""
+        self._lock.release()
 
     def scratch_peak_bytes(self) -> int | None:
         """None: shards are written in place, not staged."""

@@ -28,6 +28,7 @@ from shardcook.layouts.names import (
     INFO_JSON,
     META_DIR,
     OURS_DIR,
+    RUN_LOCK,
     SHARD_SUFFIX,
     SPLIT_YAML,
     T5_EMPTY,
@@ -134,7 +135,7 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     """What `--overwrite` removes from the shardcook run in `out` and what it keeps, deleting
     nothing. Removed: `shards` (those the run's manifest or unit markers name) and their
     `.tar.idx`, finalize's metadata files in `.nv-meta/`, encode's files in `empty_encodings/`,
-    and `.shardcook/`; every other file is kept.
+    and `.shardcook/` (all but the lock of the run that overwrites); every other file is kept.
 
     Raises:
         ConfigError: `out` holds files named like shards that are not in `shards`, or a tar
@@ -167,12 +168,25 @@ def delete_planned(out: Path, plan: OverwritePlan) -> None:
         log.info("--overwrite deletes what the earlier run wrote in %s: %s", out,
                  _described(out, plan.remove))
     for path in plan.remove:
-        if path.is_dir() and not path.is_symlink():
+        if path == out / OURS_DIR and path.is_dir() and not path.is_symlink():
+            _empty_ours(path)
+        elif path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
     for folder in plan.folders:
         folder.rmdir()
+
+
+def _empty_ours(ours: Path) -> None:
+    """Removes everything in `.shardcook/` but the lock the overwriting run holds there."""
+    for entry in sorted(ours.iterdir()):
+        if entry.name == RUN_LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 @dataclass
@@ -197,6 +211,8 @@ def plan_object_deletions(out: str, names: Iterable[str], shards: set[str]) -> O
             plan.keep.append(name)  # a key no client should resolve for us: never deleted
             continue
         top, nested, rest = name.partition("/")
+        if top == OURS_DIR and rest == RUN_LOCK:
+            continue  # the lease of the run that overwrites
         ours = top == OURS_DIR or rest in _OWN_FILES.get(top, ())
         if (nested and ours) or (not nested and name.removesuffix(".idx") in shards):
             plan.remove.append(name)

@@ -58,8 +58,10 @@ class ArrowSet:
 
 
 def write_arrow(path: Path, file_index: int, rows: int, *, timesteps: bool,
-                batch_rows: int = 3) -> dict[str, tuple[int, int, int | None]]:
-    """One Arrow IPC stream file in MLCommons's schema, in record batches of `batch_rows`."""
+                batch_rows: int = 3, key_prefix: str = "f",
+                ) -> dict[str, tuple[int, int, int | None]]:
+    """One Arrow IPC stream file in MLCommons's schema, in record batches of `batch_rows`; keys
+    are `{key_prefix}{file:03d}r{row:04d}` (one dataset's splits need distinct keys)."""
     fields = [pa.field("__key__", pa.string())]
     fields += [pa.field(c, pa.binary()) for c in COLUMNS]
     if timesteps:
@@ -70,7 +72,7 @@ def write_arrow(path: Path, file_index: int, rows: int, *, timesteps: bool,
         for start in range(0, rows, batch_rows):
             data: dict[str, list[object]] = {name: [] for name in schema.names}
             for row in range(start, min(rows, start + batch_rows)):
-                key = f"f{file_index:03d}r{row:04d}"
+                key = f"{key_prefix}{file_index:03d}r{row:04d}"
                 data["__key__"].append(key)
                 for c in COLUMNS:
                     data[c].append(npy_bytes(bf16_bits(expected_values(file_index, row, c))))
@@ -84,12 +86,12 @@ def write_arrow(path: Path, file_index: int, rows: int, *, timesteps: bool,
 
 
 def write_arrow_set(folder: Path, files: int, rows: int, *, timesteps: bool,
-                    prefix: str = "part") -> ArrowSet:
+                    prefix: str = "part", key_prefix: str = "f") -> ArrowSet:
     folder.mkdir(parents=True, exist_ok=True)
     out = ArrowSet(folder)
     for i in range(files):
         path = folder / f"{prefix}-{i:05d}.arrow"
-        out.rows.update(write_arrow(path, i, rows, timesteps=timesteps))
+        out.rows.update(write_arrow(path, i, rows, timesteps=timesteps, key_prefix=key_prefix))
         out.files.append(path)
     return out
 

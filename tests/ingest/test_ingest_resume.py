@@ -31,7 +31,7 @@ def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
     served = tmp_path / "served"
     train = write_arrow_set(served, 8, 6, timesteps=False)
     reference, out = tmp_path / "reference", tmp_path / "out"
-    markers = out / "train" / ".shardcook" / "progress"
+    markers = out / ".shardcook" / "progress"
     with serve(served, delay_s=0.4) as (base, _):
         url = f"{base}/{write_manifest(served, 'm', train.files, base)}"
         run_ingest(IngestConfig(output_dir=reference, retry=Retry(attempts=2),
@@ -51,7 +51,7 @@ def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert _files(out / "train") == _files(reference / "train")
     assert len(_files(out / "train")) == 8
-    assert not list((out / "train" / ".shardcook" / "tmp").iterdir())
+    assert not (out / "train" / ".shardcook").exists()
 
 
 def test_a_damaged_file_fails_alone_and_is_reported(tmp_path):
@@ -62,10 +62,10 @@ def test_a_damaged_file_fails_alone_and_is_reported(tmp_path):
     result = _ingest(str(train.folder), "--output-dir", str(out))
     assert result.returncode == 1
     assert damaged.name in result.stderr and "Traceback" not in result.stderr
-    report = json.loads((out / "train" / ".shardcook" / "report.json").read_text())
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
     assert [(f["file"], f["stage"]) for f in report["failed"]] == [(damaged.name, "conversion")]
     assert sorted(_files(out / "train")) == ["train-shard-000000.tar", "train-shard-000002.tar"]
-    assert not list((out / "train" / ".shardcook" / "tmp").iterdir())
+    assert not (out / "train" / ".shardcook").exists()
 
 
 def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
@@ -100,7 +100,7 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
 
 def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_written(tmp_path):
     train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
-    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
     out = tmp_path / "out"
     (out / "val").mkdir(parents=True)
     (out / "val" / "notes.txt").write_text("mine")
@@ -113,6 +113,7 @@ def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_w
     assert not (out / "train").exists()
     assert (out / "val" / "notes.txt").read_text() == "mine"
     (out / "val" / "notes.txt").unlink()
+    (out / "val").rmdir()
     assert _ingest("--config", str(config)).returncode == 0
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     result = _ingest(str(val.folder), str(train.files[0]), "--split", "val", "--output-dir",

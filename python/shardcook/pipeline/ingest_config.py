@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from shardcook.errors import ConfigError
@@ -132,18 +132,20 @@ def from_yaml(path: Path) -> IngestConfig:
                      ("manifest_url", "output_subdir"))
     if empty:
         subdir = str(empty.get("output_subdir", "empty_encodings"))
-        if (Path(subdir).is_absolute() or ".." in Path(subdir).parts or not subdir
+        if (len(PurePosixPath(subdir).parts) != 1 or "\\" in subdir or subdir.startswith(".")
                 or subdir in {d.split for d in cfg.datasets}):
-            raise ConfigError("empty_encodings.output_subdir must be a folder name inside the "
-                              "output folder, other than a split's")
+            raise ConfigError("empty_encodings.output_subdir must be one plain folder name inside "
+                              "the output folder, not hidden nor a split's")
         if not isinstance(empty.get("manifest_url"), str):
             raise ConfigError("empty_encodings needs manifest_url, the address of its .uri file")
         cfg.empty_encodings = EmptyEncodings(empty["manifest_url"], subdir)
     pipe = _mapping(top.get("pipeline"), "pipeline", ("max_workers", "prefetch_depth",
-                                                       "max_files"))
+                                                       "max_files", "stall_timeout_s"))
     cfg.max_workers = _count(pipe.get("max_workers", 4), "pipeline.max_workers") or 4
     cfg.prefetch_depth = _count(pipe.get("prefetch_depth", 6), "pipeline.prefetch_depth") or 6
     cfg.max_files = _count(pipe.get("max_files"), "pipeline.max_files", allow_none=True)
+    if pipe.get("stall_timeout_s") is not None:
+        cfg.retry = replace(cfg.retry, stall_s=pipe["stall_timeout_s"])
     return cfg
 
 
@@ -160,3 +162,6 @@ def check(cfg: IngestConfig) -> None:
     for name, value in (("max_workers", cfg.max_workers), ("prefetch_depth", cfg.prefetch_depth)):
         _count(value, f"--{name.replace('_', '-')}")
     _count(cfg.max_files, "--max-files", allow_none=True)
+    stall = cfg.retry.stall_s
+    if not isinstance(stall, (int, float)) or isinstance(stall, bool) or not 0 < stall < 1e6:
+        raise ConfigError(f"the stall timeout must be a number of seconds above 0, not {stall!r}")

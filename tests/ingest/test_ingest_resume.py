@@ -3,14 +3,17 @@ that fails to convert leaves no shard and is named in report.json; the command's
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from shardcook.pipeline.download import Retry
 from shardcook.pipeline.ingest import run_ingest
 from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
@@ -148,3 +151,60 @@ def test_a_config_that_is_no_regular_file_is_refused_without_reading_it(tmp_path
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2, run.stderr
     assert "not a regular file (a FIFO)" in run.stderr and "Traceback" not in run.stderr
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """Every file of a finished dataset with the SHA-256 of its bytes, but for what each run
+    writes anew (index.uuid, a random id; report.json, with its timing)."""
+    fresh = {".nv-meta/index.uuid", ".shardcook/report.json"}
+    return {name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()
+            and (name := str(p.relative_to(folder))) not in fresh}
+
+
+def _kill_mid_download(out: Path) -> None:
+    partial = out / ".shardcook" / "partial" / "train" / "part-00002.arrow"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"half a file")
+    waiting = out / ".shardcook" / "downloads" / "train" / "part-00003.arrow"
+    waiting.parent.mkdir(parents=True)
+    waiting.write_bytes(b"a whole file, not converted yet")
+    for n in (2, 3):
+        (out / ".shardcook" / "progress" / f"{n:06d}.json").unlink()
+        (out / "train" / f"train-shard-{n:06d}.tar").unlink()
+
+
+def _kill_mid_write(out: Path) -> None:
+    tmp = out / "train" / ".shardcook" / "tmp"
+    tmp.mkdir(parents=True)
+    (tmp / "train-shard-000001.tar.partial").write_bytes(b"a partial shard")  # the writer's name
+    (out / ".shardcook" / "progress" / "000001.json").unlink()
+    (out / "train" / "train-shard-000001.tar").unlink()
+
+
+def _kill_between_rename_and_marker(out: Path) -> None:
+    (out / ".shardcook" / "progress" / "000001.json").unlink()
+
+
+def _kill_mid_finalize(out: Path) -> None:
+    (out / ".nv-meta" / f".index.uuid.tmp{2**22 + 1}").write_text("half")
+    (out / ".nv-meta" / "split.yaml").unlink()
+    (out / "train" / "train-shard-000000.tar.idx").unlink()
+
+
+@pytest.mark.parametrize("kill", [_kill_mid_download, _kill_mid_write,
+                                  _kill_between_rename_and_marker, _kill_mid_finalize])
+def test_a_rerun_after_a_kill_at_any_instant_gives_the_clean_runs_bytes(tmp_path, kill):
+    """Each kill point's leftovers, made on a copy of a clean run; the rerun finishes it."""
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 4, 3, timesteps=False)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    with serve(served) as (base, _):
+        url = f"{base}/{write_manifest(served, 'm', train.files, base)}"
+        assert _ingest("--manifest-url", url, "--output-dir", str(clean)).returncode == 0
+        shutil.copytree(clean, out)
+        kill(out)
+        resumed = _ingest("--manifest-url", url, "--output-dir", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert _hashes(out) == _hashes(clean)
+    assert not list(out.rglob("*.tmp[0-9]*"))

@@ -421,10 +421,10 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
              if cfg.empty_encodings is not None else None)
     splits = list(dict.fromkeys(u.split for u in units))
     _check_output(out, overwrite)
-    units, inputs = _number(out, units, overwrite)
     local = [u.local for u in units if u.local is not None]
     _refuse_inputs_inside(_cleared(out, units, splits, overwrite),
                           [*local, *(d.manifest for d in cfg.datasets if d.manifest)])
+    units, inputs = _number(out, units, overwrite)
     _prepare(out, _record(inputs), splits, overwrite)
 
     start = time.monotonic()

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shardcook import read_shard
 from shardcook.pipeline.download import Retry
 from shardcook.pipeline.ingest import run_ingest
 from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
@@ -208,3 +209,29 @@ def test_a_rerun_after_a_kill_at_any_instant_gives_the_clean_runs_bytes(tmp_path
     assert resumed.returncode == 0, resumed.stderr
     assert _hashes(out) == _hashes(clean)
     assert not list(out.rglob("*.tmp[0-9]*"))
+
+
+def test_overwrite_clears_the_split_folders_of_recorded_shards_only(tmp_path):
+    first = write_arrow_set(tmp_path / "first", 3, 2, timesteps=False)
+    second = write_arrow_set(tmp_path / "second", 1, 2, timesteps=False, key_prefix="s")
+    out = tmp_path / "out"
+    assert _ingest(str(first.folder), "--output-dir", str(out)).returncode == 0
+    (out / "train" / "notes.txt").write_text("mine")
+    stray = out / "train" / "train-shard-000009.tar"
+    stray.write_bytes(b"not recorded")
+    before = _all_hashes(tmp_path)
+    refused = _ingest(str(second.folder), "--output-dir", str(out), "--overwrite")
+    assert refused.returncode == 2 and "train/train-shard-000009.tar" in refused.stderr
+    assert _all_hashes(tmp_path) == before
+    stray.unlink()
+    result = _ingest(str(second.folder), "--output-dir", str(out), "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert sorted(_files(out / "train")) == ["train-shard-000000.tar"]
+    assert [k for k, _ in read_shard(out / "train" / "train-shard-000000.tar")] == [
+        "s000r0000", "s000r0001"]
+    assert (out / "train" / "notes.txt").read_text() == "mine"
+
+
+def _all_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}

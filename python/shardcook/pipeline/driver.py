@@ -3,7 +3,6 @@ this rank's units, gathering, report and manifest, finalize (rank 0)."""
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -13,14 +12,13 @@ from typing import Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.pipeline import overwrite
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.folders import OutputFolder, run_folder
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
-
-log = logging.getLogger(__name__)
 
 
 class Job(Protocol):
@@ -113,11 +111,7 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
 def _setup(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
     """Rank 0: check the output folder, refuse a different earlier run, write the manifest."""
     if cfg.output.overwrite:
-        kept = folder.clear()
-        if kept:
-            log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s",
-                        len(kept), folder,
-                        ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else ""))
+        overwrite.say_kept(folder, folder.clear())
         folder.check_writable()
     else:
         folder.check()

@@ -31,6 +31,7 @@ from shardcook.errors import ConfigError, ShardcookError
 from shardcook.files import file_kind, remove_temporaries
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import META_DIR, OURS_DIR, shard_name, split_shard_prefix
+from shardcook.pipeline import overwrite as overwrite_rules
 from shardcook.pipeline.download import (
     DownloadError,
     ManifestEntry,
@@ -377,8 +378,10 @@ def _drop_writer_scratch(split_dir: Path) -> None:
 def _prepare(out: RunFolder, record: dict[str, Any], splits: list[str], overwrite: bool) -> None:
     """Makes `out` ready to resume (no partial shard, download or half-written record left)."""
     if overwrite:
-        out.clear()
-    out.check()
+        overwrite_rules.say_kept(out, out.clear())
+        out.check_writable()
+    else:
+        out.check()
     for folder in (out.ours, out.progress_dir, out.root / META_DIR):
         remove_temporaries(folder)
     out.write_manifest(record)

@@ -183,6 +183,13 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     return plan
 
 
+def say_kept(out: object, kept: list[str]) -> None:
+    """Warns of the files `--overwrite` kept in `out` because shardcook did not write them."""
+    if kept:
+        log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s", len(kept),
+                    out, ", ".join(kept[:_SHOWN]) + (", ..." if len(kept) > _SHOWN else ""))
+
+
 def delete_planned(out: Path, plan: OverwritePlan) -> None:
     """Deletes what `plan` removes from `out`, saying what."""
     if plan.remove:

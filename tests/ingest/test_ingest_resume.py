@@ -235,3 +235,17 @@ def test_overwrite_clears_the_split_folders_of_recorded_shards_only(tmp_path):
 def _all_hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_splits_ingested_one_command_each_make_the_same_dataset_as_one_config(tmp_path):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    config = tmp_path / "both.yaml"
+    config.write_text(f"datasets:\n  - {{split_name: train, paths: [{train.folder}]}}\n"
+                      f"  - {{split_name: val, paths: [{val.folder}]}}\n"
+                      f"output: {{output_dir: {tmp_path / 'one'}}}\n")
+    assert _ingest("--config", str(config)).returncode == 0
+    two = str(tmp_path / "two")
+    assert _ingest(str(train.folder), "--output-dir", two).returncode == 0
+    assert _ingest(str(val.folder), "--split", "val", "--output-dir", two).returncode == 0
+    assert _hashes(tmp_path / "two") == _hashes(tmp_path / "one")

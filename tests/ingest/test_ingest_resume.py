@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from shardcook import read_shard
+from shardcook.dataset import info, validate
 from shardcook.pipeline.download import Retry
 from shardcook.pipeline.ingest import run_ingest
 from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
@@ -53,7 +54,7 @@ def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
         assert 2 <= done < 8, "the kill came after the run ended"
         resumed = _ingest(*args[:-1])
     assert resumed.returncode == 0, resumed.stderr
-    assert _files(out / "train") == _files(reference / "train")
+    assert _hashes(out) == _hashes(reference)
     assert len(_files(out / "train")) == 8
     assert not (out / "train" / ".shardcook").exists()
 
@@ -249,3 +250,6 @@ def test_splits_ingested_one_command_each_make_the_same_dataset_as_one_config(tm
     assert _ingest(str(train.folder), "--output-dir", two).returncode == 0
     assert _ingest(str(val.folder), "--split", "val", "--output-dir", two).returncode == 0
     assert _hashes(tmp_path / "two") == _hashes(tmp_path / "one")
+    report = validate(two, deep=True)
+    assert report.ok, report.problems
+    assert {split: s.samples for split, s in info(two).splits.items()} == {"train": 6, "val": 3}

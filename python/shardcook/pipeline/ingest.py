@@ -393,6 +393,12 @@ def _prepare(out: RunFolder, record: dict[str, Any], splits: list[str], overwrit
         downloads_dir(out, split).mkdir(parents=True)
 
 
+def _done(out: RunFolder, unit: Unit) -> bool:
+    """The unit's marker is there and names its shard (or none: a file without rows)."""
+    marker = out.read_marker(unit.number)
+    return marker is not None and marker.get("shard") in (unit.shard, None)
+
+
 def _seed_shapes(out: RunFolder, units: list[Unit]) -> dict[str, Shapes]:
     """Each split's tensor shapes, as its converted files recorded them."""
     shapes: dict[str, Shapes] = {}
@@ -431,7 +437,7 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
     _prepare(out, _record(inputs), splits, overwrite)
 
     start = time.monotonic()
-    todo = [u for u in units if out.read_marker(u.number) is None]
+    todo = [u for u in units if not _done(out, u)]
     shapes = _seed_shapes(out, units)
     failed: list[dict[str, Any]] = []
     bytes_in = 0

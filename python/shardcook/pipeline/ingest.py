@@ -17,6 +17,7 @@ import contextlib
 import logging
 import queue
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Iterable
@@ -101,10 +102,9 @@ def _regular_file(path: Path) -> Path:
     except OSError:
         raise ConfigError(f"input {str(path)!r} does not exist; give Arrow files or "
                           "folders") from None
-    kind = file_kind(mode)
-    if kind != "not a file" or not path.is_file():
-        raise ConfigError(f"input {str(path)!r} is {kind}, not a regular file; give Arrow files "
-                          "or folders")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"input {str(path)!r} is {file_kind(mode)}, not a regular file; give "
+                          "Arrow files or folders")
     return path
 
 
@@ -180,6 +180,26 @@ def _arrow_entries(split: str, base: str, listed: list[ManifestEntry],
     return arrow
 
 
+def _earlier_inputs(out: RunFolder) -> dict[str, list[dict[str, Any]]]:
+    """The inputs an earlier ingest into `out` recorded, split by split (none: a new folder).
+
+    Raises:
+        ConfigError: the folder holds another layout.
+    """
+    old = out.read_manifest()
+    if old is None:
+        return {}
+    inputs = old.get("inputs")
+    if (old.get("encoding") != MLPERF.encoding or not isinstance(inputs, list)
+            or not all(isinstance(entry, dict) for entry in inputs)):
+        raise ConfigError(f"{out} holds another layout; use --overwrite to start again, or a "
+                          "new --output-dir")
+    earlier: dict[str, list[dict[str, Any]]] = {}
+    for entry in inputs:
+        earlier.setdefault(str(entry.get("split")), []).append(entry)
+    return earlier
+
+
 def _number(out: RunFolder, units: list[Unit], overwrite: bool,
             ) -> tuple[list[Unit], list[dict[str, Any]]]:
     """The units with their progress marker numbers, and every input the dataset records: an
@@ -189,14 +209,7 @@ def _number(out: RunFolder, units: list[Unit], overwrite: bool,
     Raises:
         ConfigError: the folder holds another layout, or other inputs for one of the splits.
     """
-    earlier: dict[str, list[dict[str, Any]]] = {}
-    old = None if overwrite else out.read_manifest()
-    if old is not None:
-        if old.get("encoding") != MLPERF.encoding or not isinstance(old.get("inputs"), list):
-            raise ConfigError(f"{out} holds another layout; use --overwrite to start again, or "
-                              "a new --output-dir")
-        for entry in old["inputs"]:
-            earlier.setdefault(str(entry.get("split")), []).append(entry)
+    earlier = {} if overwrite else _earlier_inputs(out)
     ours: dict[str, list[Unit]] = {}
     for unit in units:
         ours.setdefault(unit.split, []).append(unit)
@@ -385,10 +398,7 @@ def _prepare(out: RunFolder, record: dict[str, Any], splits: list[str], overwrit
     for folder in (out.ours, out.progress_dir, out.root / META_DIR):
         remove_temporaries(folder)
     out.write_manifest(record)
-    for split in splits:
-        _drop_writer_scratch(out.root / split)
-    for scratch in (DOWNLOADS_DIR, PARTIAL_DIR):
-        shutil.rmtree(out.ours / scratch, ignore_errors=True)  # a killed run's leftovers
+    _remove_scratch(out, splits)  # a killed run's leftovers
     for split in splits:
         downloads_dir(out, split).mkdir(parents=True)
 
@@ -405,9 +415,54 @@ def _seed_shapes(out: RunFolder, units: list[Unit]) -> dict[str, Shapes]:
     for unit in units:
         marker = out.read_marker(unit.number)
         recorded = marker.get("shapes") if marker else None
-        if isinstance(recorded, dict) and unit.split not in shapes:
+        if recorded and isinstance(recorded, dict) and unit.split not in shapes:
             shapes[unit.split] = {part: tuple(dims) for part, dims in recorded.items()}
     return shapes
+
+
+def _convert_all(out: RunFolder, units: list[Unit], cfg: IngestConfig,
+                 failed: list[dict[str, Any]]) -> tuple[int, int]:
+    """Downloads and converts every unit not done yet, each marked once its shard is in place;
+    one that fails is added to `failed`. Returns the bytes converted and the most downloads on
+    disk at once."""
+    shapes = _seed_shapes(out, units)
+    bytes_in = 0
+    prefetch = _Prefetch([u for u in units if not _done(out, u)], out, cfg)
+    try:
+        while (item := prefetch.ready.get()) is not None:
+            unit, future = item
+            path: Path | None = unit.local
+            stage = "download"
+            try:
+                if future is not None:
+                    path = future.result()
+                stage = "conversion"
+                assert path is not None
+                size = path.stat().st_size
+                out.discard_shard(unit.shard)  # renamed into place before a kill, not marked
+                split_shapes = shapes.setdefault(unit.split, {})
+                count = convert(unit, path, out.root, split_shapes)
+                bytes_in += size
+                out.write_marker(unit.number, {
+                    "shard": unit.shard if count else None, "samples": count,
+                    "shapes": {p: list(s) for p, s in split_shapes.items()}, **unit.describe()})
+            except (DownloadError, ConversionError, ShardcookError, OSError) as e:
+                failed.append({**unit.describe(), "stage": stage, "reason": str(e)})
+                log.warning("%s: %s failed: %s", unit.name, stage, e)
+            finally:
+                prefetch.done_with(unit, path if future is not None else None)
+    finally:
+        prefetch.close()
+        _remove_scratch(out, {u.split for u in units})
+    return bytes_in, prefetch.peak
+
+
+def _remove_scratch(out: RunFolder, splits: Iterable[str]) -> None:
+    """Removes the downloads, partial downloads and partial shards a run leaves."""
+    for scratch in (DOWNLOADS_DIR, PARTIAL_DIR):
+        shutil.rmtree(out.ours / scratch, ignore_errors=True)
+    for split in splits:
+        _drop_writer_scratch(out.root / split)
 
 
 def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
@@ -437,43 +492,11 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
     _prepare(out, _record(inputs), splits, overwrite)
 
     start = time.monotonic()
-    todo = [u for u in units if not _done(out, u)]
-    shapes = _seed_shapes(out, units)
     failed: list[dict[str, Any]] = []
-    bytes_in = 0
-    prefetch = _Prefetch(todo, out, cfg)
-    try:
-        while (item := prefetch.ready.get()) is not None:
-            unit, future = item
-            path: Path | None = unit.local
-            stage = "download"
-            try:
-                if future is not None:
-                    path = future.result()
-                stage = "conversion"
-                assert path is not None
-                size = path.stat().st_size
-                out.discard_shard(unit.shard)  # renamed into place before a kill, not marked
-                split_shapes = shapes.setdefault(unit.split, {})
-                count = convert(unit, path, out.root, split_shapes)
-                bytes_in += size
-                out.write_marker(unit.number, {
-                    "shard": unit.shard if count else None, "samples": count,
-                    "shapes": {p: list(s) for p, s in split_shapes.items()}, **unit.describe()})
-            except (DownloadError, ConversionError, ShardcookError, OSError) as e:
-                failed.append({**unit.describe(), "stage": stage, "reason": str(e)})
-                log.warning("%s: %s failed: %s", unit.name, stage, e)
-            finally:
-                prefetch.done_with(unit, path if future is not None else None)
-    finally:
-        prefetch.close()
-        for scratch in (DOWNLOADS_DIR, PARTIAL_DIR):
-            shutil.rmtree(out.ours / scratch, ignore_errors=True)
-        for split in splits:
-            _drop_writer_scratch(out.root / split)
+    bytes_in, peak = _convert_all(out, units, cfg, failed)
     empty_names = _empty_encodings(cfg, out, empty, failed)
     seconds = time.monotonic() - start
-    report = _report(out, inputs, failed, skipped, seconds, prefetch.peak)
+    report = _report(out, inputs, failed, skipped, seconds, peak)
     if cfg.finalize and report["shards"]:
         finalize(out.root, encoding=MLPERF.encoding, force=True, validate=True,
                  split_parts=split_parts(s for s, r in report["splits"].items() if r["shards"]))

@@ -253,3 +253,16 @@ def test_splits_ingested_one_command_each_make_the_same_dataset_as_one_config(tm
     report = validate(two, deep=True)
     assert report.ok, report.problems
     assert {split: s.samples for split, s in info(two).splits.items()} == {"train": 6, "val": 3}
+
+
+def test_no_finalize_then_finalize_keeps_each_split_in_its_folder(tmp_path):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    out = str(tmp_path / "out")
+    assert _ingest(str(train.folder), "--output-dir", out, "--no-finalize").returncode == 0
+    assert _ingest(str(val.folder), "--split", "val", "--output-dir", out,
+                   "--no-finalize").returncode == 0
+    done = subprocess.run([sys.executable, "-m", "shardcook", "finalize", out],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert {split: s.samples for split, s in info(out).splits.items()} == {"train": 6, "val": 3}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import finalize
+from shardcook.dataset import finalize, metadata
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.files import file_kind, remove_temporaries
 from shardcook.layouts.mlperf import MLPERF
@@ -497,9 +497,12 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
     empty_names = _empty_encodings(cfg, out, empty, failed)
     seconds = time.monotonic() - start
     report = _report(out, inputs, failed, skipped, seconds, peak)
+    parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
     if cfg.finalize and report["shards"]:
-        finalize(out.root, encoding=MLPERF.encoding, force=True, validate=True,
-                 split_parts=split_parts(s for s, r in report["splits"].items() if r["shards"]))
+        finalize(out.root, encoding=MLPERF.encoding, force=True, validate=True, split_parts=parts)
+    elif report["shards"]:  # so that a later `shardcook finalize` keeps the split folders
+        metadata.write_finalize_record(out.root, metadata.FinalizeRecord(
+            encoding=MLPERF.encoding, split_parts=parts))
     out.write_results({**_record(inputs), "shards": report["shards"]}, report)
     return {**report, "bytes_converted": bytes_in, "empty_encodings": empty_names}
 

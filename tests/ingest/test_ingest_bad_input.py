@@ -70,6 +70,8 @@ def test_a_fifo_or_a_device_is_named_for_what_it_is(tmp_path):
              "is a FIFO, not a regular file")
     _refused(_ingest("/dev/zero", "--output-dir", str(tmp_path / "out")),
              "is a device, not a regular file")
+    _refused(_ingest(str(tmp_path), "--output-dir", str(tmp_path / "out")),  # in a folder
+             f"input {str(fifo)!r} is a FIFO, not a regular file")
     assert not (tmp_path / "out").exists()
 
 

@@ -113,7 +113,7 @@ def _local_files(paths: tuple[Path, ...]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.suffix == ARROW_SUFFIX and p.is_file())
+            inside = sorted(_regular_file(p) for p in path.iterdir() if p.suffix == ARROW_SUFFIX)
             if not inside:
                 raise ConfigError(f"{str(path)!r} holds no {ARROW_SUFFIX} files")
             found += inside

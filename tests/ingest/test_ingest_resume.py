@@ -95,6 +95,9 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
     cases.append((["--config", str(tmp_path / "empty.yaml")], "needs manifest_url"))
     (tmp_path / "url.yaml").write_text("datasets: [{manifest_url: 3}]\n")
     cases.append((["--config", str(tmp_path / "url.yaml")], "must be a string"))
+    (tmp_path / "sub.yaml").write_text("empty_encodings: {manifest_url: http://127.0.0.1:9/e.uri, "
+                                       "output_subdir: train/.shardcook}\n")
+    cases.append((["--config", str(tmp_path / "sub.yaml")], "one plain folder name"))
     for args, words in cases:
         result = _ingest(*args)
         assert result.returncode == 2, (args, result.stderr)

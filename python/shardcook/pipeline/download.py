@@ -195,10 +195,10 @@ def download(url: str, dest: Path, md5: str | None, retry: Retry, scratch: Path,
             if stop.is_set():
                 raise DownloadError("cancelled")
             size = _fetch_to(url, part, md5, retry.stall_s, stop)
-            os.replace(part, dest)
-            if dest.stat().st_size != size:
-                raise _Md5Mismatch(f"{dest} holds {dest.stat().st_size} bytes, not the "
+            if part.stat().st_size != size:  # what is kept is what was checked
+                raise _Md5Mismatch(f"{part} holds {part.stat().st_size} bytes, not the "
                                    f"{size} downloaded")
+            os.replace(part, dest)
             return
         except DownloadError:
             part.unlink(missing_ok=True)

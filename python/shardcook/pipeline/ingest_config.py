@@ -164,4 +164,5 @@ def check(cfg: IngestConfig) -> None:
     _count(cfg.max_files, "--max-files", allow_none=True)
     stall = cfg.retry.stall_s
     if not isinstance(stall, (int, float)) or isinstance(stall, bool) or not 0 < stall < 1e6:
-        raise ConfigError(f"the stall timeout must be a number of seconds above 0, not {stall!r}")
+        raise ConfigError(f"the stall timeout must be a number of seconds above 0 (and under "
+                          f"1,000,000), not {stall!r}")

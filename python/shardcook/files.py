@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 
-__all__ = ["MAX_INPUT_FILE_BYTES", "file_kind", "read_regular_file", "write_atomic"]
+__all__ = ["MAX_INPUT_FILE_BYTES", "file_kind", "read_regular_file", "remove_temporaries",
+           "write_atomic"]
 
 #: An input file larger than this is refused (no image or caption needs 1 GiB).
 MAX_INPUT_FILE_BYTES = 1 << 30
@@ -64,7 +66,7 @@ def write_atomic(path: Path, data: bytes | str, fsync: bool = True) -> None:
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     # beside `path`: a rename within one file system is atomic
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # _TEMPORARY matches it
     try:
         with open(tmp, "wb") as f:
             f.write(payload)
@@ -75,3 +77,21 @@ def write_atomic(path: Path, data: bytes | str, fsync: bool = True) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+#: The temporary name `write_atomic` gives a file (`.NAME.tmpPID`).
+_TEMPORARY = re.compile(r"\..+\.tmp([0-9]+)")
+
+
+def remove_temporaries(folder: Path) -> list[str]:
+    """Removes the temporary files a killed process's `write_atomic` left in `folder` (not this
+    process's); returns their names."""
+    if not folder.is_dir():
+        return []
+    removed = []
+    for path in folder.iterdir():
+        match = _TEMPORARY.fullmatch(path.name)
+        if match and int(match[1]) != os.getpid() and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return sorted(removed)

@@ -1,5 +1,5 @@
-"""`ingest --config`'s `empty_encodings.output_subdir` names a folder inside the output folder
-for the empty prompt's encodings: one inside shardcook's or Energon's own folders, or one
+"""`ingest --config`'s `empty_encodings.output_subdir` names one plain folder inside the output
+folder for the empty prompt's encodings: one inside shardcook's or Energon's own folders, or one
 that climbs out, is refused in one sentence before anything is written."""
 
 from __future__ import annotations
@@ -23,6 +23,6 @@ def test_an_empty_encodings_folder_outside_the_output_or_in_its_records_is_refus
     r = cli("ingest", "--config", config, "--output-dir", out, "--split", "train", arrow)
     assert r.code == 2
     assert one_error_line(r) == (
-        f"error: empty_encodings.output_subdir {subdir!r} must be a folder inside the output "
-        "folder, outside the splits' folders and outside .nv-meta and .shardcook")
+        f"error: empty_encodings.output_subdir {subdir!r} must be one plain folder name inside "
+        "the output folder, not hidden nor a split's")
     assert not out.exists()

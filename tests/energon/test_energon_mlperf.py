@@ -1,5 +1,6 @@
-"""`preencoded_numpy` (MLPerf Flux.1) datasets through Energon: Primus's own cooker logic and our
-task encoder read our ingested shards into the same tensors, timesteps reach validation batches,
+"""`preencoded_numpy` (MLPerf Flux.1) datasets through Energon: Primus's trainer opens the one
+ingested folder for both its train and val loaders, Primus's own cooker logic and our task
+encoder read our ingested shards into the same tensors, timesteps reach validation batches,
 resampling uses FLUX's factors, and a batch mixing samples with and without a timestep fails."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from megatron.energon import (
     WorkerConfig,
     basic_sample_keys,
     get_loader,
+    get_train_dataset,
     get_val_dataset,
     stateless,
 )
@@ -97,14 +99,14 @@ class PrimusEncoder(DefaultTaskEncoder[PrimusSample, PrimusSample, dict, dict]):
 
 @pytest.fixture(scope="module")
 def mlperf(tmp_path_factory) -> tuple[Path, dict[str, tuple[int, int, int | None]]]:
-    """The ingested train and val datasets, and what each val row holds."""
+    """The ingested dataset (train and val), and what each row holds."""
     root = tmp_path_factory.mktemp("mlperf")
     train = write_arrow_set(root / "cc12m", 2, 5, timesteps=False)
-    val = write_arrow_set(root / "coco", 2, 8, timesteps=True, prefix="coco")
+    val = write_arrow_set(root / "coco", 2, 8, timesteps=True, prefix="coco", key_prefix="v")
     run_ingest(IngestConfig(output_dir=root / "out", datasets=[
         IngestDataset(split="train", paths=(train.folder,)),
         IngestDataset(split="val", paths=(val.folder,))]))
-    return root / "out", val.rows  # (train's keys repeat val's: each split is its own dataset)
+    return root / "out", {**train.rows, **val.rows}
 
 
 def _val_batches(path: Path, encoder: Any, batch_size: int) -> list[Any]:
@@ -114,10 +116,29 @@ def _val_batches(path: Path, encoder: Any, batch_size: int) -> list[Any]:
     return list(get_loader(ds))
 
 
+def test_primus_trainer_opens_the_one_folder_for_train_and_val(mlperf):
+    """Primus's trainer passes its one data_path to both loaders (split parts `train/.*`,
+    `val/.*`); each gets its own split's samples, whole, through Primus's cooker."""
+    out, rows = mlperf
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    train = get_train_dataset(out, split_part="train", worker_config=config, batch_size=5,
+                              shuffle_buffer_size=None, max_samples_per_sequence=None,
+                              task_encoder=PrimusEncoder())
+    first = next(iter(get_loader(train)))
+    assert "timestep" not in first and first["mean"].shape == (5, 4, 2, 2)
+    val = _val_batches(out, PrimusEncoder(), 4)
+    keys = [k for batch in _val_batches(out, EncodedDiffusionTaskEncoder(), 4)
+            for k in batch.__key__]
+    assert sorted(keys) == sorted(k for k in rows if k.startswith("v"))
+    timesteps = torch.cat([b["timestep"] for b in val]).tolist()
+    assert sorted(timesteps) == sorted(rows[k][2] for k in keys)
+    assert len(keys) == 16
+
+
 def test_primus_cooker_and_ours_give_the_same_tensors(mlperf):
     out, rows = mlperf
-    theirs = _val_batches(out / "val", PrimusEncoder(), 4)
-    ours = _val_batches(out / "val", EncodedDiffusionTaskEncoder(), 4)
+    theirs = _val_batches(out, PrimusEncoder(), 4)
+    ours = _val_batches(out, EncodedDiffusionTaskEncoder(), 4)
     assert len(theirs) == len(ours) == 4
     for t, o in zip(theirs, ours, strict=True):
         for name in ("prompt_embeds", "pooled_prompt_embeds", "mean", "logvar", "timestep"):
@@ -134,15 +155,15 @@ def test_primus_cooker_and_ours_give_the_same_tensors(mlperf):
 
 def test_loader_dispatches_on_subflavor_and_puts_timestep_in_val_batches(mlperf):
     out, rows = mlperf
-    loader = get_diffusion_loader(out / "val", batch_size=8, split="val", num_workers=0)
+    loader = get_diffusion_loader(out, batch_size=8, split="val", num_workers=0)
     batch = next(loader)
     assert batch["timestep"].dtype == torch.int64
     assert batch["timestep"].tolist() == [rows[k][2] for k in batch.__key__]
     # deterministic latent: FLUX's scaling of the posterior mode
     expected = (0.3611 * (batch.mean.float() - 0.1159)).to(torch.bfloat16)
     assert torch.equal(batch.latents, expected)
-    fixed = next(get_diffusion_loader(out / "train", batch_size=5, split="train", num_workers=0))
-    drawn = next(get_diffusion_loader(out / "train", batch_size=5, split="train", num_workers=0,
+    fixed = next(get_diffusion_loader(out, batch_size=5, split="train", num_workers=0))
+    drawn = next(get_diffusion_loader(out, batch_size=5, split="train", num_workers=0,
                                       resample_latents=True))
     assert "timestep" not in drawn and "mean" not in drawn  # the draw replaces the posterior
     assert drawn.__key__ == fixed.__key__
@@ -165,8 +186,8 @@ def _crude(key: str, parts: dict[str, bytes]) -> dict[str, Any]:
 
 def test_a_batch_mixing_timesteps_names_the_keys(mlperf):
     out, _ = mlperf
-    train = _cooked(out / "train", "train-shard-000000.tar")[:2]
-    val = _cooked(out / "val", "val-shard-000000.tar")[:1]
+    train = _cooked(out, "train/train-shard-000000.tar")[:2]
+    val = _cooked(out, "val/val-shard-000000.tar")[:1]
     with pytest.raises(SampleDecodeError, match="mixes samples with a timestep") as e:
         EncodedDiffusionTaskEncoder().batch(train + val)
     assert val[0].__key__ in str(e.value) and train[0].__key__ in str(e.value)
@@ -187,7 +208,7 @@ def test_a_blend_dispatches_on_the_subflavor_too(mlperf, tmp_path):
     from shardcook.energon import write_blend
 
     out, _ = mlperf
-    blend = write_blend(tmp_path / "mix.yaml", [f"{out / 'train'}=1"])
+    blend = write_blend(tmp_path / "mix.yaml", [f"{out}=1"])
     batch = next(get_diffusion_loader(blend, batch_size=5, num_workers=0))
     assert batch.mean.dtype == torch.bfloat16 and batch.mean.shape == (5, 4, 2, 2)
     assert "timestep" not in batch

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -58,8 +59,11 @@ class ArrowSet:
 
 
 def write_arrow(path: Path, file_index: int, rows: int, *, timesteps: bool,
-                batch_rows: int = 3) -> dict[str, tuple[int, int, int | None]]:
-    """One Arrow IPC stream file in MLCommons's schema, in record batches of `batch_rows`."""
+                batch_rows: int = 3, key_prefix: str = "f", cells: dict[str, bytes] | None = None,
+                ) -> dict[str, tuple[int, int, int | None]]:
+    """One Arrow IPC stream file in MLCommons's schema, in record batches of `batch_rows`; keys
+    are `{key_prefix}{file:03d}r{row:04d}` (one dataset's splits need distinct keys). `cells`
+    replaces a column's value in every row (a crafted `.npy`)."""
     fields = [pa.field("__key__", pa.string())]
     fields += [pa.field(c, pa.binary()) for c in COLUMNS]
     if timesteps:
@@ -70,10 +74,11 @@ def write_arrow(path: Path, file_index: int, rows: int, *, timesteps: bool,
         for start in range(0, rows, batch_rows):
             data: dict[str, list[object]] = {name: [] for name in schema.names}
             for row in range(start, min(rows, start + batch_rows)):
-                key = f"f{file_index:03d}r{row:04d}"
+                key = f"{key_prefix}{file_index:03d}r{row:04d}"
                 data["__key__"].append(key)
                 for c in COLUMNS:
-                    data[c].append(npy_bytes(bf16_bits(expected_values(file_index, row, c))))
+                    data[c].append((cells or {}).get(c) or npy_bytes(
+                        bf16_bits(expected_values(file_index, row, c))))
                 t = (file_index + row) % 8 if timesteps else None
                 if timesteps:
                     data["timestep"].append(t)
@@ -84,12 +89,12 @@ def write_arrow(path: Path, file_index: int, rows: int, *, timesteps: bool,
 
 
 def write_arrow_set(folder: Path, files: int, rows: int, *, timesteps: bool,
-                    prefix: str = "part") -> ArrowSet:
+                    prefix: str = "part", key_prefix: str = "f") -> ArrowSet:
     folder.mkdir(parents=True, exist_ok=True)
     out = ArrowSet(folder)
     for i in range(files):
         path = folder / f"{prefix}-{i:05d}.arrow"
-        out.rows.update(write_arrow(path, i, rows, timesteps=timesteps))
+        out.rows.update(write_arrow(path, i, rows, timesteps=timesteps, key_prefix=key_prefix))
         out.files.append(path)
     return out
 
@@ -101,13 +106,16 @@ def md5(path: Path) -> str:
 class _Files(http.server.BaseHTTPRequestHandler):
     """Serves the files of `root`; `drop_once` names files whose first GET sends half the body
     and closes the connection; each response waits `delay_s` first (a slow network), or
-    `delays[name]` for the files named there."""
+    `delays[name]` for the files named there; `trickle` names files whose body is sent one byte
+    every `trickle_s` seconds."""
 
     root: Path
     drop_once: set[str]
     requests: list[str]
     delay_s: float
     delays: dict[str, float]
+    trickle: set[str]
+    trickle_s: float = 0.2
 
     def do_GET(self) -> None:
         name = self.path.lstrip("/")
@@ -121,6 +129,12 @@ class _Files(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
+        if name in self.trickle:
+            for i in range(len(data)):
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(self.trickle_s)
+            return
         if name in self.drop_once:
             self.drop_once.discard(name)
             self.wfile.write(data[: len(data) // 2])
@@ -135,12 +149,14 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def serve(root: Path, drop_once: set[str] | None = None, delay_s: float = 0.0,
-          delays: dict[str, float] | None = None) -> Iterator[tuple[str, list[str]]]:
+          delays: dict[str, float] | None = None,
+          trickle: set[str] | None = None) -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on 127.0.0.1 for `root`'s files: (base URL, list of requested names)."""
     requests: list[str] = []
     handler = type("Handler", (_Files,), {"root": root, "drop_once": set(drop_once or ()),
                                           "requests": requests, "delay_s": delay_s,
-                                          "delays": dict(delays or {})})
+                                          "delays": dict(delays or {}),
+                                          "trickle": set(trickle or ())})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -162,3 +178,26 @@ def write_manifest(root: Path, stem: str, files: list[Path], base_url: str,
     (root / f"{stem}.md5").write_text("".join(lines))
     (root / f"{stem}.uri").write_text(base_url + "\n")
     return f"{stem}.uri"
+
+
+@contextmanager
+def silent_server() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A server on 127.0.0.1 that accepts connections and never answers: (its URL, the
+    connections accepted so far)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()

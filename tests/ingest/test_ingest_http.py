@@ -57,7 +57,7 @@ def _check_shards(folder: Path, rows: dict[str, tuple[int, int, int | None]],
 def test_manifest_over_http_bit_exact_with_md5_failure_and_dropped_connection(tmp_path):
     served = tmp_path / "served"
     train = write_arrow_set(served, 4, 5, timesteps=False, prefix="cc12m")
-    val = write_arrow_set(served, 2, 8, timesteps=True, prefix="coco")
+    val = write_arrow_set(served, 2, 8, timesteps=True, prefix="coco", key_prefix="v")
     bad, dropped = train.files[2].name, train.files[1].name
     out = tmp_path / "out"
     with serve(served, drop_once={dropped}) as (base, requests):
@@ -73,15 +73,15 @@ def test_manifest_over_http_bit_exact_with_md5_failure_and_dropped_connection(tm
     assert [f["file"] for f in report["failed"]] == [bad]
     assert report["failed"][0]["stage"] == "download"
     assert "MD5" in report["failed"][0]["reason"]
-    on_disk = json.loads((out / "train/.shardcook/report.json").read_text())
+    on_disk = json.loads((out / ".shardcook/report.json").read_text())
     assert [f["file"] for f in on_disk["failed"]] == [bad]
     # no shard for the failed file; the others keep their manifest position as shard number
     assert sorted(p.name for p in (out / "train").glob("*.tar")) == [
         "train-shard-000000.tar", "train-shard-000001.tar", "train-shard-000003.tar"]
     assert _check_shards(out / "train", train.rows, skip_files=frozenset({2})) == 15
     assert _check_shards(out / "val", val.rows) == 16
-    assert not (out / "train/.shardcook/downloads").exists()
-    assert not (out / "val/.shardcook/downloads").exists()
+    assert not (out / ".shardcook/downloads").exists()
+    assert not (out / "train/.shardcook").exists() and not (out / "val/.shardcook").exists()
     # the served files are the user's: untouched
     assert all(p.is_file() for p in train.files + val.files)
 
@@ -91,11 +91,11 @@ def test_val_timesteps_reach_info_and_validate(tmp_path):
 
     val = write_arrow_set(tmp_path / "in", 2, 8, timesteps=True)
     run_ingest(_config(tmp_path / "out", [IngestDataset(split="val", paths=(val.folder,))]))
-    summary = info(tmp_path / "out" / "val")
+    summary = info(tmp_path / "out")
     assert summary.val_timesteps == dict.fromkeys(range(8), 2)
     assert summary.parts["t5.bytes"] == "bfloat16[6, 8] (uint16 .npy)"
     assert summary.subflavors == {"encoding": "preencoded_numpy"}
-    report = validate(tmp_path / "out" / "val", deep=True)
+    report = validate(tmp_path / "out", deep=True)
     assert report.ok, report.problems
 
 
@@ -103,7 +103,7 @@ def test_prefetch_bound_holds_downloads_on_disk(tmp_path):
     served = tmp_path / "served"
     train = write_arrow_set(served, 8, 4, timesteps=False)
     out = tmp_path / "out"
-    downloads = out / "train" / ".shardcook" / "downloads"
+    downloads = out / ".shardcook" / "downloads" / "train"
     peak = [0, 0]  # files, bytes
     stop = threading.Event()
 

@@ -3,14 +3,19 @@ that fails to convert leaves no shard and is named in report.json; the command's
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+from shardcook import read_shard
+from shardcook.dataset import info, validate
 from shardcook.pipeline.download import Retry
 from shardcook.pipeline.ingest import run_ingest
 from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
@@ -31,7 +36,7 @@ def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
     served = tmp_path / "served"
     train = write_arrow_set(served, 8, 6, timesteps=False)
     reference, out = tmp_path / "reference", tmp_path / "out"
-    markers = out / "train" / ".shardcook" / "progress"
+    markers = out / ".shardcook" / "progress"
     with serve(served, delay_s=0.4) as (base, _):
         url = f"{base}/{write_manifest(served, 'm', train.files, base)}"
         run_ingest(IngestConfig(output_dir=reference, retry=Retry(attempts=2),
@@ -49,9 +54,9 @@ def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
         assert 2 <= done < 8, "the kill came after the run ended"
         resumed = _ingest(*args[:-1])
     assert resumed.returncode == 0, resumed.stderr
-    assert _files(out / "train") == _files(reference / "train")
+    assert _hashes(out) == _hashes(reference)
     assert len(_files(out / "train")) == 8
-    assert not list((out / "train" / ".shardcook" / "tmp").iterdir())
+    assert not (out / "train" / ".shardcook").exists()
 
 
 def test_a_damaged_file_fails_alone_and_is_reported(tmp_path):
@@ -62,10 +67,10 @@ def test_a_damaged_file_fails_alone_and_is_reported(tmp_path):
     result = _ingest(str(train.folder), "--output-dir", str(out))
     assert result.returncode == 1
     assert damaged.name in result.stderr and "Traceback" not in result.stderr
-    report = json.loads((out / "train" / ".shardcook" / "report.json").read_text())
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
     assert [(f["file"], f["stage"]) for f in report["failed"]] == [(damaged.name, "conversion")]
     assert sorted(_files(out / "train")) == ["train-shard-000000.tar", "train-shard-000002.tar"]
-    assert not list((out / "train" / ".shardcook" / "tmp").iterdir())
+    assert not (out / "train" / ".shardcook").exists()
 
 
 def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
@@ -90,6 +95,9 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
     cases.append((["--config", str(tmp_path / "empty.yaml")], "needs manifest_url"))
     (tmp_path / "url.yaml").write_text("datasets: [{manifest_url: 3}]\n")
     cases.append((["--config", str(tmp_path / "url.yaml")], "must be a string"))
+    (tmp_path / "sub.yaml").write_text("empty_encodings: {manifest_url: http://127.0.0.1:9/e.uri, "
+                                       "output_subdir: train/.shardcook}\n")
+    cases.append((["--config", str(tmp_path / "sub.yaml")], "one plain folder name"))
     for args, words in cases:
         result = _ingest(*args)
         assert result.returncode == 2, (args, result.stderr)
@@ -100,7 +108,7 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
 
 def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_written(tmp_path):
     train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
-    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
     out = tmp_path / "out"
     (out / "val").mkdir(parents=True)
     (out / "val" / "notes.txt").write_text("mine")
@@ -113,6 +121,7 @@ def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_w
     assert not (out / "train").exists()
     assert (out / "val" / "notes.txt").read_text() == "mine"
     (out / "val" / "notes.txt").unlink()
+    (out / "val").rmdir()
     assert _ingest("--config", str(config)).returncode == 0
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     result = _ingest(str(val.folder), str(train.files[0]), "--split", "val", "--output-dir",
@@ -147,3 +156,116 @@ def test_a_config_that_is_no_regular_file_is_refused_without_reading_it(tmp_path
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2, run.stderr
     assert "not a regular file (a FIFO)" in run.stderr and "Traceback" not in run.stderr
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """Every file of a finished dataset with the SHA-256 of its bytes, but for what each run
+    writes anew (index.uuid, a random id; report.json, with its timing)."""
+    fresh = {".nv-meta/index.uuid", ".shardcook/report.json"}
+    return {name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()
+            and (name := str(p.relative_to(folder))) not in fresh}
+
+
+def _kill_mid_download(out: Path) -> None:
+    partial = out / ".shardcook" / "partial" / "train" / "part-00002.arrow"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"half a file")
+    waiting = out / ".shardcook" / "downloads" / "train" / "part-00003.arrow"
+    waiting.parent.mkdir(parents=True)
+    waiting.write_bytes(b"a whole file, not converted yet")
+    for n in (2, 3):
+        (out / ".shardcook" / "progress" / f"{n:06d}.json").unlink()
+        (out / "train" / f"train-shard-{n:06d}.tar").unlink()
+
+
+def _kill_mid_write(out: Path) -> None:
+    tmp = out / "train" / ".shardcook" / "tmp"
+    tmp.mkdir(parents=True)
+    (tmp / "train-shard-000001.tar.partial").write_bytes(b"a partial shard")  # the writer's name
+    (out / ".shardcook" / "progress" / "000001.json").unlink()
+    (out / "train" / "train-shard-000001.tar").unlink()
+
+
+def _kill_between_rename_and_marker(out: Path) -> None:
+    (out / ".shardcook" / "progress" / "000001.json").unlink()
+
+
+def _kill_mid_finalize(out: Path) -> None:
+    (out / ".nv-meta" / f".index.uuid.tmp{2**22 + 1}").write_text("half")
+    (out / ".nv-meta" / "split.yaml").unlink()
+    (out / "train" / "train-shard-000000.tar.idx").unlink()
+
+
+@pytest.mark.parametrize("kill", [_kill_mid_download, _kill_mid_write,
+                                  _kill_between_rename_and_marker, _kill_mid_finalize])
+def test_a_rerun_after_a_kill_at_any_instant_gives_the_clean_runs_bytes(tmp_path, kill):
+    """Each kill point's leftovers, made on a copy of a clean run; the rerun finishes it."""
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 4, 3, timesteps=False)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    with serve(served) as (base, _):
+        url = f"{base}/{write_manifest(served, 'm', train.files, base)}"
+        assert _ingest("--manifest-url", url, "--output-dir", str(clean)).returncode == 0
+        shutil.copytree(clean, out)
+        kill(out)
+        resumed = _ingest("--manifest-url", url, "--output-dir", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert _hashes(out) == _hashes(clean)
+    assert not list(out.rglob("*.tmp[0-9]*"))
+
+
+def test_overwrite_clears_the_split_folders_of_recorded_shards_only(tmp_path):
+    first = write_arrow_set(tmp_path / "first", 3, 2, timesteps=False)
+    second = write_arrow_set(tmp_path / "second", 1, 2, timesteps=False, key_prefix="s")
+    out = tmp_path / "out"
+    assert _ingest(str(first.folder), "--output-dir", str(out)).returncode == 0
+    (out / "train" / "notes.txt").write_text("mine")
+    stray = out / "train" / "train-shard-000009.tar"
+    stray.write_bytes(b"not recorded")
+    before = _all_hashes(tmp_path)
+    refused = _ingest(str(second.folder), "--output-dir", str(out), "--overwrite")
+    assert refused.returncode == 2 and "train/train-shard-000009.tar" in refused.stderr
+    assert _all_hashes(tmp_path) == before
+    stray.unlink()
+    result = _ingest(str(second.folder), "--output-dir", str(out), "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert sorted(_files(out / "train")) == ["train-shard-000000.tar"]
+    assert [k for k, _ in read_shard(out / "train" / "train-shard-000000.tar")] == [
+        "s000r0000", "s000r0001"]
+    assert (out / "train" / "notes.txt").read_text() == "mine"
+
+
+def _all_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_splits_ingested_one_command_each_make_the_same_dataset_as_one_config(tmp_path):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    config = tmp_path / "both.yaml"
+    config.write_text(f"datasets:\n  - {{split_name: train, paths: [{train.folder}]}}\n"
+                      f"  - {{split_name: val, paths: [{val.folder}]}}\n"
+                      f"output: {{output_dir: {tmp_path / 'one'}}}\n")
+    assert _ingest("--config", str(config)).returncode == 0
+    two = str(tmp_path / "two")
+    assert _ingest(str(train.folder), "--output-dir", two).returncode == 0
+    assert _ingest(str(val.folder), "--split", "val", "--output-dir", two).returncode == 0
+    assert _hashes(tmp_path / "two") == _hashes(tmp_path / "one")
+    report = validate(two, deep=True)
+    assert report.ok, report.problems
+    assert {split: s.samples for split, s in info(two).splits.items()} == {"train": 6, "val": 3}
+
+
+def test_no_finalize_then_finalize_keeps_each_split_in_its_folder(tmp_path):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    out = str(tmp_path / "out")
+    assert _ingest(str(train.folder), "--output-dir", out, "--no-finalize").returncode == 0
+    assert _ingest(str(val.folder), "--split", "val", "--output-dir", out,
+                   "--no-finalize").returncode == 0
+    done = subprocess.run([sys.executable, "-m", "shardcook", "finalize", out],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert {split: s.samples for split, s in info(out).splits.items()} == {"train": 6, "val": 3}

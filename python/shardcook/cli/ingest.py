@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +33,8 @@ def ingest(
     base_url: Annotated[str | None, typer.Option(
         help="The address --manifest's files are under.", rich_help_panel=SRC)] = None,
     output_dir: Annotated[Path | None, typer.Option(
-        help="The dataset folder to write.", rich_help_panel=RUN)] = None,
+        help="The dataset folder to write (each split in a folder of its own there).",
+        rich_help_panel=RUN)] = None,
     max_workers: Annotated[int | None, typer.Option(
         help="Concurrent downloads (default 4).", rich_help_panel=RUN)] = None,
     prefetch_depth: Annotated[int | None, typer.Option(
@@ -40,6 +42,9 @@ def ingest(
         rich_help_panel=RUN)] = None,
     max_files: Annotated[int | None, typer.Option(
         help="Only the first N files of each split (for a trial).", rich_help_panel=RUN)] = None,
+    stall_timeout: Annotated[float | None, typer.Option(
+        help="Seconds a download may go without moving 64 KiB before it is retried "
+             "(default 60).", rich_help_panel=RUN)] = None,
     finalize: Annotated[bool, typer.Option(
         "--finalize/--no-finalize", help="Index and validate at the end.",
         rich_help_panel=RUN)] = True,
@@ -47,8 +52,9 @@ def ingest(
         help="Delete what an earlier run wrote in --output-dir first.", rich_help_panel=RUN)] = False,
 ) -> None:
     """MLPerf Flux.1's pre-encoded Arrow files (local, or downloaded from an MLCommons manifest
-    with MD5 checks) into a finalized preencoded_numpy dataset, one shard per file. Resumable;
-    each downloaded file is deleted once converted. Alias: diffusion-ingest."""
+    with MD5 checks) into one finalized preencoded_numpy dataset with a folder per split, one
+    shard per file, as Primus writes it. Resumable; each downloaded file is deleted once
+    converted. Alias: diffusion-ingest."""
     from shardcook.pipeline.ingest import run_ingest
     from shardcook.pipeline.ingest_config import IngestConfig, dataset_from, from_yaml
 
@@ -67,19 +73,20 @@ def ingest(
         cfg.max_workers = max_workers if max_workers is not None else cfg.max_workers
         cfg.prefetch_depth = prefetch_depth if prefetch_depth is not None else cfg.prefetch_depth
         cfg.max_files = max_files if max_files is not None else cfg.max_files
+        if stall_timeout is not None:
+            cfg.retry = replace(cfg.retry, stall_s=stall_timeout)
         cfg.finalize = finalize
         report = run_ingest(cfg, overwrite=overwrite)
     except ShardcookError as e:
         fail(e)
     for split_name, done in report["splits"].items():
-        typer.echo(f"{cfg.output_dir}/{split_name}: {done['samples']:,} samples in "
+        typer.echo(f"{cfg.output_dir}, split {split_name}: {done['samples']:,} samples in "
                    f"{len(done['shards'])} shards")
     typer.echo(f"{report['bytes_converted'] / 1e6:,.1f} MB of Arrow converted in "
                f"{report['wall_seconds']} s")
     for f in report["failed"]:
         typer.echo(f"failed: {f['file']} ({f['stage']}): {f['reason']}", err=True)
     if report["failed"]:
-        typer.echo(f"{len(report['failed'])} file(s) failed (see each split's .shardcook/report.json); "
-                   "rerun the same command to retry them once they are fixed or reachable",
-                   err=True)
+        typer.echo(f"{len(report['failed'])} file(s) failed (see .shardcook/report.json); rerun "
+                   "the same command to retry them once they are fixed or reachable", err=True)
         raise typer.Exit(1)

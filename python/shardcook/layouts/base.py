@@ -42,8 +42,9 @@ class Layout:
         split_checker: `module:function` of a check across the samples of each split, for
             `validate --deep` (shapes that agree, a field all or none carry), or None: called
             as `split_checker(root, split, shards)`, it returns one sentence per problem.
-        split_folders: Each split is a dataset folder of its own (MLPerf's `OUTPUT_DIR/val`), so
-            a folder holding only a val or test split is whole; other layouts need a train split.
+        split_folders: Each split is a folder of its own in the dataset (MLPerf's
+            `OUTPUT_DIR/val/`, split part `val: val/.*`), and a dataset holding only a val or
+            test split is whole; other layouts need a train split.
         task_encoder: `module:Class` of the shardcook task encoder `get_diffusion_loader` picks
             for this layout, or None (the user brings one).
         task_encoder_options: Which of the loader's `image_format` and `resample_latents` that

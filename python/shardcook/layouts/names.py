@@ -57,6 +57,13 @@ def split_shard_prefix(split: str) -> str:
     return f"{split}-shard-"
 
 
+def is_shard_path(path: str) -> bool:
+    """True for a shard's path in its dataset: `is_shard_name`, alone or in a split's folder of
+    lowercase letters (`train/train-shard-000000.tar`, as ingest writes them)."""
+    folder, _, name = path.rpartition("/")
+    return (not folder or re.fullmatch(r"[a-z]+", folder) is not None) and is_shard_name(name)
+
+
 def is_shard_name(name: str) -> bool:
     """True when `name` is one the writer gives a shard: `shard_name(n)` or
     `shard_name(n, split_shard_prefix(split))` for a split of lowercase letters."""

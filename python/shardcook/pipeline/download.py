@@ -1,6 +1,7 @@
 """HTTP downloads for `ingest`: MLCommons manifests (a `.uri` file holding the base URL beside a
-`.md5` file of `MD5 FILENAME` lines, as Primus reads them) and files fetched with urllib,
-retried with exponential backoff, MD5-verified, and given their name only when whole."""
+`.md5` file of `MD5 FILENAME` lines, as Primus reads them) and files fetched with urllib over
+http(s) only, retried with exponential backoff, given up when stalled, MD5-verified, and given
+their name only when whole."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -19,9 +21,13 @@ from shardcook.errors import ConfigError, ShardcookError
 
 log = logging.getLogger(__name__)
 
-#: Per request; a stalled server is retried rather than waited on forever.
-TIMEOUT_S = 300
+#: A transfer that moves fewer bytes than this in a stall window (`Retry.stall_s`) is stalled.
+STALL_BYTES = 64 << 10
+#: The only URL schemes ingest downloads from.
+SCHEMES = ("http", "https")
 USER_AGENT = "shardcook"
+#: A manifest (`.uri`, `.md5`) larger than this is refused.
+MAX_TEXT_BYTES = 64 << 20
 CHUNK = 1 << 20
 
 
@@ -36,6 +42,9 @@ class Retry:
     attempts: int = 6
     base_delay_s: float = 1.0
     max_delay_s: float = 60.0
+    #: A server that sends nothing for this long, or a transfer slower than `STALL_BYTES` per
+    #: this long, is given up on and the attempt retried.
+    stall_s: float = 60.0
 
     def delay(self, attempt: int) -> float:
         return float(min(self.base_delay_s * 2 ** attempt, self.max_delay_s))
@@ -58,13 +67,45 @@ class _Md5Mismatch(Exception):
     pass
 
 
+class _Stalled(TimeoutError):
+    """A transfer moved too little for too long (retried like a socket timeout)."""
+
+
+class _Progress:
+    """Notices a stalled transfer: fewer than `STALL_BYTES` in any `window_s`."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.start = time.monotonic()
+        self.moved = 0
+
+    def add(self, n: int) -> None:
+        self.moved += n
+        now = time.monotonic()
+        if now - self.start < self.window_s:
+            return
+        if self.moved < STALL_BYTES:
+            raise _Stalled(f"stalled: {self.moved} bytes in {now - self.start:.0f} s")
+        self.start, self.moved = now, 0
+
+
+def http_url(url: str, what: str) -> str:
+    """`url` when it is an http(s) address with a host, else ConfigError: ingest reads nothing
+    through urllib's other schemes (`file:`, `ftp:`, `data:`)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES or not parts.netloc:
+        raise ConfigError(f"{what} is {url!r}, not an http(s) address; ingest downloads only "
+                          "over http and https")
+    return url
+
+
 def fetch_text(url: str, retry: Retry) -> str:
     """A small text resource (a manifest), retried like a file."""
     for attempt in range(retry.attempts):
         try:
             req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-                return bytes(resp.read()).decode("utf-8")
+            with urllib.request.urlopen(req, timeout=retry.stall_s) as resp:
+                return _read_text(resp, url, retry.stall_s)
         except (urllib.error.URLError, http.client.HTTPException, OSError,
                 UnicodeDecodeError) as e:
             if isinstance(e, UnicodeDecodeError) or not _retryable(e) or (
@@ -72,6 +113,19 @@ def fetch_text(url: str, retry: Retry) -> str:
                 raise ConfigError(f"cannot read {url} ({e}); check the address") from None
             time.sleep(retry.delay(attempt))
     raise AssertionError("unreachable")
+
+
+def _read_text(resp: http.client.HTTPResponse, url: str, stall_s: float) -> str:
+    """A manifest's body, at most `MAX_TEXT_BYTES`, given up on when stalled."""
+    progress = _Progress(stall_s)
+    data = bytearray()
+    while chunk := resp.read1(CHUNK):
+        progress.add(len(chunk))
+        data += chunk
+        if len(data) > MAX_TEXT_BYTES:
+            raise ConfigError(f"{url} is larger than {MAX_TEXT_BYTES:,} bytes, too large for a "
+                              "manifest; check the address")
+    return bytes(data).decode("utf-8")
 
 
 def safe_name(name: str) -> str:
@@ -105,11 +159,11 @@ def parse_md5_manifest(text: str, source: str) -> list[ManifestEntry]:
 def fetch_manifest(manifest_url: str, retry: Retry) -> tuple[str, list[ManifestEntry]]:
     """(base URL, entries) from an MLCommons manifest URL ending in `.uri` or `.md5`: the
     `.uri` file holds the base URL, the `.md5` file the entries."""
-    stem, dot, suffix = manifest_url.rpartition(".")
+    stem, dot, suffix = http_url(manifest_url, "manifest_url").rpartition(".")
     if not dot or suffix not in ("uri", "md5"):
         raise ConfigError(f"manifest_url {manifest_url!r} must end in .uri or .md5 (MLCommons "
                           "publishes both side by side)")
-    base = fetch_text(f"{stem}.uri", retry).strip()
+    base = http_url(fetch_text(f"{stem}.uri", retry).strip(), f"the base URL in {stem}.uri")
     return base.rstrip("/"), parse_md5_manifest(fetch_text(f"{stem}.md5", retry), f"{stem}.md5")
 
 
@@ -121,29 +175,29 @@ def md5_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, dest: Path, md5: str | None, retry: Retry,
+def download(url: str, dest: Path, md5: str | None, retry: Retry, scratch: Path,
              cancel: threading.Event | None = None) -> None:
-    """Downloads `url` to `dest` via `dest`'s `.part` name, checking the MD5 while it streams;
-    `dest` appears only when whole and right. Setting `cancel` stops it between chunks.
+    """Downloads `url` to `dest` through a file of the same name in `scratch` (another folder,
+    so no name a manifest lists can be a partial download's), checking the MD5 while it streams
+    and the size of what is kept; `dest` appears only when whole and right. Setting `cancel`
+    stops it between chunks.
 
     Raises:
         DownloadError: every attempt failed (its message gives the last reason), or cancelled.
     """
-    part = dest.with_name(f"{dest.name}.part")
+    assert scratch.resolve() != dest.parent.resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    part = scratch / dest.name
     stop = cancel or threading.Event()
     last = ""
     for attempt in range(retry.attempts):
         try:
-            digest = hashlib.md5(usedforsecurity=False)
-            req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp, open(part, "wb") as f:
-                while chunk := resp.read(CHUNK):
-                    if stop.is_set():
-                        raise DownloadError("cancelled")
-                    digest.update(chunk)
-                    f.write(chunk)
-            if md5 is not None and digest.hexdigest() != md5:
-                raise _Md5Mismatch(f"MD5 {digest.hexdigest()} is not the manifest's {md5}")
+            if stop.is_set():
+                raise DownloadError("cancelled")
+            size = _fetch_to(url, part, md5, retry.stall_s, stop)
+            if part.stat().st_size != size:  # what is kept is what was checked
+                raise _Md5Mismatch(f"{part} holds {part.stat().st_size} bytes, not the "
+                                   f"{size} downloaded")
             os.replace(part, dest)
             return
         except DownloadError:
@@ -158,3 +212,23 @@ def download(url: str, dest: Path, md5: str | None, retry: Retry,
             if stop.wait(retry.delay(attempt)):
                 raise DownloadError("cancelled") from None
     raise DownloadError(f"{last} (after {attempt + 1} attempt(s))")
+
+
+def _fetch_to(url: str, part: Path, md5: str | None, stall_s: float,
+              stop: threading.Event) -> int:
+    """One attempt: `url`'s body into `part`, its MD5 checked; returns its size."""
+    digest = hashlib.md5(usedforsecurity=False)
+    progress = _Progress(stall_s)
+    size = 0
+    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    with urllib.request.urlopen(req, timeout=stall_s) as resp, open(part, "wb") as f:
+        while chunk := resp.read1(CHUNK):
+            if stop.is_set():
+                raise DownloadError("cancelled")
+            progress.add(len(chunk))
+            digest.update(chunk)
+            f.write(chunk)
+            size += len(chunk)
+    if md5 is not None and digest.hexdigest() != md5:
+        raise _Md5Mismatch(f"MD5 {digest.hexdigest()} is not the manifest's {md5}")
+    return size

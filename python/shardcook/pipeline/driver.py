@@ -3,7 +3,6 @@ this rank's units, gathering, report and manifest, finalize (rank 0)."""
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +12,7 @@ from typing import Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.pipeline import overwrite
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.folders import OutputFolder, run_folder
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
@@ -20,8 +20,6 @@ from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.pipeline.runlock import Holder
 from shardcook.sources.base import Source
-
-log = logging.getLogger(__name__)
 
 
 class Job(Protocol):
@@ -127,11 +125,7 @@ def _setup(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
     _check_folder(cfg, folder, manifest)  # before the lock writes anything there
     folder.lock(Holder.this_run())
     if cfg.output.overwrite:
-        kept = folder.clear()
-        if kept:
-            log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s",
-                        len(kept), folder,
-                        ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else ""))
+        overwrite.say_kept(folder, folder.clear())
     else:
         rep.check_resume(folder, manifest)  # again: a run that held the folder may have ended
     folder.check_writable()

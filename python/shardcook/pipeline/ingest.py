@@ -1,48 +1,60 @@
 """`shardcook ingest`: MLCommons's pre-encoded Arrow files (local, or downloaded from a manifest)
-into a `preencoded_numpy` dataset, one shard per file.
+into one `preencoded_numpy` dataset, one shard per file, laid out as Primus's `data
+diffusion-ingest` writes it: `OUTPUT_DIR/SPLIT/` holds each split's shards and the dataset at
+`OUTPUT_DIR` names them by the split parts `SPLIT: SPLIT/.*`.
 
 Shard n of a split comes from its n-th file in name order, whatever order downloads finish in;
-a thread pool downloads ahead while at most `prefetch_depth` downloaded files are on disk, and
+daemon threads download ahead while at most `prefetch_depth` downloaded files are on disk, and
 each is deleted once converted (a user's local files never are). A shard gets its name only
-when whole, then its progress marker, so a rerun skips finished files and redoes the rest. A file
+when whole, then its progress marker; a rerun skips marked files and redoes the rest, dropping
+a shard that lost its marker, so a kill at any instant resumes to the clean run's bytes. A file
 that fails to download or convert is recorded in report.json with its reason, leaving no shard.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import shutil
+import stat
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import finalize
+from shardcook.dataset import finalize, metadata
 from shardcook.errors import ConfigError, ShardcookError
+from shardcook.files import file_kind, remove_temporaries
 from shardcook.layouts.mlperf import MLPERF
-from shardcook.layouts.names import shard_name, split_shard_prefix
+from shardcook.layouts.names import META_DIR, OURS_DIR, shard_name, split_shard_prefix
+from shardcook.pipeline import overwrite as overwrite_rules
 from shardcook.pipeline.download import (
     DownloadError,
     ManifestEntry,
     Retry,
     fetch_manifest,
+    http_url,
     md5_of,
     parse_md5_manifest,
     safe_name,
 )
 from shardcook.pipeline.download import download as fetch
-from shardcook.pipeline.ingest_arrow import ConversionError, samples
+from shardcook.pipeline.ingest_arrow import ConversionError, Shapes, samples
 from shardcook.pipeline.ingest_config import ARROW_SUFFIX, IngestConfig, IngestDataset, check
 from shardcook.pipeline.outdir import RunFolder
 
 log = logging.getLogger(__name__)
 
-#: Downloaded Arrow files wait here, inside shardcook's own folder, until converted.
+TOOL = "shardcook ingest"
+#: Downloaded Arrow files wait in `.shardcook/downloads/SPLIT/` until converted ...
 DOWNLOADS_DIR = "downloads"
+#: ... and are written in `.shardcook/partial/SPLIT/` until whole and verified.
+PARTIAL_DIR = "partial"
 #: One file is one shard, whatever its row count.
 ONE_SHARD = 1 << 62
 
@@ -52,15 +64,12 @@ class Unit:
     """One input file and the shard it becomes."""
 
     split: str
-    index: int  # within the split: the shard and progress marker number
+    index: int  # within the split: the shard number
     name: str
     local: Path | None = None  # a user's file (never deleted)
     url: str | None = None
     md5: str | None = None
-
-    def out(self, output_dir: Path) -> RunFolder:
-        """The dataset folder of the unit's split."""
-        return split_folder(output_dir, self.split)
+    number: int = 0  # within the dataset: the progress marker number
 
     @property
     def prefix(self) -> str:
@@ -68,21 +77,35 @@ class Unit:
 
     @property
     def shard(self) -> str:
-        return shard_name(self.index, self.prefix)
+        """The shard's path in the dataset: `SPLIT/SPLIT-shard-NNNNNN.tar`."""
+        return f"{self.split}/{shard_name(self.index, self.prefix)}"
 
     def describe(self) -> dict[str, Any]:
         return {"split": self.split, "file": self.name, "md5": self.md5,
                 "source": str(self.local) if self.local else self.url}
 
 
-def split_folder(output_dir: Path, split: str) -> RunFolder:
-    """Where a split's dataset goes: `OUTPUT_DIR/SPLIT`, as Primus's ingest writes it."""
-    return RunFolder(output_dir / split)
+def split_parts(splits: Iterable[str]) -> dict[str, str]:
+    """The dataset's split parts, as Primus's finalize names them: `SPLIT: SPLIT/.*`."""
+    return {split: f"{split}/.*" for split in splits}
 
 
-def downloads_dir(folder: RunFolder) -> Path:
-    """Where the split's downloaded Arrow files wait, inside shardcook's own folder."""
-    return folder.ours / DOWNLOADS_DIR
+def downloads_dir(out: RunFolder, split: str) -> Path:
+    """Where a split's downloaded Arrow files wait, inside shardcook's own folder."""
+    return out.ours / DOWNLOADS_DIR / split
+
+
+def _regular_file(path: Path) -> Path:
+    """`path` when it is a regular file (or a link to one), else ConfigError saying what it is."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise ConfigError(f"input {str(path)!r} does not exist; give Arrow files or "
+                          "folders") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"input {str(path)!r} is {file_kind(mode)}, not a regular file; give "
+                          "Arrow files or folders")
+    return path
 
 
 def _local_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -90,30 +113,44 @@ def _local_files(paths: tuple[Path, ...]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.suffix == ARROW_SUFFIX and p.is_file())
+            inside = sorted(_regular_file(p) for p in path.iterdir() if p.suffix == ARROW_SUFFIX)
             if not inside:
                 raise ConfigError(f"{str(path)!r} holds no {ARROW_SUFFIX} files")
             found += inside
-        elif path.is_file():
-            found.append(path)
         else:
-            raise ConfigError(f"input {str(path)!r} does not exist; give Arrow files or folders")
+            found.append(_regular_file(path))
     return found
 
 
-def plan_units(cfg: IngestConfig) -> list[Unit]:
-    """Every input file of every split, numbered; manifests are read here (names checked)."""
+def _refuse_duplicates(units: list[Unit]) -> None:
+    """Each local file once: the same file twice would be two shards of the same rows."""
+    seen: dict[Path, Path] = {}
+    for unit in units:
+        if unit.local is None:
+            continue
+        real = unit.local.resolve()
+        if real in seen:
+            raise ConfigError(f"input {str(unit.local)!r} is given twice (also as "
+                              f"{str(seen[real])!r}); give each Arrow file once")
+        seen[real] = unit.local
+
+
+def plan_units(cfg: IngestConfig, skipped: list[dict[str, Any]]) -> list[Unit]:
+    """Every input file of every split, numbered within its split; manifests are read here
+    (names checked), and their entries that are not Arrow files are added to `skipped`."""
     units: list[Unit] = []
     for d in cfg.datasets:
-        entries = _entries(d, cfg.retry)
+        entries = _entries(d, cfg.retry, skipped)
         if cfg.max_files is not None:
             entries = entries[:cfg.max_files]
         for index, (name, local, url, md5) in enumerate(entries):
             units.append(Unit(d.split, index, name, local, url, md5))
+    _refuse_duplicates(units)
     return units
 
 
-def _entries(d: IngestDataset, retry: Retry) -> list[tuple[str, Path | None, str | None, str | None]]:
+def _entries(d: IngestDataset, retry: Retry, skipped: list[dict[str, Any]],
+             ) -> list[tuple[str, Path | None, str | None, str | None]]:
     if d.paths:
         return [(p.name, p, None, None) for p in _local_files(d.paths)]
     if d.manifest_url is not None:
@@ -124,46 +161,134 @@ def _entries(d: IngestDataset, retry: Retry) -> list[tuple[str, Path | None, str
             text = d.manifest.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"cannot read the manifest {str(d.manifest)!r} ({e})") from None
-        base, listed = d.base_url.rstrip("/"), parse_md5_manifest(text, str(d.manifest))
-    return [(e.name, None, f"{base}/{e.name}", e.md5) for e in listed]
+        base = http_url(d.base_url, "base_url").rstrip("/")
+        listed = parse_md5_manifest(text, str(d.manifest))
+    return [(e.name, None, f"{base}/{e.name}", e.md5)
+            for e in _arrow_entries(d.split, base, listed, skipped)]
 
 
-def _check_resume(out: RunFolder, record: dict[str, Any]) -> None:
-    """A folder with an earlier ingest continues only with the same inputs."""
+def _arrow_entries(split: str, base: str, listed: list[ManifestEntry],
+                   skipped: list[dict[str, Any]]) -> list[ManifestEntry]:
+    """The manifest's Arrow files; the others MLCommons lists beside them (`dataset_info.json`,
+    `state.json`) are skipped, as Primus skips them, and recorded."""
+    arrow = [e for e in listed if e.name.endswith(ARROW_SUFFIX)]
+    for e in listed:
+        if not e.name.endswith(ARROW_SUFFIX):
+            log.info("%s: not an Arrow file, skipped", e.name)
+            skipped.append({"split": split, "file": e.name, "md5": e.md5,
+                            "source": f"{base}/{e.name}", "reason": "not an Arrow file"})
+    return arrow
+
+
+def _earlier_inputs(out: RunFolder) -> dict[str, list[dict[str, Any]]]:
+    """The inputs an earlier ingest into `out` recorded, split by split (none: a new folder).
+
+    Raises:
+        ConfigError: the folder holds another layout.
+    """
     old = out.read_manifest()
     if old is None:
-        return
-    if old.get("encoding") != MLPERF.encoding or old.get("inputs") != record["inputs"]:
-        raise ConfigError(
-            f"{out} holds an earlier run with other inputs or another layout; use the same "
-            "inputs to resume, --overwrite to start again, or a new --output-dir")
+        return {}
+    inputs = old.get("inputs")
+    if (old.get("encoding") != MLPERF.encoding or not isinstance(inputs, list)
+            or not all(isinstance(entry, dict) for entry in inputs)):
+        raise ConfigError(f"{out} holds another layout; use --overwrite to start again, or a "
+                          "new --output-dir")
+    earlier: dict[str, list[dict[str, Any]]] = {}
+    for entry in inputs:
+        earlier.setdefault(str(entry.get("split")), []).append(entry)
+    return earlier
+
+
+def _number(out: RunFolder, units: list[Unit], overwrite: bool,
+            ) -> tuple[list[Unit], list[dict[str, Any]]]:
+    """The units with their progress marker numbers, and every input the dataset records: an
+    earlier run's splits that this run does not name are kept (their inputs, markers and shards),
+    and a split both name must have the same inputs.
+
+    Raises:
+        ConfigError: the folder holds another layout, or other inputs for one of the splits.
+    """
+    earlier = {} if overwrite else _earlier_inputs(out)
+    ours: dict[str, list[Unit]] = {}
+    for unit in units:
+        ours.setdefault(unit.split, []).append(unit)
+    for split, members in ours.items():
+        if split in earlier and earlier[split] != [u.describe() for u in members]:
+            raise ConfigError(
+                f"{out} holds an earlier run with other inputs for the {split} split; use the "
+                "same inputs to resume, --overwrite to start again, or a new --output-dir")
+    numbered: list[Unit] = []
+    inputs: list[dict[str, Any]] = []
+    for split in [*earlier, *(s for s in ours if s not in earlier)]:
+        for unit in ours.get(split, ()):
+            numbered.append(replace(unit, number=len(inputs)))
+            inputs.append(unit.describe())
+        if split not in ours:
+            inputs += earlier[split]
+    return numbered, inputs
+
+
+def _cleared(out: RunFolder, units: list[Unit], splits: list[str], overwrite: bool) -> list[Path]:
+    """What this run may delete: shardcook's folders, the shards it redoes and, with
+    --overwrite, everything the earlier run wrote."""
+    paths = [out.ours, *(out.root / s / OURS_DIR for s in splits)]
+    paths += [out.root / u.shard for u in units] + [out.root / f"{u.shard}.idx" for u in units]
+    return paths + (out.plan_overwrite().remove if overwrite else [])
+
+
+def _refuse_inputs_inside(cleared: list[Path], inputs: Iterable[Path]) -> None:
+    """Refuses an input that lies in what the run deletes, before anything is."""
+    gone = [c.resolve() for c in cleared]
+    for path in inputs:
+        real = path.resolve()
+        for where in gone:
+            if real == where or real.is_relative_to(where):
+                raise ConfigError(f"input {str(path)!r} lies in {str(where)!r}, which ingest "
+                                  "deletes; move it out of the output folder first")
 
 
 class _Prefetch:
-    """Downloads ahead in a thread pool, at most `depth` files on disk, handed out in order."""
+    """Downloads ahead in daemon threads, at most `depth` files on disk, handed out in order. The
+    threads are daemons so that Ctrl-C ends the process at once, even while one waits on a
+    silent server."""
 
-    def __init__(self, units: list[Unit], cfg: IngestConfig) -> None:
-        assert cfg.output_dir is not None
-        self.output_dir = cfg.output_dir
+    def __init__(self, units: list[Unit], out: RunFolder, cfg: IngestConfig) -> None:
+        self.out = out
         self.slots = threading.Semaphore(cfg.prefetch_depth)
         self.stop = threading.Event()
-        self.pool = ThreadPoolExecutor(cfg.max_workers, thread_name_prefix="ingest-download")
+        self.jobs: queue.Queue[tuple[Unit, Future[Path]] | None] = queue.Queue()
         self.ready: queue.Queue[tuple[Unit, Future[Path] | None] | None] = queue.Queue()
         self.on_disk = 0
         self.peak = 0
         self.lock = threading.Lock()
         self.retry = cfg.retry
+        self.workers = [threading.Thread(target=self._work, daemon=True,
+                                         name=f"ingest-download-{n}")
+                        for n in range(cfg.max_workers)]
         self.thread = threading.Thread(target=self._submit, args=(units,), daemon=True)
-        self.thread.start()
+        for thread in [*self.workers, self.thread]:
+            thread.start()
 
     def _fetch(self, unit: Unit) -> Path:
         assert unit.url is not None
-        dest = downloads_dir(unit.out(self.output_dir)) / safe_name(unit.name)
+        dest = downloads_dir(self.out, unit.split) / safe_name(unit.name)
         with self.lock:
             self.on_disk += 1
             self.peak = max(self.peak, self.on_disk)
-        fetch(unit.url, dest, unit.md5, self.retry, self.stop)
+        fetch(unit.url, dest, unit.md5, self.retry, self.out.ours / PARTIAL_DIR / unit.split,
+              self.stop)
         return dest
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            unit, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._fetch(unit))
+            except BaseException as e:  # noqa: BLE001 - the main thread gets it with the unit
+                future.set_exception(e)
 
     def _submit(self, units: list[Unit]) -> None:
         for unit in units:
@@ -175,7 +300,9 @@ class _Prefetch:
                     return
             if self.stop.is_set():
                 return
-            self.ready.put((unit, self.pool.submit(self._fetch, unit)))
+            future: Future[Path] = Future()
+            self.jobs.put((unit, future))
+            self.ready.put((unit, future))
         self.ready.put(None)
 
     def done_with(self, unit: Unit, path: Path | None) -> None:
@@ -189,30 +316,37 @@ class _Prefetch:
         self.slots.release()
 
     def close(self) -> None:
+        """Stops every download; waits only for the thread handing them out."""
         self.stop.set()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for _ in self.workers:
+            self.jobs.put(None)
         self.thread.join()
 
 
-def convert(unit: Unit, path: Path, out: Path) -> int:
-    """Writes the unit's shard from `path`; returns its sample count. On any error the open
-    shard is dropped by the writer, so nothing of the file is left."""
-    with _native.ShardWriter(out, shard_size=ONE_SHARD, prefix=unit.prefix,
+def convert(unit: Unit, path: Path, root: Path, shapes: Shapes | None = None) -> int:
+    """Writes the unit's shard from `path` into the dataset `root`; returns its sample count.
+    Every row's tensors must have the shapes of `shapes` (the split's, filled from this file's
+    first row when empty and the file converts whole). On any error the open shard is dropped
+    by the writer, so nothing of the file is left."""
+    expected: Shapes = dict(shapes or {})
+    with _native.ShardWriter(root / unit.split, shard_size=ONE_SHARD, prefix=unit.prefix,
                              first_shard=unit.index) as writer:
-        for key, parts in samples(path, key_prefix=f"{unit.index:06d}"):
+        for key, parts in samples(path, f"{unit.index:06d}", expected):
             writer.write(key, parts)
         written = writer.close()
+    if shapes is not None:
+        shapes.update(expected)
     return sum(s.samples for s in written)
 
 
-def _empty_encodings(cfg: IngestConfig, listed: tuple[str, list[ManifestEntry]] | None,
+def _empty_encodings(cfg: IngestConfig, out: RunFolder,
+                     listed: tuple[str, list[ManifestEntry]] | None,
                      failed: list[dict[str, Any]]) -> list[str]:
-    """Downloads the empty-caption encodings (small `.npy` files) beside the splits' folders; a
+    """Downloads the empty-caption encodings (small `.npy` files) into the dataset folder; a
     file already there with the right MD5 is kept, one that fails is added to `failed`."""
     if cfg.empty_encodings is None or listed is None:
         return []
-    assert cfg.output_dir is not None
-    folder = cfg.output_dir / cfg.empty_encodings.output_subdir
+    folder = out.root / cfg.empty_encodings.output_subdir
     folder.mkdir(parents=True, exist_ok=True)
     base, entries = listed
     names = []
@@ -220,7 +354,8 @@ def _empty_encodings(cfg: IngestConfig, listed: tuple[str, list[ManifestEntry]] 
         dest = folder / e.name
         try:
             if not (dest.is_file() and md5_of(dest) == e.md5):
-                fetch(f"{base}/{e.name}", dest, e.md5, cfg.retry)
+                fetch(f"{base}/{e.name}", dest, e.md5, cfg.retry,
+                      out.ours / PARTIAL_DIR / cfg.empty_encodings.output_subdir)
             names.append(e.name)
         except (DownloadError, OSError) as err:
             failed.append({"split": None, "file": e.name, "md5": e.md5,
@@ -229,70 +364,73 @@ def _empty_encodings(cfg: IngestConfig, listed: tuple[str, list[ManifestEntry]] 
     return names
 
 
-def _record(units: list[Unit]) -> dict[str, Any]:
-    """A split's manifest.json before its shards are counted."""
-    return {"encoding": MLPERF.encoding, "tool": "shardcook ingest",
-            "inputs": [u.describe() for u in units]}
+def _record(inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The dataset's manifest.json before its shards are counted."""
+    return {"encoding": MLPERF.encoding, "tool": TOOL, "inputs": inputs}
 
 
-def _check_split(out: RunFolder, units: list[Unit], overwrite: bool) -> None:
-    """Refuses a split folder that cannot be written or resumed, changing nothing (every split
-    is checked before any is touched)."""
+def _check_output(out: RunFolder, overwrite: bool) -> None:
+    """Refuses an output folder that cannot be written or resumed, changing nothing."""
     if overwrite:
         out.plan_overwrite()
-        return
-    if out.root.exists() and (not out.root.is_dir() or not out.is_ours()):
+    elif out.root.exists() and (not out.root.is_dir() or not out.is_ours()):
         out.check()  # raises its sentence, creating nothing
-    _check_resume(out, _record(units))
 
 
-def _prepare(out: RunFolder, units: list[Unit], overwrite: bool) -> dict[str, Any]:
-    """Makes `out` ready for its split's units (resumable, no partial shard or download left);
-    returns its manifest record."""
+def _drop_writer_scratch(split_dir: Path) -> None:
+    """Removes a split folder's partial shards and, once empty, the writer's folder there."""
+    if not split_dir.is_dir():
+        return
+    _native.remove_partial_shards(split_dir)
+    scratch = split_dir / OURS_DIR
+    for folder in sorted(scratch.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty: anything else there stays
+
+
+def _prepare(out: RunFolder, record: dict[str, Any], splits: list[str], overwrite: bool) -> None:
+    """Makes `out` ready to resume (no partial shard, download or half-written record left)."""
     if overwrite:
-        out.clear()
-    out.check()
-    record = _record(units)
+        overwrite_rules.say_kept(out, out.clear())
+        out.check_writable()
+    else:
+        out.check()
+    for folder in (out.ours, out.progress_dir, out.root / META_DIR):
+        remove_temporaries(folder)
     out.write_manifest(record)
-    out.remove_partial_shards()
-    downloads = downloads_dir(out)
-    shutil.rmtree(downloads, ignore_errors=True)  # a killed run's leftovers
-    downloads.mkdir(parents=True)
-    return record
+    _remove_scratch(out, splits)  # a killed run's leftovers
+    for split in splits:
+        downloads_dir(out, split).mkdir(parents=True)
 
 
-def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    """The whole ingest: each split becomes the dataset `OUTPUT_DIR/SPLIT` (as Primus lays it
-    out), with its own manifest, progress markers and report.json. Returns the splits' reports
-    together.
+def _done(out: RunFolder, unit: Unit) -> bool:
+    """The unit's marker is there and names its shard (or none: a file without rows)."""
+    marker = out.read_marker(unit.number)
+    return marker is not None and marker.get("shard") in (unit.shard, None)
 
-    Raises:
-        ConfigError: bad options, unreadable manifest, unsafe names, a foreign output folder,
-            before any shard is written.
-        DatasetError: finalize found a result invalid.
-    """
-    check(cfg)
-    assert cfg.output_dir is not None
-    units = plan_units(cfg)
-    if not units:
-        raise ConfigError("the inputs list no Arrow files")
-    empty = (fetch_manifest(cfg.empty_encodings.manifest_url, cfg.retry)
-             if cfg.empty_encodings is not None else None)
-    splits = {u.split: [v for v in units if v.split == u.split] for u in units}
-    for split, members in splits.items():
-        _check_split(split_folder(cfg.output_dir, split), members, overwrite)
-    records = {split: _prepare(split_folder(cfg.output_dir, split), members, overwrite)
-               for split, members in splits.items()}
 
-    start = time.monotonic()
-    todo = [u for u in units if u.out(cfg.output_dir).read_marker(u.index) is None]
-    failed: list[dict[str, Any]] = []
+def _seed_shapes(out: RunFolder, units: list[Unit]) -> dict[str, Shapes]:
+    """Each split's tensor shapes, as its converted files recorded them."""
+    shapes: dict[str, Shapes] = {}
+    for unit in units:
+        marker = out.read_marker(unit.number)
+        recorded = marker.get("shapes") if marker else None
+        if recorded and isinstance(recorded, dict) and unit.split not in shapes:
+            shapes[unit.split] = {part: tuple(dims) for part, dims in recorded.items()}
+    return shapes
+
+
+def _convert_all(out: RunFolder, units: list[Unit], cfg: IngestConfig,
+                 failed: list[dict[str, Any]]) -> tuple[int, int]:
+    """Downloads and converts every unit not done yet, each marked once its shard is in place;
+    one that fails is added to `failed`. Returns the bytes converted and the most downloads on
+    disk at once."""
+    shapes = _seed_shapes(out, units)
     bytes_in = 0
-    prefetch = _Prefetch(todo, cfg)
+    prefetch = _Prefetch([u for u in units if not _done(out, u)], out, cfg)
     try:
         while (item := prefetch.ready.get()) is not None:
             unit, future = item
-            out = unit.out(cfg.output_dir)
             path: Path | None = unit.local
             stage = "download"
             try:
@@ -301,11 +439,13 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
                 stage = "conversion"
                 assert path is not None
                 size = path.stat().st_size
-                count = convert(unit, path, out.root)
+                out.discard_shard(unit.shard)  # renamed into place before a kill, not marked
+                split_shapes = shapes.setdefault(unit.split, {})
+                count = convert(unit, path, out.root, split_shapes)
                 bytes_in += size
-                out.write_marker(unit.index, {
+                out.write_marker(unit.number, {
                     "shard": unit.shard if count else None, "samples": count,
-                    **unit.describe()})
+                    "shapes": {p: list(s) for p, s in split_shapes.items()}, **unit.describe()})
             except (DownloadError, ConversionError, ShardcookError, OSError) as e:
                 failed.append({**unit.describe(), "stage": stage, "reason": str(e)})
                 log.warning("%s: %s failed: %s", unit.name, stage, e)
@@ -313,33 +453,75 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
                 prefetch.done_with(unit, path if future is not None else None)
     finally:
         prefetch.close()
-        for split in splits:
-            shutil.rmtree(downloads_dir(split_folder(cfg.output_dir, split)), ignore_errors=True)
-    empty_names = _empty_encodings(cfg, empty, failed)
+        _remove_scratch(out, {u.split for u in units})
+    return bytes_in, prefetch.peak
+
+
+def _remove_scratch(out: RunFolder, splits: Iterable[str]) -> None:
+    """Removes the downloads, partial downloads and partial shards a run leaves."""
+    for scratch in (DOWNLOADS_DIR, PARTIAL_DIR):
+        shutil.rmtree(out.ours / scratch, ignore_errors=True)
+    for split in splits:
+        _drop_writer_scratch(out.root / split)
+
+
+def run_ingest(cfg: IngestConfig, *, overwrite: bool = False) -> dict[str, Any]:
+    """The whole ingest into the one dataset `OUTPUT_DIR` (its manifest, progress markers and
+    report.json in `OUTPUT_DIR/.shardcook/`). Returns the report.
+
+    Raises:
+        ConfigError: bad options, unreadable manifest, unsafe names, an input the run would
+            delete, a foreign output folder, before any shard is written.
+        DatasetError: finalize found the result invalid.
+    """
+    check(cfg)
+    assert cfg.output_dir is not None
+    out = RunFolder(cfg.output_dir)
+    skipped: list[dict[str, Any]] = []
+    units = plan_units(cfg, skipped)
+    if not units:
+        raise ConfigError("the inputs list no Arrow files")
+    empty = (fetch_manifest(cfg.empty_encodings.manifest_url, cfg.retry)
+             if cfg.empty_encodings is not None else None)
+    splits = list(dict.fromkeys(u.split for u in units))
+    _check_output(out, overwrite)
+    local = [u.local for u in units if u.local is not None]
+    _refuse_inputs_inside(_cleared(out, units, splits, overwrite),
+                          [*local, *(d.manifest for d in cfg.datasets if d.manifest)])
+    units, inputs = _number(out, units, overwrite)
+    _prepare(out, _record(inputs), splits, overwrite)
+
+    start = time.monotonic()
+    failed: list[dict[str, Any]] = []
+    bytes_in, peak = _convert_all(out, units, cfg, failed)
+    empty_names = _empty_encodings(cfg, out, empty, failed)
     seconds = time.monotonic() - start
-    reports = {}
-    for split, members in splits.items():
-        out = split_folder(cfg.output_dir, split)
-        report = _report(out, members, [f for f in failed if f["split"] == split], seconds,
-                         prefetch.peak)
-        if cfg.finalize and report["shards"]:
-            finalize(out.root, encoding=MLPERF.encoding,
-                     split_parts={split: f"{split_shard_prefix(split)}.*"}, force=True,
-                     validate=True)
-        out.write_results({**records[split], "shards": report["shards"]}, report)
-        reports[split] = report
-    return {"splits": reports, "failed": failed, "bytes_converted": bytes_in,
-            "wall_seconds": round(seconds, 3), "peak_downloads_on_disk": prefetch.peak,
-            "empty_encodings": empty_names}
+    report = _report(out, inputs, failed, skipped, seconds, peak)
+    parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
+    if cfg.finalize and report["shards"]:
+        finalize(out.root, encoding=MLPERF.encoding, force=True, validate=True, split_parts=parts)
+    elif report["shards"]:  # so that a later `shardcook finalize` keeps the split folders
+        metadata.write_finalize_record(out.root, metadata.FinalizeRecord(
+            encoding=MLPERF.encoding, split_parts=parts))
+    out.write_results({**_record(inputs), "shards": report["shards"]}, report)
+    return {**report, "bytes_converted": bytes_in, "empty_encodings": empty_names}
 
 
-def _report(out: RunFolder, units: list[Unit], failed: list[dict[str, Any]], seconds: float,
-            peak: int) -> dict[str, Any]:
+def _report(out: RunFolder, inputs: list[dict[str, Any]], failed: list[dict[str, Any]],
+            skipped: list[dict[str, Any]], seconds: float, peak: int) -> dict[str, Any]:
+    """report.json: every recorded input's shard (this run's and an earlier run's splits), per
+    split and together, and this run's failed and skipped files."""
     shards: dict[str, int] = {}
-    for u in units:
-        marker = out.read_marker(u.index)
+    splits: dict[str, dict[str, Any]] = {}
+    for number, entry in enumerate(inputs):
+        split = splits.setdefault(str(entry.get("split")), {"files": 0, "shards": {},
+                                                            "samples": 0})
+        split["files"] += 1
+        marker = out.read_marker(number)
         if marker is not None and marker.get("shard"):
-            shards[marker["shard"]] = int(marker["samples"])
-    return {"encoding": MLPERF.encoding, "files": len(units), "failed": failed,
-            "shards": shards, "samples": sum(shards.values()),
-            "wall_seconds": round(seconds, 3), "peak_downloads_on_disk": peak}
+            shards[marker["shard"]] = split["shards"][marker["shard"]] = int(marker["samples"])
+            split["samples"] += int(marker["samples"])
+    return {"encoding": MLPERF.encoding, "files": len(inputs), "failed": failed,
+            "skipped": skipped, "shards": shards, "samples": sum(shards.values()),
+            "splits": splits, "wall_seconds": round(seconds, 3),
+            "peak_downloads_on_disk": peak}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,16 @@ from shardcook.layouts.mlperf import (
     ARROW_COLUMNS,
     JSON_PART,
     KEY_COLUMN,
+    LOGVAR_PART,
+    MEAN_PART,
     TENSOR_PARTS,
+    TENSOR_RANKS,
     TIMESTEP_COLUMN,
     TIMESTEPS,
 )
+
+#: Each tensor part's shape, as a split's first row set it.
+Shapes = dict[str, tuple[int, ...]]
 
 
 class ConversionError(ShardcookError):
@@ -47,20 +54,41 @@ def _views(column: Any, name: str) -> list[memoryview]:
     return [data[int(a):int(b)] for a, b in itertools.pairwise(offsets)]
 
 
-def _check_npy(view: memoryview, name: str, row: int) -> None:
-    """The value is a uint16 `.npy` whose header's shape accounts for every byte."""
+def _check_npy(view: memoryview, part: str, row: int) -> tuple[int, ...]:
+    """The value's shape: a uint16 `.npy` of the part's rank, every dimension at least 1, whose
+    header accounts for every byte."""
+    name = ARROW_COLUMNS[part]
     head = bytes(view[:4096])
     info = npy_header(head)
     if info is None or info.dtype != STORED_DTYPE:
         raise ConversionError(f"row {row}: {name} is not a .npy array of uint16 "
                               f"({info.dtype if info else 'no .npy header'})")
+    if len(info.shape) != TENSOR_RANKS[part] or min(info.shape, default=1) < 1:
+        raise ConversionError(f"row {row}: {name} has the shape {list(info.shape)}, not "
+                              f"{TENSOR_RANKS[part]} dimension(s) of at least 1")
     # magic (6), version (2), header length (2 bytes in version 1, else 4), header
     size_bytes = 2 if head[6] == 1 else 4
     header_len = 8 + size_bytes + int.from_bytes(head[8:8 + size_bytes], "little")
-    want = header_len + 2 * int(np.prod(info.shape, dtype=np.int64))
+    want = header_len + 2 * math.prod(info.shape)  # Python ints: no overflow
     if want != len(view):
         raise ConversionError(f"row {row}: {name} holds {len(view)} bytes but its .npy header "
                               f"needs {want}")
+    return info.shape
+
+
+def _check_shapes(found: Shapes, expected: Shapes, row: int) -> None:
+    """logvar has mean's shape, and every part the shape of the split's first row (which
+    `expected` holds, or is filled with when empty)."""
+    if found[LOGVAR_PART] != found[MEAN_PART]:
+        raise ConversionError(f"row {row}: logvar has the shape {list(found[LOGVAR_PART])}, "
+                              f"mean {list(found[MEAN_PART])}; they must match")
+    if not expected:
+        expected.update(found)
+    for part, shape in found.items():
+        if shape != expected[part]:
+            raise ConversionError(
+                f"row {row}: {ARROW_COLUMNS[part]} has the shape {list(shape)}, unlike the "
+                f"split's {list(expected[part])} (its first converted row's)")
 
 
 def _timesteps(batch: Any) -> list[int] | None:
@@ -74,13 +102,15 @@ def _timesteps(batch: Any) -> list[int] | None:
     return [int(t) for t in values]
 
 
-def samples(path: Path, key_prefix: str) -> Iterator[tuple[str, list[tuple[str, Any]]]]:
+def samples(path: Path, key_prefix: str, shapes: Shapes,
+            ) -> Iterator[tuple[str, list[tuple[str, Any]]]]:
     """(key, parts) for each row of the Arrow IPC stream file `path`; keys are `__key__` (else
-    `key_prefix` and the row number).
+    `key_prefix` and the row number). Every row's tensors must have the shapes in `shapes`
+    (filled from the first row when empty).
 
     Raises:
-        ConversionError: a column is missing, of the wrong type, empty or not uint16 `.npy`, or
-            a timestep is out of range.
+        ConversionError: a column is missing, of the wrong type, empty or not uint16 `.npy`, a
+            tensor's rank or shape is wrong, or a timestep is out of range.
     """
     import pyarrow as pa
 
@@ -103,10 +133,10 @@ def samples(path: Path, key_prefix: str) -> Iterator[tuple[str, list[tuple[str, 
                     else [f"{key_prefix}{row0 + i:08d}" for i in range(batch.num_rows)])
             steps = _timesteps(batch)
             for i in range(batch.num_rows):
-                parts: list[tuple[str, Any]] = []
-                for part, column, values in zip(TENSOR_PARTS, columns, views, strict=True):
-                    _check_npy(values[i], column, row0 + i)
-                    parts.append((part, values[i]))
+                parts: list[tuple[str, Any]] = [(part, values[i]) for part, values
+                                                in zip(TENSOR_PARTS, views, strict=True)]
+                _check_shapes({part: _check_npy(value, part, row0 + i) for part, value in parts},
+                              shapes, row0 + i)
                 key = keys[i]
                 if not isinstance(key, str) or not key:
                     raise ConversionError(f"row {row0 + i}: {KEY_COLUMN} is {key!r}, not a name")

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from shardcook.errors import ConfigError
 from shardcook.pipeline.download import Retry
-from shardcook.pipeline.place import RESERVED_FOLDERS, reserved_folder
 
 #: Split names become shard prefixes (`train-shard-000000.tar`), so lowercase letters only.
 SPLIT_NAME = re.compile(r"[a-z]+")
@@ -133,20 +132,20 @@ def from_yaml(path: Path) -> IngestConfig:
                      ("manifest_url", "output_subdir"))
     if empty:
         subdir = str(empty.get("output_subdir", "empty_encodings"))
-        segments = subdir.split("/")
-        if (subdir.startswith("/") or any(s in ("", ".", "..") for s in segments)
-                or reserved_folder(segments) or segments[0] in {d.split for d in cfg.datasets}):
-            raise ConfigError(f"empty_encodings.output_subdir {subdir!r} must be a folder inside "
-                              "the output folder, outside the splits' folders and outside "
-                              f"{' and '.join(RESERVED_FOLDERS)}")
+        if (len(PurePosixPath(subdir).parts) != 1 or "\\" in subdir or subdir.startswith(".")
+                or subdir in {d.split for d in cfg.datasets}):
+            raise ConfigError(f"empty_encodings.output_subdir {subdir!r} must be one plain folder "
+                              "name inside the output folder, not hidden nor a split's")
         if not isinstance(empty.get("manifest_url"), str):
             raise ConfigError("empty_encodings needs manifest_url, the address of its .uri file")
         cfg.empty_encodings = EmptyEncodings(empty["manifest_url"], subdir)
     pipe = _mapping(top.get("pipeline"), "pipeline", ("max_workers", "prefetch_depth",
-                                                       "max_files"))
+                                                       "max_files", "stall_timeout_s"))
     cfg.max_workers = _count(pipe.get("max_workers", 4), "pipeline.max_workers") or 4
     cfg.prefetch_depth = _count(pipe.get("prefetch_depth", 6), "pipeline.prefetch_depth") or 6
     cfg.max_files = _count(pipe.get("max_files"), "pipeline.max_files", allow_none=True)
+    if pipe.get("stall_timeout_s") is not None:
+        cfg.retry = replace(cfg.retry, stall_s=pipe["stall_timeout_s"])
     return cfg
 
 
@@ -163,3 +162,7 @@ def check(cfg: IngestConfig) -> None:
     for name, value in (("max_workers", cfg.max_workers), ("prefetch_depth", cfg.prefetch_depth)):
         _count(value, f"--{name.replace('_', '-')}")
     _count(cfg.max_files, "--max-files", allow_none=True)
+    stall = cfg.retry.stall_s
+    if not isinstance(stall, (int, float)) or isinstance(stall, bool) or not 0 < stall < 1e6:
+        raise ConfigError(f"the stall timeout must be a number of seconds above 0 (and under "
+                          f"1,000,000), not {stall!r}")

@@ -26,7 +26,7 @@ from shardcook.layouts.names import (
     PROGRESS_DIR,
     REPORT_JSON,
     RUN_LOCK,
-    is_shard_name,
+    is_shard_path,
 )
 from shardcook.pipeline import overwrite
 from shardcook.pipeline.place import check_local_place
@@ -156,7 +156,7 @@ class RunFolder:
             record = self.read_marker(int(marker.stem)) if marker.stem.isdigit() else None
             if record is not None and isinstance(record.get("shard"), str):
                 names.add(record["shard"])
-        return {n for n in names if is_shard_name(n)}
+        return {n for n in names if is_shard_path(n)}
 
     def plan_overwrite(self) -> overwrite.OverwritePlan:
         """What `--overwrite` removes and what it keeps, deleting nothing

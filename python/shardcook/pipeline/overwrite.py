@@ -131,11 +131,32 @@ def _plan_own_folder(plan: OverwritePlan, out: Path, folder: Path) -> None:
         plan.folders.append(folder)
 
 
+def _plan_shard_folder(plan: OverwritePlan, out: Path, folder: Path, shards: set[str],
+                       unrecorded: list[str]) -> None:
+    """A split's folder of recorded shards (ingest's `train/`): those shards, their `.tar.idx`
+    and the writer's `.shardcook/` are removed, any other entry kept (and the folder with it)."""
+    kept = len(plan.keep)
+    with os.scandir(folder) as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            name = f"{folder.name}/{entry.name}"
+            writer_tmp = entry.name == OURS_DIR and entry.is_dir(follow_symlinks=False)
+            shard = name.removesuffix(".idx") in shards and entry.is_file(follow_symlinks=False)
+            if writer_tmp or shard:
+                plan.remove.append(Path(entry.path))
+            elif _shard_like(entry.name):
+                unrecorded.append(name)
+            else:
+                _keep(plan, out, Path(entry.path))
+    if len(plan.keep) == kept:
+        plan.folders.append(folder)
+
+
 def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     """What `--overwrite` removes from the shardcook run in `out` and what it keeps, deleting
-    nothing. Removed: `shards` (those the run's manifest or unit markers name) and their
-    `.tar.idx`, finalize's metadata files in `.nv-meta/`, encode's files in `empty_encodings/`,
-    and `.shardcook/` (all but the lock of the run that overwrites); every other file is kept.
+    nothing. Removed: `shards` (those the run's manifest or unit markers name, at the top or in
+    a split's folder) and their `.tar.idx`, finalize's metadata files in `.nv-meta/`, encode's
+    files in `empty_encodings/`, and `.shardcook/` (all but the lock of the run that overwrites);
+    every other file is kept.
 
     Raises:
         ConfigError: `out` holds files named like shards that are not in `shards`, or a tar
@@ -150,6 +171,8 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
                 plan.remove.append(path)
             elif entry.name in _OWN_FILES and own_dir:
                 _plan_own_folder(plan, out, path)
+            elif own_dir and any(s.startswith(f"{entry.name}/") for s in shards):
+                _plan_shard_folder(plan, out, path, shards, unrecorded)
             elif (entry.name.removesuffix(".idx") in shards
                   and entry.is_file(follow_symlinks=False)):
                 plan.remove.append(path)
@@ -160,6 +183,13 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     if unrecorded:
         _refuse_unrecorded(str(out), unrecorded)
     return plan
+
+
+def say_kept(out: object, kept: list[str]) -> None:
+    """Warns of the files `--overwrite` kept in `out` because shardcook did not write them."""
+    if kept:
+        log.warning("--overwrite kept %d file(s) shardcook did not write in %s: %s", len(kept),
+                    out, ", ".join(kept[:_SHOWN]) + (", ..." if len(kept) > _SHOWN else ""))
 
 
 def delete_planned(out: Path, plan: OverwritePlan) -> None:

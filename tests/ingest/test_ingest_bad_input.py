@@ -1,0 +1,208 @@
+"""`shardcook ingest` given careless or hostile input: a file twice, a FIFO or a device, an input
+inside what the run deletes, a manifest naming another URL scheme or files that are not Arrow,
+names that collide with a partial download, and `.npy` headers whose shape is wrong. Each is a
+one-sentence refusal (exit 2, nothing changed), a skip or a failed file recorded in report.json,
+never a wrong shard."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shardcook import read_shard
+from shardcook.errors import ConfigError
+from shardcook.pipeline.download import Retry, download
+from shardcook.pipeline.ingest import run_ingest
+from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
+
+from tests.helpers.mlperf import (
+    SHAPES,
+    bf16_bits,
+    md5,
+    npy_bytes,
+    serve,
+    write_arrow,
+    write_arrow_set,
+    write_manifest,
+)
+
+FAST = Retry(attempts=2, base_delay_s=0.01)
+
+
+def _ingest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shardcook", "ingest", *args],
+                          check=False, capture_output=True, text=True, timeout=300)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """Every file under `folder` by its path, with the SHA-256 of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def _refused(result: subprocess.CompletedProcess[str], words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and words in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_file_given_twice_is_refused_naming_it(tmp_path):
+    train = write_arrow_set(tmp_path / "in", 1, 2, timesteps=False)
+    a = str(train.files[0])
+    _refused(_ingest(a, a, "--output-dir", str(tmp_path / "out")), f"input {a!r} is given twice")
+    link = tmp_path / "same.arrow"
+    link.symlink_to(train.files[0])
+    _refused(_ingest(a, str(link), "--output-dir", str(tmp_path / "out")), "given twice")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fifo_or_a_device_is_named_for_what_it_is(tmp_path):
+    fifo = tmp_path / "stream.arrow"
+    os.mkfifo(fifo)  # reading it would wait forever for a writer
+    _refused(_ingest(str(fifo), "--output-dir", str(tmp_path / "out")),
+             "is a FIFO, not a regular file")
+    _refused(_ingest("/dev/zero", "--output-dir", str(tmp_path / "out")),
+             "is a device, not a regular file")
+    _refused(_ingest(str(tmp_path), "--output-dir", str(tmp_path / "out")),  # in a folder
+             f"input {str(fifo)!r} is a FIFO, not a regular file")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_an_input_inside_what_the_run_deletes_is_refused_before_anything_is(tmp_path, overwrite):
+    train = write_arrow_set(tmp_path / "in", 2, 2, timesteps=False)
+    out = tmp_path / "out"
+    assert _ingest(str(train.folder), "--output-dir", str(out)).returncode == 0
+    # a user's file in the folder the run's downloads go to (and --overwrite clears)
+    kept = out / ".shardcook" / "downloads" / "train" / "mine.arrow"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(train.files[0].read_bytes())
+    before = _hashes(tmp_path)
+    args = [str(kept), "--output-dir", str(out)] + (["--overwrite"] if overwrite else [])
+    _refused(_ingest(*args), "which ingest deletes; move it out of the output folder first")
+    assert _hashes(tmp_path) == before
+
+
+@pytest.mark.parametrize("base", ["file:///etc", "file:///dev", "", "garbage", "ftp://host/x",
+                                  "http://"])
+def test_a_manifest_naming_another_url_scheme_is_refused(tmp_path, base):
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 1, 2, timesteps=False)
+    with serve(served) as (url, requests):
+        write_manifest(served, "m", train.files, base)
+        result = _ingest("--manifest-url", f"{url}/m.uri", "--output-dir", str(tmp_path / "out"))
+    _refused(result, "not an http(s) address; ingest downloads only over http and https")
+    assert not any(r.endswith(".arrow") for r in requests)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_local_manifest_with_a_file_base_url_is_refused(tmp_path):
+    (tmp_path / "m.md5").write_text(f"{'a' * 32}  passwd\n")
+    result = _ingest("--manifest", str(tmp_path / "m.md5"), "--base-url", "file:///etc",
+                     "--output-dir", str(tmp_path / "out"))
+    _refused(result, "base_url is 'file:///etc', not an http(s) address")
+    assert not (tmp_path / "out").exists()
+
+
+def test_manifest_entries_that_are_not_arrow_files_are_skipped_and_recorded(tmp_path):
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 2, 3, timesteps=False)
+    extra = [served / "dataset_info.json", served / "state.json"]
+    for path in extra:
+        path.write_text("{}")
+    out = tmp_path / "out"
+    with serve(served) as (base, requests):
+        write_manifest(served, "m", train.files + extra, base)
+        result = _ingest("--manifest-url", f"{base}/m.uri", "--output-dir", str(out))
+    assert result.returncode == 0, result.stderr
+    assert not any(r.endswith(".json") for r in requests)
+    assert sorted(p.name for p in (out / "train").glob("*.tar")) == [
+        "train-shard-000000.tar", "train-shard-000001.tar"]
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert [(s["file"], s["reason"]) for s in report["skipped"]] == [
+        ("dataset_info.json", "not an Arrow file"), ("state.json", "not an Arrow file")]
+    assert report["failed"] == []
+
+
+def test_a_partial_download_cannot_take_another_files_name(tmp_path):
+    """`x.arrow` downloading slowly while `x.arrow.part` arrives whole: each keeps its bytes."""
+    served = tmp_path / "served"
+    (served / "sub").mkdir(parents=True)
+    slow, other = served / "x.arrow", served / "x.arrow.part"
+    slow.write_bytes(b"s" * 300_000)
+    other.write_bytes(b"o" * 1000)
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    with serve(served, delays={"x.arrow": 0.5}) as (base, _):
+        threads = [threading.Thread(target=download, args=(
+            f"{base}/{p.name}", folder / p.name, md5(p), FAST, tmp_path / "partial"))
+            for p in (slow, other)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert (folder / "x.arrow").read_bytes() == slow.read_bytes()
+    assert (folder / "x.arrow.part").read_bytes() == other.read_bytes()
+    assert sorted(p.name for p in folder.iterdir()) == ["x.arrow", "x.arrow.part"]
+
+
+def _header(shape: tuple[int, ...], data: bytes, descr: str = "<u2") -> bytes:
+    """A `.npy` (version 1.0) whose header says `shape`, followed by `data`."""
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
+    text += " " * (-(len(text) + 11) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode() + data
+
+
+def _t5_bytes() -> bytes:
+    return bf16_bits(np.zeros(SHAPES["t5_encodings"], np.float32)).tobytes()
+
+
+BAD_CELLS = {
+    "a negative shape": ({"t5_encodings": _header((-6, -8), _t5_bytes())},
+                         "t5_encodings has the shape [-6, -8]"),
+    # 2 * prod wraps to the 96 bytes there in int64
+    "an overflowing shape": ({"t5_encodings": _header((2**62 + 24, 2), _t5_bytes())},
+                             "needs 18446744073709551840"),
+    "a T5 of rank 3": ({"t5_encodings": npy_bytes(np.zeros((2, 3, 8), np.uint16))},
+                       "t5_encodings has the shape [2, 3, 8], not 2 dimension(s)"),
+    "a logvar unlike its mean": ({"logvar": npy_bytes(np.zeros((4, 1, 4), np.uint16))},
+                                 "logvar has the shape [4, 1, 4], mean [4, 2, 2]"),
+    "a mean unlike the split's": ({"mean": npy_bytes(np.zeros((4, 4, 4), np.uint16)),
+                                   "logvar": npy_bytes(np.zeros((4, 4, 4), np.uint16))},
+                                  "mean has the shape [4, 4, 4], unlike the split's [4, 2, 2]"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CELLS)
+def test_a_tensor_with_a_wrong_shape_fails_its_file(tmp_path, case):
+    cells, reason = BAD_CELLS[case]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_arrow(folder / "part-00000.arrow", 0, 3, timesteps=False)
+    write_arrow(folder / "part-00001.arrow", 1, 3, timesteps=False, cells=cells)
+    out = tmp_path / "out"
+    result = _ingest(str(folder), "--output-dir", str(out))
+    assert result.returncode == 1, result.stderr
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert [(f["file"], f["stage"]) for f in report["failed"]] == [
+        ("part-00001.arrow", "conversion")]
+    assert reason in report["failed"][0]["reason"], report["failed"][0]["reason"]
+    assert sorted(p.name for p in (out / "train").glob("*.tar")) == ["train-shard-000000.tar"]
+    assert [key for key, _ in read_shard(out / "train" / "train-shard-000000.tar")] == [
+        "f000r0000", "f000r0001", "f000r0002"]
+
+
+def test_run_ingest_refuses_an_unsafe_base_url_before_writing(tmp_path):
+    (tmp_path / "m.md5").write_text(f"{'a' * 32}  x.arrow\n")
+    cfg = IngestConfig(output_dir=tmp_path / "out", retry=FAST, datasets=[IngestDataset(
+        split="train", manifest=tmp_path / "m.md5", base_url="file:///dev")])
+    with pytest.raises(ConfigError, match="not an http"):
+        run_ingest(cfg)
+    assert not (tmp_path / "out").exists()

@@ -6,6 +6,7 @@ not with the client under test."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -350,7 +351,9 @@ def test_a_two_node_run_killed_mid_way_is_completed_from_another_machine(
             for n in range(2)]
         _wait_for_markers(s3_store, 1, nodes[0])
         for node in nodes:  # the whole node: torchrun and its worker
-            os.killpg(node.pid, signal.SIGKILL)
+            for pid in _process_tree(node.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             node.wait()
         assert all(n.returncode == -signal.SIGKILL for n in nodes), "the run ended first"
     finally:
@@ -368,6 +371,21 @@ def test_a_two_node_run_killed_mid_way_is_completed_from_another_machine(
     assert _shards_and_indexes(remote) == _shards_and_indexes(local)
     assert sorted(remote) == sorted(n for n in local if not n.startswith(FINALIZE_ONLY))
     assert _scratch_left(tmp_path / "elsewhere") == []
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and every process started below it (torchrun starts its workers in sessions of
+    their own, so killing its process group leaves them running)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
 
 
 def _watch(scratch: Path, run, *args: str) -> int:

@@ -115,8 +115,7 @@ class RunFolder:
         try:
             self._lock.acquire(me)
         except OSError as e:
-            raise ConfigError(f"Output folder {str(self.root)!r} cannot be locked for this run "
-                              f"({e.strerror or e}); choose a folder you can write to.") from None
+            raise self._not_writable(e) from None
 
     def check_held(self) -> None:
         """Nothing to check: the lock is held until this process ends."""
@@ -137,10 +136,11 @@ class RunFolder:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            raise ConfigError(
-                f"Output folder {str(self.root)!r} is not writable ({e.strerror or e}); "
-                "choose a folder you can write to."
-            ) from None
+            raise self._not_writable(e) from None
+
+    def _not_writable(self, e: OSError) -> ConfigError:
+        return ConfigError(f"Output folder {str(self.root)!r} is not writable "
+                           f"({e.strerror or e}); choose a folder you can write to.")
 
     # ---- --overwrite -----------------------------------------------------------------------
 

@@ -76,7 +76,8 @@ class Holder:
         return f"run {self.run_id} (pid {self.pid} on {self.host}, started {self.started})"
 
     def is_gone(self) -> bool:
-        """True when the holder was a process of this machine that no longer exists."""
+        """True when the holder was a process of this machine that no longer runs (gone, or
+        a zombie nobody has reaped yet)."""
         if not self.machine or self.machine != _machine():
             return False
         try:
@@ -84,8 +85,12 @@ class Holder:
         except ProcessLookupError:
             return True
         except OSError:
-            return False  # it exists, owned by someone else
-        return False
+            pass  # it exists, owned by someone else
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state == "Z"
 
 
 @dataclass(frozen=True)
@@ -186,8 +191,8 @@ class LocalLock:
 
     def _try(self, fd: int, kind: int) -> bool:
         """Takes a `kind` flock on `fd` without waiting: False when another process holds a
-        conflicting one. Where the file system has no locks, says so once and lets the run go
-        on unguarded."""
+        conflicting one. Where the file system has no locks, says so in a warning and lets the
+        run go on unguarded."""
         try:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -83,15 +83,25 @@ def write_atomic(path: Path, data: bytes | str, fsync: bool = True) -> None:
 _TEMPORARY = re.compile(r"\..+\.tmp([0-9]+)")
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 def remove_temporaries(folder: Path) -> list[str]:
-    """Removes the temporary files a killed process's `write_atomic` left in `folder` (not this
-    process's); returns their names."""
-    if not folder.is_dir():
+    """Removes the temporary files that `write_atomic` calls of processes no longer running left
+    in `folder` (a running one's, this process's too, are kept); returns their names."""
+    if not folder.is_dir() or folder.is_symlink():
         return []
     removed = []
     for path in folder.iterdir():
         match = _TEMPORARY.fullmatch(path.name)
-        if match and int(match[1]) != os.getpid() and path.is_file() and not path.is_symlink():
+        if match and path.is_file() and not path.is_symlink() and not _running(int(match[1])):
             path.unlink(missing_ok=True)
             removed.append(path.name)
     return sorted(removed)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +25,7 @@ import yaml
 from shardcook import safeyaml
 from shardcook.dataset.braces import expand_braces
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.files import write_atomic
+from shardcook.files import remove_temporaries, write_atomic
 from shardcook.layouts import LAYOUTS, Layout, by_encoding
 from shardcook.layouts.base import CRUDE_WEBDATASET
 from shardcook.layouts.names import (
@@ -481,28 +480,11 @@ def refuse_links(root: Path) -> None:
 
 
 #: The temporary name `files.write_atomic` gives a file while writing it: `.NAME.tmpPID`.
-_TEMPORARY = re.compile(r"\..+\.tmp([0-9]+)")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def remove_stale_temporaries(root: Path) -> None:
     """Removes, from `.nv-meta/` and `.shardcook/`, the temporary files of metadata writes that
     a killed process left (`.index.uuid.tmp1234`); a file of a process still running is left."""
     for name in (META_DIR, OURS_DIR):
-        folder = root / name
-        for path in folder.iterdir() if folder.is_dir() and not folder.is_symlink() else ():
-            match = _TEMPORARY.fullmatch(path.name)
-            if match and path.is_file() and not _running(int(match[1])):
-                path.unlink()
+        remove_temporaries(root / name)
 
 
 def prepare_meta_dir(root: Path, *, repair: bool) -> Path:

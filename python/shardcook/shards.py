@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from shardcook import _native
-from shardcook.dataset.index import _BRACE_CHARS
+from shardcook.dataset.braces import BRACE_CHARS
 from shardcook.errors import ConfigError, InvalidNameError, ShardError
 from shardcook.files import file_kind
 from shardcook.paths import check_local_path
@@ -75,7 +75,7 @@ class ShardWriter:
         check_local_path(directory, "directory")
         if not isinstance(prefix, str):
             raise ConfigError(f"prefix must be a str, not {prefix!r}.")
-        if _BRACE_CHARS.search(prefix):
+        if BRACE_CHARS.search(prefix):
             raise InvalidNameError(
                 f"shard name prefix {prefix!r} may not contain a brace or a backslash: Energon "
                 "brace-expands shard names, so finalize would refuse these shards.")

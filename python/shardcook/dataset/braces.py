@@ -13,6 +13,10 @@ from shardcook.errors import ConfigError
 #: More names than any split pattern, exclusion or tar list needs.
 MAX_EXPANSIONS = 10_000
 
+#: What Energon's split.yaml would brace-expand in a shard name: a brace, or the backslash that
+#: escapes one.
+BRACE_CHARS = re.compile(r"[{}\\]")
+
 _RANGE = re.compile(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.(-?\d+))?")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from shardcook.dataset import metadata
 from shardcook.dataset.arguments import check_index_arguments
+from shardcook.dataset.braces import BRACE_CHARS
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.splits import (
     Splits,
@@ -37,7 +38,6 @@ from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 log = logging.getLogger(__name__)
 
 #: Characters a shard name may not hold: split.yaml's lists are brace-expanded by Energon.
-_BRACE_CHARS = re.compile(r"[{}\\]")
 
 
 @dataclass
@@ -116,7 +116,7 @@ def shard_name_problem(root: Path, name: str) -> str | None:
     if what is not None:
         return (f"{root / name} is {what}, not a shard, yet its name makes Energon read it as "
                 "one; remove it or rename it (or leave it out with --exclude)")
-    if _BRACE_CHARS.search(name):
+    if BRACE_CHARS.search(name):
         plain = re.sub(r"[{}\\,]", "_", name)
         return (f"shard {name!r} has a brace or backslash in its name, which Energon's split.yaml "
                 f"would brace-expand into other names; rename it (e.g. to {plain!r})")

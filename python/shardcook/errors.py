@@ -39,6 +39,8 @@ SkipReason = Literal[
 ErrorKind = Literal[
     "error", "io", "shard", "invalid_name", "duplicate_key", "dataset", "config", "sqlite",
     ImageErrorKind,
+    # `ingest`: a file not downloaded whole, an Arrow file not MLCommons's
+    "download", "conversion",
     # the loader side (`shardcook.energon.errors`)
     "sample_decode", "unsafe_sample", "empty_loader", "not_checkpointable", "loader_state",
 ]

@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from shardcook.errors import ConfigError, ShardcookError
+from shardcook.errors import ConfigError, ErrorKind, ShardcookError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ CHUNK = 1 << 20
 
 class DownloadError(ShardcookError):
     """A file could not be downloaded whole with the right MD5 after every retry."""
+
+    kind: ErrorKind = "download"
 
 
 @dataclass(frozen=True)

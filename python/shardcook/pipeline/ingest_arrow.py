@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from shardcook.dataset.npyparts import STORED_DTYPE, npy_header
-from shardcook.errors import ShardcookError
+from shardcook.errors import ErrorKind, ShardcookError
 from shardcook.layouts.mlperf import (
     ARROW_COLUMNS,
     JSON_PART,
@@ -34,6 +34,8 @@ Shapes = dict[str, tuple[int, ...]]
 
 class ConversionError(ShardcookError):
     """An Arrow file does not hold MLCommons's schema or values; nothing of it was kept."""
+
+    kind: ErrorKind = "conversion"
 
 
 def _views(column: Any, name: str) -> list[memoryview]:

@@ -21,6 +21,7 @@ from shardcook.pipeline.encoded import EncodedSample
 
 if TYPE_CHECKING:
     import torch
+
     from shardcook.imaging import ImageResult
     from shardcook.sources.base import Item
 

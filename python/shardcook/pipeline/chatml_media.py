@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from shardcook import imaging
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.errors import SkipReason

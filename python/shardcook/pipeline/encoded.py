@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+
     from shardcook.config import ImageConfig
     from shardcook.imaging import ImageResult
     from shardcook.sources.base import Item

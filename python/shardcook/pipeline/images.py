@@ -7,6 +7,7 @@ import json
 from typing import cast
 
 import numpy as np
+
 from shardcook import imaging  # the Rust image core
 from shardcook.config import ImageConfig
 from shardcook.errors import ConfigError, ImageError, ImageErrorKind, SkipReason

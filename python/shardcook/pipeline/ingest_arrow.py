@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from shardcook.dataset.npyparts import STORED_DTYPE, npy_header
 from shardcook.errors import ErrorKind, ShardcookError
 from shardcook.layouts.mlperf import (

@@ -43,6 +43,7 @@ from shardcook.sources.base import Source
 
 if TYPE_CHECKING:
     import torch
+
     from shardcook.encoders.flux import FluxEncoders
 
 log = logging.getLogger(__name__)

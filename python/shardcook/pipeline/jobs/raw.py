@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import cast
 
 import numpy as np
+
 from shardcook import imaging  # the Rust image core
 from shardcook.config import RunConfig
 from shardcook.pipeline.driver import finalize_by_ratio, ratio_units

@@ -150,3 +150,15 @@ def test_an_info_yaml_that_disagrees_with_info_json_is_named(prepared, tmp_path)
     finalize(root, force=True)
     assert yaml.safe_load((root / META / ".info.yaml").read_text())["shard_counts"] == counts
     assert validate(root).ok
+
+
+def test_an_info_yaml_naming_a_shard_by_other_than_text_is_named(prepared, tmp_path):
+    root = tmp_path / "old"
+    shutil.copytree(prepared, root)
+    FORMS["energon5"](root)
+    (root / META / ".info.yaml").write_text("shard_counts:\n  !!binary c2hhcmQ=: 3\n")
+    assert validate(root).problems == [
+        (f"{root}/{META}/.info.yaml: shard names must be text, not a bytes (b'shard'); run "
+         f"`shardcook finalize --force {root}`")]
+    r = cli("validate", root)
+    assert r.code == 1 and "Traceback" not in r.stdout + r.stderr

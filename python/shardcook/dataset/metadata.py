@@ -304,6 +304,9 @@ def read_info_json(root: Path, name: str | None = None) -> InfoJson | None:
         raise DatasetError(f"{label}: 'shard_counts' must map shard names to sample counts, not "
                            f"{_kind(counts)}{fix}")
     for shard, n in counts.items():
+        if not isinstance(shard, str):
+            raise DatasetError(f"{label}: shard names must be text, not {_kind(shard)} "
+                               f"({shard!r}){fix}")
         if not _is_count(n):
             raise DatasetError(f"{label}: the count of {shard} must be a whole number from 0 to "
                                f"2**63-1, not {n!r}{fix}")

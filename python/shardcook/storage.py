@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 from shardcook.errors import ConfigError
 
 __all__ = ["SCHEMES", "Listed", "Remote", "access_problem", "bad_segment", "check_url",
-           "credentials_of", "describe_error", "is_url", "redact", "remote"]
+           "credentials_of", "describe_error", "is_url", "redact", "remote", "segment_named"]
 
 #: The schemes MSC resolves: its own profiles, and the stores it reaches without a profile.
 SCHEMES = ("msc", "s3", "gs", "az")
@@ -98,9 +98,8 @@ def check_url(value: object, what: str) -> str:
                           f"{scheme}://{what_is_missing.upper()}/path.")
     segment = bad_segment(rest.removesuffix("/"))
     if segment is not None:
-        which = "an empty segment (//)" if not segment else f"a {segment!r} segment"
         raise ConfigError(
-            f"{what} {shown!r} has {which}, which the store keeps in the object names while "
+            f"{what} {shown!r} has {segment_named(segment)}, which the store keeps in the object names while "
             "Energon reads the folder it resolves to; write the path without '.', '..' or "
             "empty segments.")
     _client(text, what)
@@ -113,6 +112,11 @@ def bad_segment(path: str) -> str | None:
     store, which keeps keys as they are, and another place to anything that normalizes paths
     (Energon, a local file system)."""
     return next((part for part in path.split("/") if part in ("", ".", "..")), None)
+
+
+def segment_named(segment: str) -> str:
+    """`bad_segment`'s answer in words: "a '..' segment", "an empty segment (//)"."""
+    return f"a {segment!r} segment" if segment else "an empty segment (//)"
 
 
 def _client(url: str, what: str) -> tuple[Any, str]:

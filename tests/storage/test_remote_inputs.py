@@ -271,3 +271,15 @@ def test_objects_whose_names_cannot_be_files_are_skipped_with_their_reason(s3_st
     assert done["num_ignored_files"] == len(UNSAFE_KEYS) and done["num_written"] == 7
     assert f"{len(UNSAFE_KEYS)} extra files ignored" in r.stderr  # the summary
     assert f"unsafe_name: {len(UNSAFE_KEYS)}" in r.stderr
+
+
+@pytest.mark.parametrize("key", ["wds/../up.tar", "wds/sub/./dot.tar", "wds//empty.tar"])
+def test_a_tar_object_whose_name_cannot_be_a_file_is_refused(s3_store, inputs, tmp_path, key):
+    s3_store.upload_folder(inputs / "tars", "wds")
+    s3_store.put(key, (inputs / "tars" / "000000.tar").read_bytes())
+    out = tmp_path / "out"
+    r = cli("raw", "--source-type", "webdataset", "--input-path", s3_store.url("wds/**"),
+            "--output-dir", out, *RAW)
+    line = one_error_line(r)
+    assert r.code == 2 and f"matches {s3_store.url('wds')}/{key[len('wds/'):]}, whose name" in line, line
+    assert not out.exists()

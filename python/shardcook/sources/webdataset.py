@@ -10,7 +10,7 @@ import glob
 import json
 import os
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,7 +27,7 @@ from shardcook.sources.base import (
 )
 from shardcook.sources.folder import listing
 from shardcook.sources.tarstream import TarSample, read_samples, sample_offsets
-from shardcook.storage import Remote, is_url, remote
+from shardcook.storage import Remote, bad_segment, is_url, remote, segment_named
 
 IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
 JSON_CAPTION_FIELDS = ("caption", "text", "prompt", "txt")
@@ -140,7 +140,7 @@ def _remote_tars(pattern: str, alternatives: list[str]) -> list[Tar]:
         folder = remote(pattern, "--input-path")
         tars = [n for n in listing(folder, "--input-path") if n.endswith(".tar")]
         if tars:
-            return [RemoteTar(folder, n) for n in sorted(tars)]
+            return [RemoteTar(folder, n) for n in sorted(_safe_names(pattern, folder, tars))]
         parent, _, name = folder.url.rpartition("/")
         return [RemoteTar(Remote(parent), name)] if Remote(parent).exists(name) else []
     base = remote(pattern[:pattern.rfind("/", 0, wild)], "--input-path")
@@ -159,7 +159,20 @@ def _remote_tars(pattern: str, alternatives: list[str]) -> list[Tar]:
             found.add(rel)
         elif len(alternatives) > 1:
             raise _missing(pattern, alt)
-    return [RemoteTar(base, n) for n in sorted(found)]
+    return [RemoteTar(base, n) for n in sorted(_safe_names(pattern, base, found))]
+
+
+def _safe_names(pattern: str, folder: Remote, names: Iterable[str]) -> list[str]:
+    """`names`, once none has an empty, `.` or `..` segment: a client that normalizes paths
+    (Energon's, through MSC) would read another object under such a name."""
+    names = list(names)
+    for name in names:
+        segment = bad_segment(name)
+        if segment is not None:
+            raise ConfigError(f"--input-path {pattern!r} matches {folder.url}/{name}, whose name "
+                              f"has {segment_named(segment)}, which names another object to a client that "
+                              "normalizes paths; rename the object or narrow the pattern.")
+    return names
 
 
 def _local_tars(pattern: str, alternatives: list[str]) -> list[str]:

@@ -120,14 +120,19 @@ def test_finalize_force_keeps_their_splits(old):
     assert {n: s.shards for n, s in report.summary.splits.items()} == {"train": 2, "val": 2}
 
 
-def test_a_damaged_info_yaml_is_named(prepared, tmp_path):
+@pytest.mark.parametrize(("text", "problem"), [
+    ("shard_counts: [1, 2]\n", "'shard_counts' must map shard names to sample counts, not a list"),
+    ("shard_counts:\n  !!binary c2hhcmQ=: 3\n", "shard names must be text, not a bytes (b'shard')"),
+])
+def test_a_damaged_info_yaml_is_named(prepared, tmp_path, text, problem):
     root = tmp_path / "old"
     shutil.copytree(prepared, root)
     FORMS["energon5"](root)
-    (root / META / ".info.yaml").write_text("shard_counts: [1, 2]\n")
+    (root / META / ".info.yaml").write_text(text)
     assert validate(root).problems == [
-        (f"{root}/{META}/.info.yaml: 'shard_counts' must map shard names to sample counts, not "
-         f"a list; run `shardcook finalize --force {root}`")]
+        f"{root}/{META}/.info.yaml: {problem}; run `shardcook finalize --force {root}`"]
+    r = cli("validate", root)
+    assert r.code == 1 and "Traceback" not in r.stdout + r.stderr
     finalize(root, force=True)
     assert validate(root).ok
 
@@ -151,14 +156,3 @@ def test_an_info_yaml_that_disagrees_with_info_json_is_named(prepared, tmp_path)
     assert yaml.safe_load((root / META / ".info.yaml").read_text())["shard_counts"] == counts
     assert validate(root).ok
 
-
-def test_an_info_yaml_naming_a_shard_by_other_than_text_is_named(prepared, tmp_path):
-    root = tmp_path / "old"
-    shutil.copytree(prepared, root)
-    FORMS["energon5"](root)
-    (root / META / ".info.yaml").write_text("shard_counts:\n  !!binary c2hhcmQ=: 3\n")
-    assert validate(root).problems == [
-        (f"{root}/{META}/.info.yaml: shard names must be text, not a bytes (b'shard'); run "
-         f"`shardcook finalize --force {root}`")]
-    r = cli("validate", root)
-    assert r.code == 1 and "Traceback" not in r.stdout + r.stderr

@@ -482,7 +482,6 @@ def refuse_links(root: Path) -> None:
             )
 
 
-#: The temporary name `files.write_atomic` gives a file while writing it: `.NAME.tmpPID`.
 def remove_stale_temporaries(root: Path) -> None:
     """Removes, from `.nv-meta/` and `.shardcook/`, the temporary files of metadata writes that
     a killed process left (`.index.uuid.tmp1234`); a file of a process still running is left."""

@@ -200,10 +200,8 @@ def delete_planned(out: Path, plan: OverwritePlan) -> None:
     for path in plan.remove:
         if path == out / OURS_DIR and path.is_dir() and not path.is_symlink():
             _empty_ours(path)
-        elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
         else:
-            path.unlink()
+            _remove(path)
     for folder in plan.folders:
         folder.rmdir()
 
@@ -211,12 +209,16 @@ def delete_planned(out: Path, plan: OverwritePlan) -> None:
 def _empty_ours(ours: Path) -> None:
     """Removes everything in `.shardcook/` but the lock the overwriting run holds there."""
     for entry in sorted(ours.iterdir()):
-        if entry.name == RUN_LOCK:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+        if entry.name != RUN_LOCK:
+            _remove(entry)
+
+
+def _remove(path: Path) -> None:
+    """Removes a file, a link (never what it points to) or a folder with what it holds."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 @dataclass

@@ -77,8 +77,8 @@ def photos(folder: Path, n: int) -> Path:
 def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
                  layout="primus") -> dict:
     from shardcook.config import resolve
+    from shardcook.jobs.encode.job import EncodeJob
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.jobs.encode import EncodeJob
 
     v = {"input_dir": str(src), "output_dir": str(out), "image_size": size, "batch_size": batch,
          "model_path": str(model), "precision": precision, "device": device,
@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--t5-len", type=int, default=512)
     ap.add_argument("--bridge-script", type=Path, default=None)
     args = ap.parse_args()
-    from shardcook.pipeline.jobs.encode import quiet_model_libraries
+    from shardcook.jobs.encode.job import quiet_model_libraries
 
     quiet_model_libraries()
     if WORK.exists():

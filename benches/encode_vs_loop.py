@@ -53,8 +53,8 @@ def images(src: Path) -> list[Path]:
 
 def run_shardcook(model: Path, src: Path, out: Path, size: int) -> float:
     from shardcook.config import resolve
+    from shardcook.jobs.encode.job import EncodeJob
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.jobs.encode import EncodeJob
 
     values = {"input_dir": str(src), "output_dir": str(out), "image_size": size,
               "model_path": str(model), "precision": "fp32", "t5_max_length": T5_LEN,
@@ -126,7 +126,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
     from shardcook.encoders.tiny import build_tiny_flux
-    from shardcook.pipeline.jobs.encode import quiet_model_libraries
+    from shardcook.jobs.encode.job import quiet_model_libraries
 
     quiet_model_libraries()
     if WORK.exists():

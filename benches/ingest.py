@@ -87,7 +87,7 @@ def primus_loop(arrow_path: Path, tar_path: Path) -> int:
 
 
 def shardcook_convert(arrow_path: Path, out: Path, index: int) -> int:
-    from shardcook.pipeline.ingest import Unit, convert
+    from shardcook.jobs.ingest.run import Unit, convert
 
     return convert(Unit("train", index, arrow_path.name, local=arrow_path), arrow_path, out)
 

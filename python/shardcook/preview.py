@@ -131,7 +131,7 @@ class _Decoder:
                  token_file: str | None = None) -> None:
         import torch
 
-        from shardcook.pipeline.jobs.encode import quiet_model_libraries
+        from shardcook.jobs.encode.job import quiet_model_libraries
 
         quiet_model_libraries()
         from shardcook.encoders.flux import latent_factors

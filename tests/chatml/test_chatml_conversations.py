@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from shardcook.conversations import ConversationError, count_images, find_conversation, normalize
-from shardcook.pipeline.chatml_media import bounded_size
+from shardcook.jobs.chatml.media import bounded_size
 from shardcook.sources.chat import split_of
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 from shardcook import validate
-from shardcook.pipeline.chatml_media import bounded_size
+from shardcook.jobs.chatml.media import bounded_size
 
 from tests.helpers.chatml import (
     SPLIT_ARGS,

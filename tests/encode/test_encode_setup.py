@@ -233,7 +233,7 @@ def test_variable_sizes_broken_images_and_groups_of_one_shape(tiny_flux, tmp_pat
 
 
 def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
-    from shardcook.pipeline.jobs.encode import cpu_threads
+    from shardcook.jobs.encode.job import cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
@@ -254,7 +254,7 @@ def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
 
 def test_decoded_pixels_waiting_for_the_encoders_are_bounded():
     from shardcook.config import resolve
-    from shardcook.pipeline.jobs.encode import PREPARED_BYTES, prefetch_batches
+    from shardcook.jobs.encode.job import PREPARED_BYTES, prefetch_batches
 
     def depth(**v):
         v = {"input_dir": "photos", "output_dir": "out", **v}
@@ -290,7 +290,7 @@ def test_encode_checks_and_layout_defaults_come_with_the_config(tmp_path):
     with the other checks, before any work; a job refuses a config resolved without them."""
     from shardcook.config import resolve
     from shardcook.errors import ConfigError
-    from shardcook.pipeline.jobs.encode import EncodeJob
+    from shardcook.jobs.encode.job import EncodeJob
 
     def cfg(encode=True, **v):
         v = {"input_dir": str(tmp_path / "in"), "output_dir": str(tmp_path / "out"), **v}

@@ -32,8 +32,8 @@ from shardcook.energon import (
     cook_preencoded_numpy_diffusion,
     get_diffusion_loader,
 )
-from shardcook.pipeline.ingest import run_ingest
-from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
+from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
+from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import bf16_bits, expected_values, write_arrow_set
 

@@ -156,7 +156,7 @@ def energon_captions(root: Path, split: str) -> dict[str, str]:
 
 def run_raw(cfg: RunConfig) -> dict | None:
     """`shardcook raw`'s run in this process; report.json's content."""
+    from shardcook.jobs.raw import RawJob
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.jobs.raw import RawJob
 
     return run_pipeline(cfg, RawJob(cfg))

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from shardcook import read_shard
 from shardcook.errors import ConfigError
-from shardcook.pipeline.download import Retry, download
-from shardcook.pipeline.ingest import run_ingest
-from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
+from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
+from shardcook.jobs.ingest.download import Retry, download
+from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import (
     SHAPES,

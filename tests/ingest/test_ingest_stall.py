@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-from shardcook.pipeline.download import Retry
-from shardcook.pipeline.ingest import run_ingest
-from shardcook.pipeline.ingest_config import IngestConfig, IngestDataset
+from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
+from shardcook.jobs.ingest.download import Retry
+from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import md5, serve, silent_server, write_arrow_set
 

@@ -12,7 +12,7 @@ import shardcook
 from shardcook.dataset import finalize
 from shardcook.files import write_atomic
 from shardcook.layouts.names import is_shard_name, shard_name, split_shard_prefix
-from shardcook.pipeline.outdir import RunFolder
+from shardcook.output.local import RunFolder
 
 from tests.helpers.energon import make_raw_dataset
 from tests.helpers.files import tree_state

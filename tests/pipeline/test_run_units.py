@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from shardcook.errors import ShardcookError
-from shardcook.pipeline.outdir import RunFolder
+from shardcook.output.local import RunFolder
 from shardcook.pipeline.plan import plan_units
 from shardcook.pipeline.run import Loaded, Outcome, Processor, run_units
 from shardcook.sources.base import Item

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from shardcook import ShardWriter, imaging
 from shardcook.errors import ConfigError, ImageError
-from shardcook.pipeline.images import classify_error
+from shardcook.jobs.images import classify_error
 from skimage import data as samples
 
 from tests.helpers.raw import run_cli

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from shardcook import read_shard
 from shardcook.config import RunConfig
-from shardcook.pipeline.jobs.raw import RawJob
+from shardcook.jobs.raw import RawJob
 from shardcook.sources.base import Source
 
 from tests.helpers.chatml import turns, write_images, write_jsonl

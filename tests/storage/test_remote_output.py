@@ -265,7 +265,7 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
 
 def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
         local_raw, s3_store, s3_server, tmp_path):
-    from shardcook.pipeline.uploader import TRIES
+    from shardcook.output.uploader import TRIES
 
     from tests.helpers.slowproxy import SlowProxy
 
@@ -479,7 +479,7 @@ def test_a_store_that_cannot_work_is_one_sentence_before_anything(local_raw, s3_
 
 def test_overwrite_rules_on_an_object_listing():
     from shardcook.errors import ConfigError
-    from shardcook.pipeline.overwrite import plan_object_deletions
+    from shardcook.output.overwrite import plan_object_deletions
 
     names = [".shardcook/manifest.json", ".shardcook/progress/000000.json", "000000.tar",
              "000000.tar.idx", ".nv-meta/split.yaml", ".nv-meta/notes.txt", "README.md",

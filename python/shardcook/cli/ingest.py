@@ -1,5 +1,5 @@
 """`shardcook ingest` (Primus's `diffusion-ingest`): MLCommons's pre-encoded Arrow files into a
-`preencoded_numpy` dataset; the logic is in `shardcook.pipeline.ingest`."""
+`preencoded_numpy` dataset; the logic is in `shardcook.jobs.ingest.run`."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def ingest(
     with MD5 checks) into one finalized preencoded_numpy dataset with a folder per split, one
     shard per file, as Primus writes it. Resumable; each downloaded file is deleted once
     converted. Alias: diffusion-ingest."""
-    from shardcook.pipeline.ingest import run_ingest
-    from shardcook.pipeline.ingest_config import IngestConfig, dataset_from, from_yaml
+    from shardcook.jobs.ingest.config import IngestConfig, dataset_from, from_yaml
+    from shardcook.jobs.ingest.run import run_ingest
 
     try:
         cfg = from_yaml(config) if config is not None else IngestConfig()

@@ -85,7 +85,7 @@ def raw(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConfigO
         **options: Any) -> None:
     """Images and captions (folder, Hugging Face dataset or WebDataset tars) into raw,
     finalized Energon shards. Resumable; runs under torchrun. Alias: diffusion-raw."""
-    from shardcook.pipeline.jobs.raw import RawJob
+    from shardcook.jobs.raw import RawJob
 
     _run_job(ctx, config, print_config, RawJob)
 
@@ -102,7 +102,7 @@ def chatml(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConf
             input is None and hf_dataset is None and config is None):
         fail(ValueError("give exactly one of --input FILE.jsonl and --hf-dataset"))
     source_type = "huggingface" if hf_dataset is not None else "jsonl"
-    from shardcook.pipeline.jobs.chatml import ChatmlJob
+    from shardcook.jobs.chatml.job import ChatmlJob
 
     _run_job(ctx, config, print_config, ChatmlJob,
              renamed={"input": "input_path", **config_names(CHATML_OPTIONS)},
@@ -115,6 +115,6 @@ def encode(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConf
            **options: Any) -> None:
     """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
     shards. Resumable; one GPU or many under torchrun. Alias: diffusion-encoded."""
-    from shardcook.pipeline.jobs.encode import EncodeJob
+    from shardcook.jobs.encode.job import EncodeJob
 
     _run_job(ctx, config, print_config, EncodeJob, encode=True)

@@ -70,13 +70,13 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
 
 def _run_demo(root: Path, n: int) -> DemoResult:
     t0 = time.perf_counter()
-    for name in ("shardcook.pipeline.jobs.encode", "shardcook.pipeline.driver"):
+    for name in ("shardcook.jobs.encode.job", "shardcook.pipeline.driver"):
         logging.getLogger(name).setLevel(logging.ERROR)  # "encoding on the CPU": expected here
     from shardcook.dataset import validate
     from shardcook.encoders.tiny import LABEL, build_tiny_flux
+    from shardcook.jobs.encode.job import EncodeJob, quiet_model_libraries
+    from shardcook.jobs.raw import RawJob
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.jobs.encode import EncodeJob, quiet_model_libraries
-    from shardcook.pipeline.jobs.raw import RawJob
 
     quiet_model_libraries()
     images, model = root / "images", root / "tiny-flux-DEMO-WEIGHTS"

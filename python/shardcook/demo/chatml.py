@@ -81,12 +81,12 @@ def run_chatml_demo(root: Path, images: list[tuple[str, str]], image_dir: Path) 
     from shardcook import read_shard
     from shardcook.dataset import validate
     from shardcook.errors import DatasetError
+    from shardcook.jobs.chatml.job import ChatmlJob
     from shardcook.layouts.chatml import VIDEO_FRAMES_PART, load_videos
     from shardcook.pipeline.driver import run_pipeline
-    from shardcook.pipeline.jobs.chatml import ChatmlJob
 
     # "Bridge's class is not importable here": expected on a machine without Megatron-Bridge
-    logging.getLogger("shardcook.pipeline.jobs.chatml").setLevel(logging.ERROR)
+    logging.getLogger("shardcook.jobs.chatml.job").setLevel(logging.ERROR)
     jsonl = make_inputs(root / "chatml-inputs", images, image_dir)
     out = root / "chatml"
     cfg = config(jsonl, out)

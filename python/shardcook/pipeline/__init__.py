@@ -1,2 +1,3 @@
-"""The engine that runs raw, encode and chatml (`driver.run_pipeline`), their output folders, and
-`ingest`."""
+"""The engine every job runs on: `driver.run_pipeline` (one whole run of a `Job`), `plan` (units of
+work), `run` (the per-unit loop and resume) and `report` (manifest.json, report.json, the
+summary)."""

@@ -12,13 +12,13 @@ from typing import Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
-from shardcook.pipeline import overwrite
+from shardcook.output import overwrite
+from shardcook.output.folder import OutputFolder, run_folder
+from shardcook.output.lock import Holder
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.folders import OutputFolder, run_folder
 from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
-from shardcook.pipeline.runlock import Holder
 from shardcook.sources.base import Source
 
 

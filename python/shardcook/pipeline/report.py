@@ -10,7 +10,7 @@ from typing import Any
 
 from shardcook.config import ChatmlConfig, RunConfig, output_affecting
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.pipeline.folders import OutputFolder
+from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
 
 FORMAT_VERSION = 1

@@ -23,7 +23,7 @@ from typing import Final
 from shardcook._native import ShardWriter
 from shardcook.errors import SkipReason
 from shardcook.imaging import ImageResult
-from shardcook.pipeline.folders import OutputFolder
+from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source

@@ -10,6 +10,7 @@ import pickle
 from typing import TYPE_CHECKING, Any
 
 from shardcook.config import ImageConfig
+from shardcook.jobs.encode.sample import EncodedSample
 from shardcook.layouts.bridge_flux import (
     EMBEDDINGS_PART,
     LATENT_PART,
@@ -17,7 +18,6 @@ from shardcook.layouts.bridge_flux import (
     POOLED_PROMPT_EMBEDS,
     PROMPT_EMBEDS,
 )
-from shardcook.pipeline.encoded import EncodedSample
 
 if TYPE_CHECKING:
     import torch

@@ -1,5 +1,5 @@
 """`chatml` as a job on the shared engine: the chat source (`sources/chat.py`), work units per
-split, the media processor (`pipeline/chatml_media.py`), and the generic finalize with split
+split, the media processor (`jobs/chatml/media.py`), and the generic finalize with split
 parts by shard name and Megatron-Bridge's dataset.yaml (validate runs the layout's checker)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError
+from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
-from shardcook.pipeline.chatml_media import ChatmlProcessor
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Source

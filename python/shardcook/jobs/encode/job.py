@@ -30,12 +30,12 @@ from shardcook.config.checks import encode_layout
 from shardcook.distributed import _env_int, env_rank_world
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
+from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
+from shardcook.jobs.images import check_image_options, decode_images, result_pixels
 from shardcook.layouts import registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
+from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
-from shardcook.pipeline.encoded import EncodedSample, PartBuilder
-from shardcook.pipeline.folders import OutputFolder, run_folder
-from shardcook.pipeline.images import check_image_options, decode_images, result_pixels
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped

@@ -14,13 +14,13 @@ import numpy as np
 
 from shardcook import imaging  # the Rust image core
 from shardcook.config import RunConfig
-from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
-from shardcook.pipeline.images import (
+from shardcook.jobs.images import (
     check_image_options,
     decode_images,
     result_meta_json,
     result_pixels,
 )
+from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped

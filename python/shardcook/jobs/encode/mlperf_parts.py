@@ -8,8 +8,8 @@ import io
 import json
 from typing import TYPE_CHECKING
 
+from shardcook.jobs.encode.sample import EncodedSample
 from shardcook.layouts.mlperf import CLIP_PART, JSON_PART, LOGVAR_PART, MEAN_PART, T5_PART
-from shardcook.pipeline.encoded import EncodedSample
 
 if TYPE_CHECKING:
     import torch

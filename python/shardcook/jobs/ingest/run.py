@@ -30,10 +30,9 @@ from shardcook import _native
 from shardcook.dataset import finalize, metadata
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.files import file_kind, remove_temporaries
-from shardcook.layouts.mlperf import MLPERF
-from shardcook.layouts.names import META_DIR, OURS_DIR, shard_name, split_shard_prefix
-from shardcook.pipeline import overwrite as overwrite_rules
-from shardcook.pipeline.download import (
+from shardcook.jobs.ingest.arrow import ConversionError, Shapes, samples
+from shardcook.jobs.ingest.config import ARROW_SUFFIX, IngestConfig, IngestDataset, check
+from shardcook.jobs.ingest.download import (
     DownloadError,
     ManifestEntry,
     Retry,
@@ -43,10 +42,11 @@ from shardcook.pipeline.download import (
     parse_md5_manifest,
     safe_name,
 )
-from shardcook.pipeline.download import download as fetch
-from shardcook.pipeline.ingest_arrow import ConversionError, Shapes, samples
-from shardcook.pipeline.ingest_config import ARROW_SUFFIX, IngestConfig, IngestDataset, check
-from shardcook.pipeline.outdir import RunFolder
+from shardcook.jobs.ingest.download import download as fetch
+from shardcook.layouts.mlperf import MLPERF
+from shardcook.layouts.names import META_DIR, OURS_DIR, shard_name, split_shard_prefix
+from shardcook.output import overwrite as overwrite_rules
+from shardcook.output.local import RunFolder
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import numpy as np
 from shardcook import imaging
 from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.errors import SkipReason
+from shardcook.jobs.images import classify_error
 from shardcook.layouts import chatml as layout
 from shardcook.media import MediaError, audio, video
-from shardcook.pipeline.images import classify_error
 from shardcook.pipeline.run import Loaded, Outcome, Processor, split_skipped
 from shardcook.sources.chat import ChatItem
 

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.pipeline.download import Retry
+from shardcook.jobs.ingest.download import Retry
 
 #: Split names become shard prefixes (`train-shard-000000.tar`), so lowercase letters only.
 SPLIT_NAME = re.compile(r"[a-z]+")

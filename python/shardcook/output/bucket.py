@@ -1,5 +1,5 @@
 """`BucketRunFolder`: a run's output folder in object storage (`msc://PROFILE/path`,
-`s3://bucket/path`), the second implementation of `pipeline/outdir.RunFolder`'s methods.
+`s3://bucket/path`), the second implementation of `output/local.RunFolder`'s methods.
 
 Everything shardcook keeps about the run (`.shardcook/manifest.json`, `report.json`, the unit
 markers) is in the bucket, so a resume on another machine continues where this one stopped. The
@@ -33,10 +33,10 @@ from shardcook.layouts.names import (
     RUN_LOCK,
     is_shard_name,
 )
-from shardcook.pipeline import overwrite
-from shardcook.pipeline.place import check_bucket_place
-from shardcook.pipeline.runlock import BucketLease, Holder
-from shardcook.pipeline.uploader import Uploader, retried
+from shardcook.output import overwrite
+from shardcook.output.lock import BucketLease, Holder
+from shardcook.output.place import check_bucket_place
+from shardcook.output.uploader import Uploader, retried
 from shardcook.storage import access_problem, credentials_of, describe_error, remote
 
 T = TypeVar("T")
@@ -130,7 +130,7 @@ class BucketRunFolder:
 
     def lock(self, me: Holder) -> None:
         """Takes the folder's lease for run `me` and renews it until `close`
-        (`runlock.BucketLease`), or raises ConfigError naming the run that holds it."""
+        (`lock.BucketLease`), or raises ConfigError naming the run that holds it."""
         self._checked("writing the lease", partial(self._lease.acquire, me))
 
     def check_held(self) -> None:

@@ -1,5 +1,5 @@
 """`OutputFolder`, what the pipeline asks of a run's output folder, and `run_folder`, the one
-place that picks its implementation: `outdir.RunFolder` for a local path, `bucketdir.
+place that picks its implementation: `local.RunFolder` for a local path, `bucket.
 BucketRunFolder` for a URL (object storage). The driver, the per-unit loop and the jobs are typed
 against the protocol and never ask which one they have."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardcook.config.sections import OutputConfig
-from shardcook.pipeline.bucketdir import BucketRunFolder
-from shardcook.pipeline.outdir import RunFolder
-from shardcook.pipeline.overwrite import ObjectPlan, OverwritePlan
-from shardcook.pipeline.runlock import Holder
+from shardcook.output.bucket import BucketRunFolder
+from shardcook.output.local import RunFolder
+from shardcook.output.lock import Holder
+from shardcook.output.overwrite import ObjectPlan, OverwritePlan
 from shardcook.storage import is_url
 
 

@@ -2,7 +2,7 @@
 
 It knows the paths shardcook keeps there (`.shardcook/`: manifest.json, report.json, the
 per-unit progress markers that make a run resumable, the writer's tmp folder), checks the folder
-before a run, applies `--overwrite`'s rules (`pipeline/overwrite.py` decides what to delete) and
+before a run, applies `--overwrite`'s rules (`output/overwrite.py` decides what to delete) and
 reads and writes those records, every write through `files.write_atomic`. The shards themselves
 are named and written by the native writer; `.nv-meta/` is `dataset/metadata.py`'s. Callers ask
 it for what they need instead of joining paths, so an output folder kept elsewhere (object
@@ -28,9 +28,9 @@ from shardcook.layouts.names import (
     RUN_LOCK,
     is_shard_path,
 )
-from shardcook.pipeline import overwrite
-from shardcook.pipeline.place import check_local_place
-from shardcook.pipeline.runlock import Holder, LocalLock
+from shardcook.output import overwrite
+from shardcook.output.lock import Holder, LocalLock
+from shardcook.output.place import check_local_place
 
 
 class RunFolder:
@@ -109,7 +109,7 @@ class RunFolder:
         self._lock.check_free()
 
     def lock(self, me: Holder) -> None:
-        """Takes the folder for run `me` until `close` (`runlock.LocalLock`), or raises
+        """Takes the folder for run `me` until `close` (`lock.LocalLock`), or raises
         ConfigError naming the run that holds it; call it once the folder is known to be
         ours."""
         try:

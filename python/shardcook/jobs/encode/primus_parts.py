@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
+from shardcook.jobs.encode.sample import EncodedSample
+from shardcook.jobs.images import result_meta_json
 from shardcook.layouts.preencoded import POSTERIOR_PARTS
-from shardcook.pipeline.encoded import EncodedSample
-from shardcook.pipeline.images import result_meta_json
 
 
 def _with_factors(meta: bytes, facts: dict[str, object]) -> bytes:

@@ -1,0 +1,1 @@
+"""`shardcook chatml`: the job (`job.ChatmlJob`) and its media processor (`media`)."""

@@ -1,2 +1,0 @@
-"""The jobs the engine (`pipeline/driver.run_pipeline`) runs: `raw`, `encode`, `chatml`, each a
-`driver.Job`."""

@@ -123,6 +123,19 @@ def test_pickle_holds_only_its_own_tensors(bridge_encoded):
             assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
+def test_the_same_input_gives_the_same_shard_bytes(bridge_encoded, tiny_flux, tmp_path):
+    """torch keys a pickled storage by its memory address; the `pickle` part must not depend on
+    it, or no two runs (nor a resumed one) write the same shards."""
+    src, out = bridge_encoded
+    again = tmp_path / "again"
+    run_in_process(encode_args(tiny_flux, src, again, *BRIDGE, "--shard-size", "3",
+                               "--batch-size", "2"))
+    shards = sorted(p.name for p in out.glob("*.tar"))
+    assert shards == sorted(p.name for p in again.glob("*.tar"))
+    for name in shards:
+        assert (out / name).read_bytes() == (again / name).read_bytes(), name
+
+
 def test_manifest_records_the_layout_and_resume_with_another_is_refused(bridge_encoded,
                                                                         tiny_flux):
     src, out = bridge_encoded

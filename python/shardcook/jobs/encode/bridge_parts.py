@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import copyreg
+import io
 import json
 import pickle
 from typing import TYPE_CHECKING, Any
@@ -74,9 +76,51 @@ def bridge_parts(item: Item, result: ImageResult, latent: torch.Tensor, prompt: 
                   POOLED_PROMPT_EMBEDS: pooled.contiguous().clone()}
     return [
         (LATENT_PART, tensor_bytes(latent)),
-        (EMBEDDINGS_PART, pickle.dumps(embeddings)),
+        (EMBEDDINGS_PART, pickle_tensors(embeddings)),
         (META_PART, bridge_json(item, result, image=image, encoders=encoders)),
     ]
+
+
+#: The storage key torch's legacy save writes: any string that is the same in both places.
+_STORAGE_KEY = "0"
+
+
+def _storage_bytes(storage: Any) -> bytes:
+    """torch's own `TypedStorage.__reduce__` payload (a legacy `torch.save` of the one storage),
+    with the storage's key, which torch takes from its memory address, made a constant: the same
+    tensors then pickle to the same bytes in every process."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(storage, buffer, _use_new_zipfile_serialization=False)
+    address = str(storage._cdata).encode("ascii")
+
+    def binunicode(text: bytes) -> bytes:  # how protocol 2 writes a str
+        return b"X" + len(text).to_bytes(4, "little") + text
+
+    data = buffer.getvalue()
+    if data.count(binunicode(address)) != 2:  # the storage's id and the list of saved keys
+        raise RuntimeError("torch's legacy storage format changed; cannot pickle reproducibly")
+    return data.replace(binunicode(address), binunicode(_STORAGE_KEY.encode("ascii")))
+
+
+def _reduce_storage(storage: Any) -> tuple[Any, tuple[bytes]]:
+    import torch
+
+    return torch.storage._load_from_bytes, (_storage_bytes(storage),)
+
+
+def pickle_tensors(tensors: dict[str, torch.Tensor]) -> bytes:
+    """`pickle.dumps(tensors)` as Bridge's script writes it (each tensor
+    `torch._utils._rebuild_tensor_v2` over `torch.storage._load_from_bytes`), byte-reproducible."""
+    import torch
+
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer)
+    pickler.dispatch_table = copyreg.dispatch_table.copy()
+    pickler.dispatch_table[torch.storage.TypedStorage] = _reduce_storage
+    pickler.dump(tensors)
+    return buffer.getvalue()
 
 
 def encoded_bridge_parts(s: EncodedSample) -> list[tuple[str, bytes]]:

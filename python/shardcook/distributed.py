@@ -73,7 +73,7 @@ class Dist:
                 tdist.destroy_process_group()
 
 
-def _env_int(name: str, default: str) -> int:
+def env_int(name: str, default: str) -> int:
     text = os.environ.get(name, default)
     try:
         return int(text)
@@ -90,7 +90,7 @@ def env_rank_world() -> tuple[int, int]:
     Raises:
         ConfigError: either is not an integer, WORLD_SIZE < 1, or RANK outside [0, WORLD_SIZE).
     """
-    rank, world = _env_int("RANK", "0"), _env_int("WORLD_SIZE", "1")
+    rank, world = env_int("RANK", "0"), env_int("WORLD_SIZE", "1")
     if world < 1:
         raise ConfigError(f"Environment variable WORLD_SIZE={world} must be at least 1.")
     if not 0 <= rank < world:
@@ -124,7 +124,7 @@ def _master() -> tuple[str, int]:
             "WORLD_SIZE > 1 needs MASTER_ADDR and MASTER_PORT (rank 0's address); "
             "start the ranks with torchrun, or set both."
         )
-    port = _env_int("MASTER_PORT", "")
+    port = env_int("MASTER_PORT", "")
     if not 0 < port < 2**16:
         raise ConfigError(f"Environment variable MASTER_PORT={port} must be between 1 and 65535.")
     try:

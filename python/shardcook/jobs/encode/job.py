@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
 from shardcook.config.checks import encode_layout
-from shardcook.distributed import _env_int, env_rank_world
+from shardcook.distributed import env_int, env_rank_world
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
@@ -61,7 +61,7 @@ def local_env() -> tuple[int, int]:
             below 1, in one sentence.
     """
     env_rank_world()
-    local_rank, local_world = _env_int("LOCAL_RANK", "0"), _env_int("LOCAL_WORLD_SIZE", "1")
+    local_rank, local_world = env_int("LOCAL_RANK", "0"), env_int("LOCAL_WORLD_SIZE", "1")
     if local_rank < 0:
         raise ConfigError(f"Environment variable LOCAL_RANK={local_rank} must be 0 or more; "
                           "unset it or let torchrun set it.")

@@ -173,7 +173,7 @@ def test_multi_image_layout_and_png_single(tmp_path):
             assert Image.open(io.BytesIO(data)).format == "JPEG"
     assert counts == [1, 3, 0]
     three = unpickle_jpgs(samples["train-000001"]["jpgs"])
-    for data, name in zip(three, names[1:4]):
+    for data, name in zip(three, names[1:4], strict=True):
         a = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=float)
         b = np.asarray(Image.open(src / name).convert("RGB"), dtype=float)
         assert a.shape == b.shape and np.abs(a - b).mean() < 8  # same picture, in order

@@ -39,7 +39,7 @@ def encoded(tmp_path_factory):
 
 def _same_batches(a, b) -> None:
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.__key__ == y.__key__
         assert torch.equal(x.latents, y.latents)
         assert torch.equal(x.prompt_embeds, y.prompt_embeds)

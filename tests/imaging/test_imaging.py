@@ -298,7 +298,7 @@ def test_parallel_results_equal_serial_results():
     ]
     one = imaging.preprocess(datas, size=96, mode="bucket", workers=1)
     many = imaging.preprocess(datas, size=96, mode="bucket", workers=4)
-    for a, b in zip(one, many):
+    for a, b in zip(one, many, strict=True):
         np.testing.assert_array_equal(a.pixels, b.pixels)
         assert (a.orig_size, a.crop) == (b.orig_size, b.crop)
 

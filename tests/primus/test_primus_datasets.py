@@ -274,7 +274,7 @@ def test_resampled_batches_are_identical_after_save_restore(resampled, num_worke
     with _resample_loader(resampled, num_workers) as restored:
         restored.restore_state(state)
         got = [next(restored) for _ in range(4)]
-    for a, b in zip(got, expected):
+    for a, b in zip(got, expected, strict=True):
         assert a.__key__ == b.__key__
         assert torch.equal(a["latents"], b["latents"])
 

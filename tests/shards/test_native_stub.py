@@ -88,7 +88,7 @@ def _conforms(value: object, hint: object) -> bool:
             _conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items())
     if origin is tuple:
         return (isinstance(value, tuple) and len(value) == len(args)
-                and all(_conforms(v, a) for v, a in zip(value, args)))
+                and all(_conforms(v, a) for v, a in zip(value, args, strict=True)))
     if origin is np.ndarray:
         dtype = typing.get_args(args[1])[0]
         return isinstance(value, np.ndarray) and value.dtype == dtype

@@ -55,7 +55,7 @@ def decode_images(
     ) if todo else []
     good: list[tuple[int, imaging.ImageResult]] = []
     skips: dict[int, Outcome] = {}
-    for n, r in zip(todo, results):
+    for n, r in zip(todo, results, strict=True):
         item = batch[n].item
         if r.error is not None or r.pixels is None or r.orig_size is None:
             message = r.error or "no pixels"

@@ -131,7 +131,7 @@ def test_huggingface_parquet_binary_images_missing_values(tmp_path):
     items = list(src.items(0, 6))
     assert src.image_column == "image"
     assert [it.skip for it in items] == [None, None, "missing_image", None, "missing_caption", None]
-    with pytest.raises(ConfigError, match="could not be loaded|does not exist"):
+    with pytest.raises(ConfigError, match=r"could not be loaded|does not exist"):
         HuggingFaceSource(str(tmp_path / "nope.parquet"))
 
 

@@ -74,11 +74,11 @@ def test_one_input_where_a_list_is_expected_is_an_error(single):
 
 
 def test_other_native_functions_check_their_integers():
-    with pytest.raises(ImageError, match="^quality must be from 1 to 100, not 300$"):
+    with pytest.raises(ImageError, match=r"^quality must be from 1 to 100, not 300$"):
         imaging.encode_image(samples.astronaut(), "jpg", quality=300)
-    with pytest.raises(ImageError, match="^size must be from 1 to 65536, not -1$"):
+    with pytest.raises(ImageError, match=r"^size must be from 1 to 65536, not -1$"):
         imaging.default_buckets(-1)
-    with pytest.raises(ImageError, match="^width must be from 0 to 4294967295, not -4$"):
+    with pytest.raises(ImageError, match=r"^width must be from 0 to 4294967295, not -4$"):
         imaging.geometry(-4, 10)
 
 

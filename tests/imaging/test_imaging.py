@@ -37,7 +37,7 @@ def photo(name: str) -> np.ndarray:
 
 @cache
 def big_photo() -> np.ndarray:
-    """A 2400×1600 mosaic of four real photos (big enough for 1/2–1/8 DCT-scaled decoding)."""
+    """A 2400×1600 mosaic of four real photos (big enough for 1/2 to 1/8 DCT-scaled decoding)."""
     tiles = [photo(n) for n in ("astronaut", "coffee", "chelsea", "rocket")]
     tiles = [np.asarray(Image.fromarray(t).resize((1200, 800), Image.LANCZOS)) for t in tiles]
     return np.vstack([np.hstack(tiles[:2]), np.hstack(tiles[2:])])
@@ -183,10 +183,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("case", CASES)
 def test_matches_pillow_in_every_mode_and_size(case):
     data, source = make_case(case)
-    if source is not None:
-        image = Image.fromarray(source).convert("RGB")
-    else:
-        image = pillow_rgb(data)
+    image = Image.fromarray(source).convert("RGB") if source is not None else pillow_rgb(data)
     for size in SIZES:
         for mode in MODES:
             (r,) = imaging.preprocess([data], size=size, mode=mode, max_size=size, workers=1)

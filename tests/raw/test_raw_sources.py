@@ -186,8 +186,8 @@ def _pillow_crop(arr: np.ndarray, size: int) -> np.ndarray:
     s = size / min(h, w)
     nh, nw = max(size, round(h * s)), max(size, round(w * s))
     im = Image.fromarray(arr).resize((nw, nh), Image.LANCZOS)
-    t, l = (nh - size) // 2, (nw - size) // 2
-    return np.asarray(im.crop((l, t, l + size, t + size)))
+    top, left = (nh - size) // 2, (nw - size) // 2
+    return np.asarray(im.crop((left, top, left + size, top + size)))
 
 
 def _check_read_back(out, expected_captions: dict[str, str], size: int):

@@ -12,6 +12,7 @@ in the bucket. The staging folder is removed by `close`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -206,10 +207,8 @@ class BucketRunFolder:
                 self._before.discard(one)
 
     def _delete(self, name: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # gone already: what was wanted
             self.store.delete(name)
-        except FileNotFoundError:
-            pass  # gone already: what was wanted
 
     def remove_partial_shards(self) -> None:
         """Nothing: partial shards only ever exist in a process's own staging folder."""

@@ -12,6 +12,7 @@ batches of `batch_size` items on each side of the processor.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -195,10 +196,8 @@ def _batches(source: Source, units: list[WorkUnit], batch_size: int,
     finally:
         stop.set()
         while t.is_alive():  # unblock a reader waiting on a full queue
-            try:
+            with contextlib.suppress(queue.Empty):
                 q.get(timeout=0.05)
-            except queue.Empty:
-                pass
 
 
 class _UnitWriter:

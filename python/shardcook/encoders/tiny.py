@@ -68,7 +68,10 @@ def _t5_tokenizer(folder: Path) -> None:
     # transformers 5 keeps T5TokenizerFast as a lazy alias its type information does not declare
     from transformers import T5TokenizerFast  # type: ignore[attr-defined]
 
-    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow", "orange", "purple", "white", "black", "grey", "circle", "square", "triangle", "star", "stripe", "dot", "small", "large", "big", "photo", "picture", "image", "of", "background", "cat", "dog", "astronaut", "coffee", "rocket", "camera"]
+    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow",
+             "orange", "purple", "white", "black", "grey", "circle", "square", "triangle", "star",
+             "stripe", "dot", "small", "large", "big", "photo", "picture", "image", "of",
+             "background", "cat", "dog", "astronaut", "coffee", "rocket", "camera"]
     corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.NFKC()

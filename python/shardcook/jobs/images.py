@@ -62,7 +62,8 @@ def decode_images(
             skips[n] = Outcome(item, skip=classify_error(r.error_kind), detail=message)
         elif min(r.orig_size) < image.min_size:
             skips[n] = Outcome(item, skip="too_small",
-                               detail=f"short side {min(r.orig_size)} < --min-size {image.min_size}")
+                               detail=f"short side {min(r.orig_size)} "
+                                      f"< --min-size {image.min_size}")
         else:
             good.append((n, r))
     return good, skips

@@ -93,8 +93,9 @@ class BucketRunFolder:
             raise  # already one sentence
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
             raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
-                f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
-                f"the bucket exists and that {credentials_of(self.url)} may list and write there."
+                f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); "
+                f"check that the bucket exists and that {credentials_of(self.url)} may list and "
+                "write there."
             ) from None
 
     def is_ours(self) -> bool:
@@ -197,8 +198,8 @@ class BucketRunFolder:
 
     def discard_shard(self, name: str) -> None:
         """Deletes shard `name`, its `.tar.idx` and its index rows where there (a unit cut off
-        before its marker is redone). What is there is listed once, at the first call: objects uploaded
-        after it are this run's."""
+        before its marker is redone). What is there is listed once, at the first call: objects
+        uploaded after it are this run's."""
         if self._before is None:
             self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
         for one in (name, f"{name}.idx", shardrows.rows_name(name)):
@@ -348,7 +349,8 @@ class BucketRunFolder:
         if not isinstance(record, dict):
             return None
         shard = record.get("shard")
-        return record if shard is None or (isinstance(shard, str) and is_shard_name(shard)) else None
+        return (record if shard is None or (isinstance(shard, str) and is_shard_name(shard))
+                else None)
 
 
 def _json(obj: Any) -> str:

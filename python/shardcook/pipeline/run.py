@@ -274,10 +274,11 @@ class _UnitWriter:
     def _open(self, unit: WorkUnit) -> tuple[ShardWriter, JsonObject]:
         # a shard without a marker was cut off before its unit was recorded: redo it
         self.folder.discard_shard(unit.name)
-        writer = ShardWriter(self.folder.shard_dir, shard_size=max(len(unit), 1), prefix=unit.prefix,
-                             first_shard=unit.number)
-        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
-                  "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
+        writer = ShardWriter(self.folder.shard_dir, shard_size=max(len(unit), 1),
+                             prefix=unit.prefix, first_shard=unit.number)
+        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
+                              "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
+                              "skipped": []}
         return writer, record
 
     @staticmethod

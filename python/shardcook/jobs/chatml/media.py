@@ -187,7 +187,8 @@ class ChatmlProcessor(Processor):
                 clip = video.probe(data)
                 if self.video_layout == "mp4":
                     video.require_mp4(clip)
-                    records.append({"frames": len(clip.pts), **_size_record(clip.height, clip.width),
+                    records.append({"frames": len(clip.pts),
+                                    **_size_record(clip.height, clip.width),
                                     "duration": round(clip.duration, 6)})
                     continue
                 frames, timestamps = self._frames(data, clip)

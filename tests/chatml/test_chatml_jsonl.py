@@ -127,8 +127,8 @@ def test_single_image_jsonl_end_to_end(tmp_path):
     meta = out / ".nv-meta"
     assert (meta / "dataset.yaml").read_text() == SINGLE_YAML
     split_yaml = yaml.safe_load((meta / "split.yaml").read_text())
-    assert split_yaml["split_parts"]["train"] == [
-        f"train-shard-{{000000..{max(int(s[12:18]) for s in expect_shards if s[0] == 't'):06d}}}.tar"]
+    last = max(int(s[12:18]) for s in expect_shards if s[0] == "t")
+    assert split_yaml["split_parts"]["train"] == [f"train-shard-{{000000..{last:06d}}}.tar"]
 
     # Energon's own prepare on a copy of the shards: identical .tar.idx, .info.json, split.yaml,
     # index.sqlite; then its loader reads every sample with exactly our parts

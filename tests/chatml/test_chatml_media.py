@@ -34,7 +34,8 @@ from tests.helpers.shards import energon_prepare
 
 
 def video_turns(n_videos: int, n_images: int = 0) -> list[dict]:
-    return [{"from": "human", "value": "<image>" * n_images + "<video>" * n_videos + "Was passiert?"},
+    return [{"from": "human",
+             "value": "<image>" * n_images + "<video>" * n_videos + "Was passiert?"},
             {"from": "gpt", "value": "Ein Film."}]
 
 

@@ -153,7 +153,8 @@ CASES = [
     "jpeg", "jpeg_big", "jpeg_big_portrait", "jpeg_progressive", "jpeg_gray", "jpeg_cmyk",
     *[f"jpeg_exif{o}" for o in range(1, 9)],
     "png", "png_exif6", "png16_rgb", "png16_gray", "png_palette_trns", "png_rgba",
-    "png_interlaced", "webp", "webp_big", "webp_lossless", "webp_alpha", "webp_exif8", "gif", "bmp", "tiff",
+    "png_interlaced", "webp", "webp_big", "webp_lossless", "webp_alpha", "webp_exif8",
+    "gif", "bmp", "tiff",
 ]  # fmt: skip
 
 

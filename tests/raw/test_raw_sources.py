@@ -33,8 +33,9 @@ def test_directory_pairs_by_stem_sorted_any_case(tmp_path):
     (img / "i.json").write_text("{}")
     src = DirectorySource(tmp_path)
     items = list(src.items(0, len(src)))
-    assert [it.source.rsplit("/", 1)[-1] for it in items] == sorted(names, key=lambda n: n.split(".")[0])
-    assert [it.caption for it in items] == [f"cap {n}" for n in sorted(names, key=lambda n: n.split(".")[0])]
+    in_order = sorted(names, key=lambda n: n.split(".")[0])
+    assert [it.source.rsplit("/", 1)[-1] for it in items] == in_order
+    assert [it.caption for it in items] == [f"cap {n}" for n in in_order]
     assert [it.key for it in items] == [f"{i:010d}" for i in range(8)]
     assert all(it.skip is None and it.image_path for it in items)
     # a window reads only that window, same items
@@ -107,12 +108,14 @@ def test_huggingface_nested_image_feature(tmp_path):
     import datasets
 
     pixels = generated(3, (24, 32))
-    features = datasets.Features({"data": {"img": datasets.Image(), "cap": datasets.Value("string")}})
+    features = datasets.Features(
+        {"data": {"img": datasets.Image(), "cap": datasets.Value("string")}})
     ds = datasets.Dataset.from_dict(
         {"data": [{"img": {"bytes": encode(pixels, "png"), "path": None}, "cap": "deep"}]},
         features=features)
     ds.save_to_disk(str(tmp_path / "hf"))
-    src = HuggingFaceSource(str(tmp_path / "hf"), image_column="data.img", caption_column="data.cap")
+    src = HuggingFaceSource(str(tmp_path / "hf"), image_column="data.img",
+                            caption_column="data.cap")
     (item,) = src.items(0, 1)
     assert item.caption == "deep" and item.skip is None
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(item.image)).convert("RGB")), pixels)

@@ -64,7 +64,8 @@ def photos(folder: Path, n: int) -> Path:
     import skimage.data
     from PIL import Image
 
-    names = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field")
+    names = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry",
+             "hubble_deep_field")
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         a = getattr(skimage.data, names[i % len(names)])()[..., :3]
@@ -90,7 +91,8 @@ def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
     return {"size": size, "batch": batch, "samples": rep["num_written"],
             "wall_s": rep["wall_seconds"], "samples_per_s_wall": rep["inputs_per_second"],
             "encode_s": st["encode"], "input_wait_s": st["input_wait"],
-            "samples_per_s_encoding": round(rep["num_written"] / (st["encode"] + st["input_wait"]), 2),
+            "samples_per_s_encoding": round(
+                rep["num_written"] / (st["encode"] + st["input_wait"]), 2),
             "wait_share": round(st["input_wait"] / (st["encode"] + st["input_wait"]), 4)}
 
 

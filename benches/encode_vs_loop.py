@@ -7,9 +7,9 @@ with the same tiny random-weight FLUX-layout encoders (shardcook.encoders.tiny) 
 Prints samples/s for each and the ratio (median of the repeats; each run includes loading the
 encoders). Inputs: scikit-image's bundled photos, either `large` (the default: raw_vs_peers.py's
 1-4 MP JPEG/PNG/WebP mix, the size of photos people train on) or `small` (saved as JPEG at their
-own size, 300-800 px, flipped so repeats differ). Work files go under bench-out/encode_vs_loop (git-ignored).
-No GPU here: this measures the pipeline (batching, Rust decode/resize, overlap) around the
-encoders, not FLUX-size models.
+own size, 300-800 px, flipped so repeats differ). Work files go under bench-out/encode_vs_loop
+(git-ignored). No GPU here: this measures the pipeline (batching, Rust decode/resize, overlap)
+around the encoders, not FLUX-size models.
 """
 
 from __future__ import annotations

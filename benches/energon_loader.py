@@ -142,8 +142,9 @@ def run(preset: Preset, root: Path, args) -> tuple[float, float, float, float]:
                   "CPU-second", flush=True)
     med = {k: statistics.median(v) for k, v in results.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
-    paired = statistics.median(s / d for s, d in zip(results["safe"], results["default"]))
-    paired_cpu = statistics.median(s / d for s, d in zip(cpu["safe"], cpu["default"]))
+    paired = statistics.median(
+        s / d for s, d in zip(results["safe"], results["default"], strict=True))
+    paired_cpu = statistics.median(s / d for s, d in zip(cpu["safe"], cpu["default"], strict=True))
     print(f"[{preset.name}] median samples/s: EncodedDiffusionTaskEncoder {med['safe']:.1f} | "
           f"default decoder {med['default']:.1f} | ratio {med['safe'] / med['default']:.3f} "
           f"(median of per-round ratios: wall {paired:.3f}, CPU {paired_cpu:.3f})", flush=True)

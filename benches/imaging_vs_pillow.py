@@ -120,7 +120,8 @@ def main() -> None:
             for t in threads:
                 ours, pil = (len(data) / min(times[side, t]) for side in ("ours", "pil"))
                 scale = {
-                    side: statistics.median(a / b for a, b in zip(times[side, 1], times[side, t]))
+                    side: statistics.median(
+                        a / b for a, b in zip(times[side, 1], times[side, t], strict=True))
                     for side in ("ours", "pil")
                 }
                 print(

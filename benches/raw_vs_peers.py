@@ -1,8 +1,9 @@
 """`shardcook raw` side by side with a plain Pillow + webdataset.ShardWriter script and with
 img2dataset, on the same real photos, the same cores, to 256 px JPEG shards.
 
-    python benches/raw_vs_peers.py [--n 400] [--workers N] [--img2dataset /path/to/venv/bin/img2dataset]
-    python benches/raw_vs_peers.py --rss-only        # peak RSS of `shardcook raw` at 1k and 10k inputs
+    python benches/raw_vs_peers.py [--n 400] [--workers N] \
+        [--img2dataset /path/to/venv/bin/img2dataset]
+    python benches/raw_vs_peers.py --rss-only   # peak RSS of `shardcook raw` at 1k and 10k inputs
 
 Prints images/s per tool and the ratios; the peak RSS of `shardcook raw` at 1k and 10k inputs.
 Inputs: scikit-image's bundled photos, rescaled to 1-4 MP, flipped/cropped so every file differs,
@@ -75,7 +76,8 @@ def _timed(cmd: list[str], **kw) -> tuple[float, int]:
     """Runs cmd; returns (wall seconds, peak RSS in MiB of the process tree's largest child)."""
     wrapper = ("import resource, subprocess, sys, json\n"
                "r = subprocess.run(sys.argv[1:])\n"
-               "print(json.dumps([r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+               "print(json.dumps([r.returncode, "
+               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True,
                          check=False, **kw)
@@ -150,7 +152,8 @@ def run_img2dataset(exe: str, photos: Path, out: Path, workers: int) -> tuple[fl
                    str(out), "--output_format", "webdataset", "--image_size", str(SIZE),
                    "--resize_mode", "center_crop", "--encode_format", "jpg", "--encode_quality",
                    str(QUALITY), "--processes_count", str(workers), "--thread_count",
-                   str(2 * workers), "--number_sample_per_shard", "1000", "--enable_wandb", "False"],
+                   str(2 * workers), "--number_sample_per_shard", "1000",
+                   "--enable_wandb", "False"],
                   env=dict(os.environ, NO_ALBUMENTATIONS_UPDATE="1"))
 
 
@@ -204,8 +207,10 @@ def main() -> None:
           f"{args.workers} workers on {os.cpu_count()} cores")
     results: dict[str, float] = {}
     if not args.rss_only:
-        runs = [("shardcook raw", lambda: run_shardcook(photos, work / "out-shardcook", args.workers)),
-                ("pillow+webdataset", lambda: run_pillow(photos, work / "out-pillow", args.workers))]
+        runs = [("shardcook raw",
+                 lambda: run_shardcook(photos, work / "out-shardcook", args.workers)),
+                ("pillow+webdataset",
+                 lambda: run_pillow(photos, work / "out-pillow", args.workers))]
         if args.img2dataset:
             runs.append(("img2dataset", lambda: run_img2dataset(
                 args.img2dataset, photos, work / "out-img2dataset", args.workers)))

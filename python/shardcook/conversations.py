@@ -54,7 +54,8 @@ def _content(content: Any, where: str) -> list[dict[str, str]]:
     if isinstance(content, str):
         return _text_parts(content)
     if not isinstance(content, list):
-        raise ConversationError(f"{where} has content of type {type(content).__name__}, not text or a list of parts")
+        raise ConversationError(f"{where} has content of type {type(content).__name__}, "
+                                "not text or a list of parts")
     parts: list[dict[str, str]] = []
     for j, part in enumerate(content):
         if isinstance(part, str):

@@ -254,7 +254,7 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         x0 = 8 + (n % cols) * (TILE + 8)
         y0 = 8 + (n // cols) * cell_h
         sheet.paste(img, (x0 + (TILE - img.width) // 2, y0 + (TILE - img.height) // 2))
-        lines = [key] + textwrap.wrap(caption, width=TILE // 6)[:CAPTION_LINES]
+        lines = [key, *textwrap.wrap(caption, width=TILE // 6)[:CAPTION_LINES]]
         for i, line in enumerate(lines):
             draw.text((x0, y0 + TILE + 2 + i * line_h), line, fill=(0, 0, 0))
     target = Path(out) if out else Path(f"{root.resolve().name}-preview.png")

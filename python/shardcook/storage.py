@@ -99,8 +99,9 @@ def check_url(value: object, what: str) -> str:
     segment = bad_segment(rest.removesuffix("/"))
     if segment is not None:
         raise ConfigError(
-            f"{what} {shown!r} has {segment_named(segment)}, which the store keeps in the object names while "
-            "Energon reads the folder it resolves to; write the path without '.', '..' or "
+            f"{what} {shown!r} has {segment_named(segment)}, which the store keeps in the object "
+            "names while Energon reads the folder it resolves to; write the path without '.', "
+            "'..' or "
             "empty segments.")
     _client(text, what)
     return text
@@ -309,7 +310,8 @@ class Remote:
         except FileNotFoundError:
             raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise OSError(errno.EIO, f"cannot read it ({describe_error(e)})", self.child(name)) from None
+            raise OSError(errno.EIO, f"cannot read it ({describe_error(e)})",
+                          self.child(name)) from None
 
     def probe_write(self, folder: str) -> None:
         """Writes and deletes an empty object in subfolder `folder`: proof that the credentials

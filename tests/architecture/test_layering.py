@@ -130,7 +130,8 @@ def test_the_scan_sees_imports_inside_functions_and_type_checking_blocks() -> No
     # a check on the scanner itself: both kinds exist in the package today
     assert "shardcook.demo.chatml" in GRAPH["shardcook.demo"]  # inside a function
     assert "shardcook.hftoken" in GRAPH["shardcook.config.checks"]  # inside a function
-    assert "shardcook.sources.base" in GRAPH["shardcook.jobs.encode.bridge_parts"]  # TYPE_CHECKING only
+    # TYPE_CHECKING only
+    assert "shardcook.sources.base" in GRAPH["shardcook.jobs.encode.bridge_parts"]
 
 
 def test_the_scan_finds_a_cycle_through_a_function_level_import(tmp_path: Path) -> None:

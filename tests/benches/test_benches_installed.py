@@ -27,7 +27,8 @@ def test_encode_vs_bridge_runs_shardcook_as_installed(tmp_path):
     shutil.copytree(BENCHES, checkout / "benches")
     unbuilt = checkout / "python" / "shardcook"
     unbuilt.mkdir(parents=True)
-    (unbuilt / "__init__.py").write_text("raise ImportError(\"No module named 'shardcook._native'\")\n")
+    (unbuilt / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'shardcook._native'\")\n")
     spec = importlib.util.spec_from_file_location("encode_vs_bridge",
                                                   checkout / "benches" / "encode_vs_bridge.py")
     assert spec is not None and spec.loader is not None

@@ -66,7 +66,7 @@ def test_image_list_column_with_typed_parts(tmp_path):
         assert sum(p == {"type": "image"} for p in conv[0]["content"]) == len(images)
         assert conv[1] == {"role": "assistant",
                            "content": [{"type": "text", "text": f"Antwort {i} ✓"}]}
-        for data, ref in zip(images, rows_images[i]):
+        for data, ref in zip(images, rows_images[i], strict=True):
             a = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=float)
             b = np.asarray(Image.open(io.BytesIO(ref["bytes"])).convert("RGB"), dtype=float)
             assert a.shape == b.shape and np.abs(a - b).mean() < 8

@@ -127,8 +127,8 @@ def test_single_image_jsonl_end_to_end(tmp_path):
     meta = out / ".nv-meta"
     assert (meta / "dataset.yaml").read_text() == SINGLE_YAML
     split_yaml = yaml.safe_load((meta / "split.yaml").read_text())
-    assert split_yaml["split_parts"]["train"] == [
-        f"train-shard-{{000000..{max(int(s[12:18]) for s in expect_shards if s[0] == 't'):06d}}}.tar"]
+    last = max(int(s[12:18]) for s in expect_shards if s[0] == "t")
+    assert split_yaml["split_parts"]["train"] == [f"train-shard-{{000000..{last:06d}}}.tar"]
 
     # Energon's own prepare on a copy of the shards: identical .tar.idx, .info.json, split.yaml,
     # index.sqlite; then its loader reads every sample with exactly our parts
@@ -173,7 +173,7 @@ def test_multi_image_layout_and_png_single(tmp_path):
             assert Image.open(io.BytesIO(data)).format == "JPEG"
     assert counts == [1, 3, 0]
     three = unpickle_jpgs(samples["train-000001"]["jpgs"])
-    for data, name in zip(three, names[1:4]):
+    for data, name in zip(three, names[1:4], strict=True):
         a = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=float)
         b = np.asarray(Image.open(src / name).convert("RGB"), dtype=float)
         assert a.shape == b.shape and np.abs(a - b).mean() < 8  # same picture, in order

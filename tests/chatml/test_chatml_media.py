@@ -34,7 +34,8 @@ from tests.helpers.shards import energon_prepare
 
 
 def video_turns(n_videos: int, n_images: int = 0) -> list[dict]:
-    return [{"from": "human", "value": "<image>" * n_images + "<video>" * n_videos + "Was passiert?"},
+    return [{"from": "human",
+             "value": "<image>" * n_images + "<video>" * n_videos + "Was passiert?"},
             {"from": "gpt", "value": "Ein Film."}]
 
 
@@ -95,12 +96,12 @@ def test_video_frames_layout(tmp_path):
         videos = bridge_decode_videos(parts["videos"])
         assert media["num_videos"] == len(videos) == len(clips)
         assert media["num_frames"] == sum(len(v) for v in videos)
-        for frames, rec, clip in zip(videos, media["videos"], clips):
+        for frames, rec, clip in zip(videos, media["videos"], clips, strict=True):
             assert rec["timestamps"] == want[clip]
             assert rec["frames"] == len(frames) and (rec["height"], rec["width"]) == (h, w)
             assert rec["pixels"] == h * w
             fps = 30 if clip == "long.mp4" else 10
-            for frame, t in zip(frames, rec["timestamps"]):
+            for frame, t in zip(frames, rec["timestamps"], strict=True):
                 assert frame.shape == (h, w, 3)  # decodes to the stored size
                 grey = min(4 * round(t * fps), 255)  # the source frame at that time
                 assert abs(float(frame.mean()) - grey) < 6, (clip, t, frame.mean(), grey)

@@ -50,7 +50,7 @@ def test_patterns_match_what_energon_prepare_matches(tmp_path):
             ours = split_by_patterns(shards, {name: pattern}).parts[name]
             assert collapse(ours) == theirs[name], name
         else:
-            with pytest.raises(ConfigError, match="matches none .* removes backslashes"):
+            with pytest.raises(ConfigError, match=r"matches none .* removes backslashes"):
                 split_by_patterns(shards, {name: pattern})
 
 

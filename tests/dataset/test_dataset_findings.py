@@ -279,7 +279,8 @@ def test_deep_checks_chatml_conversation_and_image_list(tmp_path):
         "train-shard-000000.tar: sample train-000001 image 0 of part jpgs is not a decodable image")
     d = chatml_dataset(tmp_path / "c", b"[]", pickle.dumps({"a": 1}))
     assert validate(d, deep=True).problems == [
-        "train-shard-000000.tar: sample train-000001 part jpgs: the jpgs part is not a list of bytes"]
+        "train-shard-000000.tar: sample train-000001 part jpgs: "
+        "the jpgs part is not a list of bytes"]
 
 
 # ---- duplicates --------------------------------------------------------------------------------

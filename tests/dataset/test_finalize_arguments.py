@@ -44,7 +44,7 @@ def test_a_wrong_type_is_refused_before_anything_changes(dataset, arguments, mes
     assert str(caught.value).startswith(message)
     index_arguments = {k: v for k, v in arguments.items()
                        if k not in ("validate", "sample_type", "field_map", "subflavors")}
-    if len(index_arguments) > 1 or "force" in arguments and arguments["force"] is not True:
+    if len(index_arguments) > 1 or ("force" in arguments and arguments["force"] is not True):
         with pytest.raises(ConfigError):
             build_index(dataset, **index_arguments)
     assert _files(dataset) == before

@@ -54,6 +54,10 @@ def energon_prepare(root: Path, *args: str) -> None:
     assert ref.returncode == 0, ref.stdout + ref.stderr
 
 
+def _dataset_yaml(root: Path) -> bytes:
+    return (root / META / "dataset.yaml").read_bytes()
+
+
 def test_generic_writes_what_energon_prepare_writes(tmp_path, twin):
     ours = foreign_tars(tmp_path / "ours")
     theirs = twin(ours)
@@ -61,13 +65,13 @@ def test_generic_writes_what_energon_prepare_writes(tmp_path, twin):
     assert r.code == 0, r.stdout + r.stderr
     energon_prepare(theirs, "--sample-type", "CrudeWebdataset")
     assert_same_index(ours, theirs)
-    assert (ours / META / "dataset.yaml").read_bytes() == (theirs / META / "dataset.yaml").read_bytes()
+    assert _dataset_yaml(ours) == _dataset_yaml(theirs)
     assert json.loads((ours / ".shardcook" / "finalize.json").read_text())["encoding"] == "generic"
     report = validate(ours)
     assert report.ok, report.problems
     # a later finalize keeps it generic without being told
     assert cli("finalize", "--force", ours).code == 0
-    assert (ours / META / "dataset.yaml").read_bytes() == (theirs / META / "dataset.yaml").read_bytes()
+    assert _dataset_yaml(ours) == _dataset_yaml(theirs)
 
 
 def test_typed_sample_class_matches_energon_prepare_and_decodes(tmp_path, twin):
@@ -80,7 +84,7 @@ def test_typed_sample_class_matches_energon_prepare_and_decodes(tmp_path, twin):
     assert r.code == 0, r.stdout + r.stderr
     energon_prepare(theirs, "--sample-type", "ImageClassificationSample", "--field-map", FIELD_MAP)
     assert_same_index(ours, theirs)
-    assert (ours / META / "dataset.yaml").read_bytes() == (theirs / META / "dataset.yaml").read_bytes()
+    assert _dataset_yaml(ours) == _dataset_yaml(theirs)
     assert validate(ours).ok
 
     class Identity(DefaultTaskEncoder):

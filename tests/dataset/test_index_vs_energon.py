@@ -66,7 +66,8 @@ def test_split_patterns_with_braces_and_backslashes(tmp_path, twin):
     ours = tmp_path / "ours"
     write_shards(ours, n_shards=6, per_shard=2)
     theirs = twin(ours)
-    # Brace expansion removes the backslash, so `\.` reaches the regex as `.`: kept as Energon has it.
+    # Brace expansion removes the backslash, so `\.` reaches the regex as `.`: kept as Energon
+    # has it.
     patterns = {"train": "0000{00..03}\\.tar", "val": "00000[45].tar"}
     build_index(ours, split_parts=patterns)
     ref = energon_prepare(

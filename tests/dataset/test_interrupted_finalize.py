@@ -90,8 +90,8 @@ def test_a_finalize_killed_before_it_wrote_anything_leaves_nothing_to_put_back(t
         k: v for k, v in before.items() if k != f"{META}/index.uuid"}
 
 
-@pytest.mark.parametrize("record", ['[["../victim", false]]', '[["sub/../../victim.tar.idx", false]]',
-                                    "not json"])
+@pytest.mark.parametrize("record", ['[["../victim", false]]',
+                                    '[["sub/../../victim.tar.idx", false]]', "not json"])
 def test_an_undo_record_naming_other_files_puts_nothing_back(tmp_path, record):
     ds = write_dataset(tmp_path / "ds", n_shards=2)
     (tmp_path / "victim").mkdir()

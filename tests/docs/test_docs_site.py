@@ -1,6 +1,6 @@
-"""The README is a short front door whose every link lands, and the guides in docs/ are all reachable
-from its map. (scripts/test builds the docs/ site with `mkdocs build --strict`, which checks the
-links between the pages.)"""
+"""The README is a short front door whose every link lands, and the guides in docs/ are all
+reachable from its map. (scripts/test builds the docs/ site with `mkdocs build --strict`, which
+checks the links between the pages.)"""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_readme_is_a_front_door():
     assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines"
 
 
-@pytest.mark.parametrize("readme", [README, ROOT / "benches" / "README.md"], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("readme", [README, ROOT / "benches" / "README.md"],
+                         ids=lambda p: p.parent.name)
 def test_every_readme_link_and_anchor_resolves(readme: Path):
     broken = []
     for target in _relative_links(readme):
@@ -83,7 +84,8 @@ def test_site_nav_lists_every_page():
 
 
 def test_docs_url_is_declared_once():
-    """mkdocs.yml's site_url is the package's Documentation URL (pyproject.toml), not a second one."""
+    """mkdocs.yml's site_url is the package's Documentation URL (pyproject.toml), not a second
+    one."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))

@@ -96,7 +96,7 @@ def test_tensors_equal_bridges_own_computation(bridge_encoded, tiny_flux):
         ours = (ours_lat, emb["prompt_embeds"], emb["pooled_prompt_embeds"])
         assert [tuple(t.shape) for t in ours] == [(4, 8, 8), (32, 32), (24,)]
         assert all(t.dtype == torch.float32 for t in ours)
-        for mine, theirs in zip(ours, (lat, t5, pooled)):
+        for mine, theirs in zip(ours, (lat, t5, pooled), strict=True):
             torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
         # the comparison can fail: without the mask T5 differs, and scaling changes latents
         _, t5_unmasked, _ = _bridge_reference(tiny_flux, _our_pixels(src, i), caption,
@@ -252,7 +252,7 @@ def test_loads_through_energon_with_bridges_task_encoder(bridge_encoded):
     assert b["image_metadata"][0]["processed_height"] == 64
     # shardcook's safe cooker gives Bridge the very same values
     safe = _bridge_like_batches(out, safe=True)
-    for x, y in zip(plain, safe):
+    for x, y in zip(plain, safe, strict=True):
         assert x["keys"] == y["keys"] and x["image_metadata"] == y["image_metadata"]
         for name in ("latents", "prompt_embeds", "pooled_prompt_embeds", "text_ids"):
             assert torch.equal(x[name], y[name])

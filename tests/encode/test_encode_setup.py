@@ -226,7 +226,8 @@ def test_variable_sizes_broken_images_and_groups_of_one_shape(tiny_flux, tmp_pat
         img = next((src / "images").glob(f"{int(key):04d}.*")).read_bytes()
         px = preprocess([img], mode="variable", max_size=64)[0].pixels
         with torch.no_grad():
-            x = torch.from_numpy(np.ascontiguousarray(px)).permute(2, 0, 1)[None].float() / 127.5 - 1
+            x = torch.from_numpy(np.ascontiguousarray(px)).permute(2, 0, 1)[None].float()
+            x = x / 127.5 - 1
             want = (vae.encode(x).latent_dist.mode()[0] - 0.25) * 0.5
         torch.testing.assert_close(lat, want, atol=1e-4, rtol=1e-4)
     assert shapes == {(4, 6, 8), (4, 8, 6)}

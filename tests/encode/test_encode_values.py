@@ -157,7 +157,7 @@ def test_default_precision_stores_bf16(tiny_flux, tmp_path):
     src = make_folder(tmp_path / "in", 2, photos=1)
     out = tmp_path / "out"
     args = [a for a in encode_args(tiny_flux, src, out) if a not in ("--precision", "fp32")]
-    run_in_process(args + ["--no-finalize"])
+    run_in_process([*args, "--no-finalize"])
     parts = samples(out)["0000000000"]
     for name in ("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth"):
         assert load_tensor(parts[name]).dtype == torch.bfloat16

@@ -103,8 +103,8 @@ def test_a_blend_member_the_task_encoder_cannot_read_is_named(datasets, tmp_path
                                           r"shardcook.energon.BridgeFluxTaskEncoder"):
         _loader(blend)
     raw_only = _blend(tmp_path, datasets["raw"])
-    with pytest.raises(ConfigError, match="resample_latents=True resamples pre-encoded datasets, "
-                                          "but .*blend.yaml holds none"):
+    with pytest.raises(ConfigError, match=r"resample_latents=True resamples pre-encoded datasets, "
+                                          r"but .*blend.yaml holds none"):
         _loader(raw_only, resample_latents=True)
 
 

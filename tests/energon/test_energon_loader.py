@@ -39,7 +39,7 @@ def encoded(tmp_path_factory):
 
 def _same_batches(a, b) -> None:
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.__key__ == y.__key__
         assert torch.equal(x.latents, y.latents)
         assert torch.equal(x.prompt_embeds, y.prompt_embeds)
@@ -323,7 +323,7 @@ def test_state_of_another_dataset_is_refused(encoded, tmp_path):
         next(w)
         state = w.save_state()
     with (get_diffusion_loader(other_ds.path, batch_size=4, num_workers=0) as other,
-          pytest.raises(LoaderStateError, match="saved on ds split 'train'.*reads other")):
+          pytest.raises(LoaderStateError, match=r"saved on ds split 'train'.*reads other")):
         other.restore_state(state)
     # the same dataset and split restores (the check is not simply "always refuse")
     with get_diffusion_loader(encoded.path, batch_size=4, num_workers=0) as same:

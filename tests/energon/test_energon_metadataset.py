@@ -50,7 +50,7 @@ def test_a_blend_that_would_read_itself_is_refused(tmp_path):
 def test_a_yaml_holding_a_list_is_refused(tmp_path):
     listed = tmp_path / "list.yaml"
     listed.write_text("- a\n- b\n")
-    with pytest.raises(ConfigError, match="must be an Energon metadataset .* not a list"):
+    with pytest.raises(ConfigError, match=r"must be an Energon metadataset .* not a list"):
         get_diffusion_loader(listed, batch_size=1, num_workers=0, rank=0, world_size=1)
     r = cli("blend", tmp_path / "c.yaml", listed)
     assert r.code == 2 and "not a list" in one_error_line(r)

@@ -125,9 +125,9 @@ def test_cook_raw_images_pil_and_grayscale_to_rgb():
 
 
 def test_cook_raw_images_errors_name_the_key():
-    with pytest.raises(SampleDecodeError, match="0000000042.*no image part"):
+    with pytest.raises(SampleDecodeError, match=r"0000000042.*no image part"):
         cook_raw_images(crude_sample("0000000042", {"txt": b"x"}))
-    with pytest.raises(SampleDecodeError, match="0000000042.*not a readable image"):
+    with pytest.raises(SampleDecodeError, match=r"0000000042.*not a readable image"):
         cook_raw_images(crude_sample("0000000042", {"jpg": b"\xff\xd8garbage", "txt": b"x"}))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -164,7 +165,7 @@ def test_old_loader_state_checkpoints_still_restore(data, tmp_path, restore_with
         assert _keys(next(fresh) for _ in range(M)) == expected
     foreign = LoaderState(bare, "data split 'train' (index 000000000000)", 0)
     with (_build(data[0]) as other,
-          pytest.raises(LoaderStateError, match="saved on data split 'train' \\(index 0+\\)")):
+          pytest.raises(LoaderStateError, match=r"saved on data split 'train' \(index 0+\)")):
         _restore_paths(other)[restore_with](foreign)
 
 
@@ -180,8 +181,8 @@ def test_old_loader_state_keeps_the_name_old_checkpoints_hold(tmp_path):
 def test_a_dataset_id_that_is_no_identity_is_refused_at_once():
     from shardcook.energon import MegatronDataloaderWrapper
 
-    with pytest.raises(TypeError, match="dataset_id must be what shardcook.energon.state."
-                       "dataset_identity\\(\\) returns, not a str"):
+    with pytest.raises(TypeError, match=re.escape("dataset_id must be what shardcook.energon.state."
+                                                  "dataset_identity() returns, not a str")):
         MegatronDataloaderWrapper([1, 2], dataset_id="ds split 'train'")
 
 

@@ -35,7 +35,8 @@ def write_jsonl(path: Path, records: list) -> Path:
     """One JSON object per line (a str record is written as is)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in records)
+        f.writelines((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n"
+                     for r in records)
     return path
 
 

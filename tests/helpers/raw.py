@@ -22,7 +22,8 @@ PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "c
 
 
 def photo(i: int) -> np.ndarray:
-    """A real photo from scikit-image (cycled), RGB uint8; odd rounds are flipped so repeats differ."""
+    """A real photo from scikit-image (cycled), RGB uint8; odd rounds are flipped so repeats
+    differ."""
     import skimage.data
 
     arr = getattr(skimage.data, PHOTOS[i % len(PHOTOS)])()
@@ -138,7 +139,8 @@ def energon_parts(root: Path) -> dict[str, tuple[str, dict[str, bytes]]]:
 
 
 def energon_read(out: Path) -> list[dict]:
-    """Every sample of every split through Energon's own loader: [{key, txt, image(np), meta}], by key."""
+    """Every sample of every split through Energon's own loader: [{key, txt, image(np), meta}],
+    by key."""
     samples = []
     for key, (split, parts) in sorted(energon_parts(out).items()):
         image = next(parts[p] for p in ("jpg", "png", "webp") if p in parts)

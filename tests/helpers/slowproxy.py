@@ -3,6 +3,7 @@ server: a slow store (slow uploads) for the real client, nothing of it patched."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -32,10 +33,8 @@ class SlowProxy:
         """Stops, and breaks every open connection mid-request."""
         self.stop()
         for s in list(self._open):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _accept(self) -> None:
         while not self._stopped.is_set():
@@ -61,9 +60,7 @@ class SlowProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 s.close()
                 self._open.discard(s)

@@ -37,7 +37,7 @@ def photo(name: str) -> np.ndarray:
 
 @cache
 def big_photo() -> np.ndarray:
-    """A 2400×1600 mosaic of four real photos (big enough for 1/2–1/8 DCT-scaled decoding)."""
+    """A 2400×1600 mosaic of four real photos (big enough for 1/2 to 1/8 DCT-scaled decoding)."""
     tiles = [photo(n) for n in ("astronaut", "coffee", "chelsea", "rocket")]
     tiles = [np.asarray(Image.fromarray(t).resize((1200, 800), Image.LANCZOS)) for t in tiles]
     return np.vstack([np.hstack(tiles[:2]), np.hstack(tiles[2:])])
@@ -153,7 +153,8 @@ CASES = [
     "jpeg", "jpeg_big", "jpeg_big_portrait", "jpeg_progressive", "jpeg_gray", "jpeg_cmyk",
     *[f"jpeg_exif{o}" for o in range(1, 9)],
     "png", "png_exif6", "png16_rgb", "png16_gray", "png_palette_trns", "png_rgba",
-    "png_interlaced", "webp", "webp_big", "webp_lossless", "webp_alpha", "webp_exif8", "gif", "bmp", "tiff",
+    "png_interlaced", "webp", "webp_big", "webp_lossless", "webp_alpha", "webp_exif8",
+    "gif", "bmp", "tiff",
 ]  # fmt: skip
 
 
@@ -183,10 +184,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("case", CASES)
 def test_matches_pillow_in_every_mode_and_size(case):
     data, source = make_case(case)
-    if source is not None:
-        image = Image.fromarray(source).convert("RGB")
-    else:
-        image = pillow_rgb(data)
+    image = Image.fromarray(source).convert("RGB") if source is not None else pillow_rgb(data)
     for size in SIZES:
         for mode in MODES:
             (r,) = imaging.preprocess([data], size=size, mode=mode, max_size=size, workers=1)
@@ -298,7 +296,7 @@ def test_parallel_results_equal_serial_results():
     ]
     one = imaging.preprocess(datas, size=96, mode="bucket", workers=1)
     many = imaging.preprocess(datas, size=96, mode="bucket", workers=4)
-    for a, b in zip(one, many):
+    for a, b in zip(one, many, strict=True):
         np.testing.assert_array_equal(a.pixels, b.pixels)
         assert (a.orig_size, a.crop) == (b.orig_size, b.crop)
 

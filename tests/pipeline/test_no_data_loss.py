@@ -143,12 +143,15 @@ def test_blend_refuses_and_writes_nothing(tmp_path, dataset, case, message):
         "split_empty": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", ""],
         "split_missing": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", "val"],
     }[case]
-    before = {**tree_state(dataset), **{f"../{k}": v for k, v in tree_state(tmp_path).items()}}
+    def state():
+        return {**tree_state(dataset), **{f"../{k}": v for k, v in tree_state(tmp_path).items()}}
+
+    before = state()
     r = _blend_cli(*args)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert message in r.stderr
-    assert {**tree_state(dataset), **{f"../{k}": v for k, v in tree_state(tmp_path).items()}} == before
+    assert state() == before
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
     assert run_cli("validate", str(dataset)).returncode == 0
 

@@ -54,7 +54,8 @@ class Echo(Processor):
 
 def run(out: Path, n: int, processor, **kwargs):
     RunFolder(out).progress_dir.mkdir(parents=True, exist_ok=True)  # the driver's setup
-    return run_units(RunFolder(out), Numbers(n), plan_units(n, 5), processor, batch_size=2, **kwargs)
+    return run_units(RunFolder(out), Numbers(n), plan_units(n, 5), processor, batch_size=2,
+                     **kwargs)
 
 
 def shards(out: Path) -> dict[str, bytes]:

@@ -102,7 +102,7 @@ def test_primus_yaml_runs_raw(tmp_path, hf_folder):
     assert "hf_primus_test_token" not in r.output
     got = samples(out)
     assert sorted(got) == [f"{i:010d}" for i in range(4)]
-    for i, (key, parts) in enumerate(sorted(got.items())):
+    for i, (_key, parts) in enumerate(sorted(got.items())):
         caption = f"json caption {i}" if i % 2 == 0 else f"plain caption {i}"
         assert parts["txt"].decode() == caption
         img = Image.open(__import__("io").BytesIO(parts["jpg"]))
@@ -116,7 +116,7 @@ def test_primus_yaml_runs_encode_with_tiny_encoders(tmp_path, hf_folder, tiny_fl
     got = samples(out)
     assert len(got) == 4
     side = TINY["image_size"] // 8
-    for i, (key, parts) in enumerate(sorted(got.items())):
+    for i, (_key, parts) in enumerate(sorted(got.items())):
         assert parts["caption.txt"].decode() == (
             f"json caption {i}" if i % 2 == 0 else f"plain caption {i}")
         assert set(parts) == {"latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth",

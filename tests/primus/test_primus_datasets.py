@@ -5,6 +5,7 @@ draws a fresh latent every epoch that survives save/restore exactly."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -188,15 +189,15 @@ def test_legacy_metadataset_blend_loads(seed_encoded, seed_raw, tmp_path):
     assert kinds == {"DiffusionBatch", "RawImageBatch"}
     from shardcook.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="split 'val' is not in .*blend.yaml; it has train"):
+    with pytest.raises(ConfigError, match=r"split 'val' is not in .*blend.yaml; it has train"):
         get_diffusion_loader(blend, batch_size=2, split="val")
     # Primus's template also sets loader options at the top level, which Energon refuses
     data = yaml.safe_load(blend.read_text())
     blend.write_text(yaml.safe_dump({**data, "shuffle_buffer_size": 1000,
                                      "max_samples_per_sequence": 100}))
-    with pytest.raises(ConfigError, match="sets shuffle_buffer_size, max_samples_per_sequence at "
-                                          "the top level.*pass shuffle_buffer_size=, "
-                                          "max_samples_per_sequence= to get_diffusion_loader"):
+    with pytest.raises(ConfigError, match=r"sets shuffle_buffer_size, max_samples_per_sequence at "
+                                          r"the top level.*pass shuffle_buffer_size=, "
+                                          r"max_samples_per_sequence= to get_diffusion_loader"):
         get_diffusion_loader(blend, batch_size=2)
 
 
@@ -274,7 +275,7 @@ def test_resampled_batches_are_identical_after_save_restore(resampled, num_worke
     with _resample_loader(resampled, num_workers) as restored:
         restored.restore_state(state)
         got = [next(restored) for _ in range(4)]
-    for a, b in zip(got, expected):
+    for a, b in zip(got, expected, strict=True):
         assert a.__key__ == b.__key__
         assert torch.equal(a["latents"], b["latents"])
 
@@ -297,5 +298,6 @@ def test_resample_without_a_posterior_is_a_clear_error(tmp_path):
     loaded = get_train_dataset(str(ds.path), batch_size=2, shuffle_buffer_size=None,
                                max_samples_per_sequence=None, worker_config=wc,
                                task_encoder=EncodedDiffusionTaskEncoder(resample_latents=True))
-    with pytest.raises(SampleDecodeError, match="no mean.pth/logvar.pth to resample from"):
+    with pytest.raises(SampleDecodeError,
+                       match=re.escape("no mean.pth/logvar.pth to resample from")):
         next(iter(get_loader(loaded)))

@@ -29,7 +29,8 @@ def parquet(tmp_path_factory):
             "caption": [f"row {i}" for i in range(ROWS)]}
     ds = datasets.Dataset.from_dict(rows, features=features)
     (root / "set" / "data").mkdir(parents=True)
-    ds.select(range(7)).to_parquet(str(root / "set/data/train-00000-of-00002.parquet"), batch_size=3)
+    ds.select(range(7)).to_parquet(str(root / "set/data/train-00000-of-00002.parquet"),
+                                   batch_size=3)
     ds.select(range(7, ROWS)).to_parquet(str(root / "set/data/train-00001-of-00002.parquet"),
                                          batch_size=2)
     return root

@@ -33,8 +33,9 @@ def test_directory_pairs_by_stem_sorted_any_case(tmp_path):
     (img / "i.json").write_text("{}")
     src = DirectorySource(tmp_path)
     items = list(src.items(0, len(src)))
-    assert [it.source.rsplit("/", 1)[-1] for it in items] == sorted(names, key=lambda n: n.split(".")[0])
-    assert [it.caption for it in items] == [f"cap {n}" for n in sorted(names, key=lambda n: n.split(".")[0])]
+    in_order = sorted(names, key=lambda n: n.split(".")[0])
+    assert [it.source.rsplit("/", 1)[-1] for it in items] == in_order
+    assert [it.caption for it in items] == [f"cap {n}" for n in in_order]
     assert [it.key for it in items] == [f"{i:010d}" for i in range(8)]
     assert all(it.skip is None and it.image_path for it in items)
     # a window reads only that window, same items
@@ -107,12 +108,14 @@ def test_huggingface_nested_image_feature(tmp_path):
     import datasets
 
     pixels = generated(3, (24, 32))
-    features = datasets.Features({"data": {"img": datasets.Image(), "cap": datasets.Value("string")}})
+    features = datasets.Features(
+        {"data": {"img": datasets.Image(), "cap": datasets.Value("string")}})
     ds = datasets.Dataset.from_dict(
         {"data": [{"img": {"bytes": encode(pixels, "png"), "path": None}, "cap": "deep"}]},
         features=features)
     ds.save_to_disk(str(tmp_path / "hf"))
-    src = HuggingFaceSource(str(tmp_path / "hf"), image_column="data.img", caption_column="data.cap")
+    src = HuggingFaceSource(str(tmp_path / "hf"), image_column="data.img",
+                            caption_column="data.cap")
     (item,) = src.items(0, 1)
     assert item.caption == "deep" and item.skip is None
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(item.image)).convert("RGB")), pixels)
@@ -131,7 +134,7 @@ def test_huggingface_parquet_binary_images_missing_values(tmp_path):
     items = list(src.items(0, 6))
     assert src.image_column == "image"
     assert [it.skip for it in items] == [None, None, "missing_image", None, "missing_caption", None]
-    with pytest.raises(ConfigError, match="could not be loaded|does not exist"):
+    with pytest.raises(ConfigError, match=r"could not be loaded|does not exist"):
         HuggingFaceSource(str(tmp_path / "nope.parquet"))
 
 
@@ -186,8 +189,8 @@ def _pillow_crop(arr: np.ndarray, size: int) -> np.ndarray:
     s = size / min(h, w)
     nh, nw = max(size, round(h * s)), max(size, round(w * s))
     im = Image.fromarray(arr).resize((nw, nh), Image.LANCZOS)
-    t, l = (nh - size) // 2, (nw - size) // 2
-    return np.asarray(im.crop((l, t, l + size, t + size)))
+    top, left = (nh - size) // 2, (nw - size) // 2
+    return np.asarray(im.crop((left, top, left + size, top + size)))
 
 
 def _check_read_back(out, expected_captions: dict[str, str], size: int):

@@ -50,10 +50,13 @@ def test_bad_writer_arguments_are_config_errors_and_write_nothing(tmp_path, argu
                         "178956970 (max_pixels, at least 178956970); choose a smaller size")),
     ({"size": 70_000, "max_pixels": 10**12}, "size must be from 1 to 65536, not 70000"),
     ({"max_size": -1, "mode": "variable"}, "max_size must be from 1 to 65536, not -1"),
-    ({"mode": "bucket", "buckets": [(64, -64)]}, "a bucket height must be from 1 to 65536, not -64"),
+    ({"mode": "bucket", "buckets": [(64, -64)]},
+     "a bucket height must be from 1 to 65536, not -64"),
     ({"mode": "bucket", "buckets": [(0, 64)]}, "a bucket width must be from 1 to 65536, not 0"),
-    ({"mode": "bucket", "buckets": [(64, 64, 64)]}, "bucket (64, 64, 64) is not a (width, height) pair"),
-    ({"mode": "bucket", "buckets": "64x64"}, "buckets must be a list of (width, height) pairs, not a str"),
+    ({"mode": "bucket", "buckets": [(64, 64, 64)]},
+     "bucket (64, 64, 64) is not a (width, height) pair"),
+    ({"mode": "bucket", "buckets": "64x64"},
+     "buckets must be a list of (width, height) pairs, not a str"),
     ({"workers": 0}, "workers must be from 1 to 1024, not 0"),
     ({"workers": -3}, "workers must be from 1 to 1024, not -3"),
     ({"workers": 5000}, "workers must be from 1 to 1024, not 5000"),
@@ -74,11 +77,11 @@ def test_one_input_where_a_list_is_expected_is_an_error(single):
 
 
 def test_other_native_functions_check_their_integers():
-    with pytest.raises(ImageError, match="^quality must be from 1 to 100, not 300$"):
+    with pytest.raises(ImageError, match=r"^quality must be from 1 to 100, not 300$"):
         imaging.encode_image(samples.astronaut(), "jpg", quality=300)
-    with pytest.raises(ImageError, match="^size must be from 1 to 65536, not -1$"):
+    with pytest.raises(ImageError, match=r"^size must be from 1 to 65536, not -1$"):
         imaging.default_buckets(-1)
-    with pytest.raises(ImageError, match="^width must be from 0 to 4294967295, not -4$"):
+    with pytest.raises(ImageError, match=r"^width must be from 0 to 4294967295, not -4$"):
         imaging.geometry(-4, 10)
 
 
@@ -89,7 +92,8 @@ def test_a_huge_bucket_is_refused_once_before_any_work():
 
 def test_every_failed_image_says_why_as_a_value(tmp_path):
     tiny = _png(np.zeros((8, 8, 3), np.uint8))
-    inputs = [PHOTO, b"", b"GIF89a broken", PHOTO[: len(PHOTO) // 2], tiny, str(tmp_path / "x.png"), 7]
+    inputs = [PHOTO, b"", b"GIF89a broken", PHOTO[: len(PHOTO) // 2], tiny,
+              str(tmp_path / "x.png"), 7]
     results = imaging.preprocess(inputs, mode="variable", max_size=64, max_pixels=100_000)
     kinds = [r.error_kind for r in results]
     assert kinds == [None, "unsupported_format", "decode_error", "decode_error", "too_small",

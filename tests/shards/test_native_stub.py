@@ -22,7 +22,7 @@ def _load_stub() -> types.ModuleType:
     stub = types.ModuleType("_native_stub")
     text = STUB_PATH.read_text(encoding="utf-8")
     source = compile(text, str(STUB_PATH), "exec", dont_inherit=True)  # annotations as objects
-    exec(source, stub.__dict__)  # noqa: S102 - our own stub, run to read its annotations
+    exec(source, stub.__dict__)  # our own stub, run to read its annotations
     return stub
 
 
@@ -43,7 +43,7 @@ def _members(cls: type) -> dict[str, object]:
 
 def test_the_stub_and_the_module_name_the_same_things():
     native = sorted(n for n in vars(_native) if not n.startswith("_"))
-    assert PUBLIC == native
+    assert native == PUBLIC
 
 
 @pytest.mark.parametrize("name", PUBLIC)
@@ -88,7 +88,7 @@ def _conforms(value: object, hint: object) -> bool:
             _conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items())
     if origin is tuple:
         return (isinstance(value, tuple) and len(value) == len(args)
-                and all(_conforms(v, a) for v, a in zip(value, args)))
+                and all(_conforms(v, a) for v, a in zip(value, args, strict=True)))
     if origin is np.ndarray:
         dtype = typing.get_args(args[1])[0]
         return isinstance(value, np.ndarray) and value.dtype == dtype

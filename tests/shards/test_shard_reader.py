@@ -3,6 +3,7 @@ a clear error (file and byte offset) for every kind of damage."""
 
 from __future__ import annotations
 
+import re
 import tarfile
 
 import pytest
@@ -49,7 +50,7 @@ def test_long_names_in_every_tar_format(tmp_path, fmt):
 def test_names_that_escape_the_folder_are_refused(tmp_path, name):
     shard = tmp_path / "s.tar"
     tarfile_shard(shard, [("ok.txt", b"1"), (name, b"2")])
-    with pytest.raises(ShardError, match="absolute or contains '..'"):
+    with pytest.raises(ShardError, match=re.escape("absolute or contains '..'")):
         list(read_shard(shard))
 
 
@@ -110,5 +111,5 @@ def test_gzip_shards_get_a_clear_error(tmp_path):
 
 
 def test_missing_file_is_an_io_error(tmp_path):
-    with pytest.raises(OSError, match="nope.tar"):
+    with pytest.raises(OSError, match=re.escape("nope.tar")):
         count_samples(tmp_path / "nope.tar")

@@ -281,5 +281,6 @@ def test_a_tar_object_whose_name_cannot_be_a_file_is_refused(s3_store, inputs, t
     r = cli("raw", "--source-type", "webdataset", "--input-path", s3_store.url("wds/**"),
             "--output-dir", out, *RAW)
     line = one_error_line(r)
-    assert r.code == 2 and f"matches {s3_store.url('wds')}/{key[len('wds/'):]}, whose name" in line, line
+    assert r.code == 2, line
+    assert f"matches {s3_store.url('wds')}/{key[len('wds/'):]}, whose name" in line, line
     assert not out.exists()

@@ -286,7 +286,8 @@ def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
     assert proc.returncode == 2, err
     last = err.strip().splitlines()[-1]  # the shard (or its unit's marker) and the store
     assert re.match(rf"error: (uploading \d{{6}}\.tar(\.idx)?|writing the marker of unit \d+ "
-                    rf"\(\d{{6}}\.tar\)) to {re.escape(slow)}/{PREFIX} failed {TRIES} times \(", last), last
+                    rf"\(\d{{6}}\.tar\)) to {re.escape(slow)}/{PREFIX} failed {TRIES} times \(",
+                    last), last
     assert "Traceback" not in err and "DO-NOT-PRINT" not in err + out
     markers = s3_store.keys(f"{PREFIX}/.shardcook/progress/")
     assert 1 <= len(markers) < 6

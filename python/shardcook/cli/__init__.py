@@ -26,7 +26,8 @@ __all__ = ["app", "main"]
 PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
     ("Try it", ((demo, "DEMO/"),)),
     ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"), (ingest, "MLPERF/"))),
-    ("Finish and check", ((finalize, "DATASETS/#finalize"), (validate, "DATASETS/#validate-and-info"),
+    ("Finish and check", ((finalize, "DATASETS/#finalize"),
+                          (validate, "DATASETS/#validate-and-info"),
                           (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),
                           (blend, "DATASETS/#blend"))),
 )

@@ -34,7 +34,8 @@ def finalize(
     ] = None,
     exclude: Annotated[
         list[str] | None,
-        typer.Option(help="Leave out shards whose path matches, repeatable [default: as recorded]."),
+        typer.Option(
+            help="Leave out shards whose path matches, repeatable [default: as recorded]."),
     ] = None,
     sample_type: Annotated[
         str | None,
@@ -117,7 +118,8 @@ def validate(
             typer.echo(f"warning: {warning}")
         if report.summary:
             typer.echo("\n".join(report.summary.lines()))
-        typer.echo("ok: the dataset is whole" if report.ok else f"{len(report.problems)} problem(s)")
+        typer.echo("ok: the dataset is whole" if report.ok
+                   else f"{len(report.problems)} problem(s)")
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -137,7 +139,8 @@ def info(
 
 
 def _check_preview_options(out: Path | None, count: int) -> None:
-    """Raises ConfigError for an --out that is not a .png in an existing folder, or a bad --count."""
+    """Raises ConfigError for an --out that is not a .png in an existing folder, or a bad
+    --count."""
     from shardcook.errors import ConfigError
     from shardcook.paths import check_local_path
 
@@ -156,9 +159,11 @@ def _check_preview_options(out: Path | None, count: int) -> None:
 
 def preview(
     directory: DatasetArg,
-    out: Annotated[Path | None, typer.Option(help="The PNG to write (default: DIRNAME-preview.png here).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="The PNG to write (default: DIRNAME-preview.png here).")] = None,
     count: Annotated[int, typer.Option(help="How many samples.")] = 16,
-    model_path: Annotated[str | None, typer.Option(help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
+    model_path: Annotated[str | None, typer.Option(
+        help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
     hf_token_file: HfTokenFileOpt = None,
     scratch_dir: DatasetScratchOpt = None,
 ) -> None:
@@ -176,12 +181,16 @@ def preview(
 
 
 def blend(
-    out: Annotated[Path, typer.Argument(help="The metadataset .yaml to write.", show_default=False)],
+    out: Annotated[Path, typer.Argument(
+        help="The metadataset .yaml to write.", show_default=False)],
     datasets: Annotated[
-        list[str], typer.Argument(help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)
+        list[str],
+        typer.Argument(help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)
     ],
-    split: Annotated[str, typer.Option(help="The split part the blend defines and reads.")] = "train",
-    force: Annotated[bool, typer.Option(help="Replace an existing file (never a dataset's own).")] = False,
+    split: Annotated[str, typer.Option(
+        help="The split part the blend defines and reads.")] = "train",
+    force: Annotated[bool, typer.Option(
+        help="Replace an existing file (never a dataset's own).")] = False,
 ) -> None:
     """Write an Energon MetadatasetV2 .yaml that mixes datasets by sampling weight."""
     from shardcook.energon.blend import write_blend

@@ -12,8 +12,9 @@ from shardcook.errors import ShardcookError
 
 
 def demo(
-    output_dir: Annotated[Path, typer.Option(help="Where to put the demo's images, encoders and datasets: a new or "
-                                   "empty folder, or an earlier demo's.")] = Path("shardcook-demo"),
+    output_dir: Annotated[Path, typer.Option(
+        help="Where to put the demo's images, encoders and datasets: a new or "
+             "empty folder, or an earlier demo's.")] = Path("shardcook-demo"),
 ) -> None:
     """Try shardcook in a minute, no GPU and no network: generated images, tiny random-weight
     encoders (demo weights, not a real model), raw + encode, finalize, validate, load."""

@@ -24,7 +24,8 @@ def ingest(
         help="YAML with Primus's mlperf_flux1.yaml keys (datasets, empty_encodings, output, "
              "pipeline).", rich_help_panel=SRC)] = None,
     split: Annotated[str, typer.Option(
-        help="The split the inputs or manifest become (train, val).", rich_help_panel=SRC)] = "train",
+        help="The split the inputs or manifest become (train, val).",
+        rich_help_panel=SRC)] = "train",
     manifest_url: Annotated[str | None, typer.Option(
         help="An MLCommons manifest URL ending in .uri or .md5 (the base URL and the "
              "`MD5 FILENAME` list side by side).", rich_help_panel=SRC)] = None,
@@ -49,7 +50,8 @@ def ingest(
         "--finalize/--no-finalize", help="Index and validate at the end.",
         rich_help_panel=RUN)] = True,
     overwrite: Annotated[bool, typer.Option(
-        help="Delete what an earlier run wrote in --output-dir first.", rich_help_panel=RUN)] = False,
+        help="Delete what an earlier run wrote in --output-dir first.",
+        rich_help_panel=RUN)] = False,
 ) -> None:
     """MLPerf Flux.1's pre-encoded Arrow files (local, or downloaded from an MLCommons manifest
     with MD5 checks) into one finalized preencoded_numpy dataset with a folder per split, one

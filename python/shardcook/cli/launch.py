@@ -66,7 +66,8 @@ def remember(ctx: typer.Context, nproc: int | None) -> None:
     argv = _without_nproc(sys.argv[1:])
     command = _command(ctx.invoked_subcommand, argv)
     if command not in PIPELINE_COMMANDS | {GROUP}:
-        raise ConfigError(f"--nproc-per-node starts workers for {', '.join(sorted(PIPELINE_COMMANDS))}; "
+        raise ConfigError(f"--nproc-per-node starts workers for "
+                          f"{', '.join(sorted(PIPELINE_COMMANDS))}; "
                           f"{command or 'no command'} runs in one process, drop it.")
     if "WORLD_SIZE" in os.environ:
         raise ConfigError("--nproc-per-node starts torchrun itself, but this process already runs "

@@ -33,17 +33,35 @@ EncodingOpt = Annotated[
     typer.Option(help=f"{', '.join(encodings())} (default: from dataset.yaml or the manifest)."),
 ]
 
-ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config (sections source, output, image, model, data_format).")]
-PrintConfigOpt = Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")]
-ChatmlInputOpt = Annotated[str | None, typer.Option("--input", help="A JSONL file: one record per line with images/image, videos/video, audio and a conversation (or question/answer fields); paths relative to the file.", rich_help_panel=SOURCE)]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    help="YAML config (sections source, output, image, model, data_format).")]
+PrintConfigOpt = Annotated[bool, typer.Option(
+    "--print-config", help="Print the resolved config and exit.")]
+ChatmlInputOpt = Annotated[str | None, typer.Option(
+    "--input",
+    help="A JSONL file: one record per line with images/image, videos/video, audio and a "
+         "conversation (or question/answer fields); paths relative to the file.",
+    rich_help_panel=SOURCE)]
 # Primus's spellings (`primus-cli direct -- data diffusion-raw|diffusion-encoded`), as aliases.
 PRIMUS = "Primus aliases"
 PRIMUS_ALIASES: dict[str, Any] = {
-    "center_crop": Annotated[bool | None, typer.Option("--center-crop/--no-center-crop", help="Primus: --center-crop = --resize-mode crop, --no-center-crop = stretch.", rich_help_panel=PRIMUS, show_default=False)],
-    "variable_size": Annotated[bool | None, typer.Option("--variable-size", help="Primus: = --resize-mode variable (long side to --max-size).", rich_help_panel=PRIMUS, show_default=False)],
-    "train_split": Annotated[float | None, typer.Option(help="Primus: F = --split F,(1-F)/2,(1-F)/2.", rich_help_panel=PRIMUS, show_default=False)],
-    "vae_latent_mode": Annotated[str | None, typer.Option(help="Primus: presampled = --latent-mode sample, resample = --latent-mode resample.", rich_help_panel=PRIMUS, show_default=False)],
-    "compress": Annotated[bool | None, typer.Option("--compress", help="Primus: refused (shards stay uncompressed: Energon reads them by byte offset).", rich_help_panel=PRIMUS, show_default=False)],
+    "center_crop": Annotated[bool | None, typer.Option(
+        "--center-crop/--no-center-crop",
+        help="Primus: --center-crop = --resize-mode crop, --no-center-crop = stretch.",
+        rich_help_panel=PRIMUS, show_default=False)],
+    "variable_size": Annotated[bool | None, typer.Option(
+        "--variable-size", help="Primus: = --resize-mode variable (long side to --max-size).",
+        rich_help_panel=PRIMUS, show_default=False)],
+    "train_split": Annotated[float | None, typer.Option(
+        help="Primus: F = --split F,(1-F)/2,(1-F)/2.",
+        rich_help_panel=PRIMUS, show_default=False)],
+    "vae_latent_mode": Annotated[str | None, typer.Option(
+        help="Primus: presampled = --latent-mode sample, resample = --latent-mode resample.",
+        rich_help_panel=PRIMUS, show_default=False)],
+    "compress": Annotated[bool | None, typer.Option(
+        "--compress",
+        help="Primus: refused (shards stay uncompressed: Energon reads them by byte offset).",
+        rich_help_panel=PRIMUS, show_default=False)],
 }
 
 

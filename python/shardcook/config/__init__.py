@@ -110,9 +110,11 @@ def read_config_file(path: str | os.PathLike[str]) -> Any:
     try:
         text = read_regular_file(p, limit=MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"Config file {str(p)!r} does not exist; pass an existing --config file.") from None
+        raise ConfigError(f"Config file {str(p)!r} does not exist; "
+                          "pass an existing --config file.") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"Config file {str(p)!r} is not UTF-8 text; pass a YAML --config file.") from None
+        raise ConfigError(f"Config file {str(p)!r} is not UTF-8 text; "
+                          "pass a YAML --config file.") from None
     except OSError as e:
         raise ConfigError(
             f"Config file {str(p)!r} cannot be read ({e.strerror or e}); pass a YAML --config file."
@@ -120,7 +122,8 @@ def read_config_file(path: str | os.PathLike[str]) -> Any:
     try:
         data = safeyaml.load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"Config file {str(p)!r} is not valid YAML ({safeyaml.describe(e)}).") from None
+        raise ConfigError(f"Config file {str(p)!r} is not valid YAML "
+                          f"({safeyaml.describe(e)}).") from None
     return data
 
 
@@ -132,7 +135,8 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"Config file {str(p)!r} must be a mapping of sections, not a list or value.")
+        raise ConfigError(f"Config file {str(p)!r} must be a mapping of sections, "
+                          "not a list or value.")
     ours: dict[tuple[str, str], Setting] = {}
     primus: dict[tuple[str, str], Setting] = {}
     for section, values in data.items():

@@ -46,8 +46,8 @@ def check_auth(cfg: RunConfig) -> None:
 #: URL_OPTIONS, where it must be one the Multi-Storage Client can open.
 PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
                 ("source", "hf_data_files"), ("output", "output_dir"), ("output", "scratch_dir"),
-                ("model", "model_path"), ("model", "vae_path"), ("model", "clip_path"), ("model", "t5_path"),
-                ("auth", "hf_token_file"))
+                ("model", "model_path"), ("model", "vae_path"), ("model", "clip_path"),
+                ("model", "t5_path"), ("auth", "hf_token_file"))
 #: The options object storage serves too: the input folder, the tar pattern, chatml's JSONL,
 #: Hugging Face data files and the output folder.
 URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"), ("source", "hf_data_files"),
@@ -113,7 +113,8 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
         raise ConfigError(f"--image-quality must be between 1 and 100, not {i.image_quality}.")
     for name in ("image_size", "max_size", "max_pixels"):
         if getattr(i, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(i, name)}.")
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, "
+                              f"not {getattr(i, name)}.")
     for name in ("image_size", "max_size"):
         if getattr(i, name) > MAX_IMAGE_SIDE:
             raise ConfigError(f"--{name.replace('_', '-')} must be at most {MAX_IMAGE_SIDE} "
@@ -152,7 +153,8 @@ def check_encode(cfg: RunConfig) -> None:
         if getattr(m, name) is None:
             setattr(m, name, value)
     if m.precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, not {m.precision!r}.")
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, "
+                          f"not {m.precision!r}.")
     if m.stored_dtype is not None and m.stored_dtype not in PRECISIONS:
         raise ConfigError(
             f"--stored-dtype must be one of {', '.join(PRECISIONS)}, not {m.stored_dtype!r}.")

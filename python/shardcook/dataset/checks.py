@@ -89,7 +89,8 @@ def info_files_problems(root: Path) -> list[str]:
     counts = " and ".join(str(info.shard_counts.get(shard, "no count")) for info in (old, new))
     message = (f"{META_DIR}/{INFO_YAML} and {META_DIR}/{INFO_JSON} disagree on the sample counts "
                f"(e.g. {shard}: {counts}), so an Energon before 7.0 reads other counts than a "
-               f"later one; run `shardcook finalize --force {root}` to rewrite both from the shards")
+               f"later one; run `shardcook finalize --force {root}` to rewrite both from the "
+               "shards")
     return [message]
 
 

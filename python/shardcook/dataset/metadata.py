@@ -126,8 +126,9 @@ class FinalizeRecord:
     sqlite: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exclude": self.exclude, "encoding": self.encoding, "split": self.split, "split_parts": self.split_parts,
-                "shuffle_seed": self.shuffle_seed, "sqlite": self.sqlite}
+        return {"exclude": self.exclude, "encoding": self.encoding, "split": self.split,
+                "split_parts": self.split_parts, "shuffle_seed": self.shuffle_seed,
+                "sqlite": self.sqlite}
 
 
 # ---- paths -------------------------------------------------------------------------------------
@@ -477,8 +478,8 @@ def refuse_links(root: Path) -> None:
             raise DatasetError(
                 f"{_label(root, link)} is a symbolic link (to {os.readlink(link)}), and the "
                 "dataset's metadata is never written through a link, which could overwrite "
-                f"another folder's files; replace it with a {'folder' if link == folder else 'file'} "
-                "of its own, or remove it"
+                "another folder's files; replace it with a "
+                f"{'folder' if link == folder else 'file'} of its own, or remove it"
             )
 
 

@@ -61,7 +61,7 @@ def split_by_ratio(
         random.Random(shuffle_seed).shuffle(order)
     parts: dict[str, list[str]] = {}
     cumulative, start = 0.0, 0
-    for name, r in zip(SPLIT_NAMES, normalized):
+    for name, r in zip(SPLIT_NAMES, normalized, strict=True):
         cumulative += r
         end = int(len(order) * cumulative)
         parts[name] = order[start:end]
@@ -76,7 +76,7 @@ def split_by_ratio(
             f"{normalized[0]:.3g} need at least {need} shards; write smaller shards "
             "(a lower --shard-size) or raise the train ratio"
         )
-    for name, r in zip(SPLIT_NAMES[1:], normalized[1:]):
+    for name, r in zip(SPLIT_NAMES[1:], normalized[1:], strict=True):
         if r > 0 and not parts[name]:
             splits.warnings.append(
                 f"the {name} split is empty: {len(order)} shard(s) are too few for a {name} "
@@ -211,7 +211,7 @@ def collapse(names: Sequence[str]) -> list[str]:
             lits1, nums1 = tokenize(names[j])
             if lits1 != lits0 or len(nums1) != len(nums0):
                 break
-            diff = [k for k, (a, b) in enumerate(zip(prev, nums1)) if int(a) != int(b)]
+            diff = [k for k, (a, b) in enumerate(zip(prev, nums1, strict=True)) if int(a) != int(b)]
             if len(diff) != 1:
                 break
             k = diff[0]

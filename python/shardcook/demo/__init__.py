@@ -99,7 +99,8 @@ def _run_demo(root: Path, n: int) -> DemoResult:
 
             raise DatasetError(f"the demo's {name} dataset did not validate: {v.problems}")
         lines.append(f"  {name + ':':<9} {out}: {rep['num_written']} samples in "
-                     f"{rep['num_shards']} shards, finalized and validated ({rep['wall_seconds']:.1f} s)")
+                     f"{rep['num_shards']} shards, finalized and validated "
+                     f"({rep['wall_seconds']:.1f} s)")
     lines.extend(_load_batches(raw_out, enc_out))
     from shardcook.demo.chatml import run_chatml_demo
 

@@ -36,7 +36,8 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def sample_seed(seed: int, key: str) -> int:
-    """The generator seed of one sample: a hash of (seed, key), so it does not depend on batching."""
+    """The generator seed of one sample: a hash of (seed, key), so it does not depend on
+    batching."""
     digest = hashlib.sha256(f"shardcook/{seed}/{key}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 

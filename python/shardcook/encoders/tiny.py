@@ -30,7 +30,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 def _clip_tokenizer(folder: Path) -> None:
@@ -68,7 +68,10 @@ def _t5_tokenizer(folder: Path) -> None:
     # transformers 5 keeps T5TokenizerFast as a lazy alias its type information does not declare
     from transformers import T5TokenizerFast  # type: ignore[attr-defined]
 
-    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow", "orange", "purple", "white", "black", "grey", "circle", "square", "triangle", "star", "stripe", "dot", "small", "large", "big", "photo", "picture", "image", "of", "background", "cat", "dog", "astronaut", "coffee", "rocket", "camera"]
+    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow",
+             "orange", "purple", "white", "black", "grey", "circle", "square", "triangle", "star",
+             "stripe", "dot", "small", "large", "big", "photo", "picture", "image", "of",
+             "background", "cat", "dog", "astronaut", "coffee", "rocket", "camera"]
     corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.NFKC()

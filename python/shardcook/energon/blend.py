@@ -18,7 +18,9 @@ from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path
 from shardcook.storage import is_url
 
-__all__ = ["BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend"]
+__all__ = [
+    "BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend",
+]
 
 
 @dataclass(frozen=True)

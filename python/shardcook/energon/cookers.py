@@ -227,7 +227,8 @@ def _vae_factors(sample: dict[str, Any]) -> _VaeFactors:
         if not isinstance(meta, dict):
             return {}
         return _VaeFactors(
-            scaling_factor=_factor(meta, "scaling_factor"), shift_factor=_factor(meta, "shift_factor")
+            scaling_factor=_factor(meta, "scaling_factor"),
+            shift_factor=_factor(meta, "shift_factor"),
         )
     except (ValueError, TypeError) as e:
         raise SampleDecodeError(f"sample {_key(sample)!r}: part 'meta.json' is invalid: {e}") from e
@@ -272,7 +273,8 @@ def _decode_image(data: bytes, *, key: str, part: str) -> Any:
             img.load()
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        raise SampleDecodeError(f"sample {key!r}: part {part!r} is not a readable image: {e}") from e
+        raise SampleDecodeError(
+            f"sample {key!r}: part {part!r} is not a readable image: {e}") from e
 
 
 def _decoded_to_pil(data: Any) -> Any:
@@ -354,7 +356,9 @@ def cook_raw_images(
     )
 
 
-def raw_images_cooker(image_format: ImageFormat = "tensor") -> Callable[[dict[str, Any]], RawImageSample]:
+def raw_images_cooker(
+    image_format: ImageFormat = "tensor",
+) -> Callable[[dict[str, Any]], RawImageSample]:
     """Returns `cook_raw_images` bound to `image_format`, still marked stateless for Energon.
 
     Args:

@@ -55,14 +55,15 @@ def decode_images(
     ) if todo else []
     good: list[tuple[int, imaging.ImageResult]] = []
     skips: dict[int, Outcome] = {}
-    for n, r in zip(todo, results):
+    for n, r in zip(todo, results, strict=True):
         item = batch[n].item
         if r.error is not None or r.pixels is None or r.orig_size is None:
             message = r.error or "no pixels"
             skips[n] = Outcome(item, skip=classify_error(r.error_kind), detail=message)
         elif min(r.orig_size) < image.min_size:
             skips[n] = Outcome(item, skip="too_small",
-                               detail=f"short side {min(r.orig_size)} < --min-size {image.min_size}")
+                               detail=f"short side {min(r.orig_size)} "
+                                      f"< --min-size {image.min_size}")
         else:
             good.append((n, r))
     return good, skips

@@ -55,7 +55,7 @@ class RawProcessor(Processor):
         encoded = list(self._pool.map(self._try_encode, pixels)) if self._pool else [
             self._try_encode(p) for p in pixels]
         self.stage_seconds["encode"] += time.perf_counter() - t1
-        for (n, r), data in zip(keep, encoded):
+        for (n, r), data in zip(keep, encoded, strict=True):
             item = batch[n].item
             if isinstance(data, str):
                 outcomes[n] = Outcome(item, skip="encode_error", detail=data)

@@ -12,6 +12,7 @@ in the bucket. The staging folder is removed by `close`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -92,8 +93,9 @@ class BucketRunFolder:
             raise  # already one sentence
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
             raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
-                f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); check that "
-                f"the bucket exists and that {credentials_of(self.url)} may list and write there."
+                f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); "
+                f"check that the bucket exists and that {credentials_of(self.url)} may list and "
+                "write there."
             ) from None
 
     def is_ours(self) -> bool:
@@ -196,8 +198,8 @@ class BucketRunFolder:
 
     def discard_shard(self, name: str) -> None:
         """Deletes shard `name`, its `.tar.idx` and its index rows where there (a unit cut off
-        before its marker is redone). What is there is listed once, at the first call: objects uploaded
-        after it are this run's."""
+        before its marker is redone). What is there is listed once, at the first call: objects
+        uploaded after it are this run's."""
         if self._before is None:
             self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
         for one in (name, f"{name}.idx", shardrows.rows_name(name)):
@@ -206,10 +208,8 @@ class BucketRunFolder:
                 self._before.discard(one)
 
     def _delete(self, name: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # gone already: what was wanted
             self.store.delete(name)
-        except FileNotFoundError:
-            pass  # gone already: what was wanted
 
     def remove_partial_shards(self) -> None:
         """Nothing: partial shards only ever exist in a process's own staging folder."""
@@ -349,7 +349,8 @@ class BucketRunFolder:
         if not isinstance(record, dict):
             return None
         shard = record.get("shard")
-        return record if shard is None or (isinstance(shard, str) and is_shard_name(shard)) else None
+        return (record if shard is None or (isinstance(shard, str) and is_shard_name(shard))
+                else None)
 
 
 def _json(obj: Any) -> str:

@@ -130,6 +130,6 @@ def retried(what: str, call: Callable[[], T]) -> T:
         return call()
     except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
         raise ShardcookIOError(
-            f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the units "
-            "recorded so far: rerun the same command to resume."
+            f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the "
+            "units recorded so far: rerun the same command to resume."
         ) from None

@@ -165,7 +165,8 @@ def summary_lines(report: JsonObject, out: Path | str) -> list[str]:
         lines.append(f"  empty captions (kept): {report['empty_captions']:,}")
     units = report["units"]
     if units["resumed"]:
-        lines.append(f"  resumed: {units['resumed']:,} of {units['total']:,} units were already done")
+        lines.append(f"  resumed: {units['resumed']:,} of {units['total']:,} units were "
+                     "already done")
     rate = report["inputs_per_second"]
     lines.append(
         f"  time: {report['wall_seconds']:.2f} s"

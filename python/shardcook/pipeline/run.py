@@ -12,6 +12,7 @@ batches of `batch_size` items on each side of the processor.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -195,10 +196,8 @@ def _batches(source: Source, units: list[WorkUnit], batch_size: int,
     finally:
         stop.set()
         while t.is_alive():  # unblock a reader waiting on a full queue
-            try:
+            with contextlib.suppress(queue.Empty):
                 q.get(timeout=0.05)
-            except queue.Empty:
-                pass
 
 
 class _UnitWriter:
@@ -275,10 +274,11 @@ class _UnitWriter:
     def _open(self, unit: WorkUnit) -> tuple[ShardWriter, JsonObject]:
         # a shard without a marker was cut off before its unit was recorded: redo it
         self.folder.discard_shard(unit.name)
-        writer = ShardWriter(self.folder.shard_dir, shard_size=max(len(unit), 1), prefix=unit.prefix,
-                             first_shard=unit.number)
-        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
-                  "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
+        writer = ShardWriter(self.folder.shard_dir, shard_size=max(len(unit), 1),
+                             prefix=unit.prefix, first_shard=unit.number)
+        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
+                              "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
+                              "skipped": []}
         return writer, record
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""An input folder (local or in object storage) listed by a caption index: Megatron-Bridge's `meta.json` (a JSON array, or JSON
-Lines, of `{"file_name", "caption"}`) or the Hugging Face imagefolder convention
+"""An input folder (local or in object storage) listed by a caption index: Megatron-Bridge's
+`meta.json` (a JSON array, or JSON Lines, of `{"file_name", "caption"}`) or the Hugging Face
+imagefolder convention
 (`metadata.jsonl` / `metadata.csv` with `file_name` and a caption column). File names are
 relative to the folder, nested folders allowed; a row whose image is missing is skipped with its
 reason. Inputs are the rows in file order."""

@@ -257,7 +257,7 @@ class ChatmlSource:
                 values = [c or 0 for c in pc.list_value_length(column).to_pylist()]
             else:
                 values = [int(v) for v in column.is_valid().to_pylist()]
-            for c, v in zip(counts, values):
+            for c, v in zip(counts, values, strict=True):
                 c[kind] = v
         return ids, counts
 
@@ -358,7 +358,7 @@ class ChatmlSource:
             while end < stop and self.planned[end][0].table == table:
                 end += 1
             rows = [x.row for x, _ in self.planned[v:end]]
-            records = zip(range(v, end), self._records(table, rows))
+            records = zip(range(v, end), self._records(table, rows), strict=True)
             yield from read_ahead(self._item, records, self.threads)
             v = end
 

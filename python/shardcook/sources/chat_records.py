@@ -120,7 +120,8 @@ def media_mismatch(
         if kind == "audio" and parts[kind] == 0:
             continue
         if parts[kind] != counts[kind]:
-            reason: SkipReason = "image_count_mismatch" if kind == "image" else "media_count_mismatch"
+            reason: SkipReason = ("image_count_mismatch" if kind == "image"
+                                  else "media_count_mismatch")
             return reason, (f"{parts[kind]} {kind} part(s) in the conversation, "
                             f"{counts[kind]} {kind}(s)")
     return None
@@ -134,7 +135,8 @@ def parse_jsonl_line(index: int, line: bytes, source: str, base: Folder, opts: C
     except ValueError as e:
         return ChatRecord(str(index), source, skip="bad_json", detail=str(e))
     if not isinstance(obj, dict):
-        return ChatRecord(str(index), source, skip="bad_json", detail="the line is not a JSON object")
+        return ChatRecord(str(index), source, skip="bad_json",
+                          detail="the line is not a JSON object")
     rid = str(obj["id"]) if obj.get("id") is not None else str(index)
     media = {kind: media_field(obj, kind, image_column) for kind in MEDIA_KINDS}
     return build(rid, source, obj, media, opts, base)

@@ -140,8 +140,10 @@ def stream(name: str, split: str, builder: str, data_files: list[str] | None = N
                 if features is None:
                     features = Features.from_arrow_schema(parquet.schema_arrow)
         except Exception as e:  # noqa: BLE001 - not parquet, unreadable: one sentence
-            raise ConfigError(f"Parquet file {path!r} of {name!r} cannot be read "
-                              f"({redact(str(e).splitlines()[0] if str(e) else type(e).__name__, token)}).") from None
+            raise ConfigError(
+                f"Parquet file {path!r} of {name!r} cannot be read "
+                f"({redact(str(e).splitlines()[0] if str(e) else type(e).__name__, token)}).",
+            ) from None
         for i in range(meta.num_row_groups):
             rows = meta.row_group(i).num_rows
             if rows:

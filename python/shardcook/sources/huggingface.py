@@ -63,7 +63,8 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
             return datasets.load_dataset(FILE_BUILDERS[path.suffix.lower()],
                                          data_files=[str(path)], split=split)
         if path.suffix.lower() in FILE_BUILDERS and not path.exists():
-            raise ConfigError(f"Hugging Face data file {name!r} does not exist; check --hf-dataset.")
+            raise ConfigError(f"Hugging Face data file {name!r} does not exist; "
+                              "check --hf-dataset.")
         return datasets.load_dataset(name, data_files=data_files, split=split, token=token)
     except ConfigError:
         raise

@@ -170,8 +170,9 @@ def _safe_names(pattern: str, folder: Remote, names: Iterable[str]) -> list[str]
         segment = bad_segment(name)
         if segment is not None:
             raise ConfigError(f"--input-path {pattern!r} matches {folder.url}/{name}, whose name "
-                              f"has {segment_named(segment)}, which names another object to a client that "
-                              "normalizes paths; rename the object or narrow the pattern.")
+                              f"has {segment_named(segment)}, which names another object to a "
+                              "client that normalizes paths; rename the object or narrow the "
+                              "pattern.")
     return names
 
 
@@ -193,7 +194,8 @@ def _count(tar: Tar) -> int:
     try:
         return tar.count()
     except ShardcookError as e:
-        raise ConfigError(f"Input tar {tar.where!r} cannot be read ({e}); fix or remove it.") from None
+        raise ConfigError(f"Input tar {tar.where!r} cannot be read ({e}); "
+                          "fix or remove it.") from None
     except OSError as e:  # a tar in a bucket deleted since it was listed
         raise ConfigError(f"Input tar {tar.where!r} cannot be read ({e.strerror or e}); fix the "
                           "pattern or restore it.") from None
@@ -276,7 +278,8 @@ class WebDatasetSource:
             if path:
                 value = dotted_get(doc, path)
             else:
-                value = next(doc[k] for k in JSON_CAPTION_FIELDS if isinstance(doc, dict) and k in doc)
+                value = next(doc[k] for k in JSON_CAPTION_FIELDS
+                             if isinstance(doc, dict) and k in doc)
         except (KeyError, StopIteration):
             return None, "missing_caption"
         if not isinstance(value, str):

@@ -102,7 +102,8 @@ class ChatmlProcessor(Processor):
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
         t0 = time.perf_counter()
-        for n, outcome in zip(todo, self._pool.map(lambda n: self._sample(batch[n]), todo)):
+        samples = self._pool.map(lambda n: self._sample(batch[n]), todo)
+        for n, outcome in zip(todo, samples, strict=True):
             outcomes[n] = outcome
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return [o for o in outcomes if o is not None]
@@ -186,7 +187,8 @@ class ChatmlProcessor(Processor):
                 clip = video.probe(data)
                 if self.video_layout == "mp4":
                     video.require_mp4(clip)
-                    records.append({"frames": len(clip.pts), **_size_record(clip.height, clip.width),
+                    records.append({"frames": len(clip.pts),
+                                    **_size_record(clip.height, clip.width),
                                     "duration": round(clip.duration, 6)})
                     continue
                 frames, timestamps = self._frames(data, clip)

@@ -79,7 +79,8 @@ def pick_device(requested: str | None) -> str:
     if requested in (None, "", "auto"):
         if torch.cuda.is_available():
             return f"cuda:{local % torch.cuda.device_count()}"
-        log.warning("no CUDA device found: encoding on the CPU (fine for tiny models, slow for FLUX)")
+        log.warning("no CUDA device found: encoding on the CPU "
+                    "(fine for tiny models, slow for FLUX)")
         return "cpu"
     if requested.startswith("cuda"):
         if not torch.cuda.is_available():

@@ -32,5 +32,6 @@ def primus_parts(s: EncodedSample) -> list[tuple[str, bytes]]:
     ]
     if s.posterior:
         mean, logvar = s.posterior
-        parts += [(POSTERIOR_PARTS[0], tensor_bytes(mean)), (POSTERIOR_PARTS[1], tensor_bytes(logvar))]
+        parts += [(POSTERIOR_PARTS[0], tensor_bytes(mean)),
+                  (POSTERIOR_PARTS[1], tensor_bytes(logvar))]
     return parts

@@ -109,7 +109,8 @@ def dataset_from(entry: Any, n: int) -> IngestDataset:
     return IngestDataset(split=split, name=str(d.get("name", split)),
                          paths=tuple(Path(expand_env(str(p))) for p in paths),
                          manifest_url=d.get("manifest_url"),
-                         manifest=Path(expand_env(str(d["manifest"]))) if d.get("manifest") else None,
+                         manifest=(Path(expand_env(str(d["manifest"])))
+                                   if d.get("manifest") else None),
                          base_url=d.get("base_url"))
 
 

@@ -20,8 +20,14 @@ class WorkUnit:
 
     @property
     def name(self) -> str:
-        """The shard file this unit becomes, as the native writer names it."""
-        return shard_name(self.number, prefix=self.prefix)
+        """The shard this unit becomes, as the native writer names it, in `folder` if any."""
+        file = shard_name(self.number, prefix=self.prefix)
+        return f"{self.folder}/{file}" if self.folder else file
+
+    @property
+    def folder(self) -> str:
+        """The folder of the dataset the shard goes in (ingest: its split's); "" for the top."""
+        return ""
 
     @property
     def prefix(self) -> str:
@@ -32,6 +38,12 @@ class WorkUnit:
     def number(self) -> int:
         """The shard number in the file name (`ShardWriter(first_shard=...)`)."""
         return self.unit
+
+    @property
+    def capacity(self) -> int:
+        """The most samples the unit's shard may hold: one per input, unless an input holds
+        many (ingest: an Arrow file's rows)."""
+        return max(len(self), 1)
 
     def __len__(self) -> int:
         return self.stop - self.start

@@ -16,6 +16,7 @@ from shardcook.errors import ConfigError, DatasetError
 from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
+from shardcook.pipeline.driver import JobBasics
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Source
@@ -85,7 +86,7 @@ def finalize_chatml(out: Path | str, shards: Collection[str], fields: dict[str, 
     return list(result.index.warnings) + new
 
 
-class ChatmlJob:
+class ChatmlJob(JobBasics):
     """`shardcook chatml` as a job; the processor and finalize use what the source found (image
     layout, video layout, audio format)."""
 

@@ -64,9 +64,10 @@ class Job(Protocol):
         """Why the run whose manifest is `old` cannot be resumed as `new` (none: it can)."""
         ...
 
-    def report_extra(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
-        """What the job adds to report.json, given the finished units' records and the units
-        a failed input left unfinished."""
+    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+        """Rank 0, once every rank is done: the job's last work before the report (ingest: the
+        empty-caption encodings), given the finished units' records and the units a failed
+        input left unfinished; returns what the job adds to report.json."""
         ...
 
 
@@ -77,7 +78,7 @@ class JobBasics:
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         return rep.compare_manifest(old, new)
 
-    def report_extra(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
         return {}
 
 
@@ -266,6 +267,7 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             stages[k] = stages.get(k, 0.0) + v
     inputs_this_run = sum(s.inputs for s in all_stats)
     scratch = [s.scratch_peak_bytes for s in all_stats if s.scratch_peak_bytes is not None]
+    extra = job.finish_units(records, failed)
 
     def report(finalize_seconds: float | None) -> JsonObject:
         return {**rep.build_report(
@@ -274,7 +276,7 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
             scratch_peak_bytes=max(scratch) if scratch else None),
-            **job.report_extra(records, failed)}
+            **extra}
 
     folder.check_held()  # no other run took the folder over meanwhile
     folder.remove_partial_shards()  # every rank is done: what the writers left is empty

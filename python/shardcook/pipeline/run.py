@@ -55,7 +55,7 @@ class Outcome:
     #: Counts summed over the unit into its record's `media_totals` (chatml's media budgets).
     totals: dict[str, int] | None = None
     #: Several samples from one input, as (key, parts), written in place of `parts` (ingest:
-    #: an Arrow file's rows).
+    #: an Arrow file's rows, whose parts are views of the file).
     rows: list[tuple[str, list[tuple[str, Any]]]] | None = None
     #: The stage this input failed at (ingest: download, conversion): its unit is left without
     #: shard or marker, so the next run retries it, and the failure is reported with `detail`.
@@ -319,7 +319,8 @@ class _UnitWriter:
                 record["skipped"].append(
                     skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))
                 continue
-            for key, parts in o.rows if o.rows is not None else [(o.item.key, o.parts)]:
+            rows = o.rows if o.rows is not None else [(o.item.key, o.parts or [])]
+            for key, parts in rows:
                 writer.write(key, parts)
                 record["written"] += 1
             if o.totals:
@@ -328,6 +329,7 @@ class _UnitWriter:
                     sums[name] = sums.get(name, 0) + value
             if o.item.caption == "":
                 record["empty_captions"] += 1
+        return None
 
     def _count(self, record: JsonObject) -> None:
         s = self.stats

@@ -12,6 +12,7 @@ shard, no marker), is reported, and is retried by the next run.
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -22,6 +23,13 @@ from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.jobs.ingest.arrow import Shapes, samples
 from shardcook.jobs.ingest.config import IngestConfig
+from shardcook.jobs.ingest.download import (
+    ManifestEntry,
+    download,
+    fetch_manifest,
+    md5_of,
+    safe_name,
+)
 from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
@@ -141,6 +149,8 @@ class IngestJob:
         self.skipped: list[JsonObject] = []
         self.units_: list[FileUnit] = []
         self.processor_: IngestProcessor | None = None
+        #: The empty-caption encodings' manifest: (base URL, entries).
+        self.empty: tuple[str, list[ManifestEntry]] | None = None
 
     def running(self) -> AbstractContextManager[object]:
         return nullcontext()
@@ -154,14 +164,17 @@ class IngestJob:
         """
         self.skipped = []
         ours = this_runs_inputs(self.ingest, self.skipped)
+        empty = self.ingest.empty_encodings
+        self.empty = (fetch_manifest(empty.manifest_url, self.ingest.retry)
+                      if empty is not None else None)
         folder = run_folder(cfg.output)
         try:
             old = None if cfg.output.overwrite else folder.read_manifest()
         finally:
             folder.close()
-        self.inputs = _with_earlier(str(folder), ours, old)
         if isinstance(folder.location, Path):
-            refuse_inputs_inside(cfg.output, self.inputs, self.ingest)
+            refuse_inputs_inside(cfg.output, ours, self.ingest)
+        self.inputs = _with_earlier(str(folder), ours, old)
         shard = dict.fromkeys((i.split for i in self.inputs), 0)
         self.units_ = []
         for number, one in enumerate(self.inputs):
@@ -203,9 +216,13 @@ class IngestJob:
         return rep.compare_manifest(
             {**old, "source": new["source"], "num_inputs": new["num_inputs"]}, new)
 
-    def report_extra(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
-        """Per split: files, shards and samples; every failed file with its stage and reason,
-        the manifest entries skipped, the most downloads on disk at once."""
+    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+        """Downloads the empty-caption encodings; reports per split files, shards and samples,
+        every failed file with its stage and reason, the manifest entries skipped and the most
+        downloads on disk at once."""
+        failures = [{**self.inputs[self.units_[f["unit"]].start].describe(),
+                     "stage": f["stage"], "reason": f["reason"]} for f in failed]
+        empty = self._empty_encodings(failures)
         splits: dict[str, JsonObject] = {}
         for one in self.inputs:
             splits.setdefault(one.split, {"files": 0, "shards": {}, "samples": 0})["files"] += 1
@@ -217,15 +234,45 @@ class IngestJob:
         proc = self.processor_
         return {
             "files": len(self.inputs),
-            "failed": [{**self.inputs[self.units_[f["unit"]].start].describe(),
-                        "stage": f["stage"], "reason": f["reason"]} for f in failed],
+            "failed": failures,
             "skipped": self.skipped,
             "num_skipped": 0,
             "splits": splits,
             "samples": sum(s["samples"] for s in splits.values()),
             "peak_downloads_on_disk": proc.prefetch.peak if proc else 0,
             "bytes_converted": proc.bytes_in if proc else 0,
+            "empty_encodings": empty,
         }
+
+    def _empty_encodings(self, failed: list[JsonObject]) -> list[str]:
+        """Downloads the empty-caption encodings (small `.npy` files) into the dataset; a local
+        file already there with the right MD5 is kept, one that fails is added to `failed`."""
+        if self.empty is None or self.ingest.empty_encodings is None:
+            return []
+        subdir = self.ingest.empty_encodings.output_subdir
+        base, entries = self.empty
+        folder = run_folder(self.cfg.output)
+        names = []
+        try:
+            with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
+                for e in entries:
+                    there = folder.location
+                    kept = (isinstance(there, Path) and (there / subdir / e.name).is_file()
+                            and md5_of(there / subdir / e.name) == e.md5)
+                    try:
+                        if not kept:
+                            dest = Path(scratch) / safe_name(e.name)
+                            download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry,
+                                     Path(scratch) / "partial")
+                            folder.write_file(f"{subdir}/{e.name}", dest.read_bytes())
+                        names.append(e.name)
+                    except (ShardcookError, OSError) as err:
+                        failed.append({"split": None, "file": e.name, "md5": e.md5,
+                                       "source": f"{base}/{e.name}", "stage": "download",
+                                       "reason": str(err)})
+        finally:
+            folder.close()
+        return names
 
 
 def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list[Input]:
@@ -244,8 +291,8 @@ def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list
                           "new --output-dir")
     earlier: dict[str, list[Input]] = {}
     for entry in recorded:
-        split = earlier.setdefault(str(entry.get("split")), [])
-        split.append(Input.recorded(entry, len(split)))
+        kept = earlier.setdefault(str(entry.get("split")), [])
+        kept.append(Input.recorded(entry, len(kept)))
     mine: dict[str, list[Input]] = {}
     for one in ours:
         mine.setdefault(one.split, []).append(one)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.config import RunConfig
+from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.jobs.ingest.arrow import Shapes, samples
 from shardcook.jobs.ingest.config import IngestConfig
@@ -231,6 +232,13 @@ class IngestJob:
             if record["shard"] is not None:
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
+        location = run_location(self.cfg)
+        if (not self.cfg.output.finalize and isinstance(location, Path)
+                and any(s["shards"] for s in splits.values())):
+            # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
+            metadata.write_finalize_record(location, metadata.FinalizeRecord(
+                encoding=MLPERF.encoding,
+                split_parts=split_parts(s for s, r in splits.items() if r["shards"])))
         proc = self.processor_
         return {
             "files": len(self.inputs),
@@ -273,6 +281,15 @@ class IngestJob:
         finally:
             folder.close()
         return names
+
+
+def run_location(cfg: RunConfig) -> Path | str:
+    """The output folder's location: a local path, or a URL."""
+    folder = run_folder(cfg.output)
+    try:
+        return folder.location
+    finally:
+        folder.close()
 
 
 def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list[Input]:

@@ -7,15 +7,11 @@ folder, the report."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError
 from shardcook.jobs.ingest.config import IngestConfig
-from shardcook.jobs.ingest.job import IngestJob, split_parts
-from shardcook.layouts.mlperf import MLPERF
+from shardcook.jobs.ingest.job import IngestJob
 from shardcook.pipeline.report import JsonObject
-from shardcook.storage import is_url
 
 
 def run_config(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True,
@@ -42,18 +38,9 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True
             delete, a foreign output folder, before any shard is written.
         DatasetError: finalize found the result invalid.
     """
-    from shardcook.dataset import metadata
     from shardcook.pipeline.driver import run_pipeline
 
     run = run_config(cfg, overwrite=overwrite, quiet=quiet, scratch_dir=scratch_dir,
                      upload_queue=upload_queue)
     report = run_pipeline(run, IngestJob(run, cfg))
-    if report is None:
-        return {}
-    out = str(cfg.output_dir)
-    if not cfg.finalize and report["shards"] and not is_url(out):
-        # so that a later `shardcook finalize` keeps the split folders
-        parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
-        metadata.write_finalize_record(Path(out), metadata.FinalizeRecord(
-            encoding=MLPERF.encoding, split_parts=parts))
-    return report
+    return report if report is not None else {}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardcook.layouts.names import sample_key, shard_name
+from shardcook.layouts.names import sample_key, shard_name, split_shard_prefix
 
-__all__ = ["WorkUnit", "plan_units", "sample_key", "units_for_rank"]
+__all__ = ["SplitUnit", "WorkUnit", "plan_units", "sample_key", "units_for_rank"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,21 @@ class WorkUnit:
     def __len__(self) -> int:
         return self.stop - self.start
 
+
+@dataclass(frozen=True)
+class SplitUnit(WorkUnit):
+    """A work unit of one split: planned inputs start <= v < stop, written to shard `number`."""
+
+    split: str = "train"
+    shard: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return split_shard_prefix(self.split)
+
+    @property
+    def number(self) -> int:
+        return self.shard
 
 def plan_units(num_inputs: int, shard_size: int) -> list[WorkUnit]:
     """All work units for `num_inputs` inputs."""

@@ -15,7 +15,6 @@ import logging
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +33,10 @@ from shardcook.jobs.ingest.download import (
 from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
-from shardcook.layouts.names import OURS_DIR, split_shard_prefix
+from shardcook.layouts.names import OURS_DIR
 from shardcook.output.folder import run_folder
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.plan import WorkUnit, units_for_rank
+from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.sources.base import Item
@@ -48,20 +47,8 @@ log = logging.getLogger(__name__)
 ONE_SHARD = 1 << 62
 
 
-@dataclass(frozen=True)
-class FileUnit(WorkUnit):
-    """Input file `start` (one file), written to shard `shard` of its split's folder."""
-
-    split: str = "train"
-    shard: int = 0
-
-    @property
-    def prefix(self) -> str:
-        return split_shard_prefix(self.split)
-
-    @property
-    def number(self) -> int:
-        return self.shard
+class FileUnit(SplitUnit):
+    """Input file `start` (one file), written to shard `shard` in its split's folder."""
 
     @property
     def folder(self) -> str:

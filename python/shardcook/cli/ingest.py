@@ -33,8 +33,9 @@ def ingest(
         help="A local file of `MD5 FILENAME` lines; give --base-url.", rich_help_panel=SRC)] = None,
     base_url: Annotated[str | None, typer.Option(
         help="The address --manifest's files are under.", rich_help_panel=SRC)] = None,
-    output_dir: Annotated[Path | None, typer.Option(
-        help="The dataset folder to write (each split in a folder of its own there).",
+    output_dir: Annotated[str | None, typer.Option(
+        help="The dataset folder to write (each split in a folder of its own there): a local "
+             "path, or msc://PROFILE/path or s3://bucket/path in object storage.",
         rich_help_panel=RUN)] = None,
     max_workers: Annotated[int | None, typer.Option(
         help="Concurrent downloads (default 4).", rich_help_panel=RUN)] = None,
@@ -81,6 +82,8 @@ def ingest(
         report = run_ingest(cfg, overwrite=overwrite)
     except ShardcookError as e:
         fail(e)
+    if not report:  # a torchrun worker other than rank 0
+        return
     for split_name, done in report["splits"].items():
         typer.echo(f"{cfg.output_dir}, split {split_name}: {done['samples']:,} samples in "
                    f"{len(done['shards'])} shards")

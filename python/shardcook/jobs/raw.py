@@ -20,7 +20,7 @@ from shardcook.jobs.images import (
     result_meta_json,
     result_pixels,
 )
-from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
+from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
@@ -75,7 +75,7 @@ class RawProcessor(Processor):
             return str(e) or type(e).__name__
 
 
-class RawJob:
+class RawJob(JobBasics):
     """`shardcook raw` as a job: `open_source`'s inputs in units of --shard-size, the image core,
     finalize by --split's ratios."""
 

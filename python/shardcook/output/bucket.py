@@ -32,7 +32,7 @@ from shardcook.layouts.names import (
     PROGRESS_DIR,
     REPORT_JSON,
     RUN_LOCK,
-    is_shard_name,
+    is_shard_path,
 )
 from shardcook.output import overwrite
 from shardcook.output.lock import BucketLease, Holder
@@ -170,7 +170,7 @@ class BucketRunFolder:
         for record in self.read_markers([int(s) for s in stems if s.isdigit()]).values():
             if isinstance(record.get("shard"), str):
                 names.add(record["shard"])
-        return {n for n in names if is_shard_name(n)}
+        return {n for n in names if is_shard_path(n)}
 
     def plan_overwrite(self) -> overwrite.ObjectPlan:
         """What `--overwrite` removes and keeps (`overwrite.plan_object_deletions`), deleting
@@ -228,7 +228,7 @@ class BucketRunFolder:
                 raise ConfigError(f"--scratch-dir {str(self._scratch)!r} cannot hold a staging "
                                   f"folder ({e.strerror or e}); choose a folder you can write "
                                   "to.") from None
-            self._uploader = Uploader(self.store, self._upload_queue)
+            self._uploader = Uploader(self.store, self._upload_queue, self._staging)
         return self._staging
 
     def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
@@ -349,8 +349,7 @@ class BucketRunFolder:
         if not isinstance(record, dict):
             return None
         shard = record.get("shard")
-        return (record if shard is None or (isinstance(shard, str) and is_shard_name(shard))
-                else None)
+        return record if shard is None or (isinstance(shard, str) and is_shard_path(shard)) else None
 
 
 def _json(obj: Any) -> str:

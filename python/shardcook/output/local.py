@@ -11,8 +11,10 @@ storage) can be a second class with the same methods.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from shardcook.layouts.names import (
     PROGRESS_DIR,
     REPORT_JSON,
     RUN_LOCK,
+    TMP_DIR,
     is_shard_path,
 )
 from shardcook.output import overwrite
@@ -191,8 +194,15 @@ class RunFolder:
             path.unlink(missing_ok=True)
 
     def remove_partial_shards(self) -> None:
-        """Empties the writer's tmp folder: the partial shards of a killed run."""
+        """Empties the writer's tmp folder: the partial shards of a killed run; in a split's
+        folder (ingest's `train/`), the writer's folder goes too once empty."""
         _native.remove_partial_shards(self.root)
+        for split in self.root.glob(f"*/{OURS_DIR}/"):
+            if re.fullmatch(r"[a-z]+", split.parent.name):
+                _native.remove_partial_shards(split.parent)
+                for folder in (split / TMP_DIR, split):
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()  # only when empty: anything else there stays
 
     # ---- a unit's shard ----------------------------------------------------------------------
 

@@ -37,8 +37,10 @@ T = TypeVar("T")
 class Uploader:
     """Uploads staged files to `store`, at most `limit` units' files staged at once."""
 
-    def __init__(self, store: Remote, limit: int) -> None:
+    def __init__(self, store: Remote, limit: int, root: Path) -> None:
         self.store = store
+        #: The staging folder: a file's object is its path there (`train/x.tar` for ingest).
+        self.root = root
         self.peak_bytes = 0
         self._slots = threading.BoundedSemaphore(limit)
         self._pool = ThreadPoolExecutor(max_workers=min(limit, MAX_THREADS),
@@ -50,7 +52,7 @@ class Uploader:
 
     def submit(self, files: list[Path], then: Callable[[], None], what: str, *,
                staged: Sequence[Path] = ()) -> None:
-        """Uploads `files` (each as the object of its name), then runs `then` (`what` names it in
+        """Uploads `files` (each as the object of its path in `root`), then runs `then` (`what` names it in
         a failure); the files, and the `staged` ones `then` uploads itself, are deleted
         afterwards. Waits while `limit` units are staged.
 
@@ -97,7 +99,7 @@ class Uploader:
                 if self._error is not None:
                     return
                 retried(f"uploading {path.name} to {self.store.url}",
-                        partial(self.store.upload, path, path.name))
+                        partial(self.store.upload, path, path.relative_to(self.root).as_posix()))
             if self._error is None:
                 retried(what, then)
         except ShardcookError as e:

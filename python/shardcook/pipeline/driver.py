@@ -60,6 +60,27 @@ class Job(Protocol):
         """Indexes and checks the finished dataset at `out` (a path, or a URL)."""
         ...
 
+    def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
+        """Why the run whose manifest is `old` cannot be resumed as `new` (none: it can)."""
+        ...
+
+    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+        """Rank 0, once every rank is done: the job's last work before the report (ingest: the
+        empty-caption encodings), given the finished units' records and the units a failed
+        input left unfinished; returns what the job adds to report.json."""
+        ...
+
+
+class JobBasics:
+    """What most jobs do for the engine's optional steps: resume only the same run, report
+    nothing more."""
+
+    def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
+        return rep.compare_manifest(old, new)
+
+    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+        return {}
+
 
 def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
     """Consecutive units of --shard-size inputs; with --finalize, --split's ratios are checked
@@ -109,25 +130,26 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
         yield lambda kind, n: bar.advance(tasks[kind], n)
 
 
-def _check_folder(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
+def _check_folder(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject) -> None:
     """Refuses what the output folder holds (something foreign, a different earlier run, what
     --overwrite may not delete), writing nothing."""
     if cfg.output.overwrite:
         folder.plan_overwrite()
     else:
         folder.check_ours()
-        rep.check_resume(folder, manifest)
+        rep.check_resume(folder, manifest, job.resume_differences)
 
 
-def _setup(cfg: RunConfig, folder: OutputFolder, manifest: JsonObject) -> None:
+def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject) -> None:
     """Rank 0: check the output folder, take it for this run, refuse a different earlier run,
     write the manifest."""
-    _check_folder(cfg, folder, manifest)  # before the lock writes anything there
+    _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
     folder.lock(Holder.this_run())
     if cfg.output.overwrite:
         overwrite.say_kept(folder, folder.clear())
     else:
-        rep.check_resume(folder, manifest)  # again: a run that held the folder may have ended
+        # again: a run that held the folder may have ended
+        rep.check_resume(folder, manifest, job.resume_differences)
     folder.check_writable()
     folder.remove_partial_shards()
     folder.write_manifest(manifest)
@@ -155,7 +177,7 @@ def check_setup(cfg: RunConfig, job: Job) -> None:
         with job.running():
             folder.check_access()
             _, manifest, _ = _opened(cfg, job)
-            _check_folder(cfg, folder, manifest)
+            _check_folder(cfg, job, folder, manifest)
     finally:
         folder.close()
 
@@ -193,7 +215,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         if error is None and dist.is_main:
             assert folder is not None  # made before the source
             try:
-                _setup(cfg, folder, manifest)
+                _setup(cfg, job, folder, manifest)
             except ConfigError as e:
                 error = str(e)
         error = dist.broadcast(error)
@@ -231,7 +253,9 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             manifest: JsonObject, all_stats: list[RunStats], world_size: int,
             t_start: float) -> JsonObject:
     out = folder.location
+    failed = [f for s in all_stats for f in s.failed]
     records, missing = rep.collect(folder, units)
+    missing = [u for u in missing if u not in {f["unit"] for f in failed}]
     if missing:
         raise DatasetError(
             f"{len(missing)} work unit(s) are not finished (e.g. unit {missing[0]}); "
@@ -243,19 +267,22 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             stages[k] = stages.get(k, 0.0) + v
     inputs_this_run = sum(s.inputs for s in all_stats)
     scratch = [s.scratch_peak_bytes for s in all_stats if s.scratch_peak_bytes is not None]
+    extra = job.finish_units(records, failed)
 
     def report(finalize_seconds: float | None) -> JsonObject:
-        return rep.build_report(
+        return {**rep.build_report(
             records, encoding=job.encoding, num_inputs=manifest["num_inputs"],
             wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,
             world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
-            scratch_peak_bytes=max(scratch) if scratch else None)
+            scratch_peak_bytes=max(scratch) if scratch else None),
+            **extra}
 
     folder.check_held()  # no other run took the folder over meanwhile
+    folder.remove_partial_shards()  # every rank is done: what the writers left is empty
     result = report(None)
     folder.write_results(rep.finish_manifest(manifest, result), result)
-    if cfg.output.finalize:
+    if cfg.output.finalize and (result["shards"] or not failed):
         if not result["shards"]:
             raise DatasetError(
                 f"every input was skipped, so {out} holds no shards to finalize; "

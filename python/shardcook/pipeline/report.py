@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,15 +72,18 @@ def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
     return diffs
 
 
-def check_resume(folder: OutputFolder, manifest: JsonObject) -> None:
-    """Raises ConfigError if `folder` holds a run made with different options."""
+def check_resume(folder: OutputFolder, manifest: JsonObject,
+                 compare: Callable[[JsonObject, JsonObject], list[str]] = compare_manifest,
+                 ) -> None:
+    """Raises ConfigError if `folder` holds a run made with different options (`compare`: the
+    job's differences between the earlier manifest and this one)."""
     try:
         old = folder.read_manifest()
     except DatasetError as e:
         raise ConfigError(f"{e}; rerun with --overwrite to start over.") from None
     if old is None:
         return
-    diffs = compare_manifest(old, manifest)
+    diffs = compare(old, manifest)
     if diffs:
         raise ConfigError(
             f"Output folder {str(folder)!r} holds a run made with different options "

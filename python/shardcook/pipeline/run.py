@@ -12,14 +12,14 @@ batches of `batch_size` items on each side of the processor.
 
 from __future__ import annotations
 
-import contextlib
+import posixpath
 import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from shardcook._native import ShardWriter
 from shardcook.errors import SkipReason
@@ -54,6 +54,12 @@ class Outcome:
     detail: str | None = None
     #: Counts summed over the unit into its record's `media_totals` (chatml's media budgets).
     totals: dict[str, int] | None = None
+    #: Several samples from one input, as (key, parts), written in place of `parts` (ingest:
+    #: an Arrow file's rows, whose parts are views of the file).
+    rows: list[tuple[str, list[tuple[str, Any]]]] | None = None
+    #: The stage this input failed at (ingest: download, conversion): its unit is left without
+    #: shard or marker, so the next run retries it, and the failure is reported with `detail`.
+    failed: str | None = None
 
 
 def split_skipped(batch: list[Loaded]) -> tuple[list[Outcome | None], list[int]]:
@@ -96,6 +102,10 @@ class Processor:
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Stops what the processor runs on its own (ingest: its downloads); called once the
+        loop ends, also on an error or Ctrl-C."""
+
 
 @dataclass
 class RunStats:
@@ -111,6 +121,8 @@ class RunStats:
     #: The most scratch space used at once (object storage's staged shards); None for a local
     #: output folder.
     scratch_peak_bytes: int | None = None
+    #: The units left unfinished by a failed input: {"unit", "stage", "reason"} each.
+    failed: list[JsonObject] = field(default_factory=list)
 
 
 def load(item: Item) -> Loaded:
@@ -241,6 +253,7 @@ class _UnitWriter:
     def _run(self) -> None:
         writer: ShardWriter | None = None
         record: JsonObject = {}
+        failed: int | None = None  # the unit whose input failed: the rest of it is dropped
         try:
             while True:
                 kind, unit, outcomes = self._q.get()
@@ -248,15 +261,22 @@ class _UnitWriter:
                     return
                 assert unit is not None  # every other message names its unit
                 t0 = time.perf_counter()
+                if unit.unit == failed:
+                    failed = None if outcomes is None else failed
+                    continue
                 if writer is None:
                     writer, record = self._open(unit)
                 if outcomes is not None:  # a batch
-                    self._write(writer, record, outcomes)
+                    failure = self._write(writer, record, outcomes)
+                    if failure is not None:
+                        writer.abort()
+                        writer, failed = None, unit.unit
+                        self.stats.failed.append({"unit": unit.unit, **failure})
                 else:  # end of unit
                     shards = writer.close()
                     writer = None
                     if shards:
-                        record["shard"] = shards[0][0]
+                        record["shard"] = posixpath.join(unit.folder, shards[0][0])
                     self.folder.finish_unit(unit.unit, record)
                     self._count(record)
                 self.seconds += time.perf_counter() - t0
@@ -274,33 +294,40 @@ class _UnitWriter:
     def _open(self, unit: WorkUnit) -> tuple[ShardWriter, JsonObject]:
         # a shard without a marker was cut off before its unit was recorded: redo it
         self.folder.discard_shard(unit.name)
-        writer = ShardWriter(self.folder.shard_dir, shard_size=max(len(unit), 1),
+        writer = ShardWriter(self.folder.shard_dir / unit.folder, shard_size=unit.capacity,
                              prefix=unit.prefix, first_shard=unit.number)
-        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
-                              "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
-                              "skipped": []}
+        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
+                  "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
         return writer, record
 
     @staticmethod
-    def _write(writer: ShardWriter, record: JsonObject, outcomes: list[Outcome]) -> None:
+    def _write(writer: ShardWriter, record: JsonObject, outcomes: list[Outcome],
+               ) -> JsonObject | None:
+        """Writes the outcomes into the unit's shard; returns the first failed input's stage
+        and reason, writing nothing more, when one failed."""
         for o in outcomes:
+            if o.failed is not None:
+                return {"stage": o.failed, "reason": o.detail}
             record["inputs"] += 1
             for ex in o.item.extras:
                 used = {"used": ex.used} if ex.used is not None else {}
                 record["skipped"].append(
                     skip_record(None, ex.source, ex.reason, **used, input_key=o.item.key))
-            if o.parts is None:
+            if o.parts is None and o.rows is None:
                 record["skipped"].append(
                     skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))
                 continue
-            writer.write(o.item.key, o.parts)
-            record["written"] += 1
+            rows = o.rows if o.rows is not None else [(o.item.key, o.parts or [])]
+            for key, parts in rows:
+                writer.write(key, parts)
+                record["written"] += 1
             if o.totals:
                 sums = record.setdefault("media_totals", {})
                 for name, value in o.totals.items():
                     sums[name] = sums.get(name, 0) + value
             if o.item.caption == "":
                 record["empty_captions"] += 1
+        return None
 
     def _count(self, record: JsonObject) -> None:
         s = self.stats
@@ -350,6 +377,7 @@ def run_units(
             else:
                 writer.put(kind, unit, None)
     finally:
+        processor.close()
         writer.close()
     if writer.error is not None:
         raise writer.error

@@ -8,7 +8,6 @@ import logging
 import os
 from collections.abc import Collection
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 from shardcook.config import RunConfig
@@ -16,28 +15,13 @@ from shardcook.errors import ConfigError, DatasetError
 from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
-from shardcook.pipeline.plan import WorkUnit
+from shardcook.pipeline.driver import JobBasics
+from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Source
 from shardcook.sources.chat import SPLITS, ChatmlSource
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SplitUnit(WorkUnit):
-    """A work unit of one split: planned inputs start <= v < stop, written to shard `number`."""
-
-    split: str = "train"
-    shard: int = 0
-
-    @property
-    def prefix(self) -> str:
-        return split_shard_prefix(self.split)
-
-    @property
-    def number(self) -> int:
-        return self.shard
 
 
 def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[SplitUnit]:
@@ -85,7 +69,7 @@ def finalize_chatml(out: Path | str, shards: Collection[str], fields: dict[str, 
     return list(result.index.warnings) + new
 
 
-class ChatmlJob:
+class ChatmlJob(JobBasics):
     """`shardcook chatml` as a job; the processor and finalize use what the source found (image
     layout, video layout, audio format)."""
 

@@ -35,7 +35,7 @@ from shardcook.jobs.images import check_image_options, decode_images, result_pix
 from shardcook.layouts import registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
 from shardcook.output.folder import OutputFolder, run_folder
-from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
+from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
@@ -284,7 +284,7 @@ def cpu_threads(workers: int | None) -> tuple[int, int]:
     return torch_threads, workers or max(1, cores - torch_threads)
 
 
-class EncodeJob:
+class EncodeJob(JobBasics):
     """`shardcook encode` as a job: `open_source`'s inputs in units of --shard-size, the image core
     and the FLUX encoders, finalize by --split's ratios with the layout's encoding."""
 

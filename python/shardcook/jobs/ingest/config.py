@@ -40,7 +40,8 @@ class EmptyEncodings:
 
 @dataclass
 class IngestConfig:
-    output_dir: Path | None = None
+    #: A local path, or a URL in object storage.
+    output_dir: str | None = None
     datasets: list[IngestDataset] = field(default_factory=list)
     empty_encodings: EmptyEncodings | None = None
     max_workers: int = 4
@@ -128,7 +129,7 @@ def from_yaml(path: Path) -> IngestConfig:
     cfg.datasets = [dataset_from(entry, n) for n, entry in enumerate(datasets)]
     out = _mapping(top.get("output"), "output", ("output_dir",))
     if out.get("output_dir"):
-        cfg.output_dir = Path(expand_env(str(out["output_dir"])))
+        cfg.output_dir = expand_env(str(out["output_dir"]))
     empty = _mapping(top.get("empty_encodings"), "empty_encodings",
                      ("manifest_url", "output_subdir"))
     if empty:

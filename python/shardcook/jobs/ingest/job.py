@@ -1,0 +1,311 @@
+"""`ingest` as a job of the shared engine: one work unit per Arrow file, each split's units in
+name order in the split's own folder (`SPLIT/SPLIT-shard-NNNNNN.tar`, unit n of a split is
+shard n), the processor downloading ahead (`prefetch.py`) and converting one file into one
+shard (`arrow.py`), and finalize naming each split's folder (`SPLIT: SPLIT/.*`).
+
+A dataset can be ingested a split per command: an earlier run's splits that this run does not
+name are kept (their inputs stay in the plan, their units are done), and a split both name must
+have the same inputs. A file that fails to download or convert leaves its unit unfinished (no
+shard, no marker), is reported, and is retried by the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from shardcook.config import RunConfig
+from shardcook.dataset import metadata
+from shardcook.errors import ConfigError, ShardcookError
+from shardcook.jobs.ingest.arrow import Shapes, samples
+from shardcook.jobs.ingest.config import IngestConfig
+from shardcook.jobs.ingest.download import (
+    ManifestEntry,
+    download,
+    fetch_manifest,
+    md5_of,
+    safe_name,
+)
+from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
+from shardcook.jobs.ingest.prefetch import Prefetch
+from shardcook.layouts.mlperf import MLPERF
+from shardcook.layouts.names import OURS_DIR
+from shardcook.output.folder import run_folder
+from shardcook.pipeline import report as rep
+from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
+from shardcook.pipeline.report import JsonObject
+from shardcook.pipeline.run import Loaded, Outcome, Processor
+from shardcook.sources.base import Item
+
+log = logging.getLogger(__name__)
+
+#: One file is one shard, whatever its row count.
+ONE_SHARD = 1 << 62
+
+
+class FileUnit(SplitUnit):
+    """Input file `start` (one file), written to shard `shard` in its split's folder."""
+
+    @property
+    def folder(self) -> str:
+        return self.split
+
+    @property
+    def capacity(self) -> int:
+        return ONE_SHARD
+
+
+def split_parts(splits: Iterable[str]) -> dict[str, str]:
+    """The dataset's split parts, as Primus's finalize names them: `SPLIT: SPLIT/.*`."""
+    return {split: f"{split}/.*" for split in splits}
+
+
+class IngestSource:
+    """The Arrow files of every split, in plan order; an item stands for its file."""
+
+    def __init__(self, inputs: list[Input]) -> None:
+        self.inputs = inputs
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def items(self, start: int, stop: int) -> Iterator[Item]:
+        for index in range(start, stop):
+            yield Item(index, self.inputs[index].source, image=b"")
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "mlperf_arrow", "inputs": [i.describe() for i in self.inputs]}
+
+
+class IngestProcessor(Processor):
+    """Converts each unit's file into its shard's rows; downloads run ahead on their own
+    threads, at most --prefetch-depth files on disk, each deleted once converted."""
+
+    def __init__(self, inputs: list[Input], prefetch: Prefetch) -> None:
+        self.inputs = inputs
+        self.prefetch = prefetch
+        self.shapes: dict[str, Shapes] = {}
+        self.stage_seconds: dict[str, float] = {}
+        self.bytes_in = 0
+
+    def start(self) -> None:
+        self.prefetch.start()
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]:
+        return [self._convert(loaded.item) for loaded in batch]
+
+    def _convert(self, item: Item) -> Outcome:
+        one = self.inputs[item.index]
+        stage, path = "download", one.local
+        try:
+            if path is None:
+                path = self.prefetch.take(one)
+            stage = "conversion"
+            size = path.stat().st_size
+            shapes = dict(self.shapes.get(one.split, {}))
+            rows = list(samples(path, f"{one.index:06d}", shapes))
+            self.shapes[one.split] = shapes
+            self.bytes_in += size
+            return Outcome(item, rows=rows)
+        except (ShardcookError, OSError) as e:
+            log.warning("%s: %s failed: %s", one.name, stage, e)
+            return Outcome(item, failed=stage, detail=str(e))
+        finally:
+            # the rows are views of the memory-mapped file, which outlives its name
+            self.prefetch.done_with(one)
+
+    def close(self) -> None:
+        self.prefetch.close()
+
+
+class IngestJob:
+    """`shardcook ingest` as a job (`cfg.output` says where; `ingest` what to read)."""
+
+    encoding = MLPERF.encoding
+    batch_size = 1
+    prefetch = 1
+    backend = "gloo"
+    manifest_extra: JsonObject | None = None
+
+    def __init__(self, cfg: RunConfig, ingest: IngestConfig) -> None:
+        self.cfg, self.ingest = cfg, ingest
+        self.inputs: list[Input] = []
+        self.skipped: list[JsonObject] = []
+        self.units_: list[FileUnit] = []
+        self.processor_: IngestProcessor | None = None
+        #: The empty-caption encodings' manifest: (base URL, entries).
+        self.empty: tuple[str, list[ManifestEntry]] | None = None
+
+    def running(self) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def source(self, cfg: RunConfig) -> IngestSource:
+        """Reads the manifests (names checked) and the earlier run's inputs, refusing an input
+        the run would delete, before any work.
+
+        Raises:
+            ConfigError: bad inputs, another layout or other inputs for a split in the folder.
+        """
+        self.skipped = []
+        ours = this_runs_inputs(self.ingest, self.skipped)
+        empty = self.ingest.empty_encodings
+        self.empty = (fetch_manifest(empty.manifest_url, self.ingest.retry)
+                      if empty is not None else None)
+        folder = run_folder(cfg.output)
+        try:
+            old = None if cfg.output.overwrite else folder.read_manifest()
+        finally:
+            folder.close()
+        if isinstance(folder.location, Path):
+            refuse_inputs_inside(cfg.output, ours, self.ingest)
+        self.inputs = _with_earlier(str(folder), ours, old)
+        shard = dict.fromkeys((i.split for i in self.inputs), 0)
+        self.units_ = []
+        for number, one in enumerate(self.inputs):
+            self.units_.append(FileUnit(number, number, number + 1, split=one.split,
+                                        shard=shard[one.split]))
+            shard[one.split] += 1
+        return IngestSource(self.inputs)
+
+    def units(self, source: Any) -> list[WorkUnit]:
+        return list(self.units_)
+
+    def processor(self, cfg: RunConfig) -> IngestProcessor:
+        from shardcook import distributed
+
+        rank, world = distributed.env_rank_world()
+        mine = units_for_rank(list(self.units_), rank, world)
+        folder = run_folder(cfg.output)
+        try:
+            done = folder.read_markers([u.unit for u in mine])
+        finally:
+            folder.close()
+        pending = [self.inputs[u.start] for u in mine if u.unit not in done]
+        location = folder.location
+        prefetch = (Prefetch(pending, self.ingest, location / OURS_DIR)
+                    if isinstance(location, Path)
+                    else Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True))
+        self.processor_ = IngestProcessor(self.inputs, prefetch)
+        return self.processor_
+
+    def finalize(self, out: Path | str, report: JsonObject) -> None:
+        from shardcook.dataset import finalize
+
+        parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
+        finalize(out, encoding=MLPERF.encoding, force=True, validate=True, split_parts=parts)
+
+    def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
+        """The engine's differences but for the inputs, which `source` compared split by split
+        (an earlier run's other splits are kept)."""
+        return rep.compare_manifest(
+            {**old, "source": new["source"], "num_inputs": new["num_inputs"]}, new)
+
+    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+        """Downloads the empty-caption encodings; reports per split files, shards and samples,
+        every failed file with its stage and reason, the manifest entries skipped and the most
+        downloads on disk at once."""
+        failures = [{**self.inputs[self.units_[f["unit"]].start].describe(),
+                     "stage": f["stage"], "reason": f["reason"]} for f in failed]
+        empty = self._empty_encodings(failures)
+        splits: dict[str, JsonObject] = {}
+        for one in self.inputs:
+            splits.setdefault(one.split, {"files": 0, "shards": {}, "samples": 0})["files"] += 1
+        for record in records:
+            split = splits[self.inputs[record["start"]].split]
+            if record["shard"] is not None:
+                split["shards"][record["shard"]] = record["written"]
+                split["samples"] += record["written"]
+        location = run_location(self.cfg)
+        if (not self.cfg.output.finalize and isinstance(location, Path)
+                and any(s["shards"] for s in splits.values())):
+            # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
+            metadata.write_finalize_record(location, metadata.FinalizeRecord(
+                encoding=MLPERF.encoding,
+                split_parts=split_parts(s for s, r in splits.items() if r["shards"])))
+        proc = self.processor_
+        return {
+            "files": len(self.inputs),
+            "failed": failures,
+            "skipped": self.skipped,
+            "num_skipped": 0,
+            "splits": splits,
+            "samples": sum(s["samples"] for s in splits.values()),
+            "peak_downloads_on_disk": proc.prefetch.peak if proc else 0,
+            "bytes_converted": proc.bytes_in if proc else 0,
+            "empty_encodings": empty,
+        }
+
+    def _empty_encodings(self, failed: list[JsonObject]) -> list[str]:
+        """Downloads the empty-caption encodings (small `.npy` files) into the dataset; a local
+        file already there with the right MD5 is kept, one that fails is added to `failed`."""
+        if self.empty is None or self.ingest.empty_encodings is None:
+            return []
+        subdir = self.ingest.empty_encodings.output_subdir
+        base, entries = self.empty
+        folder = run_folder(self.cfg.output)
+        names = []
+        try:
+            with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
+                for e in entries:
+                    there = folder.location
+                    kept = (isinstance(there, Path) and (there / subdir / e.name).is_file()
+                            and md5_of(there / subdir / e.name) == e.md5)
+                    try:
+                        if not kept:
+                            dest = Path(scratch) / safe_name(e.name)
+                            download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry,
+                                     Path(scratch) / "partial")
+                            folder.write_file(f"{subdir}/{e.name}", dest.read_bytes())
+                        names.append(e.name)
+                    except (ShardcookError, OSError) as err:
+                        failed.append({"split": None, "file": e.name, "md5": e.md5,
+                                       "source": f"{base}/{e.name}", "stage": "download",
+                                       "reason": str(err)})
+        finally:
+            folder.close()
+        return names
+
+
+def run_location(cfg: RunConfig) -> Path | str:
+    """The output folder's location: a local path, or a URL."""
+    folder = run_folder(cfg.output)
+    try:
+        return folder.location
+    finally:
+        folder.close()
+
+
+def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list[Input]:
+    """This run's inputs after those of an earlier run's splits that this run does not name.
+
+    Raises:
+        ConfigError: the folder holds another layout, or other inputs for one of the splits.
+    """
+    if old is None:
+        return ours
+    recorded = (old.get("source") or {}).get("inputs") if isinstance(old.get("source"),
+                                                                     dict) else None
+    if old.get("encoding") != MLPERF.encoding or not isinstance(recorded, list) or not all(
+            isinstance(entry, dict) for entry in recorded):
+        raise ConfigError(f"{where} holds another layout; use --overwrite to start again, or a "
+                          "new --output-dir")
+    earlier: dict[str, list[Input]] = {}
+    for entry in recorded:
+        kept = earlier.setdefault(str(entry.get("split")), [])
+        kept.append(Input.recorded(entry, len(kept)))
+    mine: dict[str, list[Input]] = {}
+    for one in ours:
+        mine.setdefault(one.split, []).append(one)
+    for split, members in mine.items():
+        if split in earlier and [e.describe() for e in earlier[split]] != [
+                m.describe() for m in members]:
+            raise ConfigError(
+                f"{where} holds an earlier run with other inputs for the {split} split; use the "
+                "same inputs to resume, --overwrite to start again, or a new --output-dir")
+    order = [*earlier, *(s for s in mine if s not in earlier)]
+    return ([one for split in order for one in mine.get(split, earlier.get(split, []))])
+

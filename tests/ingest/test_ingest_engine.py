@@ -1,0 +1,48 @@
+"""`ingest` runs on the shared engine: a bucket is its output folder (finalize and validate
+there), and a shard renamed into place before its marker was written is redone, not refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from shardcook.dataset import info, validate
+
+from tests.helpers.mlperf import write_arrow_set
+
+
+def _ingest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shardcook", "ingest", *args],
+                          check=False, capture_output=True, text=True, timeout=300)
+
+
+def test_ingest_into_a_bucket_writes_the_dataset_there(s3_store, tmp_path, monkeypatch):
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    monkeypatch.chdir(tmp_path)
+    url = s3_store.url("mlperf")
+    assert (run := _ingest(str(train.folder), "--output-dir", url)).returncode == 0, run.stderr
+    assert (run := _ingest(str(val.folder), "--split", "val", "--output-dir", url)
+            ).returncode == 0, run.stderr
+    assert not (tmp_path / "msc:").exists()
+    keys = s3_store.keys()
+    assert {"mlperf/train/train-shard-000000.tar", "mlperf/train/train-shard-000001.tar",
+            "mlperf/val/val-shard-000000.tar", "mlperf/.nv-meta/split.yaml"} <= set(keys), keys
+    report = validate(url, deep=True)
+    assert report.ok, report.problems
+    assert {split: s.samples for split, s in info(url).splits.items()} == {"train": 6, "val": 3}
+
+
+def test_a_shard_without_its_marker_is_redone(tmp_path):
+    """A kill after a shard got its name but before its marker: the rerun writes it again."""
+    train = write_arrow_set(tmp_path / "in", 3, 2, timesteps=False)
+    out = tmp_path / "out"
+    assert _ingest(str(train.folder), "--output-dir", str(out), "--no-finalize").returncode == 0
+    shard = out / "train" / "train-shard-000001.tar"
+    before = shard.read_bytes()
+    (out / ".shardcook" / "progress" / "000001.json").unlink()
+    for _ in range(2):  # and again: nothing is left that wedges a later run
+        run = _ingest(str(train.folder), "--output-dir", str(out), "--no-finalize")
+        assert run.returncode == 0, run.stderr
+    assert shard.read_bytes() == before
+    assert (out / ".shardcook" / "progress" / "000001.json").is_file()

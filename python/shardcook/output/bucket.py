@@ -349,7 +349,8 @@ class BucketRunFolder:
         if not isinstance(record, dict):
             return None
         shard = record.get("shard")
-        return record if shard is None or (isinstance(shard, str) and is_shard_path(shard)) else None
+        recorded = shard is None or (isinstance(shard, str) and is_shard_path(shard))
+        return record if recorded else None
 
 
 def _json(obj: Any) -> str:

@@ -52,8 +52,8 @@ class Uploader:
 
     def submit(self, files: list[Path], then: Callable[[], None], what: str, *,
                staged: Sequence[Path] = ()) -> None:
-        """Uploads `files` (each as the object of its path in `root`), then runs `then` (`what` names it in
-        a failure); the files, and the `staged` ones `then` uploads itself, are deleted
+        """Uploads `files` (each as the object of its path in `root`), then runs `then` (`what`
+        names it in a failure); the files, and the `staged` ones `then` uploads itself, are deleted
         afterwards. Waits while `limit` units are staged.
 
         Raises:

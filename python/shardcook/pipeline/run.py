@@ -12,6 +12,7 @@ batches of `batch_size` items on each side of the processor.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import queue
 import threading
@@ -296,8 +297,9 @@ class _UnitWriter:
         self.folder.discard_shard(unit.name)
         writer = ShardWriter(self.folder.shard_dir / unit.folder, shard_size=unit.capacity,
                              prefix=unit.prefix, first_shard=unit.number)
-        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop, "shard": None,
-                  "inputs": 0, "written": 0, "empty_captions": 0, "skipped": []}
+        record: JsonObject = {"unit": unit.unit, "start": unit.start, "stop": unit.stop,
+                              "shard": None, "inputs": 0, "written": 0, "empty_captions": 0,
+                              "skipped": []}
         return writer, record
 
     @staticmethod

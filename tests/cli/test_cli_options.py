@@ -14,7 +14,8 @@ import typer
 from shardcook.cli import app
 from shardcook.cli.pipelines import CHATML_OPTIONS, ENCODE_OPTIONS, RAW_OPTIONS
 from shardcook.config import PRIMUS_FLAGS
-from shardcook.config.sections import _SECTION_CLASSES, CLI, OPTION_SECTION, CliOption
+from shardcook.config.sections import _SECTION_CLASSES, OPTION_SECTION
+from shardcook.fields import CLI, CliOption
 
 from tests.helpers.helptext import help_text, panels
 

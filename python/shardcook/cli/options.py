@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from shardcook.config.sections import CLI, SOURCE, CliOption, option_field
+from shardcook.config.sections import SOURCE, option_field
+from shardcook.fields import CLI, CliOption
 from shardcook.layouts import encodings
 
 if TYPE_CHECKING:

@@ -112,13 +112,18 @@ def refusal(where: str, says: str, value: Any) -> ConfigError:
 
 
 def check_fields(values: Any, where: Callable[[str], str] | None = None) -> None:
-    """Raises `refusal` for the first field of the dataclass instance `values` whose value (when
-    not None) fails one of its rules; `where(name)` spells the field (default: `--name`)."""
+    """Raises `refusal` for the first field of the dataclass instance `values` whose value fails
+    one of its rules; `where(name)` spells the field (default: `--name`)."""
     for f in dataclasses.fields(values):
-        value = getattr(values, f.name)
-        for rule in f.metadata.get(RULES, ()) if value is not None else ():
-            if not rule.holds(value):
-                raise refusal(where(f.name) if where else flag(f.name), rule.says, value)
+        check_rules(where(f.name) if where else flag(f.name), getattr(values, f.name), f)
+
+
+def check_rules(where: str, value: Any, declared: dataclasses.Field[Any]) -> None:
+    """Raises `refusal` when `value` (unless None: not set) fails a rule of the field
+    `declared`."""
+    for rule in declared.metadata.get(RULES, ()) if value is not None else ():
+        if not rule.holds(value):
+            raise refusal(where, rule.says, value)
 
 
 def flag(name: str) -> str:

@@ -100,10 +100,11 @@ class OutputConfig:
     overwrite: bool = option(False, "Delete an earlier run in --output-dir and start over.", OUTPUT)
     quiet: bool = option(False, "No progress bars and no summary.", OUTPUT)
     #: Where shards bound for object storage are staged before upload (default: the system temp
-    #: folder); local only.
+    #: folder); local only. The dataset commands' --scratch-dir is another folder
+    #: (`dataset.arguments.DATASET_SCRATCH_HELP`).
     scratch_dir: str | None = option(
-        None, "Object storage: the local folder shards are staged in until uploaded (default: "
-              "the system temp folder).", OUTPUT)
+        None, "Output in object storage only: the local folder in which this run stages its "
+              "shards until they are uploaded (default: the system temp folder).", OUTPUT)
     #: Shards staged for upload at most (waiting or uploading); the writer waits when full.
     upload_queue: int = option(
         4, "Object storage: at most this many shards staged for upload; writing waits when full "

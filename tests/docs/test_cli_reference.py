@@ -37,7 +37,7 @@ def _every_command(group, words=("shardcook",)):
 
 def _sections(page: str) -> dict[str, str]:
     """{heading: its text} of the page's `## ` sections."""
-    parts = re.split(r"^## (.+)$", page, flags=re.M)
+    parts = re.split(r"^## (.+)$", page, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 

@@ -14,7 +14,9 @@ import typer
 from shardcook.cli import app
 from shardcook.cli.pipelines import CHATML_OPTIONS, ENCODE_OPTIONS, RAW_OPTIONS
 from shardcook.config import PRIMUS_FLAGS
-from shardcook.config.sections import _SECTION_CLASSES, CLI, OPTION_SECTION, CliOption
+from shardcook.config.sections import _SECTION_CLASSES, OPTION_SECTION
+from shardcook.dataset.arguments import BlendOptions, DatasetOptions
+from shardcook.fields import CLI, CliOption
 
 from tests.helpers.helptext import help_text, panels
 
@@ -84,6 +86,28 @@ def test_run_options_are_made_from_the_config_fields():
     # what the commands word differently is each a command's own
     assert fields["image_size"].help_in("encode") != fields["image_size"].help_in("raw")
     assert fields["shard_size"].help_in("chatml") != fields["shard_size"].help_in("raw")
+
+
+@pytest.mark.parametrize("command", ["finalize", "validate", "info", "preview", "blend"])
+def test_dataset_command_options_are_made_from_their_declarations(command):
+    cls = BlendOptions if command == "blend" else DatasetOptions
+    declared = {f.name: f.metadata[CLI] for f in dataclasses.fields(cls) if CLI in f.metadata}
+    options = [p for p in click_command(command).params if p.param_type_name == "option"]
+    assert options
+    for p in options:
+        meta = declared.get(p.name) or cli_fields()[p.name]  # preview's --hf-token-file
+        assert p.help == meta.help_in(command), (command, p.name)
+        if meta.flags:
+            assert [*p.opts, *p.secondary_opts] == [
+                s for flag in meta.flags for s in flag.split("/")], (command, p.name)
+
+
+def test_the_two_scratch_dirs_say_which_folder_they_are():
+    run = cli_fields()["scratch_dir"].help_in("raw")
+    (dataset,) = [f.metadata[CLI].help_in("validate") for f in dataclasses.fields(DatasetOptions)
+                  if f.name == "scratch_dir"]
+    assert "this run stages its shards until they are uploaded" in run
+    assert "the command makes its view of the dataset" in dataset
 
 
 def test_preview_hf_token_file_is_the_config_field():

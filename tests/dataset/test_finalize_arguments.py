@@ -32,8 +32,8 @@ def dataset(tmp_path_factory):
     ({"force": 1}, "force must be True or False, not 1."),
     ({"split": 5}, "split must be train,val,test ratios"),
     ({"validate": "x"}, "validate must be True or False, not 'x'."),
-    ({"sample_type": 5}, "sample_type must name a class"),
-    ({"field_map": {"image": 5}}, "field_map must map field names to part names"),
+    ({"sample_type": 5}, "sample_type must be a class name"),
+    ({"field_map": {"image": 5}}, "field_map must be a mapping of field names to part names"),
     ({"subflavors": ["a"]}, "subflavors must be a mapping with names as keys"),
 ])
 def test_a_wrong_type_is_refused_before_anything_changes(dataset, arguments, message):

@@ -5,80 +5,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.cli.options import DatasetArg, DatasetScratchOpt, EncodingOpt, HfTokenFileOpt
+from shardcook.cli.options import DatasetArg, declared_in, with_config_options
+from shardcook.config.sections import option_field
+from shardcook.dataset.arguments import BlendOptions, DatasetOptions
 from shardcook.errors import ShardcookError
+from shardcook.fields import check_rules
 
-#: More tiles than this make a sheet too large to look at (and to hold in memory).
-MAX_PREVIEW_COUNT = 1024
+# The options of each command, declared in `dataset.arguments`.
+DATASET = declared_in(DatasetOptions)
+FINALIZE_OPTIONS = ("encoding", "split", "split_parts", "shuffle_seed", "exclude", "sample_type",
+                    "field_map", "force", "sqlite", "validate", "scratch_dir")
 
 
-def finalize(
-    directory: DatasetArg,
-    encoding: EncodingOpt = None,
-    split: Annotated[
-        str | None,
-        typer.Option(help="train,val,test ratios by whole shard [default: as recorded, else by "
-                          "train-/val-/test- shard names, else 1,0,0]."),
-    ] = None,
-    split_parts: Annotated[
-        list[str] | None,
-        typer.Option("--split-parts", help="NAME:PATTERN, repeatable; replaces --split."),
-    ] = None,
-    shuffle_seed: Annotated[
-        int | None, typer.Option(help="Shuffle shards with this seed before cutting splits.")
-    ] = None,
-    exclude: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Leave out shards whose path matches, repeatable [default: as recorded]."),
-    ] = None,
-    sample_type: Annotated[
-        str | None,
-        typer.Option(help="dataset.yaml's class: CrudeWebdataset, a sample class of "
-                     "megatron.energon such as CaptioningSample (with --field-map), or "
-                     "module:Class (default: the encoding's)."),
-    ] = None,
-    field_map: Annotated[
-        str | None,
-        typer.Option(help="JSON object of sample field to part name for a sample class, e.g. "
-                     '\'{"image": "jpg", "caption": "txt"}\'.'),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option(help="Rebuild an indexed folder, replacing damaged metadata.")
-    ] = False,
-    sqlite: Annotated[
-        bool, typer.Option("--sqlite/--no-sqlite", help="Write index.sqlite (key lookups only).")
-    ] = True,
-    validate: Annotated[
-        bool, typer.Option("--validate/--no-validate", help="Validate after indexing.")
-    ] = True,
-    scratch_dir: DatasetScratchOpt = None,
-) -> None:
+@with_config_options(FINALIZE_OPTIONS, lookup=DATASET)
+def finalize(directory: DatasetArg, **options: Any) -> None:
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
     from shardcook.dataset import finalize as run
     from shardcook.dataset.sampletype import parse_field_map
     from shardcook.dataset.splits import parse_split_parts
 
+    split_parts, field_map = options.pop("split_parts"), options.pop("field_map")
     try:
         result = run(
             directory,
-            encoding=encoding,
-            split=split,
             split_parts=parse_split_parts(split_parts) if split_parts else None,
-            shuffle_seed=shuffle_seed,
-            exclude=exclude,
-            sample_type=sample_type,
             field_map=parse_field_map(field_map) if field_map is not None else None,
-            sqlite=sqlite,
-            force=force,
-            validate=validate,
-            scratch_dir=scratch_dir,
+            **options,
         )
     except ShardcookError as e:
         fail(e)
@@ -95,18 +53,14 @@ def finalize(
         typer.echo("validated: ok")
 
 
-def validate(
-    directory: DatasetArg,
-    encoding: EncodingOpt = None,
-    deep: Annotated[bool, typer.Option(help="Read every sample, not one per split.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    scratch_dir: DatasetScratchOpt = None,
-) -> None:
+@with_config_options(("encoding", "deep", "as_json", "scratch_dir"), lookup=DATASET)
+def validate(directory: DatasetArg, **options: Any) -> None:
     """Check that a dataset is whole; exit 0 when it is, 1 otherwise."""
     from shardcook.dataset import validate as run
 
     try:
-        report = run(directory, encoding=encoding, deep=deep, scratch_dir=scratch_dir)
+        as_json = options.pop("as_json")
+        report = run(directory, **options)
     except ShardcookError as e:
         fail(e)
     if as_json:
@@ -123,29 +77,23 @@ def validate(
     raise typer.Exit(0 if report.ok else 1)
 
 
-def info(
-    directory: DatasetArg,
-    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
-    scratch_dir: DatasetScratchOpt = None,
-) -> None:
+@with_config_options(("as_json", "scratch_dir"), lookup=DATASET)
+def info(directory: DatasetArg, **options: Any) -> None:
     """Show what a dataset holds (no checks; fast)."""
     from shardcook.dataset import info as run
 
     try:
-        summary = run(directory, scratch_dir=scratch_dir)
+        summary = run(directory, scratch_dir=options["scratch_dir"])
     except ShardcookError as e:
         fail(e)
-    typer.echo(json.dumps(summary.to_dict(), indent=2) if as_json else "\n".join(summary.lines()))
+    typer.echo(json.dumps(summary.to_dict(), indent=2) if options["as_json"] else "\n".join(summary.lines()))
 
 
-def _check_preview_options(out: Path | None, count: int) -> None:
-    """Raises ConfigError for an --out that is not a .png in an existing folder, or a bad
-    --count."""
+def _check_preview_out(out: Path | None) -> None:
+    """Raises ConfigError for an --out that is not a .png in an existing folder."""
     from shardcook.errors import ConfigError
     from shardcook.paths import check_local_path
 
-    if not 1 <= count <= MAX_PREVIEW_COUNT:
-        raise ConfigError(f"--count must be between 1 and {MAX_PREVIEW_COUNT}, not {count}.")
     if out is None:
         return
     check_local_path(out, "--out")
@@ -157,46 +105,37 @@ def _check_preview_options(out: Path | None, count: int) -> None:
         raise ConfigError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist.")
 
 
-def preview(
-    directory: DatasetArg,
-    out: Annotated[Path | None, typer.Option(
-        help="The PNG to write (default: DIRNAME-preview.png here).")] = None,
-    count: Annotated[int, typer.Option(help="How many samples.")] = 16,
-    model_path: Annotated[str | None, typer.Option(
-        help="Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")] = None,
-    hf_token_file: HfTokenFileOpt = None,
-    scratch_dir: DatasetScratchOpt = None,
-) -> None:
+@with_config_options(("out", "count", "model_path", "hf_token_file", "scratch_dir"),
+                     lookup=lambda name: option_field(name) if name == "hf_token_file"
+                     else DATASET(name))
+def preview(directory: DatasetArg, **options: Any) -> None:
     """A contact sheet PNG of the first samples with their captions (raw: the images; encoded:
     latents decoded by --model-path's VAE, else channels 0-2 as false colour)."""
     from shardcook.preview import preview as run
 
     try:
-        _check_preview_options(out, count)
-        path = run(directory, out, count=count, model_path=model_path,
-                   hf_token_file=hf_token_file, scratch_dir=scratch_dir)
+        check_rules("--count", options["count"], DATASET("count")[0])
+        out = options.pop("out")
+        _check_preview_out(out)
+        path = run(directory, out, **options)
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")
 
 
+@with_config_options(("split", "force"), lookup=declared_in(BlendOptions))
 def blend(
-    out: Annotated[Path, typer.Argument(
-        help="The metadataset .yaml to write.", show_default=False)],
-    datasets: Annotated[
-        list[str],
-        typer.Argument(help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)
-    ],
-    split: Annotated[str, typer.Option(
-        help="The split part the blend defines and reads.")] = "train",
-    force: Annotated[bool, typer.Option(
-        help="Replace an existing file (never a dataset's own).")] = False,
+    out: Annotated[Path, typer.Argument(help="The metadataset .yaml to write.",
+                                        show_default=False)],
+    datasets: Annotated[list[str], typer.Argument(
+        help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)],
+    **options: Any,
 ) -> None:
     """Write an Energon MetadatasetV2 .yaml that mixes datasets by sampling weight."""
     from shardcook.energon.blend import write_blend
 
     try:
-        path = write_blend(out, datasets, split=split, force=force)
+        path = write_blend(out, datasets, **options)
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")

@@ -9,15 +9,17 @@ command line beats the --config file, which beats the defaults shown in --help.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from shardcook.config.sections import CLI, SOURCE, CliOption, option_field
-from shardcook.layouts import encodings
+from shardcook.config.sections import SOURCE, option_field
+from shardcook.fields import CLI, CliOption
 
 if TYPE_CHECKING:
     from shardcook.config import RunConfig
@@ -25,13 +27,6 @@ if TYPE_CHECKING:
 DatasetArg = Annotated[str, typer.Argument(
     help="The dataset folder, or its URL (msc://PROFILE/path, s3://bucket/path).",
     show_default=False)]
-DatasetScratchOpt = Annotated[Path | None, typer.Option(
-    help="For a dataset URL: where its small files and a few shards at a time are handled "
-         "(removed afterwards) [default: the temporary folder].")]
-EncodingOpt = Annotated[
-    str | None,
-    typer.Option(help=f"{', '.join(encodings())} (default: from dataset.yaml or the manifest)."),
-]
 
 ConfigOpt = Annotated[Path | None, typer.Option(
     help="YAML config (sections source, output, image, model, data_format).")]
@@ -65,11 +60,23 @@ PRIMUS_ALIASES: dict[str, Any] = {
 }
 
 
-def config_option(name: str, command: str) -> tuple[Any, Any]:
-    """(typer annotation, default) of the config field `name` (`image_size`, or dotted:
-    `chatml.max_pixels`) as `command`'s option, from the field's `CliOption` metadata. A list of
-    floats (`--split`) is one comma-separated string on the command line."""
-    found, hint = option_field(name)
+#: Finds the declaration of an option by name: its dataclass field and type.
+Lookup = Callable[[str], tuple["dataclasses.Field[Any]", Any]]
+
+
+def declared_in(cls: type) -> Lookup:
+    """The `Lookup` of the fields of the dataclass `cls` (the dataset commands' options)."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return lambda name: (fields[name], hints[name])
+
+
+def config_option(name: str, command: str, lookup: Lookup = option_field) -> tuple[Any, Any]:
+    """(typer annotation, default) of the field `name` (a config field by default:
+    `image_size`, or dotted: `chatml.max_pixels`) as `command`'s option, from the field's
+    `CliOption` metadata. A list of floats (`--split`) is one comma-separated string on the
+    command line."""
+    found, hint = lookup(name)
     meta: CliOption = found.metadata[CLI]
     default: Any = found.default_factory() if callable(found.default_factory) else found.default
     if hint == list[float]:
@@ -78,21 +85,21 @@ def config_option(name: str, command: str) -> tuple[Any, Any]:
     return Annotated[hint, info], default
 
 
-HfTokenFileOpt = config_option("hf_token_file", "preview")[0]
 
 Command = TypeVar("Command", bound=Callable[..., None])
 
 
-def with_config_options(names: Sequence[str],
-                        after: Sequence[str] = ()) -> Callable[[Command], Command]:
-    """A run command whose options are its own parameters (ctx, --config, ...), then the config
-    fields `names` in that order (see `config_option`; the function takes them as `**options`),
-    then the Primus aliases `after`: typer reads the signature this sets."""
+def with_config_options(names: Sequence[str], after: Sequence[str] = (),
+                        lookup: Lookup = option_field) -> Callable[[Command], Command]:
+    """A command whose options are its own parameters (ctx, --config, ...), then the fields
+    `names` in that order (config fields, or those `lookup` finds; see `config_option`; the
+    function takes them as `**options`), then the Primus aliases `after`: typer reads the
+    signature this sets."""
 
     def build(command: Command) -> Command:
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
                if p.kind is not p.VAR_KEYWORD]
-        added = [(name.rpartition(".")[2], *config_option(name, command.__name__))
+        added = [(name.rpartition(".")[2], *config_option(name, command.__name__, lookup))
                  for name in names]
         added += [(name, PRIMUS_ALIASES[name], None) for name in after]
         params = own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,

@@ -14,10 +14,9 @@ This module resolves a config (YAML, command line, defaults); `sections` holds t
 from __future__ import annotations
 
 import os
-import types
 import typing
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from shardcook.config.checks import check, check_encode, output_affecting
 from shardcook.config.primus import (
@@ -37,6 +36,7 @@ from shardcook.config.sections import (
     option_key,
 )
 from shardcook.errors import ConfigError
+from shardcook.fields import typed
 from shardcook.paths import check_local_path
 
 
@@ -51,46 +51,9 @@ def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _check_type(where: str, value: Any, hint: Any) -> Any:
-    """Returns `value` converted to `hint` where that is lossless, or raises ConfigError."""
-    origin = typing.get_origin(hint)
-    if origin in (Union, getattr(types, "UnionType", Union)):
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _check_type(where, value, inner)
-    if origin is list:
-        (inner,) = typing.get_args(hint)
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            value = [value] if inner is not float else value
-        if isinstance(value, str) and inner is float:
-            value = [p for p in value.split(",") if p.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"`{where}` must be a list, not {type(value).__name__} {value!r}.")
-        return [_check_type(f"{where}[{i}]", v, inner) for i, v in enumerate(value)]
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"`{where}` must be true or false, not {value!r}.")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"`{where}` must be an integer, not {value!r}.")
-    if hint is float:
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"`{where}` must be a number, not {value!r}.")
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"`{where}` must be a string, not {value!r}.")
-    raise AssertionError(f"unhandled config type {hint!r}")
+def _typed(where: str, value: Any, hint: Any) -> Any:
+    """`value` as the field's type (`fields.typed`), named as the user spelled it."""
+    return typed(where, value, hint, none="null", quote=True)
 
 
 #: A config file larger than this is refused (a real one is a few kilobytes).
@@ -153,11 +116,11 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
         for key, value in values.items():
             where = f"{section}.{key}"
             if key in hints:
-                ours[(section, key)] = (_check_type(where, value, hints[key]), where)
+                ours[(section, key)] = (_typed(where, value, hints[key]), where)
             elif (section, key) in PRIMUS_KEYS:
                 target = PRIMUS_KEYS[(section, key)]
                 hint = _type_hints(_SECTION_CLASSES[target[0]])[target[1]]
-                primus[(section, key)] = (_check_type(where, value, hint), where)
+                primus[(section, key)] = (_typed(where, value, hint), where)
             elif (section, key) in PRIMUS_VALUE_KEYS:
                 primus[(section, key)] = (value, where)
             else:
@@ -205,7 +168,7 @@ def resolve(
         if name in explicit or not in_yaml:
             hint = _type_hints(_SECTION_CLASSES[section])[key]
             where = f"--{key.replace('_', '-')}"
-            checked = _check_type(where, value, hint)
+            checked = _typed(where, value, hint)
             if name in explicit:
                 given[(section, key)] = (checked, where)
             setattr(_section(cfg, section), key, checked)

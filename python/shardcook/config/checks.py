@@ -6,18 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from typing import Any
 
 from shardcook.config.sections import (
     CHATML_IMAGE_FORMATS,
-    IMAGE_FORMATS,
-    MAX_IMAGE_SIDE,
-    MAX_VIDEO_FPS,
     MAX_WORKERS_PER_CPU,
-    RESIZE_MODES,
-    SOURCE_TYPES,
-    VIDEO_LAYOUTS,
     ChatmlConfig,
     ImageConfig,
     RunConfig,
@@ -25,8 +18,8 @@ from shardcook.config.sections import (
 )
 from shardcook.dataset.location import check_location
 from shardcook.dataset.splits import parse_ratio
-from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
+from shardcook.fields import check_fields
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
@@ -78,51 +71,23 @@ def check_paths(cfg: RunConfig) -> None:
 
 def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Raises ConfigError naming the first option whose value cannot work; `chosen` holds the
-    (section, option) pairs set on the command line or in the config file, not defaulted."""
+    (section, option) pairs set on the command line or in the config file, not defaulted. Each
+    field's own choices and range are declared on it (`config.sections`); what is checked here
+    is what one field cannot say alone."""
     check_paths(cfg)
     check_auth(cfg)
     s, o, i = cfg.source, cfg.output, cfg.image
-    if s.source_type not in SOURCE_TYPES:
-        raise ConfigError(
-            f"--source-type must be one of {', '.join(SOURCE_TYPES)}, not {s.source_type!r}."
-        )
+    for section in (s, o, i, *([cfg.chatml] if cfg.chatml is not None else [])):
+        check_fields(section)
     s.location()  # raises ConfigError when the input option is not set
     if s.hf_streaming and (s.source_type != "huggingface" or cfg.chatml is not None):
         raise ConfigError("--hf-streaming reads a Hugging Face dataset for raw or encode "
                           "(--source-type huggingface); drop it here.")
-    if s.max_samples is not None and s.max_samples < 1:
-        raise ConfigError(f"--max-samples must be at least 1, not {s.max_samples}.")
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
-    if o.shard_size < 1:
-        raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
-    if o.upload_queue < 1:
-        raise ConfigError(f"--upload-queue must be at least 1, not {o.upload_queue}.")
     try:
         parse_ratio(o.split)
     except ConfigError as e:
         raise ConfigError(f"--split: {e}") from None
-    if i.resize_mode not in RESIZE_MODES:
-        raise ConfigError(
-            f"--resize-mode must be one of {', '.join(RESIZE_MODES)}, not {i.resize_mode!r}."
-        )
-    if i.image_format not in IMAGE_FORMATS:
-        raise ConfigError(
-            f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, not {i.image_format!r}."
-        )
-    if not 1 <= i.image_quality <= 100:
-        raise ConfigError(f"--image-quality must be between 1 and 100, not {i.image_quality}.")
-    for name in ("image_size", "max_size", "max_pixels"):
-        if getattr(i, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, "
-                              f"not {getattr(i, name)}.")
-    for name in ("image_size", "max_size"):
-        if getattr(i, name) > MAX_IMAGE_SIDE:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at most {MAX_IMAGE_SIDE} "
-                              f"(WebP's largest side), not {getattr(i, name)}.")
-    if i.min_size < 0:
-        raise ConfigError(f"--min-size must be 0 or more, not {i.min_size}.")
-    if i.workers is not None and i.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {i.workers}.")
     i.workers = cap_workers(i.workers)
     if cfg.chatml is not None:
         check_chatml(cfg.chatml, s, i)
@@ -138,11 +103,6 @@ def encode_layout(name: str) -> Layout:
     return LAYOUTS[name]
 
 
-#: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
-T5_MAX_LENGTH = 512
-DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
-
-
 def check_encode(cfg: RunConfig) -> None:
     """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
     take the layout's defaults (its `encode_defaults`), then ConfigError names the first
@@ -152,60 +112,25 @@ def check_encode(cfg: RunConfig) -> None:
     for name, value in layout.encode_defaults:
         if getattr(m, name) is None:
             setattr(m, name, value)
-    if m.precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, "
-                          f"not {m.precision!r}.")
-    if m.stored_dtype is not None and m.stored_dtype not in PRECISIONS:
-        raise ConfigError(
-            f"--stored-dtype must be one of {', '.join(PRECISIONS)}, not {m.stored_dtype!r}.")
-    if m.latent_mode not in LATENT_MODES:
-        raise ConfigError(
-            f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
+    check_fields(m)
     if m.latent_mode not in layout.latent_modes or (
             layout.stored_dtypes and (m.stored_dtype or m.precision) not in layout.stored_dtypes):
         raise ConfigError(layout.encode_refusal.format(latent_mode=m.latent_mode))
-    if m.batch_size < 1:
-        raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
-    if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:
-        raise ConfigError(f"--t5-max-length must be between 1 and {T5_MAX_LENGTH} (the FLUX T5 "
-                          f"tokenizer's limit), not {m.t5_max_length}.")
-    if m.device is not None and not DEVICE.fullmatch(m.device):
-        raise ConfigError(f"--device must be cpu, cuda or cuda:N, not {m.device!r}.")
     if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
         raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
                           f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
 
 
 def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:
-    """The chatml section's checks (part of `check`)."""
+    """The chatml section's checks of several fields together (part of `check`)."""
     if i.image_format not in CHATML_IMAGE_FORMATS:
         raise ConfigError(f"--image-format must be jpg or png for chatml, not {i.image_format!r}.")
-    for name in ("val_fraction", "test_fraction"):  # the comparisons also refuse nan
-        if not 0.0 <= getattr(c, name) < 1.0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 0 and below 1, "
-                              f"not {getattr(c, name)}.")
     if not c.val_fraction + c.test_fraction < 1.0:
         raise ConfigError(f"--val-fraction {c.val_fraction} and --test-fraction {c.test_fraction} "
                           "leave nothing for train; their sum must be below 1.")
-    for name in ("max_pixels", "train_rows", "val_rows", "test_rows"):
-        value = getattr(c, name)
-        least = 0 if name in ("val_rows", "test_rows") else 1
-        if value is not None and value < least:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, not {value}.")
-    if c.video_layout not in VIDEO_LAYOUTS:
-        raise ConfigError(
-            f"--video-layout must be one of {', '.join(VIDEO_LAYOUTS)}, not {c.video_layout!r}.")
-    if c.video_frames_part not in VIDEO_FRAMES_PARTS:
-        raise ConfigError(f"--video-frames-part must be one of {', '.join(VIDEO_FRAMES_PARTS)}, "
-                          f"not {c.video_frames_part!r}.")
     if c.video_frames_part != VIDEO_FRAMES_PARTS[0] and c.video_layout != "frames":
         raise ConfigError("--video-frames-part names the frames part of --video-layout frames; "
                           "drop it for --video-layout mp4 (its part is video.mp4).")
-    if not 0 < c.video_fps <= MAX_VIDEO_FPS:  # also refuses nan
-        raise ConfigError(f"--video-fps must be above 0 and at most {MAX_VIDEO_FPS:g} frames per "
-                          f"second, not {c.video_fps}.")
-    if c.max_frames < 1:
-        raise ConfigError(f"--max-frames must be at least 1, not {c.max_frames}.")
     if (c.question_column is None) != (c.answer_column is None):
         raise ConfigError("--question-column and --answer-column go together; give both.")
     if c.system_prompt is not None and c.question_column is None:

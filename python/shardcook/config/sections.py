@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
+from shardcook.fields import bounded, matching, one_of, option, setting
 from shardcook.layouts import encode_layouts_help
+from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
 #: The input option each source type needs.
@@ -39,43 +41,20 @@ CHATML_IMAGE_FORMATS = ("jpg", "png")
 # The --help panels the run commands' options are grouped in.
 SOURCE, OUTPUT, IMAGE, DATA_FORMAT, MODEL, CHATML = (
     "Source", "Output", "Image", "Data format", "Model", "ChatML")
-#: The key of a field's metadata that makes it a command-line option (a `CliOption`).
-CLI = "cli"
-
-
-@dataclass(frozen=True)
-class CliOption:
-    """How a config field is a command-line option of raw, encode and chatml: its --help text
-    (or a function computing it when --help is built), its panel, its flags when they are not
-    just `--field-name`, and the wording of a command that says it differently (`help_for`, by
-    the command's function name: raw, encode, chatml, preview)."""
-
-    help: str | Callable[[], str]
-    panel: str
-    flags: tuple[str, ...] = ()
-    help_for: Mapping[str, str] = field(default_factory=dict)
-
-    def help_in(self, command: str) -> str:
-        """The help text `command` shows."""
-        text = self.help_for.get(command, self.help)
-        return text if isinstance(text, str) else text()
-
-
-def option(default: Any, help: str | Callable[[], str], panel: str, *,
-           flags: tuple[str, ...] = (), help_for: Mapping[str, str] | None = None) -> Any:
-    """A config field that is also a command-line option; a list default is copied per
-    instance."""
-    metadata = {CLI: CliOption(help, panel, flags, dict(help_for or {}))}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
+AT_LEAST_1, AT_LEAST_0 = bounded(1), bounded(0)
+#: An image side: WebP's limit is the upper bound (said on its own, as it is the one users meet).
+IMAGE_SIDE = (AT_LEAST_1, bounded(high=MAX_IMAGE_SIDE, why="WebP's largest side"))
+#: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
+T5_MAX_LENGTH = 512
+FRACTION = (bounded(0, 1, below=True),)
 
 
 @dataclass
 class SourceConfig:
     """Where the inputs come from."""
 
-    source_type: str = option("directory", "directory, huggingface or webdataset.", SOURCE)
+    source_type: str = option("directory", "directory, huggingface or webdataset.", SOURCE,
+                                rules=[one_of(SOURCE_TYPES)])
     input_dir: str | None = option(
         None, "directory: images/ + captions/, or a flat folder.", SOURCE)
     hf_dataset: str | None = option(
@@ -83,7 +62,8 @@ class SourceConfig:
     hf_split: str = option("train", "huggingface: the split.", SOURCE)
     hf_data_files: list[str] | None = option(None, "huggingface: data files, repeatable.", SOURCE)
     input_path: str | None = option(None, "webdataset: tar glob, brace pattern or folder.", SOURCE)
-    max_samples: int | None = option(None, "Use only the first N inputs.", SOURCE)
+    max_samples: int | None = option(None, "Use only the first N inputs.", SOURCE,
+                                      rules=[AT_LEAST_1])
     #: Read a Hugging Face dataset's parquet files in place (`--hf-streaming`), not loaded whole.
     hf_streaming: bool = option(
         False, "huggingface: read the parquet files a row group at a time instead of downloading "
@@ -110,7 +90,8 @@ class OutputConfig:
         None, "The dataset folder to write: a local path, or msc://PROFILE/path or "
               "s3://bucket/path in object storage.", OUTPUT)
     shard_size: int = option(1000, "Inputs per work unit / shard.", OUTPUT,
-                             help_for={"chatml": "Inputs per work unit / shard, per split."})
+                             help_for={"chatml": "Inputs per work unit / shard, per split."},
+                             rules=[AT_LEAST_1])
     #: On the command line as comma-separated ratios (`--split 1,0,0`).
     split: list[float] = option([1.0, 0.0, 0.0], "train,val,test ratios by whole shard.", OUTPUT)
     finalize: bool = option(True, "Index and validate at the end.", OUTPUT,
@@ -119,14 +100,16 @@ class OutputConfig:
     overwrite: bool = option(False, "Delete an earlier run in --output-dir and start over.", OUTPUT)
     quiet: bool = option(False, "No progress bars and no summary.", OUTPUT)
     #: Where shards bound for object storage are staged before upload (default: the system temp
-    #: folder); local only.
+    #: folder); local only. The dataset commands' --scratch-dir is another folder
+    #: (`dataset.arguments.DATASET_SCRATCH_HELP`).
     scratch_dir: str | None = option(
-        None, "Object storage: the local folder shards are staged in until uploaded (default: "
-              "the system temp folder).", OUTPUT)
+        None, "Output in object storage only: the local folder in which this run stages its "
+              "shards until they are uploaded (default: the system temp folder).", OUTPUT)
     #: Shards staged for upload at most (waiting or uploading); the writer waits when full.
     upload_queue: int = option(
         4, "Object storage: at most this many shards staged for upload; writing waits when full "
-           "(scratch space: about this many shards plus the one being written).", OUTPUT)
+           "(scratch space: about this many shards plus the one being written).", OUTPUT,
+        rules=[AT_LEAST_1])
 
     @property
     def path(self) -> Path:
@@ -141,20 +124,24 @@ class ImageConfig:
     """How images are decoded, resized and re-encoded."""
 
     image_size: int = option(1024, "Target side (crop, stretch).", IMAGE,
-                             help_for={"encode": "Target side (crop, stretch); a multiple of 16."})
-    resize_mode: str = option("crop", "crop, stretch, variable or bucket.", IMAGE)
-    max_size: int = option(1024, "Longest side (variable, bucket).", IMAGE)
+                             help_for={"encode": "Target side (crop, stretch); a multiple of 16."},
+                             rules=IMAGE_SIDE)
+    resize_mode: str = option("crop", "crop, stretch, variable or bucket.", IMAGE,
+                              rules=[one_of(RESIZE_MODES)])
+    max_size: int = option(1024, "Longest side (variable, bucket).", IMAGE, rules=IMAGE_SIDE)
     image_format: str = option(
         "jpg", "jpg, png or webp (also Primus's JPEG, PNG, WEBP).", IMAGE,
         help_for={"chatml": "jpg or png for one image per sample (several: always JPEG in "
-                            "`jpgs`)."})
+                            "`jpgs`)."}, rules=[one_of(IMAGE_FORMATS)])
     image_quality: int = option(95, "JPEG/WebP quality 1-100.", IMAGE,
-                                help_for={"chatml": "JPEG quality 1-100."})
-    min_size: int = option(0, "Skip images whose short side is smaller.", IMAGE)
-    max_pixels: int = 178_956_970
+                                help_for={"chatml": "JPEG quality 1-100."}, rules=[bounded(1, 100)])
+    min_size: int = option(0, "Skip images whose short side is smaller.", IMAGE,
+                           rules=[AT_LEAST_0])
+    max_pixels: int = setting(178_956_970, AT_LEAST_1)
     workers: int | None = option(
         None, "Image threads (default: all cores; encode on a CPU: half of them). --num-workers "
-              "is Primus's spelling.", IMAGE, flags=("--workers", "--num-workers"))
+              "is Primus's spelling.", IMAGE, flags=("--workers", "--num-workers"),
+        rules=[AT_LEAST_1])
 
 
 @dataclass
@@ -175,18 +162,23 @@ class ModelConfig:
     revision: str | None = option(None, "Hub revision of --model-path.", MODEL)
     precision: str | None = option(
         None, "bf16, fp16 or fp32 (default: bf16; fp32 for --layout megatron-bridge, as its "
-              "script).", MODEL)
+              "script).", MODEL, rules=[one_of(tuple(PRECISIONS))])
     stored_dtype: str | None = option(
-        None, "dtype of the saved tensors (default: --precision).", MODEL)
-    batch_size: int = option(8, "Images per encoder batch.", MODEL)
-    t5_max_length: int = option(512, "T5 padding length (256 suits FLUX.1-schnell).", MODEL)
+        None, "dtype of the saved tensors (default: --precision).", MODEL,
+        rules=[one_of(tuple(PRECISIONS))])
+    batch_size: int = option(8, "Images per encoder batch.", MODEL, rules=[AT_LEAST_1])
+    t5_max_length: int = option(
+        T5_MAX_LENGTH, "T5 padding length (256 suits FLUX.1-schnell).", MODEL,
+        rules=[bounded(1, T5_MAX_LENGTH, why="the FLUX T5 tokenizer's limit")])
     latent_mode: str | None = option(
         None, "sample (seeded per sample key), mode, or resample (also store the posterior "
               "mean/logvar so training draws a fresh latent every epoch); default: sample, mode "
-              "for --layout megatron-bridge (which takes sample or mode).", MODEL)
+              "for --layout megatron-bridge (which takes sample or mode).", MODEL,
+        rules=[one_of(LATENT_MODES)])
     seed: int = option(0, "Seed of the latent sampling.", MODEL)
     device: str | None = option(
-        None, "cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", MODEL)
+        None, "cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", MODEL,
+        rules=[matching(r"auto|cpu|cuda(?::\d{1,4})?", "cpu, cuda or cuda:N")])
 
 
 @dataclass
@@ -229,33 +221,39 @@ class ChatmlConfig:
     system_prompt: str | None = option(
         None, "A system turn before each question/answer pair.", DATA_FORMAT)
     val_fraction: float = option(
-        0.01, "Share of samples for val, by a stable hash of the sample id.", OUTPUT)
+        0.01, "Share of samples for val, by a stable hash of the sample id.", OUTPUT,
+        rules=FRACTION)
     #: Share of samples for test, by the same hash (the band after val's).
     test_fraction: float = option(
         0.0, "Share of samples for test, by the same hash (beside --val-fraction's share).",
-        OUTPUT)
+        OUTPUT, rules=FRACTION)
     hf_val_split: str | None = option(
         None, "huggingface: take val from this split instead of --val-fraction.", OUTPUT)
     train_rows: int | None = option(
         None, "Train = the first N inputs (val = the next --val-rows, or the first of "
-              "--hf-val-split).", OUTPUT)
+              "--hf-val-split).", OUTPUT, rules=[AT_LEAST_1])
     val_rows: int | None = option(
         None, "Val = M inputs after the train rows (or the first M of --hf-val-split).", OUTPUT,
-        flags=("--val-rows", "--validation-rows"))
+        flags=("--val-rows", "--validation-rows"), rules=[AT_LEAST_0])
     test_rows: int | None = option(
-        None, "Test = K inputs after the train and val rows (needs --train-rows).", OUTPUT)
+        None, "Test = K inputs after the train and val rows (needs --train-rows).", OUTPUT,
+        rules=[AT_LEAST_0])
     max_pixels: int | None = option(
         None, "Scale larger images and video frames down to at most this many pixels, keeping "
-              "the aspect ratio.", IMAGE)
+              "the aspect ratio.", IMAGE, rules=[AT_LEAST_1])
     video_layout: str = option(
         "frames", "frames: sampled JPEG frames in `videos`; mp4: the MP4 file unchanged as "
-                  "`video.mp4`.", CHATML)
+                  "`video.mp4`.", CHATML, rules=[one_of(VIDEO_LAYOUTS)])
     video_frames_part: str = option(
         "videos", "frames: the part's name, videos or mp4s (Megatron-Bridge's VALOR32K recipe: "
-                  "field_map videos: mp4s).", CHATML)
-    video_fps: float = option(2.0, "frames: frames kept per second of video.", CHATML)
+                  "field_map videos: mp4s).", CHATML,
+        rules=[one_of(VIDEO_FRAMES_PARTS)])
+    video_fps: float = option(
+        2.0, "frames: frames kept per second of video.", CHATML,
+        rules=[bounded(0, MAX_VIDEO_FPS, above=True, unit="frames per second")])
     max_frames: int = option(
-        32, "frames: at most this many frames per video, evenly spread.", CHATML)
+        32, "frames: at most this many frames per video, evenly spread.", CHATML,
+        rules=[AT_LEAST_1])
 
 
 @dataclass

@@ -1,48 +1,121 @@
-"""Type checks of the Python API's `finalize` and `build_index` arguments, before anything is
-read or written: the command line's parser guarantees these types, a Python caller may not
-(`shuffle_seed="x"` used to be recorded in finalize.json, `sqlite="no"` broke the dataset)."""
+"""The dataset commands' options (finalize, validate, info, preview; blend's in `BlendOptions`),
+declared once: the command line is made from these fields (`cli.dataset`), and the Python API's
+`finalize` and `build_index` check their arguments against the same fields before anything is read
+or written: the command line's parser guarantees the types, a Python caller may not
+(`shuffle_seed="x"` used to be recorded in finalize.json, `sqlite="no"` broke the dataset).
+
+A field's `rules` are what the library takes (`field_map` a mapping, which the command line
+parses from JSON); a field without rules is checked against its type."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from shardcook.dataset.location import check_location
-from shardcook.errors import ConfigError
+from shardcook.fields import RULES, Rule, bounded, check_rules, option, setting, typed
+from shardcook.layouts import encodings
+
+#: More tiles than this make a sheet too large to look at (and to hold in memory).
+MAX_PREVIEW_COUNT = 1024
+#: The help of `--scratch-dir` on a dataset command. A run's `--scratch-dir` (`output.scratch_dir`)
+#: is another folder: where a run into a bucket stages its shards until they are uploaded.
+DATASET_SCRATCH_HELP = (
+    "A dataset URL only: the local folder in which the command makes its view of the dataset "
+    "(the small files, a few shards at a time; removed afterwards; default: the system temp "
+    "folder).")
 
 
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _encoding_help() -> str:
+    return f"{', '.join(encodings())} (default: from dataset.yaml or the manifest)."
+
+
+def _names_to_text(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+@dataclass
+class DatasetOptions:
+    """The options of finalize, validate, info and preview, and the arguments of the library's
+    `finalize`, `build_index`, `validate` and `info` they stand for."""
+
+    encoding: str | None = option(None, _encoding_help)
+    split: str | None = option(
+        None, "train,val,test ratios by whole shard (default: as recorded, else by "
+              "train-/val-/test- shard names, else 1,0,0).",
+        rules=[Rule(lambda v: isinstance(v, (str, Sequence)),
+                    "train,val,test ratios such as '0.8,0.1,0.1' or (0.8, 0.1, 0.1)")])
+    split_parts: list[str] | None = option(
+        None, "NAME:PATTERN, repeatable; replaces --split.", flags=("--split-parts",))
+    shuffle_seed: int | None = option(None, "Shuffle shards with this seed before cutting splits.")
+    # a str is refused by index.compile_excludes, with the fix
+    exclude: list[str] | None = option(
+        None, "Leave out shards whose path matches, repeatable (default: as recorded).",
+        rules=[Rule(lambda v: isinstance(v, Sequence), "a list of patterns")])
+    sample_type: str | None = option(
+        None, "dataset.yaml's class: CrudeWebdataset, a sample class of megatron.energon such "
+              "as CaptioningSample (with --field-map), or module:Class (default: the "
+              "encoding's).",
+        rules=[Rule(lambda v: isinstance(v, str) and v != "",
+                    "a class name ('CrudeWebdataset' or 'module:Class')")])
+    field_map: str | None = option(
+        None, "JSON object of sample field to part name for a sample class, e.g. "
+              '\'{"image": "jpg", "caption": "txt"}\'.',
+        rules=[Rule(_names_to_text, "a mapping of field names to part names")])
+    subflavors: dict[str, Any] | None = setting(
+        None, Rule(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v),
+                   "a mapping with names as keys"))
+    force: bool = option(False, "Rebuild an indexed folder, replacing damaged metadata.")
+    sqlite: bool = option(True, "Write index.sqlite (key lookups only).",
+                          flags=("--sqlite/--no-sqlite",))
+    validate: bool = option(True, "Validate after indexing.", flags=("--validate/--no-validate",))
+    deep: bool = option(False, "Read every sample, not one per split.")
+    as_json: bool = option(False, "Print as JSON.", flags=("--json",),
+                           help_for={"validate": "Print the report as JSON."})
+    scratch_dir: Path | None = option(None, DATASET_SCRATCH_HELP)
+    out: Path | None = option(None, "The PNG to write (default: DIRNAME-preview.png here).")
+    count: int = option(16, "How many samples.", rules=[bounded(1, MAX_PREVIEW_COUNT)])
+    model_path: str | None = option(
+        None, "Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")
+
+
+@dataclass
+class BlendOptions:
+    """The options of blend (`energon.blend.write_blend`)."""
+
+    split: str = option("train", "The split part the blend defines and reads.")
+    force: bool = option(False, "Replace an existing file (never a dataset's own).")
+
+
+def check_arguments(**values: Any) -> None:
+    """Raises the one sentence (`fields.refusal`) for the first of `values`, arguments named as
+    `DatasetOptions`' fields, that its field refuses; None is "not given" unless the type says
+    otherwise."""
+    fields = {f.name: f for f in dataclasses.fields(DatasetOptions)}
+    hints = typing.get_type_hints(DatasetOptions)
+    for name, value in values.items():
+        if fields[name].metadata.get(RULES):
+            check_rules(name, value, fields[name])
+        else:
+            typed(name, value, hints[name])
 
 
 def check_index_arguments(split: object, shuffle_seed: object, exclude: object, sqlite: object,
                           force: object) -> None:
-    """Raises ConfigError naming the first argument of a wrong type (exclude's items and a str
-    as exclude are `index.compile_excludes`' to refuse)."""
-    if shuffle_seed is not None and not _whole(shuffle_seed):
-        raise ConfigError(f"shuffle_seed must be a whole number or None, not {shuffle_seed!r}.")
-    if split is not None and not isinstance(split, (str, Sequence)):
-        raise ConfigError(f"split must be train,val,test ratios such as '0.8,0.1,0.1' or "
-                          f"(0.8, 0.1, 0.1), not {split!r}.")
-    if exclude is not None and not isinstance(exclude, Sequence):
-        raise ConfigError(f"exclude must be a list of patterns, not {exclude!r}.")
-    for name, value in (("sqlite", sqlite), ("force", force)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be True or False, not {value!r}.")
+    """`build_index`'s arguments (exclude's items and a str as exclude are
+    `index.compile_excludes`' to refuse)."""
+    check_arguments(split=split, shuffle_seed=shuffle_seed, exclude=exclude, sqlite=sqlite,
+                    force=force)
 
 
 def check_finalize_arguments(directory: object, sample_type: object, field_map: object,
                              subflavors: object, validate: object) -> None:
-    """Raises ConfigError naming the first of finalize's own arguments of a wrong type (the
-    rest are `check_index_arguments`')."""
+    """finalize's own arguments (the rest are `check_index_arguments`')."""
     check_location(directory, "The dataset folder")
-    if sample_type is not None and not (isinstance(sample_type, str) and sample_type):
-        raise ConfigError(f"sample_type must name a class ('CrudeWebdataset' or 'module:Class'), "
-                          f"not {sample_type!r}.")
-    if field_map is not None and not (isinstance(field_map, Mapping) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in field_map.items())):
-        raise ConfigError(f"field_map must map field names to part names, not {field_map!r}.")
-    if subflavors is not None and not (
-            isinstance(subflavors, Mapping) and all(isinstance(k, str) for k in subflavors)):
-        raise ConfigError(f"subflavors must be a mapping with names as keys, not {subflavors!r}.")
-    if not isinstance(validate, bool):
-        raise ConfigError(f"validate must be True or False, not {validate!r}.")
+    check_arguments(sample_type=sample_type, field_map=field_map, subflavors=subflavors,
+                    validate=validate)

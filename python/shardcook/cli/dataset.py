@@ -86,7 +86,8 @@ def info(directory: DatasetArg, **options: Any) -> None:
         summary = run(directory, scratch_dir=options["scratch_dir"])
     except ShardcookError as e:
         fail(e)
-    typer.echo(json.dumps(summary.to_dict(), indent=2) if options["as_json"] else "\n".join(summary.lines()))
+    as_json = options["as_json"]
+    typer.echo(json.dumps(summary.to_dict(), indent=2) if as_json else "\n".join(summary.lines()))
 
 
 def _check_preview_out(out: Path | None) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from shardcook.dataset.location import check_location
 from shardcook.errors import ConfigError
+from shardcook.storage.location import Location, locate
 
 
 def _whole(value: object) -> bool:
@@ -31,10 +31,10 @@ def check_index_arguments(split: object, shuffle_seed: object, exclude: object, 
 
 
 def check_finalize_arguments(directory: object, sample_type: object, field_map: object,
-                             subflavors: object, validate: object) -> None:
-    """Raises ConfigError naming the first of finalize's own arguments of a wrong type (the
-    rest are `check_index_arguments`')."""
-    check_location(directory, "The dataset folder")
+                             subflavors: object, validate: object) -> Location:
+    """The dataset's location, or ConfigError naming the first of finalize's own arguments of
+    a wrong type (the rest are `check_index_arguments`')."""
+    location = locate(directory, "The dataset folder")
     if sample_type is not None and not (isinstance(sample_type, str) and sample_type):
         raise ConfigError(f"sample_type must name a class ('CrudeWebdataset' or 'module:Class'), "
                           f"not {sample_type!r}.")
@@ -46,3 +46,4 @@ def check_finalize_arguments(directory: object, sample_type: object, field_map: 
         raise ConfigError(f"subflavors must be a mapping with names as keys, not {subflavors!r}.")
     if not isinstance(validate, bool):
         raise ConfigError(f"validate must be True or False, not {validate!r}.")
+    return location

@@ -37,7 +37,8 @@ from shardcook.output import overwrite
 from shardcook.output.lock import BucketLease, Holder
 from shardcook.output.place import check_bucket_place
 from shardcook.output.uploader import Uploader, retried
-from shardcook.storage import access_problem, credentials_of, describe_error, remote
+from shardcook.storage import access_problem, credentials_of, describe_error
+from shardcook.storage.location import Location
 
 T = TypeVar("T")
 
@@ -49,12 +50,14 @@ MARKER_READERS = 8
 
 
 class BucketRunFolder:
-    """The output folder `url` in object storage; shards are staged under `scratch` (a local
-    path, checked with the config; default: the system temp folder), at most `upload_queue` of
-    them waiting for upload."""
+    """The output folder `location` in object storage; shards are staged under `scratch` (a
+    local path, checked with the config; default: the system temp folder), at most
+    `upload_queue` of them waiting for upload."""
 
-    def __init__(self, url: str, scratch: str | None = None, upload_queue: int = 4) -> None:
-        self.store = remote(url, "--output-dir")
+    def __init__(self, location: Location, scratch: str | None = None,
+                 upload_queue: int = 4) -> None:
+        assert location.remote is not None, f"{location} is a local folder"
+        self.store = location.remote
         self.url = self.store.url
         self._scratch = Path(scratch) if scratch is not None else Path(tempfile.gettempdir())
         self._upload_queue = upload_queue
@@ -70,9 +73,14 @@ class BucketRunFolder:
         return self.url
 
     @property
-    def location(self) -> str:
-        """What finalize and the summary are given: the URL."""
-        return self.url
+    def location(self) -> Location:
+        """What finalize and the summary are given: the URL, its client resolved."""
+        return Location(self.url, self.store)
+
+    @property
+    def scratch(self) -> Path:
+        """`--scratch-dir` (default: the system temp folder), for staging and finalize."""
+        return self._scratch
 
     @property
     def report_path(self) -> str:

@@ -31,6 +31,7 @@ from shardcook.layouts.names import (
 from shardcook.output import overwrite
 from shardcook.output.lock import Holder, LocalLock
 from shardcook.output.place import check_local_place
+from shardcook.storage.location import Location
 
 
 class RunFolder:
@@ -44,9 +45,14 @@ class RunFolder:
         return str(self.root)
 
     @property
-    def location(self) -> Path:
+    def location(self) -> Location:
         """What finalize and the summary are given: the folder."""
-        return self.root
+        return Location(str(self.root))
+
+    @property
+    def scratch(self) -> None:
+        """None: a local folder is its own copy."""
+        return None
 
     # ---- paths -----------------------------------------------------------------------------
 

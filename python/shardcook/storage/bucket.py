@@ -11,9 +11,10 @@ from __future__ import annotations
 import errno
 import io
 import os
+import posixpath
+import re
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from shardcook.errors import ConfigError
@@ -22,7 +23,12 @@ from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segmen
 
 
 def check_url(value: object, what: str) -> str:
-    """`value` as a URL string once it is known that MSC can open it.
+    """`value` as a URL string once it is known that MSC can open it (see `_checked`)."""
+    return _checked(value, what)[0]
+
+
+def _checked(value: object, what: str) -> tuple[str, tuple[Any, str]]:
+    """`value` as a URL string, and MSC's client for it and the path inside it.
 
     Raises:
         ConfigError: the scheme is not one MSC reads, the URL went through a local path (one
@@ -51,8 +57,7 @@ def check_url(value: object, what: str) -> str:
             f"{what} {shown!r} has {segment_named(segment)}, which the store keeps in the object "
             "names while Energon reads the folder it resolves to; write the path without '.', "
             "'..' or empty segments.")
-    _client(text, what)
-    return text
+    return text, _client(text, what)
 
 
 def _client(url: str, what: str) -> tuple[Any, str]:
@@ -81,21 +86,81 @@ class Listed(NamedTuple):
     etag: str | None
 
 
-@dataclass(frozen=True)
 class Remote:
-    """A folder in object storage: `url` has no trailing slash; names are relative to it."""
+    """A folder in object storage: `url` has no trailing slash; names are relative to it. Its
+    client is resolved once, when first used (or given by `check_url`'s caller), and shared
+    with the folders made from it (`folder`, `parent`)."""
 
-    url: str
+    def __init__(self, url: str, resolved: tuple[Any, str] | None = None) -> None:
+        self.url = url
+        self._resolved = resolved
 
     def __str__(self) -> str:
         return self.url
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Remote) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
 
     def child(self, name: str) -> str:
         """The URL of `name` (a relative path inside this folder)."""
         return f"{self.url}/{name.lstrip('/')}"
 
+    def where(self, name: str) -> str:
+        """The URL of `name` normalized (`a/../b` is `b`; a `..` past the bucket stays at it)."""
+        scheme, _, rest = self.url.partition("://")
+        store, _, path = rest.partition("/")
+        return f"{scheme}://{store}{posixpath.normpath('/' + posixpath.join(path, name))}"
+
+    @property
+    def segments(self) -> list[str]:
+        """The folder's path inside its bucket or profile, as segments."""
+        path = self.url.partition("://")[2].partition("/")[2]
+        return path.split("/") if path else []
+
+    @property
+    def name(self) -> str:
+        """The folder's last segment ("" for a bucket's or profile's root)."""
+        return self.segments[-1] if self.segments else ""
+
+    def folder(self, name: str) -> Remote:
+        """Subfolder `name` (a relative path), on the same client."""
+        client, path = self._resolve(name)
+        return Remote(self.child(name).rstrip("/"), (client, path.rstrip("/")))
+
+    def parent(self) -> Remote | None:
+        """The folder this one is in, on the same client; None for a bucket's or profile's
+        root."""
+        scheme, _, rest = self.url.partition("://")
+        store, _, path = rest.partition("/")
+        if not path:
+            return None
+        client, root = self._root()
+        above = path.rpartition("/")[0]
+        return Remote(f"{scheme}://{store}" + (f"/{above}" if above else ""),
+                      (client, root.rpartition("/")[0]))
+
+    def above(self) -> Iterator[Remote]:
+        """The folders above this one, nearest first, up to the bucket's or profile's root."""
+        folder = self.parent()
+        while folder is not None:
+            yield folder
+            folder = folder.parent()
+
+    def _root(self) -> tuple[Any, str]:
+        if self._resolved is None:
+            self._resolved = _client(self.url, "The URL")
+        return self._resolved
+
     def _resolve(self, name: str) -> tuple[Any, str]:
-        return _client(self.child(name), "The URL")
+        client, root = self._root()
+        # as the client resolves a URL: repeated slashes are one
+        return client, re.sub(r"/+", "/", f"{root}/{name}" if root else name).lstrip("/")
 
     def exists(self, name: str) -> bool:
         client, path = self._resolve(name)
@@ -191,5 +256,7 @@ class Remote:
 
 
 def remote(value: object, what: str) -> Remote:
-    """The object-storage folder `value` names, once `check_url` passes."""
-    return Remote(check_url(value, what).rstrip("/"))
+    """The object-storage folder `value` names, its client resolved, once `check_url` passes."""
+    url, resolved = _checked(value, what)
+    client, path = resolved
+    return Remote(url.rstrip("/"), (client, path.rstrip("/")))

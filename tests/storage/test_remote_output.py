@@ -549,3 +549,25 @@ def test_chatml_into_a_bucket(s3_store, tmp_path):
     assert sorted(remote) == sorted(local)
     assert {n.split("-shard-")[0] for n in remote if n.endswith(".tar")} == {"train", "val"}
     assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+
+
+def test_a_run_into_a_bucket_resolves_its_url_once(local_raw, s3_store, tmp_path, monkeypatch):
+    """The output URL is parsed, and its client resolved, once, when the config is resolved:
+    the run folder, every store call of the run and finalize take that value."""
+    from shardcook.config import resolve
+    from shardcook.storage import bucket
+
+    from tests.helpers.raw import run_raw
+
+    resolved: list[str] = []
+    real = bucket._client
+    monkeypatch.setattr(bucket, "_client",
+                        lambda url, what: resolved.append(url) or real(url, what))
+    src, ref = local_raw
+    values = {"input_dir": str(src), "output_dir": s3_store.url(PREFIX), "shard_size": 2,
+              "image_size": 64, "workers": 1, "quiet": True,
+              "scratch_dir": str(tmp_path / "scratch")}
+    report = run_raw(resolve(values, set(values)))
+    assert report is not None and report["num_written"] == 12
+    assert sorted(_objects(s3_store)) == sorted(_files(ref))  # finalized there
+    assert resolved == [s3_store.url(PREFIX)]

@@ -3,10 +3,11 @@
 The writer hands over each finished unit's staged files (shard and `.tar.idx`) and what to do
 once they are all in the store (write the unit's marker); a few threads upload them while the
 next shards are written, retrying a failed call with backoff (tenacity), then run that step and
-delete the local files. At most `limit` units' files are staged at once: `submit` waits for a free slot, so
-the scratch folder holds at most `limit` staged units plus the shard being written. The first
-failure that outlasts its retries stops every later step, so no marker is written for a unit
-whose files are not all in the store, and is raised by the next `submit` or by `wait`.
+delete the local files. At most `limit` units' files are staged at once: `submit` waits for a
+free slot, so the scratch folder holds at most `limit` staged units plus the shard being
+written. The first failure that outlasts its retries stops every later step, so no marker is
+written for a unit whose files are not all in the store, and is raised by the next `submit` or
+by `wait`.
 """
 
 from __future__ import annotations

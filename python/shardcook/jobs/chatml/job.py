@@ -58,9 +58,9 @@ def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[Split
 
 def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[str, str], *,
                     sqlite: bool = True) -> list[str]:
-    """`finalize` of the run's `folder` with split parts train/val by the names of the run's `shards` and
-    Megatron-Bridge's dataset.yaml; its validation reads each split's first sample with the
-    ChatML checker. Returns the warnings (also logged).
+    """`finalize` of the run's `folder` with split parts train/val by the names of the run's
+    `shards` and Megatron-Bridge's dataset.yaml; its validation reads each split's first sample
+    with the ChatML checker. Returns the warnings (also logged).
 
     Raises:
         DatasetError: no shards, or validation found problems.
@@ -71,8 +71,9 @@ def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[
                 if any(n.startswith(split_shard_prefix(s)) for n in shards)}
     if "train" not in patterns:
         raise DatasetError(
-            f"{folder.location} holds no train shard (every sample was skipped or went to val), so training "
-            "would find no data; see report.json for the skips, or lower --val-fraction"
+            f"{folder.location} holds no train shard (every sample was skipped or went to val), "
+            "so training would find no data; see report.json for the skips, or lower "
+            "--val-fraction"
         )
     result = finalize(folder.location, encoding=CHATML.encoding, split_parts=patterns,
                       sample_type=CHATML.sample_type, field_map=fields, subflavors={},

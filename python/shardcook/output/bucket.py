@@ -36,6 +36,7 @@ from shardcook.layouts.names import (
 from shardcook.output import overwrite
 from shardcook.output.lock import BucketLease, Holder
 from shardcook.output.place import check_bucket_place
+from shardcook.output.records import record_json
 from shardcook.output.uploader import Uploader, retried
 from shardcook.storage import access_problem, credentials_of, describe_error
 from shardcook.storage.location import Location
@@ -255,7 +256,7 @@ class BucketRunFolder:
         assert uploader is not None  # made with the staging folder
         files: list[Path] = []
         staged: list[Path] = []
-        then = partial(self.store.write_bytes, self._marker(unit), _json(record))
+        then = partial(self.store.write_bytes, self._marker(unit), record_json(record))
         shard = record.get("shard")
         if isinstance(shard, str):
             rows = staging / f"{shard}.rows.sqlite"
@@ -273,7 +274,7 @@ class BucketRunFolder:
                       ) -> None:
         """Uploads `rows` naming the shard object as the store now holds it, then writes the
         marker."""
-        etag = self.store.etag(shard)
+        etag = self.store.stat(shard).etag
         if etag is not None:
             shardrows.record_object(rows, size, etag)
             self.store.upload(rows, shardrows.rows_name(shard))
@@ -327,12 +328,12 @@ class BucketRunFolder:
         return parse_manifest(text, label)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self._write(_MANIFEST, _json(manifest))
+        self._write(_MANIFEST, record_json(manifest))
 
     def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None:
         """The report, then the manifest that calls the run complete."""
-        self._write(_REPORT, _json(report))
-        self._write(_MANIFEST, _json(manifest))
+        self._write(_REPORT, record_json(report))
+        self._write(_MANIFEST, record_json(manifest))
 
     def _write(self, name: str, data: bytes | str) -> None:
         """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
@@ -359,6 +360,3 @@ class BucketRunFolder:
         shard = record.get("shard")
         return record if shard is None or (isinstance(shard, str) and is_shard_name(shard)) else None
 
-
-def _json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False)

@@ -15,10 +15,11 @@ import posixpath
 import re
 import uuid
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from shardcook.errors import ConfigError
 from shardcook.storage.messages import describe_error, profile_problem
+from shardcook.storage.store import Listed
 from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
 
 
@@ -78,18 +79,10 @@ def _client(url: str, what: str) -> tuple[Any, str]:
         raise ConfigError(profile_problem(url, what, e)) from None
 
 
-class Listed(NamedTuple):
-    """An object as a listing shows it."""
-
-    name: str
-    size: int
-    etag: str | None
-
-
 class Remote:
-    """A folder in object storage: `url` has no trailing slash; names are relative to it. Its
-    client is resolved once, when first used (or given by `check_url`'s caller), and shared
-    with the folders made from it (`folder`, `parent`)."""
+    """A folder in object storage, a `store.Store`: `url` has no trailing slash; names are
+    relative to it. Its client is resolved once, when first used (or given by `remote`), and
+    shared with the folders made from it (`parent`)."""
 
     def __init__(self, url: str, resolved: tuple[Any, str] | None = None) -> None:
         self.url = url
@@ -127,11 +120,6 @@ class Remote:
     def name(self) -> str:
         """The folder's last segment ("" for a bucket's or profile's root)."""
         return self.segments[-1] if self.segments else ""
-
-    def folder(self, name: str) -> Remote:
-        """Subfolder `name` (a relative path), on the same client."""
-        client, path = self._resolve(name)
-        return Remote(self.child(name).rstrip("/"), (client, path.rstrip("/")))
 
     def parent(self) -> Remote | None:
         """The folder this one is in, on the same client; None for a bucket's or profile's
@@ -242,10 +230,11 @@ class Remote:
             if obj.type != "directory" and name.startswith(prefix):
                 yield Listed(name, int(obj.content_length), obj.etag or None)
 
-    def etag(self, name: str) -> str | None:
-        """The ETag the store gives object `name` now (None where the store gives none)."""
+    def stat(self, name: str) -> Listed:
+        """Object `name`'s size and ETag (FileNotFoundError when there is none)."""
         client, path = self._resolve(name)
-        return client.info(path).etag or None
+        info = client.info(path)
+        return Listed(name, int(info.content_length), info.etag or None)
 
     def read_range(self, name: str, offset: int, size: int) -> bytes:
         """`size` bytes of the object from `offset` (one ranged GET)."""

@@ -140,7 +140,7 @@ def _url_problems(folder: Remote, fix: str, todo: list[Place]) -> list[str]:
     since its code could not be checked.
 
     Raises:
-        ConfigError: the URL cannot be opened (see `storage.check_url`: a `..` segment ...).
+        ConfigError: the URL cannot be opened (see `storage.locate`: a `..` segment ...).
     """
     parent, name = folder.parent(), folder.name
     is_file = parent is not None and (name.endswith(_YAML_SUFFIXES)
@@ -169,7 +169,7 @@ def blend_code_problems(path: Path, fix: str) -> list[str]:
     read is passed over: Energon cannot load code from it either, and its own check names it.
 
     Raises:
-        ConfigError: a URL a metadataset names cannot be opened (see `storage.check_url`).
+        ConfigError: a URL a metadataset names cannot be opened (see `storage.locate`).
     """
     problems: list[str] = []
     seen: set[Place] = set()

@@ -165,6 +165,12 @@ class SourceConfig(Section):
             )
         return str(value)
 
+    def data_files(self) -> list[Location] | None:
+        """`hf_data_files` parsed (see `Section.located`); None when there are none."""
+        found = self.located("hf_data_files")
+        assert found is None or isinstance(found, list)
+        return found or None
+
     def input_location(self) -> Location:
         """`location()` parsed (see `Section.located`)."""
         self.location()

@@ -41,7 +41,7 @@ def open_source(cfg: RunConfig) -> Source:
         from shardcook.sources.huggingface import HuggingFaceSource
 
         token, _ = resolve_token(cfg.auth.hf_token_file)
-        return HuggingFaceSource(s.location(), s.hf_split, s.hf_data_files or None, s.max_samples,
+        return HuggingFaceSource(s.location(), s.hf_split, s.data_files(), s.max_samples,
                                  f.image_column, f.caption_column, image_columns=f.image_columns,
                                  caption_columns=f.caption_columns, token=token,
                                  streaming=s.hf_streaming)

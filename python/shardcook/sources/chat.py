@@ -154,7 +154,7 @@ class ChatmlSource:
 
         s = self.cfg.source
         token, _ = resolve_token(self.cfg.auth.hf_token_file)
-        ds = load(s.hf_dataset or "", split, s.hf_data_files or None, token=token)
+        ds = load(s.hf_dataset or "", split, s.data_files(), token=token)
         del token
         feats = ds.features
         self.columns = {kind: self._column(kind, feats) for kind in MEDIA_KINDS}

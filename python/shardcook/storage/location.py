@@ -53,13 +53,15 @@ def locate(value: object, what: str, *, urls: bool = True,
     """`value` parsed once: a local path (`storage.local.check_local_path`), or, where `urls`,
     a URL the Multi-Storage Client can open (`bucket.check_url`; its client is resolved now).
     `msc_only` is why the option takes `msc://` URLs only, for the sentence refusing another.
-    A Location is returned as it is.
+    A Location is returned as it is (one in object storage refused where not `urls`).
 
     Raises:
         ConfigError: a URL where only local paths are read, a URL that cannot be opened, or a
             path no file system takes; in one sentence naming `what`.
     """
     if isinstance(value, Location):
+        if value.remote is not None and not urls:
+            check_local_path(value.text, what)  # refuses the URL
         return value
     scheme = url_scheme(value)
     if scheme is None or not urls:

@@ -21,6 +21,8 @@ from shardcook.errors import ConfigError
 CLI = "cli"
 #: The key of a field's metadata holding the `Rule`s its value must meet.
 RULES = "rules"
+#: The key of a field's metadata saying the option names a file or folder (a `Place`).
+PLACE = "place"
 
 
 @dataclass(frozen=True)
@@ -85,13 +87,29 @@ def matching(pattern: str, says: str) -> Rule:
     return Rule(lambda v: compiled.fullmatch(v) is not None, says)
 
 
+@dataclass(frozen=True)
+class Place:
+    """An option naming a file or folder, parsed into a `storage.Location` when the config is
+    resolved: a local path, or also a URL (`urls`); `msc_only` says why only `msc://` ones."""
+
+    urls: bool = False
+    msc_only: str | None = None
+
+
+LOCAL, URL = Place(), Place(urls=True)
+
+
 def option(default: Any, help: str | Callable[[], str], panel: str | None = None, *,
            flags: tuple[str, ...] = (), help_for: Mapping[str, str] | None = None,
-           rules: Sequence[Rule] = ()) -> Any:
+           rules: Sequence[Rule] = (), place: Place | None = None) -> Any:
     """A field that is also a command-line option (help, panel, flags), with the `rules` its
-    value must meet; a list default is copied per instance."""
-    return _field(default, {CLI: CliOption(help, panel, flags, dict(help_for or {})),
-                            RULES: tuple(rules)})
+    value must meet and, for a file or folder, its `place`; a list default is copied per
+    instance."""
+    metadata: dict[str, Any] = {CLI: CliOption(help, panel, flags, dict(help_for or {})),
+                                RULES: tuple(rules)}
+    if place is not None:
+        metadata[PLACE] = place
+    return _field(default, metadata)
 
 
 def setting(default: Any, *rules: Rule) -> Any:

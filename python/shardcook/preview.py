@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
-from shardcook.dataset.location import check_location, dataset_view
+from shardcook.dataset.location import dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.files import write_atomic
@@ -29,6 +29,7 @@ from shardcook.layouts.bridge_flux import LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, TIMESTEP_COLUMN
 from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path
+from shardcook.storage.location import locate
 
 if TYPE_CHECKING:
     import numpy as np
@@ -217,14 +218,14 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
 
     from shardcook.hftoken import read_token_file
 
-    check_location(directory, "The dataset folder")
+    location = locate(directory, "The dataset folder")
     if out is not None:
         check_local_path(out, "out")
     if count < 1:
         raise DatasetError(f"--count must be at least 1, not {count}.")
     if hf_token_file:
         read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
-    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+    with dataset_view(location, scratch_dir=scratch_dir) as view:
         root = view.root
         layout = _layout(root)
         rows = _first_samples(view, count)

@@ -245,9 +245,10 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
         staged = {}
         for queue in (1, 4):
             scratch = tmp_path / f"scratch{queue}"
-            most = _watch(scratch, run_cli, *_raw_args(
-                src, f"{slow}/q{queue}", "--no-finalize", "--quiet", "--scratch-dir",
-                str(scratch), "--upload-queue", str(queue)))
+            most = max(_watch(lambda s=scratch: sum(1 for _ in s.glob("*/*.tar")), run_cli,
+                              *_raw_args(src, f"{slow}/q{queue}", "--no-finalize", "--quiet",
+                                         "--scratch-dir", str(scratch), "--upload-queue",
+                                         str(queue))), default=0)
             objects = _objects(s3_store, f"q{queue}", rows=True)
             report = json.loads(objects[".shardcook/report.json"])
             sizes = sorted(len(b) + len(objects[n + ".idx"]) +
@@ -389,16 +390,13 @@ def _process_tree(pid: int) -> list[int]:
     return tree
 
 
-def _watch(scratch: Path, run, *args: str) -> int:
-    """Runs `run(*args)` while counting the finished shards staged under `scratch`; returns the
-    most seen at once."""
-    most, done = 0, threading.Event()
+def _watch(look, run, *args: str) -> list:
+    """Runs `run(*args)` while calling `look()` every 2 ms; returns what it saw."""
+    seen, done = [], threading.Event()
 
     def poll() -> None:
-        nonlocal most
         while not done.is_set():
-            n = sum(1 for p in scratch.glob("*/*.tar"))
-            most = max(most, n)
+            seen.append(look())
             time.sleep(0.002)
 
     t = threading.Thread(target=poll, daemon=True)
@@ -408,7 +406,19 @@ def _watch(scratch: Path, run, *args: str) -> int:
     finally:
         done.set()
         t.join()
-    return most
+    return seen
+
+
+def test_finalize_of_a_bucket_run_works_under_the_scratch_dir(local_raw, s3_store, tmp_path):
+    """A bucket run's finalize makes its view of the dataset (the small files, shards fetched
+    a few at a time) under --scratch-dir, where the run staged its shards, not in the system's
+    temporary folder."""
+    src, _ = local_raw
+    scratch = tmp_path / "scratch"
+    seen = _watch(lambda: [p.name for p in scratch.glob("shardcook-view-*")], run_cli,
+                  *_raw_args(src, s3_store.url(PREFIX), "--quiet", "--scratch-dir", str(scratch)))
+    assert any(seen), "finalize made no view under --scratch-dir"
+    assert _scratch_left(scratch) == []
 
 
 def test_overwrite_in_a_bucket_deletes_only_what_the_run_recorded(local_raw, s3_store,
@@ -540,3 +550,25 @@ def test_chatml_into_a_bucket(s3_store, tmp_path):
     assert sorted(remote) == sorted(local)
     assert {n.split("-shard-")[0] for n in remote if n.endswith(".tar")} == {"train", "val"}
     assert _shards_and_indexes(remote) == _shards_and_indexes(local)
+
+
+def test_a_run_into_a_bucket_resolves_its_url_once(local_raw, s3_store, tmp_path, monkeypatch):
+    """The output URL is parsed, and its client resolved, once, when the config is resolved:
+    the run folder, every store call of the run and finalize take that value."""
+    from shardcook.config import resolve
+    from shardcook.storage import bucket
+
+    from tests.helpers.raw import run_raw
+
+    resolved: list[str] = []
+    real = bucket._client
+    monkeypatch.setattr(bucket, "_client",
+                        lambda url, what: resolved.append(url) or real(url, what))
+    src, ref = local_raw
+    values = {"input_dir": str(src), "output_dir": s3_store.url(PREFIX), "shard_size": 2,
+              "image_size": 64, "workers": 1, "quiet": True,
+              "scratch_dir": str(tmp_path / "scratch")}
+    report = run_raw(resolve(values, set(values)))
+    assert report is not None and report["num_written"] == 12
+    assert sorted(_objects(s3_store)) == sorted(_files(ref))  # finalized there
+    assert resolved == [s3_store.url(PREFIX)]

@@ -3,6 +3,7 @@ options a resumed run must repeat."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -16,14 +17,11 @@ from shardcook.config.sections import (
     RunConfig,
     SourceConfig,
 )
-from shardcook.dataset.location import check_location
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
-from shardcook.fields import check_fields
+from shardcook.fields import PLACE, check_fields
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
-from shardcook.paths import check_local_path
-from shardcook.storage import url_scheme
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -35,38 +33,15 @@ def check_auth(cfg: RunConfig) -> None:
         read_token_file(cfg.auth.hf_token_file)
 
 
-#: (section, option) of every path a run reads or writes: a URL there is refused, except in
-#: URL_OPTIONS, where it must be one the Multi-Storage Client can open.
-PATH_OPTIONS = (("source", "input_dir"), ("source", "hf_dataset"), ("source", "input_path"),
-                ("source", "hf_data_files"), ("output", "output_dir"), ("output", "scratch_dir"),
-                ("model", "model_path"), ("model", "vae_path"), ("model", "clip_path"),
-                ("model", "t5_path"), ("auth", "hf_token_file"))
-#: The options object storage serves too: the input folder, the tar pattern, chatml's JSONL,
-#: Hugging Face data files and the output folder.
-URL_OPTIONS = (("source", "input_dir"), ("source", "input_path"), ("source", "hf_data_files"),
-               ("output", "output_dir"))
-#: Of those, the ones `datasets` opens itself, through the filesystem MSC gives fsspec, which
-#: takes `msc://` URLs only (fsspec would hand `s3://` to another client).
-MSC_ONLY_OPTIONS = (("source", "hf_data_files"),)
-
-
 def check_paths(cfg: RunConfig) -> None:
-    """Refuses a URL as a path option that reads only local files, and a URL that cannot be
-    opened (unknown scheme, missing profile) where URLs are read."""
-    for section, name in PATH_OPTIONS:
-        value = getattr(getattr(cfg, section), name)
-        option = "--input" if cfg.chatml and name == "input_path" else f"--{name.replace('_', '-')}"
-        for one in value if isinstance(value, list) else [value]:
-            if one is None:
-                continue
-            if (section, name) not in URL_OPTIONS:
-                check_local_path(one, option)
-                continue
-            check_location(one, option)
-            if (section, name) in MSC_ONLY_OPTIONS and url_scheme(one) not in (None, "msc"):
-                raise ConfigError(f"{option} {one!r}: Hugging Face data files in object "
-                                  "storage are read through an MSC profile; write "
-                                  "msc://PROFILE/path (a profile can name any bucket).")
+    """Parses every option naming a file or folder (a field with a `Place`) into its
+    locations, once: a URL is refused where only local files are read, and must be one the
+    Multi-Storage Client can open where URLs are read."""
+    for section in (cfg.source, cfg.output, cfg.image, cfg.model, cfg.data_format, cfg.auth):
+        for f in dataclasses.fields(section):
+            if PLACE in f.metadata:
+                chatml_input = cfg.chatml is not None and f.name == "input_path"
+                section.located(f.name, "--input" if chatml_input else None)
 
 
 def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> None:

@@ -8,13 +8,14 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
-from shardcook.fields import bounded, matching, one_of, option, setting
+from shardcook.fields import LOCAL, PLACE, URL, Place, bounded, matching, one_of, option, setting
 from shardcook.layouts import encode_layouts_help
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
+from shardcook.storage.location import Location, locate
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
 #: The input option each source type needs.
@@ -49,19 +50,65 @@ T5_MAX_LENGTH = 512
 FRACTION = (bounded(0, 1, below=True),)
 
 
+class Section:
+    """What every section has besides its fields: its `Place` options parsed into
+    `storage.Location`s, once, by `located`."""
+
+    def __post_init__(self) -> None:
+        #: field name -> (the value parsed, its locations)
+        self._located: dict[str, tuple[Any, Location | list[Location] | None]] = {}
+
+    def located(self, name: str, what: str | None = None) -> Location | list[Location] | None:
+        """Option `name` (a field with a `Place`) as a `Location`, a list of them for a list
+        option, or None when unset: parsed at the first call (the config's checks make it, so
+        `what` there names the option as the command spells it) and again only if the value
+        changed since.
+
+        Raises:
+            ConfigError: a URL where the option takes local paths, one that cannot be opened,
+                or a path no file system takes.
+        """
+        value = getattr(self, name)
+        if name in self._located and self._located[name][0] == value:
+            return self._located[name][1]
+        (place,) = [f.metadata[PLACE] for f in dataclasses.fields(cast(Any, self))
+                    if f.name == name]
+        what = what or f"--{name.replace('_', '-')}"
+
+        def one(v: str) -> Location:
+            return locate(v, what, urls=place.urls, msc_only=place.msc_only)
+
+        parsed = (None if value is None else [one(v) for v in value] if isinstance(value, list)
+                  else one(value))
+        self._located[name] = (list(value) if isinstance(value, list) else value, parsed)
+        return parsed
+
+    def where(self, name: str) -> Location | None:
+        """`located(name)` of an option naming one place."""
+        found = self.located(name)
+        assert not isinstance(found, list), f"{name} names several places"
+        return found
+
+
 @dataclass
-class SourceConfig:
+class SourceConfig(Section):
     """Where the inputs come from."""
 
     source_type: str = option("directory", "directory, huggingface or webdataset.", SOURCE,
                                 rules=[one_of(SOURCE_TYPES)])
     input_dir: str | None = option(
-        None, "directory: images/ + captions/, or a flat folder.", SOURCE)
+        None, "directory: images/ + captions/, or a flat folder.", SOURCE, place=URL)
     hf_dataset: str | None = option(
-        None, "huggingface: hub name, save_to_disk folder or data file.", SOURCE)
+        None, "huggingface: hub name, save_to_disk folder or data file.", SOURCE, place=LOCAL)
     hf_split: str = option("train", "huggingface: the split.", SOURCE)
-    hf_data_files: list[str] | None = option(None, "huggingface: data files, repeatable.", SOURCE)
-    input_path: str | None = option(None, "webdataset: tar glob, brace pattern or folder.", SOURCE)
+    hf_data_files: list[str] | None = option(
+        None, "huggingface: data files, repeatable.", SOURCE,
+        # `datasets` opens them itself, through the filesystem MSC gives fsspec, which takes
+        # `msc://` URLs only (fsspec would hand `s3://` to another client)
+        place=Place(urls=True, msc_only="Hugging Face data files in object storage are read "
+                                        "through an MSC profile"))
+    input_path: str | None = option(None, "webdataset: tar glob, brace pattern or folder.", SOURCE,
+                                    place=URL)
     max_samples: int | None = option(None, "Use only the first N inputs.", SOURCE,
                                       rules=[AT_LEAST_1])
     #: Read a Hugging Face dataset's parquet files in place (`--hf-streaming`), not loaded whole.
@@ -81,14 +128,27 @@ class SourceConfig:
             )
         return str(value)
 
+    def data_files(self) -> list[Location] | None:
+        """`hf_data_files` parsed (see `Section.located`); None when there are none."""
+        found = self.located("hf_data_files")
+        assert found is None or isinstance(found, list)
+        return found or None
+
+    def input_location(self) -> Location:
+        """`location()` parsed (see `Section.located`)."""
+        self.location()
+        found = self.where(SOURCE_LOCATIONS[self.source_type])
+        assert found is not None  # set: `location()` says so
+        return found
+
 
 @dataclass
-class OutputConfig:
+class OutputConfig(Section):
     """Where and how shards are written."""
 
     output_dir: str | None = option(
         None, "The dataset folder to write: a local path, or msc://PROFILE/path or "
-              "s3://bucket/path in object storage.", OUTPUT)
+              "s3://bucket/path in object storage.", OUTPUT, place=URL)
     shard_size: int = option(1000, "Inputs per work unit / shard.", OUTPUT,
                              help_for={"chatml": "Inputs per work unit / shard, per split."},
                              rules=[AT_LEAST_1])
@@ -104,7 +164,8 @@ class OutputConfig:
     #: (`dataset.arguments.DATASET_SCRATCH_HELP`).
     scratch_dir: str | None = option(
         None, "Output in object storage only: the local folder in which this run stages its "
-              "shards until they are uploaded (default: the system temp folder).", OUTPUT)
+              "shards until they are uploaded (default: the system temp folder).", OUTPUT,
+        place=LOCAL)
     #: Shards staged for upload at most (waiting or uploading); the writer waits when full.
     upload_queue: int = option(
         4, "Object storage: at most this many shards staged for upload; writing waits when full "
@@ -118,9 +179,17 @@ class OutputConfig:
             raise ConfigError("--output-dir is required (or output.output_dir in the config).")
         return Path(self.output_dir)
 
+    @property
+    def location(self) -> Location:
+        """`output_dir` parsed (see `Section.located`); ConfigError when it is not set."""
+        self.path  # noqa: B018 - raises ConfigError when no output folder was given
+        found = self.where("output_dir")
+        assert found is not None
+        return found
+
 
 @dataclass
-class ImageConfig:
+class ImageConfig(Section):
     """How images are decoded, resized and re-encoded."""
 
     image_size: int = option(1024, "Target side (crop, stretch).", IMAGE,
@@ -145,7 +214,7 @@ class ImageConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
     """The encoders (`encode` only; `raw` ignores this section). `precision` and `latent_mode`
     left unset take the `layout`'s defaults (its `Layout.encode_defaults`)."""
 
@@ -153,12 +222,15 @@ class ModelConfig:
     layout: str = option("primus", encode_layouts_help, MODEL)
     model_path: str = option(
         "black-forest-labs/FLUX.1-dev", "FLUX folder (vae/, text_encoder/, tokenizer/, "
-        "text_encoder_2/, tokenizer_2/) or hub id.", MODEL)
-    vae_path: str | None = option(None, "A folder or hub id holding just the VAE.", MODEL)
+        "text_encoder_2/, tokenizer_2/) or hub id.", MODEL, place=LOCAL)
+    vae_path: str | None = option(None, "A folder or hub id holding just the VAE.", MODEL,
+                                  place=LOCAL)
     clip_path: str | None = option(
-        None, "A folder or hub id holding just the CLIP text model (+ tokenizer).", MODEL)
+        None, "A folder or hub id holding just the CLIP text model (+ tokenizer).", MODEL,
+        place=LOCAL)
     t5_path: str | None = option(
-        None, "A folder or hub id holding just the T5 encoder (+ tokenizer).", MODEL)
+        None, "A folder or hub id holding just the T5 encoder (+ tokenizer).", MODEL,
+        place=LOCAL)
     revision: str | None = option(None, "Hub revision of --model-path.", MODEL)
     precision: str | None = option(
         None, "bf16, fp16 or fp32 (default: bf16; fp32 for --layout megatron-bridge, as its "
@@ -182,7 +254,7 @@ class ModelConfig:
 
 
 @dataclass
-class DataFormatConfig:
+class DataFormatConfig(Section):
     """Which fields of an input hold the image and the caption (dotted paths into JSON)."""
 
     image_column: str | None = option(
@@ -198,16 +270,17 @@ class DataFormatConfig:
 
 
 @dataclass
-class AuthConfig:
+class AuthConfig(Section):
     """Credentials: where the Hugging Face token is (the file is read, never printed)."""
 
     hf_token_file: str | None = option(
         None, "A file holding a Hugging Face token (mode 600 or 400), for models and datasets. "
-              "Else HF_TOKEN, else the saved `huggingface-cli login`. Never printed.", SOURCE)
+              "Else HF_TOKEN, else the saved `huggingface-cli login`. Never printed.", SOURCE,
+        place=LOCAL)
 
 
 @dataclass
-class ChatmlConfig:
+class ChatmlConfig(Section):
     """How `chatml` builds conversations, splits them and stores their media."""
 
     conversation_column: str | None = option(

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardcook.dataset.location import check_location
 from shardcook.fields import RULES, Rule, bounded, check_rules, option, setting, typed
 from shardcook.layouts import encodings
+from shardcook.storage.location import Location, locate
 
 #: More tiles than this make a sheet too large to look at (and to hold in memory).
 MAX_PREVIEW_COUNT = 1024
@@ -114,8 +114,10 @@ def check_index_arguments(split: object, shuffle_seed: object, exclude: object, 
 
 
 def check_finalize_arguments(directory: object, sample_type: object, field_map: object,
-                             subflavors: object, validate: object) -> None:
-    """finalize's own arguments (the rest are `check_index_arguments`')."""
-    check_location(directory, "The dataset folder")
+                             subflavors: object, validate: object) -> Location:
+    """The dataset's location, or ConfigError naming the first of finalize's own arguments of
+    a wrong type (the rest are `check_index_arguments`')."""
+    location = locate(directory, "The dataset folder")
     check_arguments(sample_type=sample_type, field_map=field_map, subflavors=subflavors,
                     validate=validate)
+    return location

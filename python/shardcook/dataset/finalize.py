@@ -21,6 +21,7 @@ from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, META_DIR
+from shardcook.storage.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def _encoding(view: DatasetView, shards: list[str], encoding: str | None,
 
 
 def finalize(
-    directory: str | Path,
+    directory: str | Path | Location,
     *,
     encoding: str | None = None,
     split: Sequence[float] | str | None = None,
@@ -204,8 +205,8 @@ def finalize(
         ConfigError: an unknown encoding, one whose parts the samples lack, or shards of a known
             layout with no encoding to say so.
     """
-    check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
-    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+    location = check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
+    with dataset_view(location, scratch_dir=scratch_dir) as view:
         view.check_writable()
         finish_interrupted(view.root)
         result = _finalize(view, encoding=encoding, split=split, split_parts=split_parts,

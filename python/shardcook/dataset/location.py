@@ -1,6 +1,7 @@
 """Where a dataset command or API call finds its dataset: the one place its argument, a local
-folder or a URL (`msc://PROFILE/path`, `s3://bucket/path`), becomes a `DatasetView`. A folder is
-its own view; a URL gets a `RemoteView` under a scratch folder, removed when the command ends.
+folder or a URL (`msc://PROFILE/path`, `s3://bucket/path`), or the `storage.Location` a run
+parsed, becomes a `DatasetView`. A folder is its own view; a URL gets a `RemoteView` under a
+scratch folder, removed when the command ends.
 """
 
 from __future__ import annotations
@@ -13,23 +14,14 @@ from pathlib import Path
 from shardcook.dataset.remote import RemoteView
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ShardcookError
-from shardcook.paths import check_local_path, dataset_folder
-from shardcook.storage import check_url, is_url
+from shardcook.paths import dataset_folder
+from shardcook.storage.location import Location, locate
 
-__all__ = ["check_location", "dataset_view", "readable"]
-
-
-def check_location(value: object, what: str) -> None:
-    """Raises ConfigError unless `value` is a local path or a URL the Multi-Storage Client can
-    open (`paths.check_local_path`, `storage.check_url`)."""
-    if is_url(value):
-        check_url(value, what)
-    else:
-        check_local_path(value, what)
+__all__ = ["dataset_view", "readable"]
 
 
 @contextmanager
-def dataset_view(value: str | os.PathLike[str], *,
+def dataset_view(value: str | os.PathLike[str] | Location, *,
                  scratch_dir: str | os.PathLike[str] | None = None) -> Iterator[DatasetView]:
     """The view of the dataset `value` names: a local folder that exists, or a URL.
 
@@ -41,11 +33,12 @@ def dataset_view(value: str | os.PathLike[str], *,
         ConfigError: a URL no client can open, a bad path.
         DatasetError: the folder or URL holds no dataset folder.
     """
-    if not is_url(value):
-        root = dataset_folder(value)
+    location = locate(value, "The dataset folder")
+    if location.remote is None:
+        root = dataset_folder(location.path)
         yield DatasetView(root, str(root))
         return
-    with RemoteView.open(value, scratch_dir=scratch_dir) as view:
+    with RemoteView.open(location.remote, scratch_dir=scratch_dir) as view:
         try:
             yield view
         except ShardcookError as e:
@@ -54,7 +47,7 @@ def dataset_view(value: str | os.PathLike[str], *,
 
 
 @contextmanager
-def readable(value: str | os.PathLike[str], *, first_sample_of: str | None = None
+def readable(value: str | os.PathLike[str] | Location, *, first_sample_of: str | None = None
              ) -> Iterator[Path]:
     """Where shardcook's own checks read the files of `value` while a client that opens URLs
     itself (Energon) is given `value`: a local path as it is (a dataset folder or a metadataset
@@ -64,12 +57,13 @@ def readable(value: str | os.PathLike[str], *, first_sample_of: str | None = Non
     Raises:
         ConfigError, DatasetError: as `dataset_view`, for a URL.
     """
-    if not is_url(value):
-        yield Path(value)
+    location = locate(value, "The dataset folder")
+    if location.remote is None:
+        yield location.path
         return
     from shardcook.dataset import metadata
 
-    with dataset_view(value) as view:
+    with dataset_view(location) as view:
         split_yaml = metadata.read_split_yaml(view.root) if first_sample_of else None
         first = (split_yaml.parts.get(first_sample_of or "") or [])[:1] if split_yaml else []
         with view.fetched(first, first_sample=True):

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from shardcook import _native
 from shardcook.dataset import shardrows, tarindex
@@ -36,7 +36,6 @@ from shardcook.storage import (
     bad_segment,
     credentials_of,
     describe_error,
-    remote,
 )
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
@@ -97,19 +96,16 @@ class RemoteView(DatasetView):
 
     @classmethod
     @contextmanager
-    def open(cls, value: str | os.PathLike[str], *,
-             scratch_dir: str | os.PathLike[str] | None = None,
+    def open(cls, folder: Remote, *, scratch_dir: str | os.PathLike[str] | None = None,
              window: int = WINDOW) -> Iterator[RemoteView]:
-        """Builds the view of the URL `value` under a new folder in `scratch_dir`, removed when
-        the block ends.
+        """Builds the view of the dataset `folder` under a new folder in `scratch_dir`, removed
+        when the block ends.
 
         Raises:
-            ConfigError: the URL cannot be opened (see `storage.check_url`) or listed (no
-                bucket, no access).
+            ConfigError: the folder cannot be listed (no bucket, no access).
             DatasetError: the listing holds no object, an object's name escapes the folder, or
                 scratch cannot be written.
         """
-        folder = remote(value, "The dataset URL")
         try:
             scratch = Path(tempfile.mkdtemp(prefix="shardcook-view-", dir=scratch_dir))
         except OSError as e:
@@ -117,8 +113,7 @@ class RemoteView(DatasetView):
             raise DatasetError(f"cannot make a scratch folder in {where} ({e.strerror or e}); "
                                "give --scratch-dir a folder with room") from None
         try:
-            base = PurePosixPath(folder.url.split("://", 1)[1]).name or "dataset"
-            view = cls(folder, scratch / base, {}, window)
+            view = cls(folder, scratch / (folder.name or "dataset"), {}, window)
             view._materialise()
             yield view
         finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import posixpath
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,8 @@ from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import DATASET_YAML, META_DIR
-from shardcook.storage import Remote, is_url, remote
+from shardcook.storage import Remote
+from shardcook.storage.location import locate
 
 #: The packages whose modules a dataset may name (with their submodules).
 TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
@@ -77,8 +77,8 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
     return problems
 
 
-#: A place the walk reads: a local path, or a URL (read through the storage client).
-Place = Path | str
+#: A place the walk reads: a local path, or one in object storage (read through its client).
+Place = Path | Remote
 
 #: What a metadataset's name ends with; a URL ending so, or inside a `.nv-meta/` folder (a
 #: dataset.yaml stand-in), is read as a YAML object, any other URL as a dataset folder.
@@ -88,12 +88,11 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 def _joined(base: Place, path: str) -> Place:
     """`path` as a metadataset in `base` names it: a URL as it is, else relative to `base` (in
     a URL, `..` and `.` resolved as Energon resolves them)."""
-    if is_url(path):
-        return path
-    if isinstance(base, str):
-        scheme, _, rest = base.partition("://")
-        store, _, folder = rest.partition("/")
-        return f"{scheme}://{store}{posixpath.normpath(posixpath.join('/', folder, path))}"
+    location = locate(path, "The blended dataset")
+    if location.remote is not None:
+        return location.remote
+    if isinstance(base, Remote):
+        return Remote(base.where(path))
     return base / path
 
 
@@ -134,19 +133,20 @@ def _local_problems(target: Path, fix: str, todo: list[Place]) -> list[str]:
     return code_problems(content, str(target), fix)
 
 
-def _url_problems(url: str, fix: str, todo: list[Place]) -> list[str]:
+def _url_problems(folder: Remote, fix: str, todo: list[Place]) -> list[str]:
     """`_local_problems` of a URL, read through the storage client: a `.yaml` object (a
     metadataset, or a dataset.yaml stand-in), else a dataset folder's dataset.yaml. A missing
     or unparsable file is passed over, as locally; one the store refuses to give is a problem,
     since its code could not be checked.
 
     Raises:
-        ConfigError: the URL cannot be opened (see `storage.check_url`: a `..` segment ...).
+        ConfigError: the URL cannot be opened (see `storage.locate`: a `..` segment ...).
     """
-    folder = remote(url, "The blended dataset")
-    parent, _, name = folder.url.rpartition("/")
-    is_file = "://" in parent and (name.endswith(_YAML_SUFFIXES) or f"/{META_DIR}/" in url)
-    store, name = (Remote(parent), name) if is_file else (folder, f"{META_DIR}/{DATASET_YAML}")
+    parent, name = folder.parent(), folder.name
+    is_file = parent is not None and (name.endswith(_YAML_SUFFIXES)
+                                      or META_DIR in folder.segments[:-1])
+    store, name = ((parent, name) if parent is not None and is_file else
+                   (folder, f"{META_DIR}/{DATASET_YAML}"))
     label = store.child(name)
     try:
         content = safeyaml.load(store.read(name).decode("utf-8"))
@@ -157,7 +157,7 @@ def _url_problems(url: str, fix: str, todo: list[Place]) -> list[str]:
                  f"be checked{fix}")]
     except (UnicodeDecodeError, yaml.YAMLError):
         return []
-    if is_file:
+    if store is parent:
         todo += _referenced(content, parent)
     return code_problems(content, label, fix)
 
@@ -169,18 +169,18 @@ def blend_code_problems(path: Path, fix: str) -> list[str]:
     read is passed over: Energon cannot load code from it either, and its own check names it.
 
     Raises:
-        ConfigError: a URL a metadataset names cannot be opened (see `storage.check_url`).
+        ConfigError: a URL a metadataset names cannot be opened (see `storage.locate`).
     """
     problems: list[str] = []
     seen: set[Place] = set()
     todo: list[Place] = [path]
     while todo:
         place = todo.pop()
-        target = place if isinstance(place, str) else place.resolve()
+        target = place if isinstance(place, Remote) else place.resolve()
         if target in seen:
             continue
         seen.add(target)
-        problems += (_url_problems(target, fix, todo) if isinstance(target, str) else
+        problems += (_url_problems(target, fix, todo) if isinstance(target, Remote) else
                      _local_problems(target, fix, todo))
     return problems
 

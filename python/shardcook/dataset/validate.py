@@ -19,13 +19,14 @@ from shardcook.dataset.index import (
     lost_shards,
     shard_name_problem,
 )
-from shardcook.dataset.location import check_location, dataset_view
+from shardcook.dataset.location import dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
 from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
+from shardcook.storage.location import locate
 
 T = TypeVar("T")
 
@@ -171,11 +172,11 @@ def validate(
     Raises:
         ConfigError: `encoding` names no known layout, or the URL cannot be opened.
     """
-    check_location(directory, "The dataset folder")  # bad usage, like a bad encoding
+    location = locate(directory, "The dataset folder")  # bad usage, like a bad encoding
     if encoding is not None:
         metadata.layout_of(encoding, "--encoding")  # bad usage: raise before reading anything
     try:
-        with dataset_view(directory, scratch_dir=scratch_dir) as view:
+        with dataset_view(location, scratch_dir=scratch_dir) as view:
             report = validate_view(view, encoding=encoding, deep=deep)
             report.problems += _interrupted_finalize(view.root)
     except DatasetError as e:

@@ -12,11 +12,11 @@ from typing import Any
 
 from shardcook import safeyaml
 from shardcook.dataset import metadata, trust
-from shardcook.dataset.location import check_location, readable
+from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path
-from shardcook.storage import is_url
+from shardcook.storage.location import locate
 
 __all__ = [
     "BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend",
@@ -39,7 +39,7 @@ class BlendEntry:
 
 def _location(text: str) -> Path | str:
     """A URL stays a str (a Path would fold its `//`); anything else is a Path."""
-    return text if is_url(text) else Path(text)
+    return text if locate(text, "The blended dataset").remote is not None else Path(text)
 
 
 def parse_blend_entry(spec: str) -> BlendEntry:
@@ -263,22 +263,20 @@ def write_blend(
         raise ConfigError("entries must be a list of BlendEntry or 'PATH=WEIGHT' strings, not "
                           f"{entries!r:.60}.")
     parsed = [parse_blend_entry(e) if isinstance(e, str) else e for e in entries]
-    for entry in parsed:
-        check_location(entry.path, "The blended dataset")
+    located = [locate(entry.path, "The blended dataset") for entry in parsed]
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
-    _check_out(out, [Path(e.path).resolve() for e in parsed if not is_url(e.path)], force)
+    _check_out(out, [at.path.resolve() for at in located if at.remote is None], force)
     base = out.resolve().parent
     blend = []
-    for entry in parsed:
-        with readable(entry.path) as files:
+    for entry, at in zip(parsed, located, strict=True):
+        with readable(at) as files:
             target = files.resolve()
             _check_dataset(target, out)
             _refuse_untrusted_code(target)
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             raise ConfigError(f"{entry.path}: the weight must be a positive number.")
-        written = entry.path if isinstance(entry.path, str) and is_url(entry.path) else (
-            os.path.relpath(target, base))
+        written = entry.path if at.remote is not None else os.path.relpath(target, base)
         blend.append({"path": written, "weight": float(entry.weight)})
     doc = {
         "__module__": "megatron.energon",

@@ -181,12 +181,12 @@ def _dataset_splits(path: Path) -> list[str] | None:
 def _check_loader_args(
     path: object, batch_size: object, split: object, num_workers: object
 ) -> None:
-    from shardcook.dataset.location import check_location
     from shardcook.errors import ConfigError
+    from shardcook.storage.location import locate
 
     if not isinstance(path, (str, Path)):
         raise ConfigError(f"path must be a dataset folder or a metadataset .yaml, not {path!r}.")
-    check_location(path, "path")
+    locate(path, "path")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:

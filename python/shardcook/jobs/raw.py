@@ -7,7 +7,6 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -20,6 +19,7 @@ from shardcook.jobs.images import (
     result_meta_json,
     result_pixels,
 )
+from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
@@ -105,5 +105,5 @@ class RawJob(JobBasics):
     def processor(self, cfg: RunConfig) -> RawProcessor:
         return RawProcessor(cfg)
 
-    def finalize(self, out: Path | str, report: JsonObject) -> None:
-        finalize_by_ratio(self.cfg, self.encoding, out)
+    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
+        finalize_by_ratio(self.cfg, self.encoding, folder)

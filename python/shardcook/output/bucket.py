@@ -37,8 +37,10 @@ from shardcook.layouts.names import (
 from shardcook.output import overwrite
 from shardcook.output.lock import BucketLease, Holder
 from shardcook.output.place import check_bucket_place
+from shardcook.output.records import record_json
 from shardcook.output.uploader import Uploader, retried
-from shardcook.storage import access_problem, credentials_of, describe_error, remote
+from shardcook.storage import access_problem, credentials_of, describe_error
+from shardcook.storage.location import Location
 
 T = TypeVar("T")
 
@@ -50,12 +52,14 @@ MARKER_READERS = 8
 
 
 class BucketRunFolder:
-    """The output folder `url` in object storage; shards are staged under `scratch` (a local
-    path, checked with the config; default: the system temp folder), at most `upload_queue` of
-    them waiting for upload."""
+    """The output folder `location` in object storage; shards are staged under `scratch` (a
+    local path, checked with the config; default: the system temp folder), at most
+    `upload_queue` of them waiting for upload."""
 
-    def __init__(self, url: str, scratch: str | None = None, upload_queue: int = 4) -> None:
-        self.store = remote(url, "--output-dir")
+    def __init__(self, location: Location, scratch: str | None = None,
+                 upload_queue: int = 4) -> None:
+        assert location.remote is not None, f"{location} is a local folder"
+        self.store = location.remote
         self.url = self.store.url
         self._scratch = Path(scratch) if scratch is not None else Path(tempfile.gettempdir())
         self._upload_queue = upload_queue
@@ -71,9 +75,14 @@ class BucketRunFolder:
         return self.url
 
     @property
-    def location(self) -> str:
-        """What finalize and the summary are given: the URL."""
-        return self.url
+    def location(self) -> Location:
+        """What finalize and the summary are given: the URL, its client resolved."""
+        return Location(self.url, self.store)
+
+    @property
+    def scratch(self) -> Path:
+        """`--scratch-dir` (default: the system temp folder), for staging and finalize."""
+        return self._scratch
 
     @property
     def report_path(self) -> str:
@@ -247,7 +256,7 @@ class BucketRunFolder:
         assert uploader is not None  # made with the staging folder
         files: list[Path] = []
         staged: list[Path] = []
-        then = partial(self.store.write_bytes, self._marker(unit), _json(record))
+        then = partial(self.store.write_bytes, self._marker(unit), record_json(record))
         shard = record.get("shard")
         if isinstance(shard, str):
             rows = staging / f"{shard}.rows.sqlite"
@@ -265,7 +274,7 @@ class BucketRunFolder:
                       ) -> None:
         """Uploads `rows` naming the shard object as the store now holds it, then writes the
         marker."""
-        etag = self.store.etag(shard)
+        etag = self.store.stat(shard).etag
         if etag is not None:
             shardrows.record_object(rows, size, etag)
             self.store.upload(rows, shardrows.rows_name(shard))
@@ -319,12 +328,12 @@ class BucketRunFolder:
         return parse_manifest(text, label)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self._write(_MANIFEST, _json(manifest))
+        self._write(_MANIFEST, record_json(manifest))
 
     def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None:
         """The report, then the manifest that calls the run complete."""
-        self._write(_REPORT, _json(report))
-        self._write(_MANIFEST, _json(manifest))
+        self._write(_REPORT, record_json(report))
+        self._write(_MANIFEST, record_json(manifest))
 
     def _write(self, name: str, data: bytes | str) -> None:
         """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
@@ -352,6 +361,3 @@ class BucketRunFolder:
         recorded = shard is None or (isinstance(shard, str) and is_shard_path(shard))
         return record if recorded else None
 
-
-def _json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False)

@@ -13,15 +13,20 @@ from shardcook.output.bucket import BucketRunFolder
 from shardcook.output.local import RunFolder
 from shardcook.output.lock import Holder
 from shardcook.output.overwrite import ObjectPlan, OverwritePlan
-from shardcook.storage import is_url
+from shardcook.storage.location import Location
 
 
 class OutputFolder(Protocol):
     """A run's output folder: its checks, `--overwrite`, records, and where shards go."""
 
     @property
-    def location(self) -> Path | str:
+    def location(self) -> Location:
         """The folder as finalize and the summary take it: a path, or a URL."""
+
+    @property
+    def scratch(self) -> Path | None:
+        """Where a command on this folder keeps local copies (a bucket's: `--scratch-dir`);
+        None for a local folder, which needs none."""
 
     @property
     def report_path(self) -> Path | str: ...
@@ -88,6 +93,7 @@ def run_folder(output: OutputConfig) -> OutputFolder:
     Raises:
         ConfigError: no output folder given, or a URL the Multi-Storage Client cannot open.
     """
-    if output.output_dir is not None and is_url(output.output_dir):
-        return BucketRunFolder(output.output_dir, output.scratch_dir, output.upload_queue)
-    return RunFolder(output.path)
+    location = output.location
+    if location.remote is not None:
+        return BucketRunFolder(location, output.scratch_dir, output.upload_queue)
+    return RunFolder(location.path)

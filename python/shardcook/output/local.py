@@ -3,7 +3,8 @@
 It knows the paths shardcook keeps there (`.shardcook/`: manifest.json, report.json, the
 per-unit progress markers that make a run resumable, the writer's tmp folder), checks the folder
 before a run, applies `--overwrite`'s rules (`output/overwrite.py` decides what to delete) and
-reads and writes those records, every write through `files.write_atomic`. The shards themselves
+reads and writes those records, every write through its `storage.LocalStore` (as a bucket run's
+through its `Remote`: `files.write_atomic`, the same JSON text, `records`). The shards themselves
 are named and written by the native writer; `.nv-meta/` is `dataset/metadata.py`'s. Callers ask
 it for what they need instead of joining paths, so an output folder kept elsewhere (object
 storage) can be a second class with the same methods.
@@ -21,7 +22,6 @@ from typing import Any
 from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.files import write_atomic
 from shardcook.layouts.names import (
     MANIFEST_JSON,
     OURS_DIR,
@@ -34,6 +34,9 @@ from shardcook.layouts.names import (
 from shardcook.output import overwrite
 from shardcook.output.lock import Holder, LocalLock
 from shardcook.output.place import check_local_place
+from shardcook.output.records import record_json
+from shardcook.storage.local import LocalStore
+from shardcook.storage.location import Location
 
 
 class RunFolder:
@@ -41,15 +44,22 @@ class RunFolder:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        #: The folder's bytes, as a bucket run's are its `Remote`'s.
+        self.store = LocalStore(root)
         self._lock = LocalLock(root / OURS_DIR / RUN_LOCK, str(root))
 
     def __str__(self) -> str:
         return str(self.root)
 
     @property
-    def location(self) -> Path:
+    def location(self) -> Location:
         """What finalize and the summary are given: the folder."""
-        return self.root
+        return Location(str(self.root))
+
+    @property
+    def scratch(self) -> None:
+        """None: a local folder is its own copy."""
+        return None
 
     # ---- paths -----------------------------------------------------------------------------
 
@@ -229,9 +239,7 @@ class RunFolder:
     def write_file(self, name: str, data: bytes) -> None:
         """Writes `name` (a path relative to the folder, e.g. `empty_encodings/t5_empty.npy`)
         whole."""
-        path = self.root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
+        self.store.write_bytes(name, data)
 
     # ---- records ---------------------------------------------------------------------------
 
@@ -245,16 +253,19 @@ class RunFolder:
         return metadata.read_manifest(self.root)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        _write_json(self.manifest_path, manifest)
+        self._write_json(self.manifest_path, manifest)
 
     def write_results(self, manifest: dict[str, Any], report: dict[str, Any]) -> None:
         """The report, then the manifest that calls the run complete."""
-        _write_json(self.report_path, report)
-        _write_json(self.manifest_path, manifest)
+        self._write_json(self.report_path, report)
+        self._write_json(self.manifest_path, manifest)
 
     def write_marker(self, unit: int, record: dict[str, Any]) -> None:
         """Records a finished unit (after its shard got its final name)."""
-        _write_json(self.marker_path(unit), record)
+        self._write_json(self.marker_path(unit), record)
+
+    def _write_json(self, path: Path, obj: Any) -> None:
+        self.store.write_bytes(path.relative_to(self.root).as_posix(), record_json(obj))
 
     def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
         """The records of those of `units` that are done (`read_marker`)."""
@@ -275,6 +286,3 @@ class RunFolder:
             return None
         return record
 
-
-def _write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False))

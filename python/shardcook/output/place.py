@@ -64,12 +64,9 @@ def check_bucket_place(store: Remote, what: str = "--output-dir") -> None:
         Exception: what the client raises when the store cannot be read (the caller's
             `_checked` turns it into one sentence).
     """
-    scheme, _, rest = store.url.partition("://")
-    top, *segments = rest.split("/")
-    folder = reserved_folder(segments)
+    folder = reserved_folder(store.segments)
     if folder is not None:
         raise _inside_reserved(what, store.url, folder)
-    for depth in range(len(segments) - 1, -1, -1):
-        above = Remote("/".join([f"{scheme}://{top}", *segments[:depth]]))
+    for above in store.above():
         if above.exists(_RUN_MANIFEST) or next(above.names(f"{META_DIR}/"), None) is not None:
             raise _inside_dataset(what, store.url, above.url)

@@ -2,23 +2,25 @@
 
 The writer hands over each finished unit's staged files (shard and `.tar.idx`) and what to do
 once they are all in the store (write the unit's marker); a few threads upload them while the
-next shards are written, retrying a failed call with backoff, then run that step and delete the
-local files. At most `limit` units' files are staged at once: `submit` waits for a free slot, so
-the scratch folder holds at most `limit` staged units plus the shard being written. The first
-failure that outlasts its retries stops every later step, so no marker is written for a unit
-whose files are not all in the store, and is raised by the next `submit` or by `wait`.
+next shards are written, retrying a failed call with backoff (tenacity), then run that step and
+delete the local files. At most `limit` units' files are staged at once: `submit` waits for a
+free slot, so the scratch folder holds at most `limit` staged units plus the shard being
+written. The first failure that outlasts its retries stops every later step, so no marker is
+written for a unit whose files are not all in the store, and is raised by the next `submit` or
+by `wait`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
 from shardcook.errors import ShardcookError, ShardcookIOError
 from shardcook.storage import Remote, describe_error
@@ -120,16 +122,15 @@ def retried(what: str, call: Callable[[], T]) -> T:
     Raises:
         ShardcookIOError: the last try failed, in one sentence.
     """
-    wait = FIRST_BACKOFF_SECONDS
-    for _ in range(TRIES - 1):
-        try:
-            return call()
-        except Exception as e:  # noqa: BLE001 - the client raises many kinds
-            log.warning("%s failed (%s); trying again in %.1f s", what, describe_error(e), wait)
-            time.sleep(wait)
-            wait *= 2
+    def say(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("%s failed (%s); trying again in %.1f s", what,
+                    describe_error(error) if error else "?", wait)
+
     try:
-        return call()
+        return Retrying(stop=stop_after_attempt(TRIES), reraise=True, before_sleep=say,
+                        wait=wait_exponential(multiplier=FIRST_BACKOFF_SECONDS))(call)
     except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
         raise ShardcookIOError(
             f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the "

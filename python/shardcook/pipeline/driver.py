@@ -7,7 +7,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
 from typing import Protocol
 
 from shardcook.config import RunConfig
@@ -56,8 +55,8 @@ class Job(Protocol):
         """What turns loaded inputs into sample parts."""
         ...
 
-    def finalize(self, out: Path | str, report: JsonObject) -> None:
-        """Indexes and checks the finished dataset at `out` (a path, or a URL)."""
+    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
+        """Indexes and checks the finished dataset in the run's `folder`."""
         ...
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
@@ -93,11 +92,12 @@ def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
     return units
 
 
-def finalize_by_ratio(cfg: RunConfig, encoding: str, out: Path | str) -> None:
+def finalize_by_ratio(cfg: RunConfig, encoding: str, folder: OutputFolder) -> None:
     """`finalize` of a job with one shard sequence, cut into splits by --split's ratios."""
     from shardcook.dataset import finalize
 
-    finalize(out, encoding=encoding, split=tuple(cfg.output.split), force=True)
+    finalize(folder.location, encoding=encoding, split=tuple(cfg.output.split), force=True,
+             scratch_dir=folder.scratch)
 
 
 @contextmanager
@@ -289,9 +289,9 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
                 f"see {folder.report_path} for the reasons."
             )
         t0 = time.perf_counter()
-        job.finalize(out, result)
+        job.finalize(folder, result)
         result = report(time.perf_counter() - t0)
         folder.write_results(rep.finish_manifest(manifest, result), result)
     if not cfg.output.quiet:
-        print("\n".join(rep.summary_lines(result, out)), file=sys.stderr)
+        print("\n".join(rep.summary_lines(result, str(out))), file=sys.stderr)
     return result

@@ -31,7 +31,7 @@ def open_source(cfg: RunConfig) -> Source:
         from shardcook.sources.caption_index import CaptionIndexSource, find_index
         from shardcook.sources.directory import DirectorySource, input_folder
 
-        input_dir = input_folder(s.location())
+        input_dir = input_folder(s.input_location())
         index = find_index(input_dir)
         if index is not None:
             return CaptionIndexSource(input_dir, index, s.max_samples, f.caption_column)
@@ -41,12 +41,12 @@ def open_source(cfg: RunConfig) -> Source:
         from shardcook.sources.huggingface import HuggingFaceSource
 
         token, _ = resolve_token(cfg.auth.hf_token_file)
-        return HuggingFaceSource(s.location(), s.hf_split, s.hf_data_files or None, s.max_samples,
+        return HuggingFaceSource(s.location(), s.hf_split, s.data_files(), s.max_samples,
                                  f.image_column, f.caption_column, image_columns=f.image_columns,
                                  caption_columns=f.caption_columns, token=token,
                                  streaming=s.hf_streaming)
     from shardcook.sources.webdataset import WebDatasetSource
 
-    return WebDatasetSource(s.location(), s.max_samples,
+    return WebDatasetSource(s.input_location(), s.max_samples,
                             _single("image column", f.image_column, f.image_columns),
                             _single("caption column", f.caption_column, f.caption_columns))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from shardcook.files import read_regular_file
 from shardcook.sources.base import Item
 from shardcook.sources.chat_records import MEDIA_KEYS, ChatRecord, MediaRef, build, parse_jsonl_line
 from shardcook.sources.folder import Folder, open_folder, read_ahead
+from shardcook.storage.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class ChatmlSource:
         self.preload: Callable[[str], bytes | None] = lambda _: None
         self.threads = 1
         if s.source_type == "jsonl":
-            self._open_jsonl(s.input_path, s.max_samples)
+            self._open_jsonl(s.where("input_path"), s.max_samples)
         elif s.source_type == "huggingface":
             self._open_hf(s.max_samples)
         else:
@@ -111,12 +111,12 @@ class ChatmlSource:
         self.audio_extension = self._audio_extension() if has["audio"] else None
 
     # ---- JSONL -------------------------------------------------------------------------
-    def _open_jsonl(self, path: str | None, max_samples: int | None) -> None:
+    def _open_jsonl(self, path: Location | None, max_samples: int | None) -> None:
         """The JSONL file, local or a URL: its folder is where relative media paths lead."""
-        if not path:
+        parent, name = path.split() if path else (None, "")
+        if parent is None or not name:
             raise ConfigError("chatml needs --input FILE.jsonl or --hf-dataset.")
-        parent, name = os.path.split(str(path))
-        folder: Folder = open_folder(parent or ".", "--input")
+        folder: Folder = open_folder(parent, "--input")
         self.kind, self.folder, self.file_name = "jsonl", folder, name
         self.path, self.reader = folder.where(name), folder.read
         self.preload, self.threads = folder.preload, folder.threads
@@ -154,7 +154,7 @@ class ChatmlSource:
 
         s = self.cfg.source
         token, _ = resolve_token(self.cfg.auth.hf_token_file)
-        ds = load(s.hf_dataset or "", split, s.hf_data_files or None, token=token)
+        ds = load(s.hf_dataset or "", split, s.data_files(), token=token)
         del token
         feats = ds.features
         self.columns = {kind: self._column(kind, feats) for kind in MEDIA_KINDS}

@@ -10,6 +10,7 @@ from typing import Any
 from shardcook.errors import ConfigError, SkipReason
 from shardcook.sources.base import Extra, Item, decode_caption
 from shardcook.sources.folder import Folder, open_folder, read_ahead
+from shardcook.storage.location import Location
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 CAPTION_EXTENSIONS = frozenset({".txt"})
@@ -25,7 +26,7 @@ def _group(names: list[str], extensions: frozenset[str]) -> dict[str, list[str]]
     return groups
 
 
-def input_folder(input_dir: str | os.PathLike[str] | Folder) -> Folder:
+def input_folder(input_dir: str | os.PathLike[str] | Location | Folder) -> Folder:
     """The --input-dir folder, checked to exist and to be a folder."""
     folder = open_folder(input_dir, "--input-dir")
     if folder.is_file_itself():

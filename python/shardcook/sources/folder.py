@@ -24,7 +24,8 @@ from typing import BinaryIO, Protocol, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.files import read_regular_file
-from shardcook.storage import Remote, access_problem, bad_segment, describe_error, is_url, remote
+from shardcook.storage import Remote, access_problem, bad_segment, describe_error
+from shardcook.storage.location import Location, locate
 
 __all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
 
@@ -172,13 +173,11 @@ class RemoteFolder:
         return bool(self._listing())
 
     def is_file_itself(self) -> bool:
-        parent, _, name = self.root.rpartition("/")
-        return not self._listing() and "://" in parent and Remote(parent).exists(name)
+        parent = self.remote.parent()
+        return not self._listing() and parent is not None and parent.exists(self.remote.name)
 
     def where(self, name: str) -> str:
-        scheme, _, rest = self.root.partition("://")
-        store, _, path = rest.partition("/")
-        return f"{scheme}://{store}{posixpath.normpath('/' + posixpath.join(path, name))}"
+        return self.remote.where(name)
 
     def files(self, sub: str = "") -> list[str]:
         prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
@@ -263,12 +262,14 @@ def _normalized(name: str) -> str:
     return "" if norm == "." else norm
 
 
-def open_folder(value: str | os.PathLike[str] | Folder, what: str) -> Folder:
-    """The folder `value` names: a URL is a `RemoteFolder` (ConfigError in one sentence when the
-    store cannot be opened), anything else a `LocalFolder`; a Folder is returned as it is."""
+def open_folder(value: str | os.PathLike[str] | Location | Folder, what: str) -> Folder:
+    """The folder `value` names (see `storage.locate`): a URL is a `RemoteFolder` (ConfigError
+    in one sentence when the store cannot be opened), anything else a `LocalFolder`; a Folder
+    is returned as it is."""
     if isinstance(value, (LocalFolder, RemoteFolder)):
         return value
-    if is_url(value):
-        return RemoteFolder(remote(value, what))
-    return LocalFolder(value)  # type: ignore[arg-type]
+    location = locate(value, what)
+    if location.remote is not None:
+        return RemoteFolder(location.remote)
+    return LocalFolder(location.path)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ from shardcook.sources.base import (
     decode_caption,
     dotted_get,
 )
-from shardcook.storage import is_url, remote
+from shardcook.storage.location import Location, locate
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -33,7 +33,7 @@ LOCAL_BUILDERS = ("parquet", "json", "csv", "arrow", "text", "imagefolder", "aud
 CHUNK = 64
 
 
-def load(name: str, split: str, data_files: list[str] | None = None, *,
+def load(name: str, split: str, data_files: Sequence[str | Location] | None = None, *,
          token: str | None = None) -> Dataset:
     """Opens one split as a memory-mapped `datasets.Dataset` (nothing is read into memory).
 
@@ -47,7 +47,7 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
     if not sys.stderr.isatty():  # no bars in logs
         datasets.disable_progress_bars()
     path = Path(name)
-    _check_local(name, data_files)
+    files = _check_local(name, data_files)
     try:
         if path.is_dir() and any((path / f).exists() for f in ("state.json", "dataset_dict.json")):
             ds = datasets.load_from_disk(str(path))
@@ -65,7 +65,7 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
         if path.suffix.lower() in FILE_BUILDERS and not path.exists():
             raise ConfigError(f"Hugging Face data file {name!r} does not exist; "
                               "check --hf-dataset.")
-        return datasets.load_dataset(name, data_files=data_files, split=split, token=token)
+        return datasets.load_dataset(name, data_files=files, split=split, token=token)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds, all mean "cannot load"
@@ -75,22 +75,23 @@ def load(name: str, split: str, data_files: list[str] | None = None, *,
         ) from None
 
 
-def stream(name: str, split: str, data_files: list[str] | None = None, *,
+def stream(name: str, split: str, data_files: Sequence[str | Location] | None = None, *,
            token: str | None = None) -> ParquetRows:
     """The split read from its parquet files a row group at a time (`--hf-streaming`), for the
     same names `load` takes."""
     from shardcook.sources.hfstream import stream as stream_parquet
 
-    _check_local(name, data_files)
+    files = _check_local(name, data_files)
     suffix = Path(name).suffix.lower()
     if suffix in FILE_BUILDERS:
         return stream_parquet(name, split, FILE_BUILDERS[suffix], [name], token=token)
-    return stream_parquet(name, split, name, data_files, token=token)
+    return stream_parquet(name, split, name, files, token=token)
 
 
-def _check_local(name: str, data_files: list[str] | None) -> None:
-    """Refuses a local --hf-dataset or --hf-data-files that does not exist (instead of the hub's
-    repo-id error, or no word at all), and data files given with a data file as the dataset."""
+def _check_local(name: str, data_files: Sequence[str | Location] | None) -> list[str] | None:
+    """`data_files` as `datasets` takes them, once a local --hf-dataset or --hf-data-files is
+    known to exist (instead of the hub's repo-id error, or no word at all), and no data files
+    come with a data file as the dataset."""
     import glob
 
     path = Path(name)
@@ -99,32 +100,30 @@ def _check_local(name: str, data_files: list[str] | None) -> None:
         raise ConfigError(f"--hf-dataset {name!r} does not exist; give an existing folder or "
                           "data file, or a hub dataset as ORG/NAME.")
     if not data_files:
-        return
+        return None
+    files = [locate(file, "--hf-data-files") for file in data_files]
     if path.is_file():
         builder = FILE_BUILDERS.get(path.suffix.lower(), "parquet")
         raise ConfigError(f"--hf-dataset {name!r} is a data file itself, so --hf-data-files has "
                           f"nothing to add to; to read several files give --hf-dataset {builder} "
                           "and every file as --hf-data-files.")
     base = path if path.is_dir() else Path() if name in LOCAL_BUILDERS else None
-    if base is None:  # a hub dataset: the files are the repository's
-        return
-    for file in data_files:
-        if is_url(file):  # read through the store; a pattern matching nothing is datasets' error
-            _check_object(file)
-        elif not glob.has_magic(file) and not (base / file).exists():
-            where = f" in {name!r}" if path.is_dir() else ""
-            raise ConfigError(f"--hf-data-files {file!r} does not exist{where}; check the name.")
+    if base is not None:  # else a hub dataset: the files are the repository's
+        for file in files:
+            # in a store, a pattern matching nothing is datasets' error
+            if not glob.has_magic(file.text) and not _exists(file, base):
+                where = f" in {name!r}" if path.is_dir() and file.remote is None else ""
+                raise ConfigError(f"--hf-data-files {file.text!r} does not exist{where}; check "
+                                  "the name.")
+    return [str(file) for file in files]
 
 
-def _check_object(url: str) -> None:
-    """Refuses a data file URL (not a pattern) that names no object."""
-    import glob
-
-    if glob.has_magic(url):
-        return
-    folder, _, name = url.rpartition("/")
-    if not remote(folder, "--hf-data-files").exists(name):
-        raise ConfigError(f"--hf-data-files {url!r} does not exist; check the name.")
+def _exists(file: Location, base: Path) -> bool:
+    """Data file `file` exists: an object in its store, or a file under `base`."""
+    if file.remote is None:
+        return (base / file.text).exists()
+    folder, name = file.split()
+    return folder.remote is not None and folder.remote.exists(name)
 
 
 def _root(path: str) -> str:
@@ -195,7 +194,8 @@ class HuggingFaceSource:
     dotted paths tried in order for each row; the first that holds a value is used.
     """
 
-    def __init__(self, name: str, split: str = "train", data_files: list[str] | None = None,
+    def __init__(self, name: str, split: str = "train",
+                 data_files: Sequence[str | Location] | None = None,
                  max_samples: int | None = None, image_column: str | None = None,
                  caption_column: str | None = None, *, image_columns: list[str] | None = None,
                  caption_columns: list[str] | None = None, token: str | None = None,

@@ -27,7 +27,8 @@ from shardcook.sources.base import (
 )
 from shardcook.sources.folder import listing
 from shardcook.sources.tarstream import TarSample, read_samples, sample_offsets
-from shardcook.storage import Remote, bad_segment, is_url, remote, segment_named
+from shardcook.storage import Remote, bad_segment, segment_named
+from shardcook.storage.location import Location, locate
 
 IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
 JSON_CAPTION_FIELDS = ("caption", "text", "prompt", "txt")
@@ -113,7 +114,7 @@ def _missing(pattern: str, name: str) -> ConfigError:
                        "pattern or restore the file.")
 
 
-def expand_tars(pattern: str) -> list[Tar]:
+def expand_tars(input_path: str | Location) -> list[Tar]:
     """The tars named by a glob, brace pattern or folder (local, or a URL), sorted by path and
     without repeats.
 
@@ -122,28 +123,35 @@ def expand_tars(pattern: str) -> list[Tar]:
             existing tar (a missing shard must not shrink the dataset silently); an object
             store that cannot be opened.
     """
+    location = locate(input_path, "--input-path")
+    pattern = location.text
     try:
         alternatives = expand_braces(pattern)
     except ConfigError as e:
         raise ConfigError(f"--input-path: {e}.") from None
-    if is_url(pattern):
-        return _remote_tars(pattern, alternatives)
+    if location.remote is not None:
+        return _remote_tars(location.remote, pattern, alternatives)
     return [LocalTar(p) for p in _local_tars(pattern, alternatives)]
 
 
-def _remote_tars(pattern: str, alternatives: list[str]) -> list[Tar]:
-    """The tars in a bucket: the folder above the first wildcard is listed once, and every
-    alternative is matched against that listing (`*` stays inside one folder level unless the
-    pattern has `**`)."""
+def _remote_tars(folder: Remote, pattern: str, alternatives: list[str]) -> list[Tar]:
+    """The tars in a bucket (`folder` is the whole `pattern`): the folder above the first
+    wildcard is listed once, and every alternative is matched against that listing (`*` stays
+    inside one folder level unless the pattern has `**`)."""
     wild = min((i for i, c in enumerate(pattern) if c in "{*?["), default=len(pattern))
     if wild == len(pattern):  # one name: a folder of tars, or one tar
-        folder = remote(pattern, "--input-path")
         tars = [n for n in listing(folder, "--input-path") if n.endswith(".tar")]
         if tars:
             return [RemoteTar(folder, n) for n in sorted(_safe_names(pattern, folder, tars))]
-        parent, _, name = folder.url.rpartition("/")
-        return [RemoteTar(Remote(parent), name)] if Remote(parent).exists(name) else []
-    base = remote(pattern[:pattern.rfind("/", 0, wild)], "--input-path")
+        parent = folder.parent()
+        if parent is None or not parent.exists(folder.name):
+            return []
+        return [RemoteTar(parent, folder.name)]
+    base: Remote | None = folder
+    cut = pattern.rfind("/", 0, wild)
+    while base is not None and len(base.url) > cut:  # up to the folder above the wildcard
+        base = base.parent()
+    assert base is not None  # the pattern names a bucket or profile, so its root is a folder
     names = set(listing(base, "--input-path"))
     found: set[str] = set()
     for alt in alternatives:
@@ -206,12 +214,13 @@ class WebDatasetSource:
 
     def __init__(
         self,
-        input_path: str,
+        input_path: str | Location,
         max_samples: int | None = None,
         image_part: str | None = None,
         caption_field: str | None = None,
     ):
         tars = expand_tars(input_path)
+        input_path = str(input_path)
         if not tars:
             raise ConfigError(f"No tar files match {input_path!r}; check --input-path.")
         self.pattern = input_path

@@ -8,13 +8,13 @@ import logging
 import os
 from collections.abc import Collection
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
+from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.driver import JobBasics
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
@@ -40,11 +40,11 @@ def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[Split
     return units
 
 
-def finalize_chatml(out: Path | str, shards: Collection[str], fields: dict[str, str], *,
+def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[str, str], *,
                     sqlite: bool = True) -> list[str]:
-    """`finalize` with split parts train/val by the names of the run's `shards` and
-    Megatron-Bridge's dataset.yaml; its validation reads each split's first sample with the
-    ChatML checker. Returns the warnings (also logged).
+    """`finalize` of the run's `folder` with split parts train/val by the names of the run's
+    `shards` and Megatron-Bridge's dataset.yaml; its validation reads each split's first sample
+    with the ChatML checker. Returns the warnings (also logged).
 
     Raises:
         DatasetError: no shards, or validation found problems.
@@ -55,12 +55,14 @@ def finalize_chatml(out: Path | str, shards: Collection[str], fields: dict[str, 
                 if any(n.startswith(split_shard_prefix(s)) for n in shards)}
     if "train" not in patterns:
         raise DatasetError(
-            f"{out} holds no train shard (every sample was skipped or went to val), so training "
-            "would find no data; see report.json for the skips, or lower --val-fraction"
+            f"{folder.location} holds no train shard (every sample was skipped or went to val), "
+            "so training would find no data; see report.json for the skips, or lower "
+            "--val-fraction"
         )
-    result = finalize(out, encoding=CHATML.encoding, split_parts=patterns,
+    result = finalize(folder.location, encoding=CHATML.encoding, split_parts=patterns,
                       sample_type=CHATML.sample_type, field_map=fields, subflavors={},
-                      sqlite=sqlite, force=True, validate=True)
+                      sqlite=sqlite, force=True, validate=True,
+                      scratch_dir=folder.scratch)
     new = ["no sample went to val (see --val-fraction); split.yaml has no val part"] if (
         "val" not in patterns) else []
     new += result.validation.warnings if result.validation else []
@@ -104,6 +106,6 @@ class ChatmlJob(JobBasics):
         s = self.found
         return ChatmlProcessor(cfg, s.images, s.video_layout, s.audio_extension)
 
-    def finalize(self, out: Path | str, report: JsonObject) -> None:
+    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         assert self.found is not None
-        finalize_chatml(out, report["shards"], self.found.field_map())
+        finalize_chatml(folder, report["shards"], self.found.field_map())

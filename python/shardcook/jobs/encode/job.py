@@ -22,7 +22,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
@@ -369,5 +368,5 @@ class EncodeJob(JobBasics):
         return EncodeProcessor(cfg, self.load_encoders, torch_dtype(m.stored_dtype or m.precision),
                                self.workers)
 
-    def finalize(self, out: Path | str, report: JsonObject) -> None:
-        finalize_by_ratio(self.cfg, self.encoding, out)
+    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
+        finalize_by_ratio(self.cfg, self.encoding, folder)

@@ -34,12 +34,13 @@ from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_in
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import OURS_DIR
-from shardcook.output.folder import run_folder
+from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.sources.base import Item
+from shardcook.storage.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -192,11 +193,12 @@ class IngestJob:
         self.processor_ = IngestProcessor(self.inputs, prefetch)
         return self.processor_
 
-    def finalize(self, out: Path | str, report: JsonObject) -> None:
+    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         from shardcook.dataset import finalize
 
         parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
-        finalize(out, encoding=MLPERF.encoding, force=True, validate=True, split_parts=parts)
+        finalize(folder.location, encoding=MLPERF.encoding, force=True, validate=True,
+                 split_parts=parts, scratch_dir=folder.scratch)
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         """The engine's differences but for the inputs, which `source` compared split by split
@@ -220,10 +222,10 @@ class IngestJob:
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
         location = run_location(self.cfg)
-        if (not self.cfg.output.finalize and isinstance(location, Path)
+        if (not self.cfg.output.finalize and location.remote is None
                 and any(s["shards"] for s in splits.values())):
             # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
-            metadata.write_finalize_record(location, metadata.FinalizeRecord(
+            metadata.write_finalize_record(location.path, metadata.FinalizeRecord(
                 encoding=MLPERF.encoding,
                 split_parts=split_parts(s for s, r in splits.items() if r["shards"])))
         proc = self.processor_
@@ -270,7 +272,7 @@ class IngestJob:
         return names
 
 
-def run_location(cfg: RunConfig) -> Path | str:
+def run_location(cfg: RunConfig) -> Location:
     """The output folder's location: a local path, or a URL."""
     folder = run_folder(cfg.output)
     try:

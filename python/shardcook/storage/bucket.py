@@ -1,0 +1,251 @@
+"""A folder in object storage through NVIDIA's Multi-Storage Client, the client
+Megatron-Energon itself opens such datasets with, so the same profiles (`MSC_CONFIG`,
+`~/.msc_config.yaml`) and credentials serve both. `check_url` refuses a URL that cannot work
+(unknown scheme, missing profile, missing client package) in one sentence before anything is
+read or written; `Remote` is a folder in a bucket with the few operations shardcook needs,
+each one MSC call.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from shardcook.errors import ConfigError
+from shardcook.storage.messages import describe_error, profile_problem
+from shardcook.storage.store import Listed
+from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
+
+
+def check_url(value: object, what: str) -> str:
+    """`value` as a URL string once it is known that MSC can open it (see `_checked`)."""
+    return _checked(value, what)[0]
+
+
+def _checked(value: object, what: str) -> tuple[str, tuple[Any, str]]:
+    """`value` as a URL string, and MSC's client for it and the path inside it.
+
+    Raises:
+        ConfigError: the scheme is not one MSC reads, the URL went through a local path (one
+            slash after the scheme), its path has an empty, `.` or `..` segment (one trailing
+            `/` is allowed), the `msc://` profile is not configured, or the client package for
+            the store is not installed.
+    """
+    scheme = url_scheme(value)
+    text = as_text(value)
+    shown = redact(text)
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"{what} {shown!r} is a URL ({scheme}://); shardcook reads and writes local paths "
+            f"and {', '.join(s + '://' for s in SCHEMES)} URLs through the Multi-Storage Client."
+        )
+    if not text.startswith(f"{scheme}://"):
+        raise ConfigError(f"{what} {shown!r} is not a whole URL; write it as {scheme}://...")
+    rest = text[len(scheme) + 3:]
+    if not rest.split("/", 1)[0]:
+        what_is_missing = "profile" if scheme == "msc" else "bucket"
+        raise ConfigError(f"{what} {shown!r} names no {what_is_missing}; write "
+                          f"{scheme}://{what_is_missing.upper()}/path.")
+    segment = bad_segment(rest.removesuffix("/"))
+    if segment is not None:
+        raise ConfigError(
+            f"{what} {shown!r} has {segment_named(segment)}, which the store keeps in the object "
+            "names while Energon reads the folder it resolves to; write the path without '.', "
+            "'..' or empty segments.")
+    return text, _client(text, what)
+
+
+def _client(url: str, what: str) -> tuple[Any, str]:
+    """MSC's storage client for `url` and the path inside it, or one sentence why not."""
+    try:
+        import multistorageclient as msc
+    except ImportError:
+        raise ConfigError(f"{what} {redact(url)!r} needs the Multi-Storage Client: "
+                          "pip install 'multi-storage-client[boto3]'.") from None
+    try:
+        return msc.resolve_storage_client(url)
+    except ImportError as e:
+        raise ConfigError(
+            f"{what} {redact(url)!r}: the store's client package is missing ({e.name or e}); "
+            "install it, for S3: pip install 'multi-storage-client[boto3]'."
+        ) from None
+    except Exception as e:  # noqa: BLE001 - MSC raises ValueError, KeyError, RuntimeError ...
+        raise ConfigError(profile_problem(url, what, e)) from None
+
+
+class Remote:
+    """A folder in object storage, a `store.Store`: `url` has no trailing slash; names are
+    relative to it. Its client is resolved once, when first used (or given by `remote`), and
+    shared with the folders made from it (`parent`)."""
+
+    def __init__(self, url: str, resolved: tuple[Any, str] | None = None) -> None:
+        self.url = url
+        self._resolved = resolved
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Remote) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def child(self, name: str) -> str:
+        """The URL of `name` (a relative path inside this folder)."""
+        return f"{self.url}/{name.lstrip('/')}"
+
+    def where(self, name: str) -> str:
+        """The URL of `name` normalized (`a/../b` is `b`; a `..` past the bucket stays at it)."""
+        scheme, _, rest = self.url.partition("://")
+        store, _, path = rest.partition("/")
+        return f"{scheme}://{store}{posixpath.normpath('/' + posixpath.join(path, name))}"
+
+    @property
+    def segments(self) -> list[str]:
+        """The folder's path inside its bucket or profile, as segments."""
+        path = self.url.partition("://")[2].partition("/")[2]
+        return path.split("/") if path else []
+
+    @property
+    def name(self) -> str:
+        """The folder's last segment ("" for a bucket's or profile's root)."""
+        return self.segments[-1] if self.segments else ""
+
+    def parent(self) -> Remote | None:
+        """The folder this one is in, on the same client; None for a bucket's or profile's
+        root."""
+        scheme, _, rest = self.url.partition("://")
+        store, _, path = rest.partition("/")
+        if not path:
+            return None
+        client, root = self._root()
+        above = path.rpartition("/")[0]
+        return Remote(f"{scheme}://{store}" + (f"/{above}" if above else ""),
+                      (client, root.rpartition("/")[0]))
+
+    def above(self) -> Iterator[Remote]:
+        """The folders above this one, nearest first, up to the bucket's or profile's root."""
+        folder = self.parent()
+        while folder is not None:
+            yield folder
+            folder = folder.parent()
+
+    def _root(self) -> tuple[Any, str]:
+        if self._resolved is None:
+            self._resolved = _client(self.url, "The URL")
+        return self._resolved
+
+    def _resolve(self, name: str) -> tuple[Any, str]:
+        client, root = self._root()
+        # as the client resolves a URL: repeated slashes are one
+        return client, re.sub(r"/+", "/", f"{root}/{name}" if root else name).lstrip("/")
+
+    def exists(self, name: str) -> bool:
+        client, path = self._resolve(name)
+        return bool(client.is_file(path))
+
+    def write_bytes(self, name: str, data: bytes | str) -> None:
+        """Writes the object in one PUT: it appears whole or not at all."""
+        client, path = self._resolve(name)
+        client.write(path, data.encode() if isinstance(data, str) else data)
+
+    def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
+        """A sequential reader of the object: one ranged GET of `buffer_size` bytes each time
+        its buffer runs dry (a seek inside the buffer costs nothing), so neither memory nor disk
+        ever holds the whole object.
+
+        Raises:
+            FileNotFoundError: the object does not exist.
+        """
+        client, path = self._resolve(name)
+        # memory_load_limit=0 and no prefetch: MSC's ranged reader, not a download
+        try:
+            raw = client.open(path, "rb", disable_read_cache=True, memory_load_limit=0,
+                              prefetch_file=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
+        return io.BufferedReader(raw, buffer_size)
+
+    def read(self, name: str) -> bytes:
+        """The whole object, failing as a local file read does, so a caller that turns an
+        unreadable file into a skip does the same for an object.
+
+        Raises:
+            FileNotFoundError: the object does not exist (it may have been deleted since it
+                was listed).
+            OSError: it cannot be read.
+        """
+        client, path = self._resolve(name)
+        try:
+            return bytes(client.read(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such object", self.child(name)) from None
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise OSError(errno.EIO, f"cannot read it ({describe_error(e)})",
+                          self.child(name)) from None
+
+    def probe_write(self, folder: str) -> None:
+        """Writes and deletes an empty object in subfolder `folder`: proof that the credentials
+        may write and delete here, before any work."""
+        probe = f"{folder}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.write_bytes(probe, b"")
+        self.delete(probe)
+
+    def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
+        """Uploads a local file as object `name`; it appears only once complete."""
+        client, path = self._resolve(name)
+        client.upload_file(path, os.fspath(local_path))
+
+    def download(self, name: str, local_path: str | os.PathLike[str]) -> None:
+        client, path = self._resolve(name)
+        client.download_file(path, os.fspath(local_path))
+
+    def delete(self, name: str) -> None:
+        client, path = self._resolve(name)
+        client.delete(path)
+
+    def names(self, prefix: str = "") -> Iterator[str]:
+        """Every object under this folder whose name starts with `prefix`, recursively, as
+        names relative to the folder, in the store's (lexicographic) order."""
+        for listed in self.listing(prefix):
+            yield listed.name
+
+    def listing(self, prefix: str = "") -> Iterator[Listed]:
+        """`names(prefix)` with each object's size and ETag, from the same listing."""
+        client, root = self._resolve("")
+        start = root.rstrip("/") + "/" if root.strip("/") else ""
+        for obj in client.list(path=start + prefix):
+            key = obj.key.lstrip("/")
+            name = key[len(start):] if start and key.startswith(start) else key
+            if obj.type != "directory" and name.startswith(prefix):
+                yield Listed(name, int(obj.content_length), obj.etag or None)
+
+    def stat(self, name: str) -> Listed:
+        """Object `name`'s size and ETag (FileNotFoundError when there is none)."""
+        client, path = self._resolve(name)
+        info = client.info(path)
+        return Listed(name, int(info.content_length), info.etag or None)
+
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        """`size` bytes of the object from `offset` (one ranged GET)."""
+        from multistorageclient.types import Range
+
+        client, path = self._resolve(name)
+        return bytes(client.read(path, byte_range=Range(offset=offset, size=size)))
+
+
+def remote(value: object, what: str) -> Remote:
+    """The object-storage folder `value` names, its client resolved, once `check_url` passes."""
+    url, resolved = _checked(value, what)
+    client, path = resolved
+    return Remote(url.rstrip("/"), (client, path.rstrip("/")))

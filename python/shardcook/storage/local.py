@@ -1,0 +1,121 @@
+"""Paths that stay local: a value that is a URL (`s3://`, `msc://`, `https://`), or longer than the
+file system allows, is refused before anything is read or written where shardcook reads or writes
+only local files (`--config`, `preview --out`, the blend file, model folders ...). Without this
+check `--out msc://profile/x` would write a local folder named `msc:`. `LocalStore` is a local
+folder's `store.Store`."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from shardcook.errors import ConfigError
+from shardcook.files import read_regular_file, write_atomic
+from shardcook.storage.store import Listed
+from shardcook.storage.urls import url_scheme
+
+#: Linux's limits (NAME_MAX, PATH_MAX): a longer path fails in every file call with ENAMETOOLONG.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4095
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 120 else f"{text[:60]!r}... ({len(text):,} characters)"
+
+
+def check_local_path(value: object, what: str) -> None:
+    """Raises ConfigError unless `value` is a local path: a str or `os.PathLike` of str, not a
+    URL, without a NUL byte, and no longer than the file system allows. `what` names the option
+    or argument in the message (`--output-dir`, `path`).
+
+    Raises:
+        ConfigError: `value` is not a str or path, names an object store or web location, holds
+            a NUL byte, or has a name over 255 bytes or is over 4095 bytes in all.
+    """
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise ConfigError(f"{what} must be a path (a str or pathlib.Path), not "
+                          f"{type(value).__name__} {value!r:.60}.")
+    if "\0" in text:
+        raise ConfigError(f"{what} {_shown(text)} contains a NUL byte, which no path may hold.")
+    scheme = url_scheme(text)
+    if scheme is not None:
+        raise ConfigError(
+            f"{what} {_shown(text)} is a URL ({scheme}://); {what} takes local paths only, so "
+            "give a local path (a mounted bucket works)."
+        )
+    encoded = os.fsencode(text)
+    if len(encoded) > MAX_PATH_BYTES or any(
+            len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise ConfigError(
+            f"{what} {_shown(text)} is longer than the file system allows ({MAX_NAME_BYTES} bytes "
+            f"per name, {MAX_PATH_BYTES} in all); give a shorter path."
+        )
+
+
+class LocalStore:
+    """A local folder as a `store.Store`: each put is `files.write_atomic` (a temporary name
+    beside the file, renamed), making the folders it needs, as a bucket needs none."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def child(self, name: str) -> str:
+        return str(self.root / name)
+
+    def listing(self, prefix: str = "") -> Iterator[Listed]:
+        found = []
+        for folder, _, files in os.walk(self.root):
+            for file in files:
+                path = Path(folder, file)
+                name = path.relative_to(self.root).as_posix()
+                if name.startswith(prefix):
+                    found.append(Listed(name, path.stat().st_size, None))
+        yield from sorted(found)
+
+    def names(self, prefix: str = "") -> Iterator[str]:
+        for listed in self.listing(prefix):
+            yield listed.name
+
+    def stat(self, name: str) -> Listed:
+        return Listed(name, (self.root / name).stat().st_size, None)
+
+    def exists(self, name: str) -> bool:
+        return (self.root / name).is_file()
+
+    def read(self, name: str) -> bytes:
+        return read_regular_file(self.root / name)
+
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        with open(self.root / name, "rb") as f:
+            f.seek(offset)
+            return f.read(size)
+
+    def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
+        return io.BufferedReader(io.FileIO(self.root / name, "rb"), buffer_size)
+
+    def write_bytes(self, name: str, data: bytes | str) -> None:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+
+    def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
+        self.write_bytes(name, Path(local_path).read_bytes())
+
+    def download(self, name: str, local_path: str | os.PathLike[str]) -> None:
+        shutil.copyfile(self.root / name, local_path)
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink()
+
+    def probe_write(self, folder: str) -> None:
+        probe = f"{folder}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.write_bytes(probe, b"")
+        self.delete(probe)

@@ -161,7 +161,7 @@ class IngestJob:
             old = None if cfg.output.overwrite else folder.read_manifest()
         finally:
             folder.close()
-        if isinstance(folder.location, Path):
+        if folder.location.remote is None:
             refuse_inputs_inside(cfg.output, ours, self.ingest)
         self.inputs = _with_earlier(str(folder), ours, old)
         shard = dict.fromkeys((i.split for i in self.inputs), 0)
@@ -187,8 +187,8 @@ class IngestJob:
             folder.close()
         pending = [self.inputs[u.start] for u in mine if u.unit not in done]
         location = folder.location
-        prefetch = (Prefetch(pending, self.ingest, location / OURS_DIR)
-                    if isinstance(location, Path)
+        prefetch = (Prefetch(pending, self.ingest, location.path / OURS_DIR)
+                    if location.remote is None
                     else Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True))
         self.processor_ = IngestProcessor(self.inputs, prefetch)
         return self.processor_
@@ -254,8 +254,8 @@ class IngestJob:
             with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
                 for e in entries:
                     there = folder.location
-                    kept = (isinstance(there, Path) and (there / subdir / e.name).is_file()
-                            and md5_of(there / subdir / e.name) == e.md5)
+                    kept = (there.remote is None and (there.path / subdir / e.name).is_file()
+                            and md5_of(there.path / subdir / e.name) == e.md5)
                     try:
                         if not kept:
                             dest = Path(scratch) / safe_name(e.name)

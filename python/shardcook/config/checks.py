@@ -131,7 +131,7 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
 def encode_layout(name: str) -> Layout:
     """The layout `--layout name` asks for (one with a part builder), or ConfigError in one
     sentence."""
-    writable = [lay.name for lay in LAYOUTS.values() if lay.part_builder is not None]
+    writable = [lay.name for lay in LAYOUTS.values() if lay.encode is not None]
     if name not in writable:
         raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
     return LAYOUTS[name]
@@ -144,11 +144,12 @@ DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
 
 def check_encode(cfg: RunConfig) -> None:
     """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
-    take the layout's defaults (its `encode_defaults`), then ConfigError names the first
+    take the layout's defaults (its `EncodeSpec.defaults`), then ConfigError names the first
     `model`/image option `encode` cannot work with."""
-    layout = encode_layout(cfg.model.layout)
+    spec = encode_layout(cfg.model.layout).encode
+    assert spec is not None  # encode_layout returns only layouts encode writes
     m, i = cfg.model, cfg.image
-    for name, value in layout.encode_defaults:
+    for name, value in spec.defaults:
         if getattr(m, name) is None:
             setattr(m, name, value)
     if m.precision not in PRECISIONS:
@@ -159,9 +160,9 @@ def check_encode(cfg: RunConfig) -> None:
     if m.latent_mode not in LATENT_MODES:
         raise ConfigError(
             f"--latent-mode must be one of {', '.join(LATENT_MODES)}, not {m.latent_mode!r}.")
-    if m.latent_mode not in layout.latent_modes or (
-            layout.stored_dtypes and (m.stored_dtype or m.precision) not in layout.stored_dtypes):
-        raise ConfigError(layout.encode_refusal.format(latent_mode=m.latent_mode))
+    if m.latent_mode not in spec.latent_modes or (
+            spec.stored_dtypes and (m.stored_dtype or m.precision) not in spec.stored_dtypes):
+        raise ConfigError(spec.refusal.format(latent_mode=m.latent_mode))
     if m.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, not {m.batch_size}.")
     if not 1 <= m.t5_max_length <= T5_MAX_LENGTH:

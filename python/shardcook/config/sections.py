@@ -160,7 +160,7 @@ class ImageConfig:
 @dataclass
 class ModelConfig:
     """The encoders (`encode` only; `raw` ignores this section). `precision` and `latent_mode`
-    left unset take the `layout`'s defaults (its `Layout.encode_defaults`)."""
+    left unset take the `layout`'s defaults (its `EncodeSpec.defaults`)."""
 
     # computed from the layout registry when --help is built
     layout: str = option("primus", encode_layouts_help, MODEL)

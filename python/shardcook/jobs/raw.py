@@ -20,6 +20,7 @@ from shardcook.jobs.images import (
     result_meta_json,
     result_pixels,
 )
+from shardcook.layouts import RAW
 from shardcook.pipeline.driver import finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
@@ -79,7 +80,7 @@ class RawJob:
     """`shardcook raw` as a job: `open_source`'s inputs in units of --shard-size, the image core,
     finalize by --split's ratios."""
 
-    encoding = "raw"
+    encoding = RAW.encoding
     prefetch = 2
     backend = "gloo"
     manifest_extra: JsonObject | None = None

@@ -1,6 +1,5 @@
 """`encode`: images and captions through FLUX's encoders into pre-encoded samples, in one of the
-layouts the registry gives a part builder (`primus`, `megatron-bridge`, `mlperf`; docs/FORMAT.md
-§3). The layout is looked up once; its declaration gives the defaults, the latent modes it takes,
+layouts the registry gives an encode spec (docs/FORMAT.md §3). The layout is looked up once; its declaration gives the defaults, the latent modes it takes,
 its encoders' settings and the function building each sample's parts.
 
 Three stages overlap: the shared loop's reader thread decodes and resizes the next batches (Rust
@@ -101,7 +100,8 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
     from shardcook.hftoken import resolve_token
 
     m = cfg.model
-    layout = encode_layout(m.layout)
+    spec = encode_layout(m.layout).encode
+    assert spec is not None  # encode_layout returns only layouts encode writes
     sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)
     token, _ = resolve_token(token_file)
     factors = latent_factors(vae_config(sources["vae"], token))
@@ -117,7 +117,7 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
         "stored_dtype": m.stored_dtype or m.precision,
         "latent_mode": m.latent_mode,
         "latent_seed": m.seed if m.latent_mode == "sample" else None,
-        **dict(layout.encoder_facts),
+        **dict(spec.encoder_facts),
     }
 
 
@@ -134,9 +134,9 @@ class EncodeProcessor(Processor):
     def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
         self.image, self.model = cfg.image, cfg.model
-        spec = encode_layout(cfg.model.layout).part_builder
-        assert spec is not None  # encode_layout returns only layouts with a part builder
-        self.build_parts: PartBuilder = registry_function(spec)
+        spec = encode_layout(cfg.model.layout).encode
+        assert spec is not None  # encode_layout returns only layouts encode writes
+        self.build_parts: PartBuilder = registry_function(spec.part_builder)
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
@@ -347,15 +347,16 @@ class EncodeJob:
         quiet_model_libraries()
         from shardcook.encoders.flux import FluxEncoders
 
-        m, layout = self.cfg.model, self.layout
+        m, spec = self.cfg.model, self.layout.encode
+        assert spec is not None  # encode_layout returns only layouts encode writes
         assert m.precision is not None and m.latent_mode is not None  # checked in __init__
         encoders = FluxEncoders.load(
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
             t5_path=m.t5_path, revision=m.revision, token_file=self.token_file,
             precision=m.precision, device=self.device, t5_max_length=m.t5_max_length,
             latent_mode=m.latent_mode, seed=m.seed,
-            t5_attention_mask=bool(layout.encoder_fact("t5_attention_mask", False)),
-            scale_latents=bool(layout.encoder_fact("latents_scaled", True)))
+            t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
+            scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
         if env_rank_world()[0] == 0:
             write_empty_encodings(run_folder(self.cfg.output), encoders)
         return encoders

@@ -27,7 +27,7 @@ from shardcook.dataset.location import check_location
 from shardcook.dataset.splits import parse_ratio
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
-from shardcook.layouts import LAYOUTS, Layout
+from shardcook.layouts import LAYOUTS, EncodeSpec, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.paths import check_local_path
 from shardcook.storage import url_scheme
@@ -128,13 +128,14 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
         check_split_choice(cfg.chatml, chosen)
 
 
-def encode_layout(name: str) -> Layout:
-    """The layout `--layout name` asks for (one with a part builder), or ConfigError in one
-    sentence."""
-    writable = [lay.name for lay in LAYOUTS.values() if lay.encode is not None]
-    if name not in writable:
+def encode_layout(name: str) -> tuple[Layout, EncodeSpec]:
+    """The layout `--layout name` asks for (one `encode` writes) and its encode spec, or
+    ConfigError in one sentence."""
+    writable = {lay.name: lay.encode for lay in LAYOUTS.values() if lay.encode is not None}
+    spec = writable.get(name)
+    if spec is None:
         raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
-    return LAYOUTS[name]
+    return LAYOUTS[name], spec
 
 
 #: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
@@ -145,9 +146,8 @@ DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
 def check_encode(cfg: RunConfig) -> None:
     """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
     take the layout's defaults (its `EncodeSpec.defaults`), then ConfigError names the first
-    `model`/image option `encode` cannot work with."""
-    spec = encode_layout(cfg.model.layout).encode
-    assert spec is not None  # encode_layout returns only layouts encode writes
+    `model`/image option `encode` cannot work with. `cfg.layout` is then the layout itself."""
+    cfg.layout, spec = encode_layout(cfg.model.layout)
     m, i = cfg.model, cfg.image
     for name, value in spec.defaults:
         if getattr(m, name) is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.layouts import encode_layouts_help
+from shardcook.layouts import DEFAULT_ENCODE_LAYOUT, Layout, encode_layouts_help
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
 #: The input option each source type needs.
@@ -163,7 +163,7 @@ class ModelConfig:
     left unset take the `layout`'s defaults (its `EncodeSpec.defaults`)."""
 
     # computed from the layout registry when --help is built
-    layout: str = option("primus", encode_layouts_help, MODEL)
+    layout: str = option(DEFAULT_ENCODE_LAYOUT, encode_layouts_help, MODEL)
     model_path: str = option(
         "black-forest-labs/FLUX.1-dev", "FLUX folder (vae/, text_encoder/, tokenizer/, "
         "text_encoder_2/, tokenizer_2/) or hub id.", MODEL)
@@ -270,13 +270,14 @@ class RunConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     #: Only `chatml` runs have this section (so other commands' manifests do not change).
     chatml: ChatmlConfig | None = None
+    #: The layout `model.layout` names, resolved once by `resolve(..., encode=True)`; not a
+    #: section: the config records the name.
+    layout: Layout | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain nested dicts (JSON and YAML safe)."""
-        out = dataclasses.asdict(self)
-        if self.chatml is None:
-            del out["chatml"]
-        return out
+        return {f.name: dataclasses.asdict(section) for f in dataclasses.fields(self)
+                if f.name != "layout" and (section := getattr(self, f.name)) is not None}
 
     def to_yaml(self) -> str:
         """The configuration as YAML, in section and field order."""

@@ -46,7 +46,7 @@ def _layout(root: Path) -> Layout:
     encoding = metadata.recorded_encoding(root)
     if encoding is None:
         raise DatasetError(f"{root} has no {META_DIR}/{DATASET_YAML} or {OURS_DIR}/{MANIFEST_JSON} "
-                           "saying whether it is raw or preencoded; is it a shardcook dataset?")
+                           "saying its layout; is it a shardcook dataset?")
     layout = by_encoding(encoding)
     if layout is None or layout.reading.preview is None:
         encoded = [lay.encoding for lay in LAYOUTS.values()

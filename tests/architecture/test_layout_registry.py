@@ -77,6 +77,19 @@ def test_encode_layout_help_is_built_from_the_registry():
         assert (f"{layout.name} (" in text) == (layout.encode is not None), layout.name
 
 
+@pytest.mark.parametrize("option", ["precision", "latent_mode"])
+def test_encode_defaults_in_help_come_from_the_registry(option):
+    from shardcook.config.sections import ModelConfig
+    from shardcook.layouts import encode_default_help
+
+    help_text = next(f for f in fields(ModelConfig) if f.name == option).metadata["cli"].help
+    assert encode_default_help(option) in help_text()
+    for layout in LAYOUTS.values():
+        if layout.encode is not None:
+            default = dict(layout.encode.defaults)[option]
+            assert f"{layout.name} {default}" in encode_default_help(option)
+
+
 def test_format_md_maps_names_to_encodings_as_the_registry_does():
     """docs/FORMAT.md §3's table is the one documented mapping of `--layout` names to on-disk
     encodings, with the task encoder each is read by."""

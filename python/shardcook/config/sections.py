@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.layouts import DEFAULT_ENCODE_LAYOUT, Layout, encode_layouts_help
+from shardcook.layouts import (
+    DEFAULT_ENCODE_LAYOUT,
+    Layout,
+    encode_default_help,
+    encode_layouts_help,
+)
 
 SOURCE_TYPES = ("directory", "huggingface", "webdataset", "jsonl")
 #: The input option each source type needs.
@@ -174,16 +179,15 @@ class ModelConfig:
         None, "A folder or hub id holding just the T5 encoder (+ tokenizer).", MODEL)
     revision: str | None = option(None, "Hub revision of --model-path.", MODEL)
     precision: str | None = option(
-        None, "bf16, fp16 or fp32 (default: bf16; fp32 for --layout megatron-bridge, as its "
-              "script).", MODEL)
+        None, lambda: f"bf16, fp16 or fp32 ({encode_default_help('precision')}).", MODEL)
     stored_dtype: str | None = option(
         None, "dtype of the saved tensors (default: --precision).", MODEL)
     batch_size: int = option(8, "Images per encoder batch.", MODEL)
     t5_max_length: int = option(512, "T5 padding length (256 suits FLUX.1-schnell).", MODEL)
     latent_mode: str | None = option(
-        None, "sample (seeded per sample key), mode, or resample (also store the posterior "
-              "mean/logvar so training draws a fresh latent every epoch); default: sample, mode "
-              "for --layout megatron-bridge (which takes sample or mode).", MODEL)
+        None, lambda: "sample (seeded per sample key), mode, or resample (also store the "
+                      "posterior mean/logvar so training draws a fresh latent every epoch); "
+                      f"{encode_default_help('latent_mode')}.", MODEL)
     seed: int = option(0, "Seed of the latent sampling.", MODEL)
     device: str | None = option(
         None, "cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", MODEL)

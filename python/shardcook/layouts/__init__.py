@@ -20,7 +20,8 @@ DEFAULT_ENCODE_LAYOUT = PREENCODED.name
 
 __all__ = ["CHATML", "DEFAULT_ENCODE_LAYOUT", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "MLPERF",
            "PREENCODED", "RAW", "EncodeSpec", "Layout", "Reading", "by_encoding",
-           "encode_layouts_help", "encodings", "read_by", "registry_function"]
+           "encode_default_help", "encode_layouts_help", "encodings", "read_by",
+           "registry_function"]
 
 
 def encodings() -> list[str]:
@@ -37,6 +38,13 @@ def encode_layouts_help() -> str:
     """`encode --layout`'s help: every layout `encode` writes, with what it stores."""
     written = [f"{lay.name} ({lay.encode.summary})" for lay in LAYOUTS.values() if lay.encode]
     return ", ".join(written[:-1]) + " or " + written[-1] + "."
+
+
+def encode_default_help(option: str) -> str:
+    """The default each layout `encode` writes gives `option` (`precision`, `latent_mode`), for
+    that option's help."""
+    return "default, by --layout: " + ", ".join(
+        f"{lay.name} {dict(lay.encode.defaults)[option]}" for lay in LAYOUTS.values() if lay.encode)
 
 
 def read_by(task_encoder: type) -> list[Layout]:

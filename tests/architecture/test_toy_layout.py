@@ -6,6 +6,7 @@ other change to shardcook."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -15,7 +16,13 @@ import pytest
 import shardcook
 import torch
 from PIL import Image
-from shardcook.energon import PartsSample, PartsTaskEncoder, get_diffusion_loader, task_encoder_for
+from shardcook.energon import (
+    PartsSample,
+    PartsTaskEncoder,
+    RawDiffusionTaskEncoder,
+    get_diffusion_loader,
+    task_encoder_for,
+)
 from shardcook.errors import ShardcookError
 from shardcook.layouts import LAYOUTS, Layout, Reading
 from shardcook.preview import preview
@@ -94,3 +101,20 @@ def test_toy_missing_part_is_a_validate_problem(tmp_path, monkeypatch):
     shardcook.finalize(root, encoding="generic", split=(1, 0, 0))
     report = shardcook.validate(root, encoding=TOY.encoding)
     assert not report.ok and any("cls" in p for p in report.problems), report.problems
+
+
+def test_a_task_encoder_cooks_every_layout_whose_reading_names_it(monkeypatch):
+    """No task encoder names its layouts: a layout naming one in its registry entry is cooked by
+    it, with the options its cooker asks for."""
+    raw_images = Reading(cooker="shardcook.energon.cookers:cook_raw_images",
+                         cooker_options=("image_format",),
+                         task_encoder="shardcook.energon:RawDiffusionTaskEncoder",
+                         task_encoder_options=("image_format",))
+    monkeypatch.setitem(LAYOUTS, TOY.name, dataclasses.replace(TOY, reading=raw_images))
+    cookers = RawDiffusionTaskEncoder(image_format="pil").cookers
+    # the cooker that also reads unmarked datasets (raw's) comes last
+    assert [c.has_subflavors for c in cookers] == [{"encoding": TOY.encoding},
+                                                   {"encoding": LAYOUTS["raw"].encoding}]
+    crude = {"__key__": "0", "__restore_key__": (), "__subflavors__": {}, "__sources__": (),
+             "png": png(1), "txt": b"a toy"}
+    assert cookers[0].cook(crude).image.size == (8, 6)  # a PIL image: image_format reached it

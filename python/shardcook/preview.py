@@ -7,7 +7,7 @@ they are), else the first three latent channels as false colour (each channel st
 min..max). MLPerf samples have no caption; their tile shows the validation timestep, if any. A
 sample that cannot be read shows as a grey tile saying why; the sheet is written under a temporary
 name and renamed, so a failed write leaves nothing behind. What a layout shows comes from its
-registry entry (`Layout.preview`, `Layout.latents_scaled`).
+registry entry (`Layout.reading.preview`, `Layout.encode.latents_scaled`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,19 @@ def _layout(root: Path) -> Layout:
     encoding = metadata.recorded_encoding(root)
     if encoding is None:
         raise DatasetError(f"{root} has no {META_DIR}/{DATASET_YAML} or {OURS_DIR}/{MANIFEST_JSON} "
-                           "saying whether it is raw or preencoded; is it a shardcook dataset?")
+                           "saying its layout; is it a shardcook dataset?")
     layout = by_encoding(encoding)
-    if layout is None or layout.preview is None:
+    if layout is None or layout.reading.preview is None:
         encoded = [lay.encoding for lay in LAYOUTS.values()
-                   if lay.preview and lay.latents_scaled is not None]
+                   if lay.reading.preview and _latents_scaled(lay) is not None]
         raise DatasetError(f"{root} holds {encoding!r} samples; preview shows raw and encoded "
                            f"({', '.join(encoded)}) datasets")
     return layout
+
+
+def _latents_scaled(layout: Layout) -> bool | None:
+    """Whether the layout's picture is a scaled latent; None when it is an image."""
+    return layout.encode.latents_scaled if layout.encode else None
 
 
 def _first_samples(view: DatasetView, count: int) -> list[tuple[str, dict[str, bytes]]]:
@@ -172,9 +177,9 @@ def _tile(layout: Layout, key: str, parts: dict[str, bytes],
     """One sample's picture and caption, a latent shown decoded or in false colour."""
     from PIL import Image
 
-    assert layout.preview is not None  # _layout returns only layouts preview can show
-    picture, caption = registry_function(layout.preview)(key, parts)
-    if layout.latents_scaled is None:
+    assert layout.reading.preview is not None  # _layout returns only layouts preview can show
+    picture, caption = registry_function(layout.reading.preview)(key, parts)
+    if _latents_scaled(layout) is None:
         image: PILImage.Image = picture
         return image, caption
     return Image.fromarray(decode(picture) if decode else _false_colour(picture)), caption
@@ -230,9 +235,9 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         layout = _layout(root)
         rows = _first_samples(view, count)
         manifest = metadata.read_manifest(root) or {}
-    decode = (_Decoder(model_path, manifest, scaled=bool(layout.latents_scaled),
-                       token_file=hf_token_file)
-              if (model_path and layout.latents_scaled is not None) else None)
+    scaled = _latents_scaled(layout)
+    decode = (_Decoder(model_path, manifest, scaled=bool(scaled), token_file=hf_token_file)
+              if (model_path and scaled is not None) else None)
     tiles = []
     unreadable = 0
     for key, parts in rows:

@@ -292,6 +292,7 @@ def test_encode_checks_and_layout_defaults_come_with_the_config(tmp_path):
     from shardcook.config import resolve
     from shardcook.errors import ConfigError
     from shardcook.jobs.encode.job import EncodeJob
+    from shardcook.layouts import LAYOUTS
 
     def cfg(encode=True, **v):
         v = {"input_dir": str(tmp_path / "in"), "output_dir": str(tmp_path / "out"), **v}
@@ -302,6 +303,11 @@ def test_encode_checks_and_layout_defaults_come_with_the_config(tmp_path):
     assert (bridge.model.precision, bridge.model.latent_mode) == ("fp32", "mode")
     assert cfg(layout="megatron-bridge", precision="bf16").model.precision == "bf16"  # given wins
     assert cfg(encode=False).model.precision is None  # raw's config: no encode defaults
+    # --layout is resolved to its Layout once, here; the config records the name
+    assert primus.layout is LAYOUTS["primus"] and bridge.layout is LAYOUTS["megatron-bridge"]
+    assert cfg(encode=False).layout is None
+    assert set(bridge.to_dict()) == set(cfg(encode=False).to_dict())
+    assert bridge.to_dict()["model"]["layout"] == "megatron-bridge"
     for options, message in [({"precision": "fp8"}, "--precision must be one of"),
                              ({"layout": "raw"}, "--layout must be one of"),
                              ({"image_size": 100}, "--image-size must be a multiple of 16"),

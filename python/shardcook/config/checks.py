@@ -20,7 +20,7 @@ from shardcook.config.sections import (
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
 from shardcook.fields import PLACE, check_fields
-from shardcook.layouts import LAYOUTS, Layout
+from shardcook.layouts import LAYOUTS, EncodeSpec, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 
 
@@ -69,28 +69,29 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
         check_split_choice(cfg.chatml, chosen)
 
 
-def encode_layout(name: str) -> Layout:
-    """The layout `--layout name` asks for (one with a part builder), or ConfigError in one
-    sentence."""
-    writable = [lay.name for lay in LAYOUTS.values() if lay.part_builder is not None]
-    if name not in writable:
+def encode_layout(name: str) -> tuple[Layout, EncodeSpec]:
+    """The layout `--layout name` asks for (one `encode` writes) and its encode spec, or
+    ConfigError in one sentence."""
+    writable = {lay.name: lay.encode for lay in LAYOUTS.values() if lay.encode is not None}
+    spec = writable.get(name)
+    if spec is None:
         raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
-    return LAYOUTS[name]
+    return LAYOUTS[name], spec
 
 
 def check_encode(cfg: RunConfig) -> None:
     """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
-    take the layout's defaults (its `encode_defaults`), then ConfigError names the first
-    `model`/image option `encode` cannot work with."""
-    layout = encode_layout(cfg.model.layout)
+    take the layout's defaults (its `EncodeSpec.defaults`), then ConfigError names the first
+    `model`/image option `encode` cannot work with. `cfg.layout` is then the layout itself."""
+    cfg.layout, spec = encode_layout(cfg.model.layout)
     m, i = cfg.model, cfg.image
-    for name, value in layout.encode_defaults:
+    for name, value in spec.defaults:
         if getattr(m, name) is None:
             setattr(m, name, value)
     check_fields(m)
-    if m.latent_mode not in layout.latent_modes or (
-            layout.stored_dtypes and (m.stored_dtype or m.precision) not in layout.stored_dtypes):
-        raise ConfigError(layout.encode_refusal.format(latent_mode=m.latent_mode))
+    if m.latent_mode not in spec.latent_modes or (
+            spec.stored_dtypes and (m.stored_dtype or m.precision) not in spec.stored_dtypes):
+        raise ConfigError(spec.refusal.format(latent_mode=m.latent_mode))
     if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
         raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
                           f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")

@@ -13,7 +13,12 @@ from typing import Any, cast
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
 from shardcook.fields import LOCAL, PLACE, URL, Place, bounded, matching, one_of, option, setting
-from shardcook.layouts import encode_layouts_help
+from shardcook.layouts import (
+    DEFAULT_ENCODE_LAYOUT,
+    Layout,
+    encode_default_help,
+    encode_layouts_help,
+)
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.storage.location import Location, locate
 
@@ -216,10 +221,10 @@ class ImageConfig(Section):
 @dataclass
 class ModelConfig(Section):
     """The encoders (`encode` only; `raw` ignores this section). `precision` and `latent_mode`
-    left unset take the `layout`'s defaults (its `Layout.encode_defaults`)."""
+    left unset take the `layout`'s defaults (its `EncodeSpec.defaults`)."""
 
     # computed from the layout registry when --help is built
-    layout: str = option("primus", encode_layouts_help, MODEL)
+    layout: str = option(DEFAULT_ENCODE_LAYOUT, encode_layouts_help, MODEL)
     model_path: str = option(
         "black-forest-labs/FLUX.1-dev", "FLUX folder (vae/, text_encoder/, tokenizer/, "
         "text_encoder_2/, tokenizer_2/) or hub id.", MODEL, place=LOCAL)
@@ -233,8 +238,8 @@ class ModelConfig(Section):
         place=LOCAL)
     revision: str | None = option(None, "Hub revision of --model-path.", MODEL)
     precision: str | None = option(
-        None, "bf16, fp16 or fp32 (default: bf16; fp32 for --layout megatron-bridge, as its "
-              "script).", MODEL, rules=[one_of(tuple(PRECISIONS))])
+        None, lambda: f"bf16, fp16 or fp32 ({encode_default_help('precision')}).", MODEL,
+        rules=[one_of(tuple(PRECISIONS))])
     stored_dtype: str | None = option(
         None, "dtype of the saved tensors (default: --precision).", MODEL,
         rules=[one_of(tuple(PRECISIONS))])
@@ -243,9 +248,9 @@ class ModelConfig(Section):
         T5_MAX_LENGTH, "T5 padding length (256 suits FLUX.1-schnell).", MODEL,
         rules=[bounded(1, T5_MAX_LENGTH, why="the FLUX T5 tokenizer's limit")])
     latent_mode: str | None = option(
-        None, "sample (seeded per sample key), mode, or resample (also store the posterior "
-              "mean/logvar so training draws a fresh latent every epoch); default: sample, mode "
-              "for --layout megatron-bridge (which takes sample or mode).", MODEL,
+        None, lambda: "sample (seeded per sample key), mode, or resample (also store the "
+                      "posterior mean/logvar so training draws a fresh latent every epoch); "
+                      f"{encode_default_help('latent_mode')}.", MODEL,
         rules=[one_of(LATENT_MODES)])
     seed: int = option(0, "Seed of the latent sampling.", MODEL)
     device: str | None = option(
@@ -341,13 +346,14 @@ class RunConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     #: Only `chatml` runs have this section (so other commands' manifests do not change).
     chatml: ChatmlConfig | None = None
+    #: The layout `model.layout` names, resolved once by `resolve(..., encode=True)`; not a
+    #: section: the config records the name.
+    layout: Layout | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain nested dicts (JSON and YAML safe)."""
-        out = dataclasses.asdict(self)
-        if self.chatml is None:
-            del out["chatml"]
-        return out
+        return {f.name: dataclasses.asdict(section) for f in dataclasses.fields(self)
+                if f.name != "layout" and (section := getattr(self, f.name)) is not None}
 
     def to_yaml(self) -> str:
         """The configuration as YAML, in section and field order."""

@@ -185,7 +185,8 @@ def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]],
         names = [k for k in crude if not k.startswith("__")]
         return PartNames(**basic_sample_keys(crude), parts=names)
 
-    cook = registry_function(layout.cooker) if layout and layout.cooker else part_names
+    spec = layout.reading.cooker if layout else None
+    cook = registry_function(spec) if spec else part_names
 
     class FirstSampleEncoder(DefaultTaskEncoder[Any, Any, list[Any], list[Any]]):
         decoder = None

@@ -77,17 +77,17 @@ def part_problem(name: str, data: bytes) -> str | None:
 
 def load_checker(layout: Layout | None) -> Checker | None:
     """The layout's `checker` function, imported."""
-    if layout is None or layout.checker is None:
+    if layout is None or layout.reading.checker is None:
         return None
-    checker: Checker = registry_function(layout.checker)
+    checker: Checker = registry_function(layout.reading.checker)
     return checker
 
 
 def load_split_checker(layout: Layout | None) -> SplitChecker | None:
     """The layout's `split_checker` function, imported."""
-    if layout is None or layout.split_checker is None:
+    if layout is None or layout.reading.split_checker is None:
         return None
-    checker: SplitChecker = registry_function(layout.split_checker)
+    checker: SplitChecker = registry_function(layout.reading.split_checker)
     return checker
 
 
@@ -115,7 +115,7 @@ def check_sample(
     return problems
 
 
-# ---- layout checkers (named by `Layout.checker`) -------------------------------------------
+# ---- layout checkers (named by `Reading.checker`) -------------------------------------------
 
 
 def _tensor(parts: Mapping[str, bytes], name: str) -> TensorInfo | None:

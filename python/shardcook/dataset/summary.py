@@ -11,11 +11,11 @@ from typing import Any
 from shardcook import _native
 from shardcook.dataset import metadata
 from shardcook.dataset.location import dataset_view
-from shardcook.dataset.npyparts import describe_npy, timestep_histogram
+from shardcook.dataset.npyparts import describe_npy
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
-from shardcook.layouts.mlperf import MLPERF
+from shardcook.layouts import by_encoding, registry_function
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
 
 
@@ -131,10 +131,12 @@ def summarize(
             except (ShardcookError, StopIteration):  # damaged: validate reports it
                 parts = {}
             break
+    layout = by_encoding(dataset.encoding) if dataset and dataset.encoding else None
     val_timesteps = None
-    if dataset is not None and dataset.encoding == MLPERF.encoding and "val" in splits:
+    if layout is not None and layout.reading.timesteps and "val" in splits:
+        count_timesteps = registry_function(layout.reading.timesteps)
         try:
-            val_timesteps = timestep_histogram(root, [s for s in splits["val"] if s in counts])
+            val_timesteps = count_timesteps(root, [s for s in splits["val"] if s in counts])
         except (OSError, tarfile.TarError):  # damaged: validate reports it
             val_timesteps = None
     return DatasetSummary(

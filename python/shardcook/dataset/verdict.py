@@ -23,8 +23,8 @@ def validate_energon_dataset(
 
     Args:
         output_dir: The dataset folder.
-        encoding: The layout its samples must follow (`"preencoded"`, `"raw"`, ...); default:
-            what dataset.yaml or the manifest say.
+        encoding: The layout its samples must follow (one of `shardcook.layouts.encodings()`);
+            default: what dataset.yaml or the manifest say.
         deep: Read and decode every sample, not only the first of each split.
 
     Returns:

@@ -14,6 +14,7 @@ from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
 from shardcook.energon.cookers import (
     cook_bridge_crude,
     cook_bridge_flux,
+    cook_parts,
     cook_preencoded_diffusion,
     cook_raw_images,
     load_pickled_tensors,
@@ -32,6 +33,7 @@ from shardcook.energon.mlperf import cook_preencoded_numpy_diffusion, load_numpy
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
+    PartsSample,
     RawImageBatch,
     RawImageSample,
 )
@@ -39,6 +41,7 @@ from shardcook.energon.task_encoders import (
     BridgeFluxTaskEncoder,
     DiffusionTaskEncoder,
     EncodedDiffusionTaskEncoder,
+    PartsTaskEncoder,
     RawDiffusionTaskEncoder,
 )
 from shardcook.energon.wrapper import EnergonDataloader, LoaderState, MegatronDataloaderWrapper
@@ -56,6 +59,8 @@ __all__ = [
     "LoaderStateError",
     "MegatronDataloaderWrapper",
     "NotCheckpointableError",
+    "PartsSample",
+    "PartsTaskEncoder",
     "RawDiffusionTaskEncoder",
     "RawImageBatch",
     "RawImageSample",
@@ -64,6 +69,7 @@ __all__ = [
     "UnsafeSampleError",
     "cook_bridge_crude",
     "cook_bridge_flux",
+    "cook_parts",
     "cook_preencoded_diffusion",
     "cook_preencoded_numpy_diffusion",
     "cook_raw_images",

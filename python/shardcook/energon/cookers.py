@@ -16,14 +16,12 @@ like it but leaves pickle-based parts as bytes.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import logging
 import math
 import pickle
 import re
-from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 import numpy as np
@@ -31,20 +29,21 @@ import torch
 from megatron.energon import basic_sample_keys, stateless
 
 from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
-from shardcook.energon.samples import DiffusionSample, RawImageSample
+from shardcook.energon.samples import DiffusionSample, PartsSample, RawImageSample
 from shardcook.errors import ConfigError
 from shardcook.layouts import IMAGE_PARTS
 
 __all__ = [
     "IMAGE_PARTS",
     "ImageFormat",
+    "check_image_format",
     "cook_bridge_crude",
     "cook_bridge_flux",
+    "cook_parts",
     "cook_preencoded_diffusion",
     "cook_raw_images",
     "load_pickled_tensors",
     "load_tensor",
-    "raw_images_cooker",
 ]
 
 #: How `cook_raw_images` returns images: uint8 CHW tensors or RGB PIL images.
@@ -314,7 +313,8 @@ def _image(sample: dict[str, Any], part: str, image_format: ImageFormat | None) 
     return torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).contiguous()
 
 
-def _check_image_format(image_format: object, *, allow_none: bool) -> None:
+def check_image_format(image_format: object, *, allow_none: bool = False) -> None:
+    """Refuses an `image_format` other than `"tensor"` or `"pil"` (or None, with `allow_none`)."""
     if image_format not in ("tensor", "pil") and not (allow_none and image_format is None):
         raise ConfigError(f"image_format must be 'tensor' or 'pil', not {image_format!r}.")
 
@@ -340,7 +340,7 @@ def cook_raw_images(
     Raises:
         SampleDecodeError: No image part, an undecodable image, or a missing caption.
     """
-    _check_image_format(image_format, allow_none=True)
+    check_image_format(image_format, allow_none=True)
     part = next((p for p in IMAGE_PARTS if p in sample), None)
     if part is None:
         parts = sorted(k for k in sample if not k.startswith("__"))
@@ -356,16 +356,14 @@ def cook_raw_images(
     )
 
 
-def raw_images_cooker(
-    image_format: ImageFormat = "tensor",
-) -> Callable[[dict[str, Any]], RawImageSample]:
-    """Returns `cook_raw_images` bound to `image_format`, still marked stateless for Energon.
-
-    Args:
-        image_format: `"tensor"` (default) or `"pil"`.
-    """
-    _check_image_format(image_format, allow_none=False)
-    return stateless(functools.partial(cook_raw_images, image_format=image_format))
+@stateless
+def cook_parts(sample: dict[str, Any]) -> PartsSample:
+    """Cooks any crude sample into a `PartsSample`: every part as it arrived (bytes, or what the
+    task encoder's decoder made of it), keeping Energon's basic sample keys. The cooker of a
+    layout that declares none of its own."""
+    return PartsSample(**basic_sample_keys(sample),
+                       parts={name: data for name, data in sample.items()
+                              if not name.startswith("__")})
 
 
 # ---- megatron-bridge layout (Megatron-Bridge's FLUX recipe: `pth`, `pickle`, `json`) ----------

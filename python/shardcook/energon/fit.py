@@ -25,8 +25,8 @@ _FACTORS = ("scaling_factor", "shift_factor")
 def fitting_task_encoder(encoding: str | None) -> str:
     """Names what reads datasets of `encoding` (its layout's task encoder), for error messages."""
     layout = None if encoding is None else by_encoding(encoding)
-    if layout is not None and layout.task_encoder is not None:
-        return layout.task_encoder.replace(":", ".")
+    if layout is not None and layout.reading.task_encoder is not None:
+        return layout.reading.task_encoder.replace(":", ".")
     if layout is not None and layout.sample_type != CRUDE_WEBDATASET:
         return f"the task encoder of its sample type {layout.sample_type} (not shardcook.energon)"
     if encoding is None:
@@ -144,13 +144,13 @@ def check_fit(path: str | Path, split: str, task_encoder: Any, *, picked: bool =
             "leave it False."
         )
     for dataset, layout in encoded:  # e.g. MLPerf samples always hold theirs, with FLUX's factors
-        if layout.posterior_parts:
-            _check_posterior(dataset, task_encoder, layout.posterior_parts)
+        if layout.reading.posterior_parts:
+            _check_posterior(dataset, task_encoder, layout.reading.posterior_parts)
 
 
 def _resampled_layout(encoding: object) -> Layout | None:
     """The layout of `encoding` when its task encoder can resample latents from a posterior."""
     layout = by_encoding(encoding) if isinstance(encoding, str) else None
-    if layout is None or "resample_latents" not in layout.task_encoder_options:
+    if layout is None or "resample_latents" not in layout.reading.task_encoder_options:
         return None
     return layout

@@ -58,13 +58,10 @@ def dataset_encoding(path: str | Path) -> str | None:
 def task_encoder_for(
     path: str | Path, *, image_format: ImageFormat = "tensor", resample_latents: bool = False
 ) -> Any:
-    """Picks the task encoder for a dataset from its `encoding` subflavor: the one its layout
-    names in the registry (`Layout.task_encoder`), given the options that layout's task encoder
-    takes.
-
-    `preencoded` and `preencoded_numpy` (MLPerf Flux.1) give `EncodedDiffusionTaskEncoder`, `raw`
-    gives `RawDiffusionTaskEncoder`, `bridge-flux` gives `BridgeFluxTaskEncoder`, and a
-    metadataset YAML gives `DiffusionTaskEncoder`, which dispatches per dataset.
+    """Picks the task encoder for a dataset from its `encoding` subflavor: the one its layout's
+    reading spec names in the registry (`Layout.reading.task_encoder`; docs/FORMAT.md §3 lists
+    them), given the options that task encoder takes. A metadataset YAML gives
+    `DiffusionTaskEncoder`, which dispatches per dataset.
 
     Args:
         path: A dataset folder or a metadataset `.yaml`.
@@ -82,7 +79,7 @@ def task_encoder_for(
     encoding = dataset_encoding(path)
     layout = None if encoding is None else by_encoding(encoding)
     if resample_latents and encoding is not None and (
-            layout is None or "resample_latents" not in layout.task_encoder_options):
+            layout is None or "resample_latents" not in layout.reading.task_encoder_options):
         raise ConfigError(
             f"resample_latents=True resamples pre-encoded datasets, but {path} has encoding "
             f"{encoding!r}; leave it False."
@@ -92,15 +89,15 @@ def task_encoder_for(
             image_format=image_format,
             resample_latents=resample_latents,
         )
-    if layout is None or layout.task_encoder is None:
-        readable = [repr(lay.encoding) for lay in LAYOUTS.values() if lay.task_encoder]
+    if layout is None or layout.reading.task_encoder is None:
+        readable = [repr(lay.encoding) for lay in LAYOUTS.values() if lay.reading.task_encoder]
         raise DatasetError(
             f"{path} has encoding {encoding!r}; shardcook.energon reads "
             f"{', '.join(readable[:-1])} and {readable[-1]}."
         )
     options = {"image_format": image_format, "resample_latents": resample_latents}
-    return registry_function(layout.task_encoder)(
-        **{name: options[name] for name in layout.task_encoder_options})
+    return registry_function(layout.reading.task_encoder)(
+        **{name: options[name] for name in layout.reading.task_encoder_options})
 
 
 def megatron_data_parallel_group() -> Any:

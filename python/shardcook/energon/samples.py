@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 from megatron.energon import Batch, Sample, edataclass
 
-__all__ = ["DiffusionBatch", "DiffusionSample", "RawImageBatch", "RawImageSample"]
+__all__ = ["DiffusionBatch", "DiffusionSample", "PartsSample", "RawImageBatch", "RawImageSample"]
 
 #: Energon's basic sample keys (what `basic_sample_keys` forwards), each its own field's name.
 _BASIC_KEYS = {name: name for name in ("__key__", "__restore_key__", "__subflavors__",
@@ -195,3 +195,12 @@ class RawImageBatch(_FieldMapping, Batch):
     def txt(self) -> list[str]:
         """The captions, under Primus's name."""
         return self.captions
+
+
+@edataclass
+class PartsSample(Sample):
+    """A sample of a layout that declares no cooker of its own (`cook_parts`): its parts by name,
+    as the task encoder's decoder made them. Batched by Energon's default rules, a batch is a
+    `PartsSample` whose `parts` map each name to the stacked tensors or the list of values."""
+
+    parts: dict[str, Any]

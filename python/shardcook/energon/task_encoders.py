@@ -1,54 +1,56 @@
 """Energon task encoders for shardcook datasets: cook with safe decoding, group by shape, stack.
 
 All of them set ``decoder = None``, so Energon hands the cookers raw bytes and its default
-decoder (which unpickles ``.pth`` parts with ``weights_only=False``) never runs. Each registers its
-cooker for its layout's `encoding` subflavor, so a dataset of another layout is refused when the
-loader is built, never cooked with the wrong cooker; a subclass that declares `cookers` at class
-level keeps its own.
+decoder (which unpickles ``.pth`` parts with ``weights_only=False``) never runs. Each builds its
+cookers from the layout registry: the cooker of every layout whose reading spec names it, for
+that layout's `encoding` subflavor, so a dataset of another layout is refused when the loader is
+built, never cooked with the wrong cooker; a subclass that declares `cookers` at class level keeps
+its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+import functools
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from megatron.energon import Cooker, SampleDecoder, TaskEncoder, WorkerConfig, stateless
+from megatron.energon import (
+    Cooker,
+    DefaultTaskEncoder,
+    SampleDecoder,
+    TaskEncoder,
+    WorkerConfig,
+    stateless,
+)
 
 from shardcook.energon.arguments import check_bool, check_factor, check_worker_config
-from shardcook.energon.cookers import (
-    ImageFormat,
-    cook_bridge_flux,
-    cook_preencoded_diffusion,
-    raw_images_cooker,
-)
+from shardcook.energon.cookers import ImageFormat, check_image_format
+from shardcook.energon.decoder import SafeSampleDecoder
 from shardcook.energon.errors import SampleDecodeError
-from shardcook.energon.mlperf import cook_preencoded_numpy_diffusion
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
+    PartsSample,
     RawImageBatch,
     RawImageSample,
 )
-from shardcook.layouts import MLPERF, PREENCODED, RAW
-from shardcook.layouts.bridge_flux import BRIDGE_FLUX
+from shardcook.layouts import read_by, registry_function
 
 __all__ = [
-    "ENCODING_PREENCODED",
-    "ENCODING_PREENCODED_NUMPY",
-    "ENCODING_RAW",
     "BridgeFluxTaskEncoder",
     "DiffusionTaskEncoder",
     "EncodedDiffusionTaskEncoder",
+    "PartsTaskEncoder",
     "RawDiffusionTaskEncoder",
 ]
 
-#: The `encoding` subflavor values finalize writes into dataset.yaml (docs/FORMAT.md §5).
-ENCODING_PREENCODED = PREENCODED.encoding
-ENCODING_RAW = RAW.encoding
-ENCODING_PREENCODED_NUMPY = MLPERF.encoding
+#: The batch group keys of latent and image samples. Energon's checkpoints record a batch
+#: group's samples under its key, so these stay as they were.
+_LATENT_GROUP = "preencoded"
+_IMAGE_GROUP = "raw"
 
 
 @dataclass
@@ -61,8 +63,29 @@ class _LayoutCooker(Cooker[Any]):
         return "encoding" not in subflavors or super().is_match(subflavors)
 
 
-def _layout_cooker(cook: Any, encoding: str) -> Cooker[Any]:
-    return _LayoutCooker(cook, has_subflavors={"encoding": encoding})
+def registry_cookers(*readers: type, options: Mapping[str, Any] | None = None,
+                     unmarked: bool = True) -> list[Cooker[Any]]:
+    """The cookers of every layout whose reading spec names one of `readers`: each its layout's
+    cooker, given the `options` its spec asks for, for datasets whose `encoding` subflavor is
+    that layout's. With `unmarked`, a layout that `reads_unmarked` also reads datasets recording
+    no encoding; those come last, so a dataset that records one meets its own cooker first."""
+    marked: list[Cooker[Any]] = []
+    fallback: list[Cooker[Any]] = []
+    for reader in readers:
+        for layout in read_by(reader):
+            spec = layout.reading
+            assert spec.cooker is not None, f"{layout.name} names a task encoder but no cooker"
+            cook = registry_function(spec.cooker)
+            if spec.cooker_options:
+                given = options or {}
+                cook = stateless(functools.partial(
+                    cook, **{name: given[name] for name in spec.cooker_options}))
+            subflavors = {"encoding": layout.encoding}
+            if unmarked and spec.reads_unmarked:
+                fallback.append(_LayoutCooker(cook, has_subflavors=subflavors))
+            else:
+                marked.append(Cooker(cook, has_subflavors=subflavors))
+    return marked + fallback
 
 
 def _declares_cookers(encoder: TaskEncoder[Any, Any, Any, Any]) -> bool:
@@ -173,7 +196,7 @@ def _stack_raw(samples: list[RawImageSample]) -> RawImageBatch:
 
 def _diffusion_group(sample: DiffusionSample) -> Hashable:
     return (
-        ENCODING_PREENCODED,
+        _LATENT_GROUP,
         tuple(sample.latents.shape),
         tuple(sample.prompt_embeds.shape),
         tuple(sample.pooled_prompt_embeds.shape),
@@ -183,7 +206,7 @@ def _diffusion_group(sample: DiffusionSample) -> Hashable:
 def _raw_group(sample: RawImageSample) -> Hashable:
     img = sample.image
     hw = tuple(img.shape[-2:]) if isinstance(img, torch.Tensor) else (img.height, img.width)
-    return (ENCODING_RAW, hw)
+    return (_IMAGE_GROUP, hw)
 
 
 class EncodedDiffusionTaskEncoder(
@@ -222,11 +245,7 @@ class EncodedDiffusionTaskEncoder(
         check_bool("resample_latents", resample_latents)
         check_factor("scaling_factor", scaling_factor)
         check_factor("shift_factor", shift_factor)
-        _init_common(self, worker_config, [
-            Cooker(cook_preencoded_numpy_diffusion,
-                   has_subflavors={"encoding": ENCODING_PREENCODED_NUMPY}),
-            _layout_cooker(cook_preencoded_diffusion, ENCODING_PREENCODED),
-        ])
+        _init_common(self, worker_config, registry_cookers(EncodedDiffusionTaskEncoder))
         self.resample_latents = resample_latents
         self.scaling_factor = scaling_factor
         self.shift_factor = shift_factor
@@ -272,8 +291,9 @@ class RawDiffusionTaskEncoder(
     def __init__(
         self, worker_config: WorkerConfig | None = None, *, image_format: ImageFormat = "pil"
     ) -> None:
-        cooker = _layout_cooker(raw_images_cooker(image_format), ENCODING_RAW)
-        _init_common(self, worker_config, [cooker])
+        check_image_format(image_format)
+        _init_common(self, worker_config, registry_cookers(
+            RawDiffusionTaskEncoder, options={"image_format": image_format}))
 
     @stateless
     def batch(self, samples: list[RawImageSample]) -> RawImageBatch:
@@ -315,12 +335,11 @@ class DiffusionTaskEncoder(
         resample_latents: bool = False,
     ) -> None:
         check_bool("resample_latents", resample_latents)
-        _init_common(self, worker_config, [
-            Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": ENCODING_PREENCODED}),
-            Cooker(cook_preencoded_numpy_diffusion,
-                   has_subflavors={"encoding": ENCODING_PREENCODED_NUMPY}),
-            Cooker(raw_images_cooker(image_format), has_subflavors={"encoding": ENCODING_RAW}),
-        ])
+        check_image_format(image_format)
+        # a blend's datasets each record their encoding: none is read as unmarked
+        _init_common(self, worker_config, registry_cookers(
+            EncodedDiffusionTaskEncoder, RawDiffusionTaskEncoder,
+            options={"image_format": image_format}, unmarked=False))
         self.resample_latents = resample_latents
         if resample_latents:
             self.encode_sample = self._resample  # type: ignore[method-assign]  # as above
@@ -361,4 +380,21 @@ class BridgeFluxTaskEncoder(EncodedDiffusionTaskEncoder):
     def __init__(self, worker_config: WorkerConfig | None = None) -> None:
         super().__init__(worker_config)
         if not _declares_cookers(self):
-            self.cookers = [_layout_cooker(cook_bridge_flux, BRIDGE_FLUX.encoding)]
+            self.cookers = registry_cookers(BridgeFluxTaskEncoder)
+
+
+class PartsTaskEncoder(DefaultTaskEncoder[PartsSample, PartsSample, PartsSample, PartsSample]):
+    """Reads a layout that declares no cooker of its own (the registry's default reading): each
+    sample's parts decoded as Energon's default decoder does, except that pickle-based parts stay
+    bytes (`SafeSampleDecoder`), batched by Energon's default rules (tensors stacked, padded to
+    the largest; anything else as a list).
+
+    Args:
+        worker_config: Accepted for Primus compatibility and kept as an attribute.
+    """
+
+    decoder: SampleDecoder | None = SafeSampleDecoder()
+
+    def __init__(self, worker_config: WorkerConfig | None = None) -> None:
+        super().__init__()
+        _init_common(self, worker_config, registry_cookers(PartsTaskEncoder))

@@ -19,6 +19,7 @@ from shardcook.jobs.images import (
     result_meta_json,
     result_pixels,
 )
+from shardcook.layouts import RAW
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
@@ -79,7 +80,7 @@ class RawJob(JobBasics):
     """`shardcook raw` as a job: `open_source`'s inputs in units of --shard-size, the image core,
     finalize by --split's ratios."""
 
-    encoding = "raw"
+    encoding = RAW.encoding
     prefetch = 2
     backend = "gloo"
     manifest_extra: JsonObject | None = None

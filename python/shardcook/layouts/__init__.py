@@ -3,8 +3,7 @@ registry of layouts. A new layout is one module beside this file plus one line i
 
 from __future__ import annotations
 
-from shardcook.errors import ConfigError
-from shardcook.layouts.base import Layout, registry_function
+from shardcook.layouts.base import EncodeSpec, Layout, Reading, registry_function
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.generic import GENERIC
@@ -16,18 +15,13 @@ from shardcook.layouts.raw import IMAGE_PARTS, RAW
 LAYOUTS: dict[str, Layout] = {
     layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC)}
 
-__all__ = ["CHATML", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "MLPERF", "PREENCODED", "RAW", "Layout",
-           "by_encoding", "encode_layouts_help", "encodings", "get_layout", "registry_function"]
+#: The layout `encode` writes when `--layout` is not given.
+DEFAULT_ENCODE_LAYOUT = PREENCODED.name
 
-
-def get_layout(name: str) -> Layout:
-    """The layout called `name`, or one sentence listing the known ones."""
-    try:
-        return LAYOUTS[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown layout {name!r}; use one of {', '.join(sorted(LAYOUTS))}"
-        ) from None
+__all__ = ["CHATML", "DEFAULT_ENCODE_LAYOUT", "GENERIC", "IMAGE_PARTS", "LAYOUTS", "MLPERF",
+           "PREENCODED", "RAW", "EncodeSpec", "Layout", "Reading", "by_encoding",
+           "encode_default_help", "encode_layouts_help", "encodings", "read_by",
+           "registry_function"]
 
 
 def encodings() -> list[str]:
@@ -42,5 +36,18 @@ def by_encoding(encoding: str) -> Layout | None:
 
 def encode_layouts_help() -> str:
     """`encode --layout`'s help: every layout `encode` writes, with what it stores."""
-    written = [f"{lay.name} ({lay.summary})" for lay in LAYOUTS.values() if lay.part_builder]
+    written = [f"{lay.name} ({lay.encode.summary})" for lay in LAYOUTS.values() if lay.encode]
     return ", ".join(written[:-1]) + " or " + written[-1] + "."
+
+
+def encode_default_help(option: str) -> str:
+    """The default each layout `encode` writes gives `option` (`precision`, `latent_mode`), for
+    that option's help."""
+    return "default, by --layout: " + ", ".join(
+        f"{lay.name} {dict(lay.encode.defaults)[option]}" for lay in LAYOUTS.values() if lay.encode)
+
+
+def read_by(task_encoder: type) -> list[Layout]:
+    """The layouts whose reading spec names `task_encoder` (a class): the ones it cooks."""
+    return [lay for lay in LAYOUTS.values() if lay.reading.task_encoder is not None
+            and registry_function(lay.reading.task_encoder) is task_encoder]

@@ -1,17 +1,23 @@
-"""What a layout is: the parts one sample holds, which of them are required, and how Energon is
-told to read them. Each layout is one declarative `Layout` in its own module of this package."""
+"""What a layout is: a small format core (the parts one sample holds, which of them are required,
+its dataset.yaml), how it is read back (`Reading`) and, for the layouts `encode` writes, how it is
+written (`EncodeSpec`). Each layout is one declarative `Layout` in its own module of this
+package; every `module:name` is a string, so this package imports nothing heavy."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: A required part: one name, or a tuple of names of which any one will do.
 Need = str | tuple[str, ...]
 
 CRUDE_WEBDATASET = "megatron.energon:CrudeWebdataset"
+#: What reads a crude layout that declares no cooker or task encoder of its own: every part,
+#: decoded as Energon's default decoder does (pickles left as bytes), batched by Energon's rules.
+PARTS_COOKER = "shardcook.energon.cookers:cook_parts"
+PARTS_TASK_ENCODER = "shardcook.energon:PartsTaskEncoder"
 
 
 def registry_function(spec: str) -> Any:
@@ -22,49 +28,104 @@ def registry_function(spec: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How a layout is read back: by Energon in training, by `validate`, `info` and `preview`.
+
+    Attributes:
+        cooker: `module:function` of the Energon cooker that reads this layout (`cook(sample,
+            **options)`), or None for a layout Energon reads through its own sample class or
+            the user's task encoder. Task encoders build their cookers from this.
+        cooker_options: Which of the task encoder's options the cooker is given (`image_format`).
+        reads_unmarked: The cooker also reads a dataset recording no `encoding` subflavor (one
+            Primus or Megatron-Bridge wrote), when its task encoder is given explicitly.
+        task_encoder: `module:Class` of the task encoder `get_diffusion_loader` picks for this
+            layout, or None (the user brings one). Its cookers are those of every layout that
+            names it.
+        task_encoder_options: Which of the loader's `image_format` and `resample_latents` that
+            class takes; a layout taking `resample_latents` holds a VAE posterior.
+        posterior_parts: Parts holding an optional posterior (and `meta.json` its VAE factors)
+            that resampling needs, checked on the first sample; empty when always present.
+        checker: `module:function` of this layout's per-sample check beyond its parts' own
+            decoding (tensor shapes, pickled image lists): called as `checker(parts, manifest,
+            deep)` with a sample's parts and the dataset's manifest (or {}), it returns one
+            sentence per problem.
+        split_checker: `module:function` of a check across the samples of each split, for
+            `validate --deep` (shapes that agree, a field all or none carry), or None: called
+            as `split_checker(root, split, shards)`, it returns one sentence per problem.
+        timesteps: `module:function` counting the validation timesteps of the val split's
+            samples (`timesteps(root, shards) -> {timestep: count}`), which `info` shows, or None.
+        preview: `module:function` called as `preview(key, parts)`, returning a sample's picture
+            (a PIL image, or a latent [C, h, w] tensor) and caption for `shardcook preview`.
+    """
+
+    cooker: str | None = PARTS_COOKER
+    cooker_options: tuple[str, ...] = ()
+    reads_unmarked: bool = False
+    task_encoder: str | None = PARTS_TASK_ENCODER
+    task_encoder_options: tuple[str, ...] = ()
+    posterior_parts: tuple[str, ...] = ()
+    checker: str | None = None
+    split_checker: str | None = None
+    timesteps: str | None = None
+    preview: str | None = None
+
+
+#: A layout whose samples shardcook does not cook: Energon's sample class, or the user's task
+#: encoder, reads them.
+NOT_COOKED = Reading(cooker=None, task_encoder=None)
+
+
+@dataclass(frozen=True)
+class EncodeSpec:
+    """How `encode --layout` writes a layout.
+
+    Attributes:
+        part_builder: `module:function` building one sample's parts from a
+            `jobs.encode.sample.EncodedSample`.
+        summary: What the layout stores, in a few words, for `encode --layout`'s help.
+        defaults: (option, value) pairs `encode` fills in when not given.
+        latent_modes: The `--latent-mode` values `encode` accepts for this layout.
+        stored_dtypes: The stored dtypes `encode` accepts (empty: any).
+        refusal: The sentence refusing a latent mode or dtype outside those two
+            (`{latent_mode}` is filled in).
+        latents_scaled: Whether the latent picture is stored scaled (VAE shift and scaling
+            factor applied).
+        encoder_facts: (key, value) pairs the manifest records for this layout's encoders;
+            `latents_scaled` and `t5_attention_mask` there also set the encoders.
+    """
+
+    part_builder: str
+    summary: str
+    defaults: tuple[tuple[str, str], ...]
+    latent_modes: tuple[str, ...]
+    latents_scaled: bool
+    stored_dtypes: tuple[str, ...] = ()
+    refusal: str = ""
+    encoder_facts: tuple[tuple[str, object], ...] = ()
+
+    def encoder_fact(self, key: str, default: object) -> object:
+        """The value this layout's `encoder_facts` give `key`, else `default`."""
+        return dict(self.encoder_facts).get(key, default)
+
+
+@dataclass(frozen=True)
 class Layout:
     """One on-disk sample layout.
 
     Attributes:
         name: The registry name (what `--layout` and the manifest say).
         encoding: The `encoding` recorded in the manifest and, for crude datasets, dataset.yaml's
-            `subflavors.encoding`.
+            `subflavors.encoding` (docs/FORMAT.md §3 maps names to encodings).
         parts: The parts a writer emits, in their order inside a sample.
         required: The parts every sample must have; a tuple means any one of them.
         sample_type: dataset.yaml's class, `module:Class`.
         subflavored: Whether dataset.yaml carries `subflavors: {encoding: ...}` (crude datasets
             selecting a cooker by subflavor) or names its own sample class and no subflavor.
-        cooker: `module:function` of the Energon cooker that reads this layout, or None.
-        checker: `module:function` of this layout's per-sample check beyond its parts' own
-            decoding (tensor shapes, pickled image lists): called as `checker(parts, manifest,
-            deep)` with a sample's parts and the dataset's manifest (or {}), it returns one
-            sentence per problem. Named as a string so layouts import nothing heavy.
-        split_checker: `module:function` of a check across the samples of each split, for
-            `validate --deep` (shapes that agree, a field all or none carry), or None: called
-            as `split_checker(root, split, shards)`, it returns one sentence per problem.
         split_folders: Each split is a folder of its own in the dataset (MLPerf's
             `OUTPUT_DIR/val/`, split part `val: val/.*`), and a dataset holding only a val or
             test split is whole; other layouts need a train split.
-        task_encoder: `module:Class` of the shardcook task encoder `get_diffusion_loader` picks
-            for this layout, or None (the user brings one).
-        task_encoder_options: Which of the loader's `image_format` and `resample_latents` that
-            class takes; a layout taking `resample_latents` holds a VAE posterior.
-        posterior_parts: Parts holding an optional posterior (and `meta.json` its VAE factors)
-            that resampling needs, checked on the first sample; empty when always present.
-        preview: `module:function` called as `preview(key, parts)`, returning a sample's picture
-            (a PIL image, or a latent [C, h, w] tensor) and caption for `shardcook preview`.
-        latents_scaled: For a latent picture: whether it is stored scaled (VAE shift and
-            scaling factor applied); None for layouts whose picture is an image.
-        part_builder: `module:function` building one `encode` sample's parts from an
-            `pipeline.encoded.EncodedSample`; None for layouts `encode` does not write.
-        summary: What the layout stores, in a few words, for `encode --layout`'s help.
-        encode_defaults: (option, value) pairs `encode` fills in when not given.
-        latent_modes: The `--latent-mode` values `encode` accepts for this layout.
-        stored_dtypes: The stored dtypes `encode` accepts (empty: any).
-        encode_refusal: The sentence refusing a latent mode or dtype outside those two
-            (`{latent_mode}` is filled in).
-        encoder_facts: (key, value) pairs the manifest records for this layout's encoders;
-            `latents_scaled` and `t5_attention_mask` there also set the encoders.
+        reading: How it is read back (cooker, task encoder, checkers, preview).
+        encode: How `encode` writes it, or None for layouts `encode` does not write.
     """
 
     name: str
@@ -73,26 +134,9 @@ class Layout:
     required: tuple[Need, ...]
     sample_type: str = CRUDE_WEBDATASET
     subflavored: bool = True
-    cooker: str | None = None
-    checker: str | None = None
-    split_checker: str | None = None
     split_folders: bool = False
-    task_encoder: str | None = None
-    task_encoder_options: tuple[str, ...] = ()
-    posterior_parts: tuple[str, ...] = ()
-    preview: str | None = None
-    latents_scaled: bool | None = None
-    part_builder: str | None = None
-    summary: str = ""
-    encode_defaults: tuple[tuple[str, str], ...] = ()
-    latent_modes: tuple[str, ...] = ()
-    stored_dtypes: tuple[str, ...] = ()
-    encode_refusal: str = ""
-    encoder_facts: tuple[tuple[str, object], ...] = ()
-
-    def encoder_fact(self, key: str, default: object) -> object:
-        """The value this layout's `encoder_facts` give `key`, else `default`."""
-        return dict(self.encoder_facts).get(key, default)
+    reading: Reading = field(default_factory=Reading)
+    encode: EncodeSpec | None = None
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

@@ -2,7 +2,7 @@
 megatron-bridge`): the unscaled VAE latent `pth`, a pickled dict of the two text embeddings
 `pickle`, and the metadata `json` that Bridge's `prepare_energon_dataset_flux.py` writes."""
 
-from shardcook.layouts.base import Layout
+from shardcook.layouts.base import EncodeSpec, Layout, Reading
 
 #: `torch.save`d VAE latent [C, H/8, W/8], unscaled (no shift/scaling factor applied).
 LATENT_PART = "pth"
@@ -18,16 +18,21 @@ BRIDGE_FLUX = Layout(
     encoding="bridge-flux",
     parts=(LATENT_PART, EMBEDDINGS_PART, META_PART),
     required=(LATENT_PART, EMBEDDINGS_PART, META_PART),
-    cooker="shardcook.energon.cookers:cook_bridge_flux",
-    checker="shardcook.dataset.samplecheck:check_bridge_flux",
-    task_encoder="shardcook.energon:BridgeFluxTaskEncoder",
-    preview="shardcook.preview:bridge_flux_picture",
-    latents_scaled=False,
-    part_builder="shardcook.jobs.encode.bridge_parts:encoded_bridge_parts",
-    summary="Megatron-Bridge's FLUX recipe: unscaled latent pth, pickled embeddings, json",
-    encode_defaults=(("precision", "fp32"), ("latent_mode", "mode")),  # as Bridge's script
-    latent_modes=("mode", "sample"),  # Bridge's `--stochastic` off or on
-    encode_refusal=("--latent-mode {latent_mode} is for --layout primus; megatron-bridge stores "
-                    "one latent: mode or sample."),
-    encoder_facts=(("latents_scaled", False), ("t5_attention_mask", True)),
+    reading=Reading(
+        cooker="shardcook.energon.cookers:cook_bridge_flux",
+        reads_unmarked=True,
+        task_encoder="shardcook.energon:BridgeFluxTaskEncoder",
+        checker="shardcook.dataset.samplecheck:check_bridge_flux",
+        preview="shardcook.preview:bridge_flux_picture",
+    ),
+    encode=EncodeSpec(
+        part_builder="shardcook.jobs.encode.bridge_parts:encoded_bridge_parts",
+        summary="Megatron-Bridge's FLUX recipe: unscaled latent pth, pickled embeddings, json",
+        defaults=(("precision", "fp32"), ("latent_mode", "mode")),  # as Bridge's script
+        latent_modes=("mode", "sample"),  # Bridge's `--stochastic` off or on
+        latents_scaled=False,
+        refusal=("--latent-mode {latent_mode} is for --layout primus; megatron-bridge stores "
+                 "one latent: mode or sample."),
+        encoder_facts=(("latents_scaled", False), ("t5_attention_mask", True)),
+    ),
 )

@@ -15,7 +15,7 @@ import json
 import pickle
 from typing import Any
 
-from shardcook.layouts.base import Layout
+from shardcook.layouts.base import Layout, Reading
 
 CONVERSATION_PART = "conversation.json"
 #: A pickled list of image bytes (several images per sample).
@@ -135,5 +135,6 @@ CHATML = Layout(
     required=(MEDIA_PARTS, CONVERSATION_PART),
     sample_type=SAMPLE_TYPE,
     subflavored=False,
-    checker="shardcook.dataset.samplecheck:check_chatml",
+    reading=Reading(cooker=None, task_encoder=None,  # Bridge's ChatMLWebdataset reads it
+                    checker="shardcook.dataset.samplecheck:check_chatml"),
 )

@@ -3,7 +3,7 @@ dataset.yaml `energon prepare --sample-type CrudeWebdataset` writes, no part req
 of ours (the user's task encoder cooks the samples). With `--sample-type`/`--field-map`, finalize
 writes a typed dataset.yaml instead, as `energon prepare` does for a sample class."""
 
-from shardcook.layouts.base import Layout
+from shardcook.layouts.base import NOT_COOKED, Layout
 
 GENERIC = Layout(
     name="generic",
@@ -11,4 +11,5 @@ GENERIC = Layout(
     parts=(),
     required=(),
     subflavored=False,
+    reading=NOT_COOKED,
 )

@@ -3,7 +3,7 @@ publishes CC12M/COCO and as Primus's `data diffusion-ingest` writes them: each t
 array stored as the `.npy` bytes of uint16, and a json sidecar with the `key` and, on the
 validation split, the `timestep` (an integer in [0, 8): the sample is evaluated at t/8)."""
 
-from shardcook.layouts.base import Layout
+from shardcook.layouts.base import EncodeSpec, Layout, Reading
 
 T5_PART = "t5.bytes"
 CLIP_PART = "clip.bytes"
@@ -30,19 +30,24 @@ MLPERF = Layout(
     encoding="preencoded_numpy",
     parts=(*TENSOR_PARTS, JSON_PART),
     required=(*TENSOR_PARTS, JSON_PART),
-    cooker="shardcook.energon.mlperf:cook_preencoded_numpy_diffusion",
-    checker="shardcook.dataset.npyparts:check_mlperf",
-    split_checker="shardcook.dataset.npyparts:check_mlperf_split",
     split_folders=True,
-    task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
-    task_encoder_options=("resample_latents",),
-    preview="shardcook.preview:mlperf_picture",
-    latents_scaled=False,  # the posterior mean is stored unscaled
-    part_builder="shardcook.jobs.encode.mlperf_parts:encoded_mlperf_parts",
-    summary="MLPerf Flux.1's preencoded_numpy: bf16 as uint16 .npy, the VAE posterior, json",
-    encode_defaults=(("precision", "bf16"), ("latent_mode", "resample")),  # as MLCommons's data
-    latent_modes=("resample",),
-    stored_dtypes=("bf16",),
-    encode_refusal=("--layout mlperf stores the posterior in bfloat16, as MLCommons's data: use "
-                    "--latent-mode resample and bf16 (--precision or --stored-dtype)."),
+    reading=Reading(
+        cooker="shardcook.energon.mlperf:cook_preencoded_numpy_diffusion",
+        task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
+        task_encoder_options=("resample_latents",),
+        checker="shardcook.dataset.npyparts:check_mlperf",
+        split_checker="shardcook.dataset.npyparts:check_mlperf_split",
+        timesteps="shardcook.dataset.npyparts:timestep_histogram",
+        preview="shardcook.preview:mlperf_picture",
+    ),
+    encode=EncodeSpec(
+        part_builder="shardcook.jobs.encode.mlperf_parts:encoded_mlperf_parts",
+        summary="MLPerf Flux.1's preencoded_numpy: bf16 as uint16 .npy, the VAE posterior, json",
+        defaults=(("precision", "bf16"), ("latent_mode", "resample")),  # as MLCommons's data
+        latent_modes=("resample",),
+        latents_scaled=False,  # the posterior mean is stored unscaled
+        stored_dtypes=("bf16",),
+        refusal=("--layout mlperf stores the posterior in bfloat16, as MLCommons's data: use "
+                 "--latent-mode resample and bf16 (--precision or --stored-dtype)."),
+    ),
 )

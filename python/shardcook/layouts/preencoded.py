@@ -5,7 +5,7 @@ Only the three tensors are required: Primus's own writer emits no `meta.json`, a
 `logvar.pth`).
 """
 
-from shardcook.layouts.base import Layout
+from shardcook.layouts.base import EncodeSpec, Layout, Reading
 
 #: The unscaled VAE posterior, stored per sample by `--latent-mode resample`.
 POSTERIOR_PARTS = ("mean.pth", "logvar.pth")
@@ -16,15 +16,20 @@ PREENCODED = Layout(
     parts=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth", "caption.txt",
            "meta.json"),
     required=("latents.pth", "prompt_embeds.pth", "pooled_prompt_embeds.pth"),
-    cooker="shardcook.energon.cookers:cook_preencoded_diffusion",
-    checker="shardcook.dataset.samplecheck:check_preencoded",
-    task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
-    task_encoder_options=("resample_latents",),
-    posterior_parts=POSTERIOR_PARTS,
-    preview="shardcook.preview:preencoded_picture",
-    latents_scaled=True,
-    part_builder="shardcook.jobs.encode.primus_parts:primus_parts",
-    summary="scaled latents, one .pth per tensor",
-    encode_defaults=(("precision", "bf16"), ("latent_mode", "sample")),
-    latent_modes=("sample", "mode", "resample"),
+    reading=Reading(
+        cooker="shardcook.energon.cookers:cook_preencoded_diffusion",
+        reads_unmarked=True,
+        task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
+        task_encoder_options=("resample_latents",),
+        posterior_parts=POSTERIOR_PARTS,
+        checker="shardcook.dataset.samplecheck:check_preencoded",
+        preview="shardcook.preview:preencoded_picture",
+    ),
+    encode=EncodeSpec(
+        part_builder="shardcook.jobs.encode.primus_parts:primus_parts",
+        summary="scaled latents, one .pth per tensor",
+        defaults=(("precision", "bf16"), ("latent_mode", "sample")),
+        latent_modes=("sample", "mode", "resample"),
+        latents_scaled=True,
+    ),
 )

@@ -1,7 +1,7 @@
 """`encode`: images and captions through FLUX's encoders into pre-encoded samples, in one of the
-layouts the registry gives a part builder (`primus`, `megatron-bridge`, `mlperf`; docs/FORMAT.md
-§3). The layout is looked up once; its declaration gives the defaults, the latent modes it takes,
-its encoders' settings and the function building each sample's parts.
+layouts the registry gives an encode spec (docs/FORMAT.md §3). The config resolves the layout
+once (`RunConfig.layout`); its encode spec gives the defaults, the latent modes it takes, its
+encoders' settings and the function building each sample's parts.
 
 Three stages overlap: the shared loop's reader thread decodes and resizes the next batches (Rust
 image core, `preprocess`), the main thread runs the encoders (`encode`), and a serializer thread
@@ -25,13 +25,12 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
-from shardcook.config.checks import encode_layout
 from shardcook.distributed import env_int, env_rank_world
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
 from shardcook.jobs.images import check_image_options, decode_images, result_pixels
-from shardcook.layouts import registry_function
+from shardcook.layouts import EncodeSpec, registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
 from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
@@ -100,8 +99,7 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
     from shardcook.encoders.loading import resolve_sources, vae_config
     from shardcook.hftoken import resolve_token
 
-    m = cfg.model
-    layout = encode_layout(m.layout)
+    m, spec = cfg.model, encode_spec(cfg)
     sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)
     token, _ = resolve_token(token_file)
     factors = latent_factors(vae_config(sources["vae"], token))
@@ -117,8 +115,14 @@ def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
         "stored_dtype": m.stored_dtype or m.precision,
         "latent_mode": m.latent_mode,
         "latent_seed": m.seed if m.latent_mode == "sample" else None,
-        **dict(layout.encoder_facts),
+        **dict(spec.encoder_facts),
     }
+
+
+def encode_spec(cfg: RunConfig) -> EncodeSpec:
+    """The encode spec of the layout `resolve(..., encode=True)` resolved."""
+    assert cfg.layout is not None and cfg.layout.encode is not None  # checked by EncodeJob
+    return cfg.layout.encode
 
 
 class EncodeProcessor(Processor):
@@ -134,9 +138,7 @@ class EncodeProcessor(Processor):
     def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
         self.image, self.model = cfg.image, cfg.model
-        spec = encode_layout(cfg.model.layout).part_builder
-        assert spec is not None  # encode_layout returns only layouts with a part builder
-        self.build_parts: PartBuilder = registry_function(spec)
+        self.build_parts: PartBuilder = registry_function(encode_spec(cfg).part_builder)
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
         self.stored_dtype = stored_dtype
@@ -301,12 +303,12 @@ class EncodeJob(JobBasics):
         """
         self.cfg = cfg
         self.token_file = token_file or cfg.auth.hf_token_file
-        if cfg.model.precision is None or cfg.model.latent_mode is None:
+        if cfg.layout is None or cfg.model.precision is None or cfg.model.latent_mode is None:
             raise ConfigError("encode needs its config resolved for encode "
                               "(shardcook.config.resolve(..., encode=True)).")
         local_env()
-        self.layout = encode_layout(cfg.model.layout)
-        self.encoding = self.layout.encoding
+        self.encoding = cfg.layout.encoding
+        self.spec = encode_spec(cfg)
         self.manifest_extra: JsonObject | None = encoder_manifest(cfg, self.token_file)
         self.device = pick_device(cfg.model.device)
         self.backend = "nccl" if self.device.startswith("cuda") else "gloo"
@@ -347,15 +349,15 @@ class EncodeJob(JobBasics):
         quiet_model_libraries()
         from shardcook.encoders.flux import FluxEncoders
 
-        m, layout = self.cfg.model, self.layout
+        m, spec = self.cfg.model, self.spec
         assert m.precision is not None and m.latent_mode is not None  # checked in __init__
         encoders = FluxEncoders.load(
             model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
             t5_path=m.t5_path, revision=m.revision, token_file=self.token_file,
             precision=m.precision, device=self.device, t5_max_length=m.t5_max_length,
             latent_mode=m.latent_mode, seed=m.seed,
-            t5_attention_mask=bool(layout.encoder_fact("t5_attention_mask", False)),
-            scale_latents=bool(layout.encoder_fact("latents_scaled", True)))
+            t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
+            scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
         if env_rank_world()[0] == 0:
             write_empty_encodings(run_folder(self.cfg.output), encoders)
         return encoders

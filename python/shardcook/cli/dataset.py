@@ -1,5 +1,5 @@
 """The commands on a dataset folder that exists, or its URL in object storage: finalize, validate,
-info, preview, and blend (several datasets into one Energon metadataset)."""
+info, preview, report, and blend (several datasets into one Energon metadataset)."""
 
 from __future__ import annotations
 
@@ -170,6 +170,24 @@ def preview(
         _check_preview_options(out, count)
         path = run(directory, out, count=count, model_path=model_path,
                    hf_token_file=hf_token_file, scratch_dir=scratch_dir)
+    except ShardcookError as e:
+        fail(e)
+    typer.echo(f"wrote {path}")
+
+
+def report(
+    directory: DatasetArg,
+    out: Annotated[Path | None, typer.Option(help="The .html file to write (default: DIRNAME-report.html here).")] = None,
+    samples: Annotated[int, typer.Option(help="How many samples the page shows.")] = 48,
+    split: Annotated[str | None, typer.Option(help="Show only this split's samples (default: all).")] = None,
+    scratch_dir: DatasetScratchOpt = None,
+) -> None:
+    """One self-contained HTML page of a dataset: its facts, validate's verdict, skipped inputs,
+    duplicates, latent statistics, plots and a grid of samples; no network needed to view it."""
+    from shardcook.htmlreport import write_report
+
+    try:
+        path = write_report(directory, out, samples=samples, split=split, scratch_dir=scratch_dir)
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")

@@ -95,6 +95,9 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
     if o.shard_size < 1:
         raise ConfigError(f"--shard-size must be at least 1, not {o.shard_size}.")
+    if o.report_html and not o.finalize:
+        raise ConfigError("--report-html shows a finalized dataset; drop --no-finalize, or "
+                          "run `shardcook report` after finalizing.")
     if o.upload_queue < 1:
         raise ConfigError(f"--upload-queue must be at least 1, not {o.upload_queue}.")
     try:
@@ -242,8 +245,8 @@ def cap_workers(workers: int | None) -> int | None:
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
 RUNTIME_ONLY = frozenset(
-    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file", "hf_streaming",
-     "scratch_dir", "upload_queue"}
+    {"output_dir", "finalize", "report_html", "overwrite", "quiet", "workers", "hf_token_file",
+     "hf_streaming", "scratch_dir", "upload_queue"}
 )
 
 

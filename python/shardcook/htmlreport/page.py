@@ -45,7 +45,8 @@ padding:16px;box-shadow:0 0 0 100vmax rgba(0,0,0,.45)}
 SCRIPT = """
 for (const d of document.querySelectorAll("details.card")) {
   d.addEventListener("toggle", () => {
-    if (d.open) for (const o of document.querySelectorAll("details.card[open]")) if (o !== d) o.open = false;
+    if (!d.open) return;
+    for (const o of document.querySelectorAll("details.card[open]")) if (o !== d) o.open = false;
   });
 }
 document.addEventListener("click", (e) => {
@@ -53,7 +54,8 @@ document.addEventListener("click", (e) => {
   if (b) b.closest("details").open = false;
 });
 document.addEventListener("keydown", (e) => {
-  if (e.key === "Escape") for (const d of document.querySelectorAll("details.card[open]")) d.open = false;
+  if (e.key !== "Escape") return;
+  for (const d of document.querySelectorAll("details.card[open]")) d.open = false;
 });
 """
 
@@ -98,8 +100,8 @@ def _glance(c: Content) -> str:
     pairs = [("dataset", escape(c.name)), ("layout", escape(layout)),
              ("sample type", escape(s.dataset_type)),
              ("samples", _count("samples", s.samples)), ("shards", _count("shards", s.shards)),
-             ("bytes on disk", f'{_count("bytes", s.bytes_on_disk)} '
-                               f"({s.bytes_per_sample:,.0f} per sample)")]
+             ("bytes on disk", (f'{_count("bytes", s.bytes_on_disk)} '
+                               f"({s.bytes_per_sample:,.0f} per sample)"))]
     if m:
         pairs.append(("written by", escape(f"shardcook {m.get('shardcook_version', '?')}, "
                                            f"format {m.get('format_version', '?')}")))
@@ -112,8 +114,8 @@ def _glance(c: Content) -> str:
     parts = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>"
                     for k, v in s.parts.items())
     out = [f'<h2>At a glance</h2><div class="row"><div><table>{_rows(pairs)}</table></div>',
-           f"<div><h3>Splits</h3><table><tr><th>split</th><th>samples</th><th>shards</th></tr>"
-           f"{rows}</table></div>",
+           (f"<div><h3>Splits</h3><table><tr><th>split</th><th>samples</th><th>shards</th></tr>"
+           f"{rows}</table></div>"),
            f"<div><h3>Parts of the first sample</h3><table>{parts}</table></div>" if parts else ""]
     rep = c.run_report or {}
     stages = rep.get("stage_seconds")
@@ -159,7 +161,7 @@ def _latents(check: LatentCheck) -> str:
         return "<p>No latent could be read.</p>"
     mean, std = check.overall()
     want_mean, want_std = check.expected
-    stored = ("scaled: (z − shift) × scale" if check.scaled else "unscaled: the VAE's z")
+    stored = ("scaled: (z - shift) * scale" if check.scaled else "unscaled: the VAE's z")
     facts = (f"<p>Stored {stored}, with scaling factor {check.scaling_factor:g} and shift "
              f"{check.shift_factor:g}: expected mean {want_mean:.3g}, standard deviation "
              f"{want_std:.3g}. Measured over {check.samples:,} samples: mean {mean:.3g}, "
@@ -190,9 +192,9 @@ def _health(c: Content) -> str:
             f'<span data-count="duplicate-captions">{sum(len(g) - 1 for g in captions)}</span> '
             "duplicate captions.</p>"
             f"{_examples(pictures)}{_examples(captions)}")
-    out = [f"<h2>Health</h2><h3>Validation</h3>{verdict}"
+    out = [(f"<h2>Health</h2><h3>Validation</h3>{verdict}"
            f"<p>Checked as <code>{escape(c.validate_command)}</code> does, each split's first "
-           "sample decoded by shardcook rather than loaded through Energon.</p>",
+           "sample decoded by shardcook rather than loaded through Energon.</p>"),
            f"<h3>Skipped inputs</h3>{_skips(c.run_report)}",
            f"<h3>Duplicates</h3>{dups}"]
     if c.latents is not None:
@@ -205,12 +207,13 @@ def _health(c: Content) -> str:
 
 def _plots(c: Content) -> str:
     t = c.tally
-    charts = [(t.widths, "width", "pixels"), (t.heights, "height", "pixels"),
-              ([w / h for w, h in zip(t.widths, t.heights, strict=True)], "aspect ratio",
-               "width / height"),
-              (t.caption_words, "caption length", "words"),
-              (c.shard_samples, "samples per shard", "samples"),
-              (t.turns, "conversation turns", "turns")]
+    charts: list[tuple[Sequence[float], str, str]] = [
+        (t.widths, "width", "pixels"), (t.heights, "height", "pixels"),
+        ([w / h for w, h in zip(t.widths, t.heights, strict=True)], "aspect ratio",
+         "width / height"),
+        (t.caption_words, "caption length", "words"),
+        (c.shard_samples, "samples per shard", "samples"),
+        (t.turns, "conversation turns", "turns")]
     images = "".join(f'<img src="{histogram(values, title, unit)}" alt="{escape(title)}">'
                      for values, title, unit in charts if values)
     return (f"<h2>Plots</h2><p>Sizes and captions of the {t.read:,} samples read; samples per "

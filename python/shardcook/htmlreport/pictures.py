@@ -72,7 +72,8 @@ def open_image(data: bytes) -> PILImage.Image:
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as img:
-        return img.convert("RGB")
+        rgb: PILImage.Image = img.convert("RGB")
+    return rgb
 
 
 def image_parts(parts: dict[str, bytes]) -> list[bytes]:

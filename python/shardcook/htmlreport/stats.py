@@ -87,7 +87,8 @@ def stored_size(parts: dict[str, bytes]) -> tuple[int, int] | None:
         images = image_parts(parts)
         if images:
             with Image.open(io.BytesIO(images[0])) as img:
-                return img.size
+                width, height = img.size
+            return width, height
     except (OSError, ValueError):
         return None
     return None

@@ -106,3 +106,14 @@ def test_refusals(tmp_path):
     r = cli("raw", "--input-dir", src, "--output-dir", tmp_path / "o", "--report-html",
             "--no-finalize")
     assert r.code == 2 and "--report-html shows a finalized dataset" in one_error_line(r)
+
+
+def test_a_shard_cut_short(tmp_path):
+    d = write_dataset(tmp_path / "raw", n_shards=2, per_shard=3)
+    shard = d / "000001.tar"
+    shard.write_bytes(shard.read_bytes()[:1024])  # the first sample's headers, no more
+    page = make_report(d, samples=6)
+    problems = re.findall(r"<p class=\"warn\" data-problem>([^<]*)<", page)
+    assert any("000001.tar: the shard is 1,024 bytes" in p and "cut short" in p
+               for p in problems), problems
+    assert page.count("unreadable:") == 3  # its samples' cards say why

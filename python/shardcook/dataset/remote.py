@@ -228,22 +228,7 @@ class RemoteView(DatasetView):
         return problems + self._light_problems([s for s in shards if s[0] not in self._present])
 
     def _light_problems(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
-        fix = "; run `shardcook finalize --force`"
-        problems = []
-        for name, expected in shards:
-            offsets = self._idx_offsets(name)
-            if offsets is None:
-                problems.append(f"{name}: the index file {name}.idx is missing or not whole{fix}")
-                continue
-            if expected is not None and len(offsets) != expected + 1:
-                problems.append(f"{name}.idx has {len(offsets)} entries where the shard needs "
-                                f"{expected + 1} (samples + 1){fix}")
-            elif not tarindex.block_offsets(offsets):
-                problems.append(f"{name}.idx does not hold increasing tar block offsets{fix}")
-            elif offsets and offsets[-1] + 512 > self.sizes[name]:
-                problems.append(f"{name}: the shard is {self.sizes[name]:,} bytes but its index "
-                                f"ends at byte {offsets[-1]:,}; it was cut short or replaced{fix}")
-        return problems
+        return tarindex.light_problems(self.root, shards, self.sizes)
 
     def index_shards(self, shards: Sequence[str], sqlite_path: Path | None
                      ) -> tuple[list[tuple[str, int]], list[str]]:

@@ -20,6 +20,7 @@ from shardcook.errors import ConfigError, DatasetError
 from shardcook.files import write_atomic
 from shardcook.htmlreport import picks
 from shardcook.htmlreport.cards import PICTURE_ERRORS, card
+from shardcook.htmlreport.indexed import IndexedView
 from shardcook.htmlreport.page import Content, render
 from shardcook.htmlreport.stats import LatentCheck, Tally, latent_check
 from shardcook.layouts import Layout, by_encoding, registry_function
@@ -112,7 +113,7 @@ def make_report(dataset: str | os.PathLike[str], *, samples: int = DEFAULT_SAMPL
     if not 1 <= samples <= MAX_SAMPLES:
         raise ConfigError(f"--samples must be between 1 and {MAX_SAMPLES}, not {samples}.")
     with dataset_view(dataset, scratch_dir=scratch_dir) as view:
-        return render(_content(view, samples, split))
+        return render(_content(IndexedView(view), samples, split))
 
 
 def default_out(dataset: str | os.PathLike[str]) -> Path:

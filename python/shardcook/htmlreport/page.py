@@ -193,8 +193,10 @@ def _health(c: Content) -> str:
             "duplicate captions.</p>"
             f"{_examples(pictures)}{_examples(captions)}")
     out = [(f"<h2>Health</h2><h3>Validation</h3>{verdict}"
-           f"<p>Checked as <code>{escape(c.validate_command)}</code> does, each split's first "
-           "sample decoded by shardcook rather than loaded through Energon.</p>"),
+           f"<p>The checks of <code>{escape(c.validate_command)}</code>, but each shard "
+           "checked against its <code>.tar.idx</code> and its size rather than scanned, and each "
+           "split's first sample decoded by shardcook rather than loaded through Energon: run "
+           "that command for both.</p>"),
            f"<h3>Skipped inputs</h3>{_skips(c.run_report)}",
            f"<h3>Duplicates</h3>{dups}"]
     if c.latents is not None:

@@ -54,6 +54,9 @@ def turn_text(turn: dict[str, Any]) -> tuple[str, str]:
     form."""
     speaker = turn.get("from", turn.get("role", ""))
     text = turn.get("value", turn.get("content", ""))
+    if isinstance(text, list):  # OpenAI's content parts: text, and media as <image>, <video>
+        text = " ".join(str(p.get("text", "")) if p.get("type") == "text" else f"<{p.get('type')}>"
+                        for p in text if isinstance(p, dict))
     return str(speaker), text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
 
 
@@ -204,7 +207,11 @@ class Tally:
         if turns is not None:
             self.turns.append(len(turns))
         picture = next((parts[p] for p in PICTURE_PARTS if p in parts), None)
-        if picture is not None:
+        try:  # chatml's image list may be empty: no picture to compare
+            pictured = MULTI_IMAGE_PART not in parts or bool(image_parts(parts))
+        except ValueError:
+            pictured = False
+        if picture is not None and pictured:
             self.pictures[hashlib.sha256(picture).hexdigest()].append(key)
 
     @staticmethod

@@ -44,8 +44,10 @@ class Opened:
     clicked_parts: list[str] = field(default_factory=list)
 
 
-def open_report(page_file: Path, screenshot: Path | None = None) -> Opened:
-    """Opens `page_file` in headless Chromium, every non-file, non-data request refused."""
+def open_report(page_file: Path, screenshot: Path | None = None, *,
+                full_page: bool = False) -> Opened:
+    """Opens `page_file` in headless Chromium, every non-file, non-data request refused; with
+    `full_page` the screenshot shows the whole page, not its first screen."""
     from playwright.sync_api import sync_playwright
 
     got = Opened()
@@ -78,7 +80,7 @@ def open_report(page_file: Path, screenshot: Path | None = None) -> Opened:
                 "audio, video", "els => els.filter(e => e.src.startsWith('data:'))"
                 ".map(e => e.tagName.toLowerCase())")
             got.injected_ran = bool(page.evaluate("() => window.__pwned === true"))
-            got.screenshot = page.screenshot(full_page=False, path=screenshot)
+            got.screenshot = page.screenshot(full_page=full_page, path=screenshot)
             cards = page.locator("details.card > summary")
             if cards.count():
                 cards.first.click()

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from PIL import Image
-
 from shardcook import ShardWriter, finalize
 
 out, n = Path(sys.argv[1]), int(sys.argv[2])

@@ -89,6 +89,15 @@ def test_report_html_after_a_raw_run(tmp_path):
     assert page.count('<details class="card">') == 6
 
 
+def test_report_html_after_a_raw_run_into_a_bucket(tmp_path, s3_store):
+    src = make_folder(tmp_path / "in", 4)
+    r = cli("raw", "--input-dir", src, "--output-dir", s3_store.url("data/set"), "--shard-size",
+            "2", "--image-size", "32", "--report-html", "--quiet", "--scratch-dir", tmp_path)
+    assert r.code == 0, r.stderr
+    page = s3_store.get("data/set/.shardcook/report.html").decode()
+    assert _counts(page)["samples"] == 4 and 'data-validate="whole"' in page
+
+
 def test_refusals(tmp_path):
     d = write_dataset(tmp_path / "raw")
     unfinalized = tmp_path / "bare"

@@ -24,6 +24,7 @@ from shardcook.dataset.location import dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.files import write_atomic
+from shardcook.htmlreport.pictures import false_colour
 from shardcook.layouts import IMAGE_PARTS, LAYOUTS, Layout, by_encoding, registry_function
 from shardcook.layouts.bridge_flux import LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, TIMESTEP_COLUMN
@@ -78,17 +79,6 @@ def _first_samples(view: DatasetView, count: int) -> list[tuple[str, dict[str, b
                 if len(got) == count:
                     return got
     return got
-
-
-def _false_colour(latent: torch.Tensor) -> np.ndarray:
-    """[C, h, w] -> h*8 x w*8 RGB uint8 from channels 0..2 (fewer channels repeat)."""
-    import numpy as np
-
-    lat = latent.float().numpy()
-    ch = [lat[min(i, lat.shape[0] - 1)] for i in range(3)]
-    rgb = np.stack([(c - c.min()) / max(float(c.max() - c.min()), 1e-8) for c in ch], axis=-1)
-    rgb = (rgb * 255).round().astype(np.uint8)
-    return np.kron(rgb, np.ones((8, 8, 1), np.uint8))
 
 
 def mlperf_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
@@ -182,7 +172,7 @@ def _tile(layout: Layout, key: str, parts: dict[str, bytes],
     if _latents_scaled(layout) is None:
         image: PILImage.Image = picture
         return image, caption
-    return Image.fromarray(decode(picture) if decode else _false_colour(picture)), caption
+    return Image.fromarray(decode(picture) if decode else false_colour(picture)), caption
 
 
 def _unreadable_tile(error: Exception) -> tuple[PILImage.Image, str]:

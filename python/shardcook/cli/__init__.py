@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from shardcook.cli.app import app
-from shardcook.cli.dataset import blend, finalize, info, preview, validate
+from shardcook.cli.dataset import blend, finalize, info, preview, report, validate
 from shardcook.cli.demo import demo
 from shardcook.cli.ingest import ingest
 from shardcook.cli.pipelines import chatml, encode, raw
@@ -29,6 +29,7 @@ PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
     ("Finish and check", ((finalize, "DATASETS/#finalize"),
                           (validate, "DATASETS/#validate-and-info"),
                           (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),
+                          (report, "REPORT/"),
                           (blend, "DATASETS/#blend"))),
 )
 

@@ -1,5 +1,5 @@
 """The commands on a dataset folder that exists, or its URL in object storage: finalize, validate,
-info, preview, and blend (several datasets into one Energon metadataset)."""
+info, preview, report, and blend (several datasets into one Energon metadataset)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 from shardcook.cli.app import fail
 from shardcook.cli.options import DatasetArg, declared_in, with_config_options
 from shardcook.config.sections import option_field
-from shardcook.dataset.arguments import BlendOptions, DatasetOptions
+from shardcook.dataset.arguments import BlendOptions, DatasetOptions, ReportOptions
 from shardcook.errors import ShardcookError
 from shardcook.fields import check_rules
 
@@ -119,6 +119,19 @@ def preview(directory: DatasetArg, **options: Any) -> None:
         out = options.pop("out")
         _check_preview_out(out)
         path = run(directory, out, **options)
+    except ShardcookError as e:
+        fail(e)
+    typer.echo(f"wrote {path}")
+
+
+@with_config_options(("out", "samples", "split", "scratch_dir"), lookup=declared_in(ReportOptions))
+def report(directory: DatasetArg, **options: Any) -> None:
+    """One self-contained HTML page of a dataset: its facts, validate's verdict, skipped inputs,
+    duplicates, latent statistics, plots and a grid of samples; no network needed to view it."""
+    from shardcook.htmlreport import write_report
+
+    try:
+        path = write_report(directory, options.pop("out"), **options)
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 # The config fields each command takes as options, in --help's order within each panel.
 SOURCE_FIELDS = ("source_type", "input_dir", "hf_dataset", "hf_split", "hf_data_files",
                  "hf_streaming", "input_path", "max_samples")
-OUTPUT_FIELDS = ("output_dir", "shard_size", "split", "finalize", "overwrite", "quiet",
-                 "scratch_dir", "upload_queue")
+OUTPUT_FIELDS = ("output_dir", "shard_size", "split", "finalize", "report_html", "overwrite",
+                 "quiet", "scratch_dir", "upload_queue")
 RESIZE_FIELDS = ("image_size", "resize_mode", "max_size")
 MODEL_FIELDS = ("layout", "model_path", "vae_path", "clip_path", "t5_path", "revision",
                 "precision", "stored_dtype", "batch_size", "t5_max_length", "latent_mode", "seed",
@@ -44,9 +44,9 @@ CHATML_OPTIONS = (
     "hf_dataset", "hf_split", "hf_data_files", "max_samples", "image_column",
     "conversation_column", "question_column", "answer_column", "system_prompt", "output_dir",
     "shard_size", "val_fraction", "hf_val_split", "train_rows", "val_rows", "test_fraction",
-    "test_rows", "finalize", "overwrite", "quiet", "scratch_dir", "upload_queue", "image_format",
-    "image_quality", "chatml.max_pixels", "workers", "hf_token_file", "video_layout",
-    "video_frames_part", "video_fps", "max_frames")
+    "test_rows", "finalize", "report_html", "overwrite", "quiet", "scratch_dir", "upload_queue",
+    "image_format", "image_quality", "chatml.max_pixels", "workers", "hf_token_file",
+    "video_layout", "video_frames_part", "video_fps", "max_frames")
 
 
 def _run_job(ctx: typer.Context, config: Path | None, print_config: bool,

@@ -59,6 +59,9 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
         raise ConfigError("--hf-streaming reads a Hugging Face dataset for raw or encode "
                           "(--source-type huggingface); drop it here.")
     o.path  # noqa: B018 - raises ConfigError when no output folder was given
+    if o.report_html and not o.finalize:
+        raise ConfigError("--report-html shows a finalized dataset; drop --no-finalize, or "
+                          "run `shardcook report` after finalizing.")
     try:
         parse_ratio(o.split)
     except ConfigError as e:
@@ -145,8 +148,8 @@ def cap_workers(workers: int | None) -> int | None:
 
 # Options that change what is written; a resumed run must match the earlier run on all of them.
 RUNTIME_ONLY = frozenset(
-    {"output_dir", "finalize", "overwrite", "quiet", "workers", "hf_token_file", "hf_streaming",
-     "scratch_dir", "upload_queue"}
+    {"output_dir", "finalize", "report_html", "overwrite", "quiet", "workers", "hf_token_file",
+     "hf_streaming", "scratch_dir", "upload_queue"}
 )
 
 

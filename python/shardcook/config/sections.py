@@ -164,6 +164,10 @@ class OutputConfig(Section):
                             help_for={"chatml": "Index and check at the end."})
     overwrite: bool = option(False, "Delete an earlier run in --output-dir and start over.", OUTPUT)
     quiet: bool = option(False, "No progress bars and no summary.", OUTPUT)
+    #: `shardcook report`'s page of the finished dataset, in `.shardcook/` beside report.json.
+    report_html: bool = option(
+        False, "At the end, also write .shardcook/report.html beside report.json: one page "
+               "showing the dataset, its health and its samples (needs --finalize).", OUTPUT)
     #: Where shards bound for object storage are staged before upload (default: the system temp
     #: folder); local only. The dataset commands' --scratch-dir is another folder
     #: (`dataset.arguments.DATASET_SCRATCH_HELP`).

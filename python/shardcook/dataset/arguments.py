@@ -84,6 +84,23 @@ class DatasetOptions:
         None, "Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")
 
 
+#: How many samples a report page shows by default, and at most (each is an inline picture: the
+#: page stays a few MB).
+DEFAULT_REPORT_SAMPLES, MAX_REPORT_SAMPLES = 48, 1000
+
+
+@dataclass
+class ReportOptions:
+    """The options of `report` (`htmlreport.write_report`)."""
+
+    out: Path | None = option(
+        None, "The .html file to write (default: DIRNAME-report.html here).")
+    samples: int = option(DEFAULT_REPORT_SAMPLES, "How many samples the page shows.",
+                          rules=[bounded(1, MAX_REPORT_SAMPLES)])
+    split: str | None = option(None, "Show only this split's samples (default: all).")
+    scratch_dir: Path | None = option(None, DATASET_SCRATCH_HELP)
+
+
 @dataclass
 class BlendOptions:
     """The options of blend (`energon.blend.write_blend`)."""

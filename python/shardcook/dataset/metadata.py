@@ -38,6 +38,7 @@ from shardcook.layouts.names import (
     META_DIR,
     OURS_DIR,
     PROGRESS_DIR,
+    REPORT_JSON,
     SPLIT_YAML,
     is_shard_name,
 )
@@ -336,6 +337,13 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
         return None
     data, label, _ = loaded
     return _checked_manifest(data, label)
+
+
+def read_run_report(root: Path) -> dict[str, Any] | None:
+    """report.json (what the run that wrote the dataset counted, skipped and timed), a JSON
+    object; None when there is none."""
+    loaded = _load_object(root, ours_path(root, REPORT_JSON), _json)
+    return None if loaded is None else loaded[0]
 
 
 def parse_manifest(text: str, label: str) -> dict[str, Any]:

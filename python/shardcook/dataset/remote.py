@@ -194,6 +194,14 @@ class RemoteView(DatasetView):
             for name in wanted:
                 self._placeholder(name)
 
+    def read_range(self, shard: str, start: int, end: int) -> bytes:
+        """One ranged GET of the shard object."""
+        try:
+            return self.folder.read_range(shard, start, end - start)
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise DatasetError(f"cannot read {self.folder.child(shard)} "
+                               f"({describe_error(e)})") from None
+
     def windows(self, shards: Sequence[str]) -> Iterator[list[str]]:
         for start in range(0, len(shards), self.window):
             window = list(shards[start:start + self.window])
@@ -215,22 +223,7 @@ class RemoteView(DatasetView):
         return problems + self._light_problems([s for s in shards if s[0] not in self._present])
 
     def _light_problems(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
-        fix = "; run `shardcook finalize --force`"
-        problems = []
-        for name, expected in shards:
-            offsets = self._idx_offsets(name)
-            if offsets is None:
-                problems.append(f"{name}: the index file {name}.idx is missing or not whole{fix}")
-                continue
-            if expected is not None and len(offsets) != expected + 1:
-                problems.append(f"{name}.idx has {len(offsets)} entries where the shard needs "
-                                f"{expected + 1} (samples + 1){fix}")
-            elif not tarindex.block_offsets(offsets):
-                problems.append(f"{name}.idx does not hold increasing tar block offsets{fix}")
-            elif offsets and offsets[-1] + 512 > self.sizes[name]:
-                problems.append(f"{name}: the shard is {self.sizes[name]:,} bytes but its index "
-                                f"ends at byte {offsets[-1]:,}; it was cut short or replaced{fix}")
-        return problems
+        return tarindex.light_problems(self.root, shards, self.sizes)
 
     def index_shards(self, shards: Sequence[str], sqlite_path: Path | None
                      ) -> tuple[list[tuple[str, int]], list[str]]:

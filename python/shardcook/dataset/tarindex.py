@@ -5,10 +5,11 @@ writes)."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
+from pathlib import Path
 
-__all__ = ["block_offsets", "idx_offsets"]
+__all__ = ["block_offsets", "idx_offsets", "light_problems"]
 
 
 def idx_offsets(data: bytes) -> list[int] | None:
@@ -21,3 +22,30 @@ def idx_offsets(data: bytes) -> list[int] | None:
 def block_offsets(offsets: Sequence[int]) -> bool:
     """True when the offsets increase and each is where a tar block starts (a multiple of 512)."""
     return all(b > a for a, b in pairwise(offsets)) and not any(n % 512 for n in offsets)
+
+
+def light_problems(root: Path, shards: Sequence[tuple[str, int | None]],
+                   sizes: Mapping[str, int]) -> list[str]:
+    """The shards' problems found without reading them: each `.tar.idx` under `root` holds as
+    many entries as `.info.json` says samples (plus the end), increasing block offsets, and
+    the shard (of `sizes[name]` bytes) is long enough to hold them."""
+    import numpy as np
+
+    fix = "; run `shardcook finalize --force`"
+    problems = []
+    for name, expected in shards:
+        path = root / f"{name}.idx"
+        data = path.read_bytes() if path.is_file() else None
+        if data is None or len(data) % 8:
+            problems.append(f"{name}: the index file {name}.idx is missing or not whole{fix}")
+            continue
+        offsets = np.frombuffer(data, dtype="=u8")  # numpy: millions of samples in a blink
+        if expected is not None and len(offsets) != expected + 1:
+            problems.append(f"{name}.idx has {len(offsets)} entries where the shard needs "
+                            f"{expected + 1} (samples + 1){fix}")
+        elif bool((np.diff(offsets.astype(np.int64)) <= 0).any() or (offsets % 512).any()):
+            problems.append(f"{name}.idx does not hold increasing tar block offsets{fix}")
+        elif len(offsets) and int(offsets[-1]) + 512 > sizes[name]:
+            problems.append(f"{name}: the shard is {sizes[name]:,} bytes but its index "
+                            f"ends at byte {int(offsets[-1]):,}; it was cut short or replaced{fix}")
+    return problems

@@ -32,6 +32,13 @@ class DatasetView:
         their first sample: enough for a reader that stops there)."""
         yield
 
+    def read_range(self, shard: str, start: int, end: int) -> bytes:
+        """Bytes `start`..`end` of `shard` (one sample, by its `.tar.idx` offsets), without
+        fetching the rest of it."""
+        with (self.root / shard).open("rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+
     def windows(self, shards: Sequence[str]) -> Iterator[list[str]]:
         """`shards` in their order, in groups whose bytes are under `root` while the group is
         being handled (until the next one is asked for)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardcook.demo.images import COLOURS, make_images
+from shardcook.layouts.names import OURS_DIR, REPORT_HTML
 from shardcook.paths import check_local_path
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def _config(images: Path, out: Path, model: Path | None) -> RunConfig:
 
     values = {"input_dir": str(images), "output_dir": str(out), "shard_size": 8,
               "split": "0.75,0.25,0", "image_size": 64, "overwrite": True, "quiet": True,
-              "image_format": "png"}
+              "image_format": "png", "report_html": True}
     if model is not None:
         values.update(model_path=str(model), precision="fp32", t5_max_length=32, batch_size=4,
                       device="cpu")
@@ -66,6 +67,11 @@ def run_demo(output_dir: str | Path = "shardcook-demo", n: int = 24) -> DemoResu
     finally:
         if root.is_dir():
             record_demo_folder(root)  # all in it is the demo's, even after a failure
+
+
+def report_page(dataset: Path) -> Path:
+    """The page `--report-html` wrote for a demo dataset."""
+    return dataset / OURS_DIR / REPORT_HTML
 
 
 def _run_demo(root: Path, n: int) -> DemoResult:
@@ -101,6 +107,7 @@ def _run_demo(root: Path, n: int) -> DemoResult:
         lines.append(f"  {name + ':':<9} {out}: {rep['num_written']} samples in "
                      f"{rep['num_shards']} shards, finalized and validated "
                      f"({rep['wall_seconds']:.1f} s)")
+        lines.append(f"            page: {report_page(out)}")
     lines.extend(_load_batches(raw_out, enc_out))
     from shardcook.demo.chatml import run_chatml_demo
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from shardcook.config import RunConfig
+from shardcook.layouts.names import OURS_DIR, REPORT_HTML
 
 CLIP_SECONDS = 1.5
 CLIP_FPS = 8
@@ -65,7 +66,7 @@ def config(jsonl: Path, out: Path) -> RunConfig:
 
     values = {"source_type": "jsonl", "input_path": str(jsonl), "output_dir": str(out),
               "shard_size": 4, "overwrite": True, "quiet": True, "val_fraction": 0.2,
-              "video_fps": 4.0, "max_frames": 4}
+              "video_fps": 4.0, "max_frames": 4, "report_html": True}
     return resolve(values, set(values))
 
 
@@ -103,4 +104,5 @@ def run_chatml_demo(root: Path, images: list[tuple[str, str]], image_dir: Path) 
              f"clips in {rep['num_shards']} shards, finalized and validated "
              f"({rep['wall_seconds']:.1f} s)"),
             (f"            {key}: {len(frames)} JPEG frames at {first['timestamps']} s, "
-             f"{first['width']}x{first['height']}")]
+             f"{first['width']}x{first['height']}"),
+            f"            page: {out / OURS_DIR / REPORT_HTML}"]

@@ -21,6 +21,8 @@ INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"
 MANIFEST_JSON = "manifest.json"
 REPORT_JSON = "report.json"
+#: In `.shardcook/` with `--report-html`: the page `shardcook report` makes of the finished dataset.
+REPORT_HTML = "report.html"
 #: What finalize was asked (split, exclusions), so validate and a later finalize keep it.
 FINALIZE_JSON = "finalize.json"
 PROGRESS_DIR = "progress"

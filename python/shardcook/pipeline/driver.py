@@ -11,6 +11,7 @@ from typing import Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.layouts.names import OURS_DIR, REPORT_HTML
 from shardcook.output import overwrite
 from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.output.lock import Holder
@@ -249,6 +250,17 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         dist.close()
 
 
+def _write_report_html(folder: OutputFolder) -> str:
+    """`--report-html`: the finished dataset's page, in `.shardcook/` beside report.json;
+    returns where."""
+    from shardcook.htmlreport import make_report
+
+    name = f"{OURS_DIR}/{REPORT_HTML}"
+    page = make_report(folder.location, scratch_dir=folder.scratch)
+    folder.write_file(name, page.encode("utf-8"))
+    return f"{folder.location}/{name}"
+
+
 def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit],
             manifest: JsonObject, all_stats: list[RunStats], world_size: int,
             t_start: float) -> JsonObject:
@@ -292,6 +304,9 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
         job.finalize(folder, result)
         result = report(time.perf_counter() - t0)
         folder.write_results(rep.finish_manifest(manifest, result), result)
+    page = _write_report_html(folder) if cfg.output.report_html else None
     if not cfg.output.quiet:
         print("\n".join(rep.summary_lines(result, str(out))), file=sys.stderr)
+        if page is not None:
+            print(f"  page:    {page}", file=sys.stderr)
     return result

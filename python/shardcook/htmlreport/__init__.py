@@ -1,0 +1,144 @@
+"""`shardcook report`: one self-contained HTML page of a finished dataset (its facts, `validate`'s
+verdict, the run's skips and timings, duplicates, latent statistics, plots and a grid of samples)
+for a folder or a URL. It reads the metadata, the index, and the samples it shows and measures,
+each by its `.tar.idx` offsets; nothing from the dataset is unpickled or run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shardcook.dataset import metadata
+from shardcook.dataset.arguments import DEFAULT_REPORT_SAMPLES, ReportOptions
+from shardcook.dataset.location import dataset_view
+from shardcook.dataset.summary import read_metadata, summarize
+from shardcook.dataset.validate import validate_view
+from shardcook.dataset.view import DatasetView
+from shardcook.errors import ConfigError, DatasetError
+from shardcook.fields import check_rules
+from shardcook.files import write_atomic
+from shardcook.htmlreport import picks
+from shardcook.htmlreport.cards import PICTURE_ERRORS, card
+from shardcook.htmlreport.indexed import IndexedView
+from shardcook.htmlreport.page import Content, render
+from shardcook.htmlreport.stats import LatentCheck, Tally, latent_check
+from shardcook.layouts import Layout, by_encoding, registry_function
+from shardcook.paths import check_local_path
+from shardcook.storage.location import Location, locate
+
+__all__ = ["DEFAULT_SAMPLES", "make_report", "write_report"]
+
+DEFAULT_SAMPLES = DEFAULT_REPORT_SAMPLES
+#: Samples read for the statistics (sizes, captions, duplicates, latents), the shown ones
+#: among them.
+STATS_SAMPLES = 512
+SEED = 0
+
+T = TypeVar("T")
+
+
+def _or_none(read: Callable[[Path], T | None], root: Path) -> T | None:
+    """A record that may be damaged: validate reports the damage, the page goes without it."""
+    try:
+        return read(root)
+    except DatasetError:
+        return None
+
+
+def _add_latent(check: LatentCheck, layout: Layout, sample: picks.Picked) -> None:
+    assert layout.reading.preview is not None  # a layout with latents shows them
+    try:
+        latent, _ = registry_function(layout.reading.preview)(sample.key, sample.parts)
+        check.add(latent)
+    except PICTURE_ERRORS:
+        return  # its card says why
+
+
+def _content(view: DatasetView, samples: int, split: str | None) -> Content:
+    from shardcook import __version__
+
+    root = view.root
+    counts, splits, dataset_yaml = read_metadata(root)
+    if split is not None and split not in splits:
+        raise DatasetError(f"{view.name} has no {split} split; it has "
+                           f"{', '.join(splits) or 'none'}.")
+    validation = validate_view(view, energon_check=False)
+    summary = validation.summary or summarize(view, counts, splits, dataset_yaml)
+    manifest = _or_none(metadata.read_manifest, root) or {}
+    encoding = _or_none(metadata.recorded_encoding, root)
+    layout = by_encoding(encoding) if encoding else None
+    shards = [s for s in (splits[split] if split else counts) if s in counts]
+    wanted = picks.positions(counts, shards, max(samples, STATS_SAMPLES), SEED)
+    n_shown = min(samples, len(wanted))
+    shown = {len(wanted) * i // n_shown for i in range(n_shown)}
+    tally = Tally()
+    scaled = layout.encode.latents_scaled if layout is not None and layout.encode else None
+    latents = latent_check(scaled, manifest) if scaled is not None else None
+    cards = []
+    for i, sample in enumerate(picks.read(view, wanted)):
+        if sample.error is not None:
+            tally.unreadable.append((f"{sample.shard} #{sample.index}", sample.error))
+        else:
+            tally.add(sample.key, sample.parts)
+            if latents is not None and layout is not None:
+                _add_latent(latents, layout, sample)
+        if i in shown:
+            cards.append(card(layout, sample))
+    return Content(
+        name=view.name, summary=summary, layout=layout, split=split, manifest=manifest,
+        run_report=_or_none(metadata.read_run_report, root), validation=validation,
+        validate_command=f"shardcook validate {shlex.quote(view.name)}",
+        shard_samples=[counts[s] for s in shards], tally=tally, latents=latents, cards=cards,
+        version=__version__)
+
+
+def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DEFAULT_SAMPLES,
+                split: str | None = None, scratch_dir: str | os.PathLike[str] | None = None
+                ) -> str:
+    """The report page of `dataset` (a finalized dataset's folder or URL) as HTML.
+
+    Args:
+        samples: How many samples the grid shows (seeded, spread over the shards).
+        split: Show and measure only this split's samples (default: every split's).
+        scratch_dir: Where a URL's metadata is copied (default: the temporary folder).
+
+    Raises:
+        ConfigError: a bad location or sample count.
+        DatasetError: the dataset is not finalized, or has no such split.
+    """
+    dataset = locate(dataset, "The dataset folder")
+    check_rules("--samples", samples, ReportOptions.__dataclass_fields__["samples"])
+    with dataset_view(dataset, scratch_dir=scratch_dir) as view:
+        return render(_content(IndexedView(view), samples, split))
+
+
+def default_out(dataset: str | os.PathLike[str] | Location) -> Path:
+    """`NAME-report.html` in the working folder, NAME the dataset folder's."""
+    where = locate(dataset, "The dataset folder")
+    name = where.path.resolve().name if where.remote is None else where.split()[1]
+    return Path(f"{name or 'dataset'}-report.html")
+
+
+def write_report(dataset: str | os.PathLike[str] | Location,
+                 out: str | os.PathLike[str] | None = None, **options: Any) -> Path:
+    """Writes `make_report(dataset, **options)` to `out` (default: `default_out`); returns
+    its path.
+
+    Raises:
+        ConfigError: `out` is not an .html file in a folder that exists, or cannot be written.
+    """
+    target = Path(out) if out is not None else default_out(dataset)
+    check_local_path(target, "--out")
+    if target.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--out {str(target)!r} must name an .html file.")
+    if not target.parent.is_dir() or target.is_dir():
+        raise ConfigError(f"--out {str(target)!r} must name a file in a folder that exists.")
+    page = make_report(dataset, **options)
+    try:
+        write_atomic(target, page.encode("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"--out {str(target)!r} cannot be written ({e.strerror or e}).") from None
+    return target

@@ -1,0 +1,39 @@
+"""The dataset as the report checks it: `validate`'s checks, but each shard checked against its
+`.tar.idx` and its size rather than scanned (as `validate` checks a dataset in a bucket), so the
+page reads the index and the samples it shows, never every shard's headers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from shardcook.dataset.tarindex import light_problems
+from shardcook.dataset.view import DatasetView
+
+
+class IndexedView(DatasetView):
+    """`view` with the light shard check; everything else is `view`'s."""
+
+    def __init__(self, view: DatasetView) -> None:
+        super().__init__(view.root, view.name)
+        self.inner = view
+
+    @contextmanager
+    def fetched(self, shards: Sequence[str], *, first_sample: bool = False) -> Iterator[None]:
+        with self.inner.fetched(shards, first_sample=first_sample):
+            yield
+
+    def read_range(self, shard: str, start: int, end: int) -> bytes:
+        return self.inner.read_range(shard, start, end)
+
+    def verify_shards(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
+        sizes = {name: (self.root / name).stat().st_size for name, _ in shards}
+        return light_problems(self.root, shards, sizes)
+
+    @property
+    def location(self) -> Path | str:
+        return self.inner.location
+
+    def shown(self, text: str) -> str:
+        return self.inner.shown(text)

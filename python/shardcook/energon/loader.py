@@ -336,27 +336,15 @@ def get_diffusion_loader(
         batch_drop_last = split == "train"
     if worker_config is None:
         worker_config = _worker_config(num_workers, rank, world_size, data_parallel_group)
+    both: dict[str, Any] = {"split_part": split, "worker_config": worker_config,
+                            "batch_size": batch_size, "batch_drop_last": batch_drop_last,
+                            "task_encoder": task_encoder}
     if split == "train":
-        dataset = get_train_dataset(
-            str(path),
-            split_part=split,
-            worker_config=worker_config,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            shuffle_buffer_size=shuffle_buffer_size,
-            max_samples_per_sequence=max_samples_per_sequence,
-            task_encoder=task_encoder,
-            repeat=repeat,
-        )
+        dataset = get_train_dataset(str(path), shuffle_buffer_size=shuffle_buffer_size,
+                                    max_samples_per_sequence=max_samples_per_sequence,
+                                    repeat=repeat, **both)
     else:
-        dataset = get_val_dataset(
-            str(path),
-            split_part=split,
-            worker_config=worker_config,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            task_encoder=task_encoder,
-        )
+        dataset = get_val_dataset(str(path), **both)
     loader = CheckedSavableDataLoader(  # what get_savable_loader builds, with checked states
         dataset,
         identity=identity,

@@ -34,7 +34,7 @@ from shardcook.layouts.names import (
     RUN_LOCK,
     is_shard_path,
 )
-from shardcook.output import overwrite
+from shardcook.output import overwrite, records
 from shardcook.output.lock import BucketLease, Holder
 from shardcook.output.place import check_bucket_place
 from shardcook.output.records import record_json
@@ -169,17 +169,10 @@ class BucketRunFolder:
 
     def recorded_shards(self) -> set[str]:
         """The shard objects the earlier run's manifest or unit markers name."""
-        try:
-            manifest = self.read_manifest()
-        except DatasetError:
-            manifest = None  # damaged: the markers still name every finished unit's shard
-        names = set((manifest or {}).get("shards") or {})
-        markers = self._checked("listing", lambda: list(self.store.names(_PROGRESS)))
-        stems = [n[len(_PROGRESS):].removesuffix(".json") for n in markers]
-        for record in self.read_markers([int(s) for s in stems if s.isdigit()]).values():
-            if isinstance(record.get("shard"), str):
-                names.add(record["shard"])
-        return {n for n in names if is_shard_path(n)}
+        listed = self._checked("listing", lambda: list(self.store.names(_PROGRESS)))
+        stems = [n[len(_PROGRESS):].removesuffix(".json") for n in listed]
+        markers = self.read_markers([int(s) for s in stems if s.isdigit()]).values()
+        return records.recorded_shards(self.read_manifest, markers)
 
     def plan_overwrite(self) -> overwrite.ObjectPlan:
         """What `--overwrite` removes and keeps (`overwrite.plan_object_deletions`), deleting

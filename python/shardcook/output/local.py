@@ -21,7 +21,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
-from shardcook.errors import ConfigError, DatasetError
+from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
     MANIFEST_JSON,
     OURS_DIR,
@@ -29,9 +29,8 @@ from shardcook.layouts.names import (
     REPORT_JSON,
     RUN_LOCK,
     TMP_DIR,
-    is_shard_path,
 )
-from shardcook.output import overwrite
+from shardcook.output import overwrite, records
 from shardcook.output.lock import Holder, LocalLock
 from shardcook.output.place import check_local_place
 from shardcook.output.records import record_json
@@ -159,17 +158,10 @@ class RunFolder:
 
     def recorded_shards(self) -> set[str]:
         """The shard files the earlier run's manifest or unit markers name."""
-        try:
-            manifest = self.read_manifest()
-        except DatasetError:
-            manifest = None  # damaged: the markers still name every finished unit's shard
-        names = set((manifest or {}).get("shards") or {})
         progress = self.progress_dir
-        for marker in sorted(progress.glob("*.json")) if progress.is_dir() else ():
-            record = self.read_marker(int(marker.stem)) if marker.stem.isdigit() else None
-            if record is not None and isinstance(record.get("shard"), str):
-                names.add(record["shard"])
-        return {n for n in names if is_shard_path(n)}
+        listed = sorted(progress.glob("*.json")) if progress.is_dir() else []
+        markers = (self.read_marker(int(m.stem)) for m in listed if m.stem.isdigit())
+        return records.recorded_shards(self.read_manifest, markers)
 
     def plan_overwrite(self) -> overwrite.OverwritePlan:
         """What `--overwrite` removes and what it keeps, deleting nothing

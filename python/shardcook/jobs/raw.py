@@ -103,7 +103,7 @@ class RawJob(JobBasics):
     def units(self, source: Source) -> list[WorkUnit]:
         return ratio_units(self.cfg, source)
 
-    def processor(self, cfg: RunConfig) -> RawProcessor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder) -> RawProcessor:
         return RawProcessor(cfg)
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:

@@ -52,8 +52,9 @@ class Job(Protocol):
         """The run's work units; ConfigError for a plan finalize would refuse."""
         ...
 
-    def processor(self, cfg: RunConfig) -> Processor:
-        """What turns loaded inputs into sample parts."""
+    def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:
+        """What turns loaded inputs into sample parts; `folder` is the run's output folder (the
+        job writes through it, never a second one)."""
         ...
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
@@ -223,7 +224,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         if error is not None:
             raise ConfigError(error)
         assert source is not None and folder is not None
-        processor = job.processor(cfg)
+        processor = job.processor(cfg, folder)
         mine = units_for_rank(units, dist.rank, dist.world_size)
         show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
         with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:

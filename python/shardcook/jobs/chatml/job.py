@@ -101,7 +101,7 @@ class ChatmlJob(JobBasics):
         assert self.found is not None and source is self.found
         return list(plan_split_units(self.found.split_sizes, self.shard_size))
 
-    def processor(self, cfg: RunConfig) -> ChatmlProcessor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder) -> ChatmlProcessor:
         assert self.found is not None
         s = self.found
         return ChatmlProcessor(cfg, s.images, s.video_layout, s.audio_extension)

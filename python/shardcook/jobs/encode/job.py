@@ -32,7 +32,7 @@ from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
 from shardcook.jobs.images import check_image_options, decode_images, result_pixels
 from shardcook.layouts import EncodeSpec, registry_function
 from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
-from shardcook.output.folder import OutputFolder, run_folder
+from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
@@ -344,8 +344,8 @@ class EncodeJob(JobBasics):
     def units(self, source: Source) -> list[WorkUnit]:
         return ratio_units(self.cfg, source)
 
-    def load_encoders(self) -> FluxEncoders:
-        """The encoders (rank 0 also writes empty_encodings)."""
+    def load_encoders(self, folder: OutputFolder) -> FluxEncoders:
+        """The encoders (rank 0 also writes empty_encodings into the run's `folder`)."""
         quiet_model_libraries()
         from shardcook.encoders.flux import FluxEncoders
 
@@ -359,16 +359,16 @@ class EncodeJob(JobBasics):
             t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
             scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
         if env_rank_world()[0] == 0:
-            write_empty_encodings(run_folder(self.cfg.output), encoders)
+            write_empty_encodings(folder, encoders)
         return encoders
 
-    def processor(self, cfg: RunConfig) -> EncodeProcessor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder) -> EncodeProcessor:
         from shardcook.encoders.flux import torch_dtype
 
         m = cfg.model
         assert m.precision is not None  # checked in __init__
-        return EncodeProcessor(cfg, self.load_encoders, torch_dtype(m.stored_dtype or m.precision),
-                               self.workers)
+        return EncodeProcessor(cfg, lambda: self.load_encoders(folder),
+                               torch_dtype(m.stored_dtype or m.precision), self.workers)
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         finalize_by_ratio(self.cfg, self.encoding, folder)

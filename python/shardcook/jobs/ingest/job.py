@@ -175,16 +175,12 @@ class IngestJob:
     def units(self, source: Any) -> list[WorkUnit]:
         return list(self.units_)
 
-    def processor(self, cfg: RunConfig) -> IngestProcessor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder) -> IngestProcessor:
         from shardcook import distributed
 
         rank, world = distributed.env_rank_world()
         mine = units_for_rank(list(self.units_), rank, world)
-        folder = run_folder(cfg.output)
-        try:
-            done = folder.read_markers([u.unit for u in mine])
-        finally:
-            folder.close()
+        done = folder.read_markers([u.unit for u in mine])
         pending = [self.inputs[u.start] for u in mine if u.unit not in done]
         location = folder.location
         prefetch = (Prefetch(pending, self.ingest, location.path / OURS_DIR)

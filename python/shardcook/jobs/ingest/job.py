@@ -30,11 +30,13 @@ from shardcook.jobs.ingest.download import (
     md5_of,
     safe_name,
 )
+from shardcook.jobs.ingest.first_ingest import is_first_ingests, recorded_inputs, upgrade_markers
 from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import OURS_DIR
 from shardcook.output.folder import run_folder
+from shardcook.output.local import RunFolder
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
 from shardcook.pipeline.report import JsonObject
@@ -182,6 +184,8 @@ class IngestJob:
         folder = run_folder(cfg.output)
         try:
             done = folder.read_markers([u.unit for u in mine])
+            if isinstance(folder, RunFolder):
+                upgrade_markers(folder, mine, done)
         finally:
             folder.close()
         pending = [self.inputs[u.start] for u in mine if u.unit not in done]
@@ -200,7 +204,10 @@ class IngestJob:
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         """The engine's differences but for the inputs, which `source` compared split by split
-        (an earlier run's other splits are kept)."""
+        (an earlier run's other splits are kept); the first ingest's manifest recorded nothing
+        else that mattered but the encoding."""
+        if is_first_ingests(old):
+            old = {**new, "encoding": old.get("encoding")}
         return rep.compare_manifest(
             {**old, "source": new["source"], "num_inputs": new["num_inputs"]}, new)
 
@@ -287,8 +294,7 @@ def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list
     """
     if old is None:
         return ours
-    recorded = (old.get("source") or {}).get("inputs") if isinstance(old.get("source"),
-                                                                     dict) else None
+    recorded = recorded_inputs(old)
     if old.get("encoding") != MLPERF.encoding or not isinstance(recorded, list) or not all(
             isinstance(entry, dict) for entry in recorded):
         raise ConfigError(f"{where} holds another layout; use --overwrite to start again, or a "

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from shardcook import read_shard
+from shardcook.config.ingest import IngestConfig, IngestDataset, Retry
 from shardcook.dataset import info, validate
-from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
-from shardcook.jobs.ingest.download import Retry
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import serve, write_arrow_set, write_manifest

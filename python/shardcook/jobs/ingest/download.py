@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from shardcook.config.ingest import Retry
 from shardcook.errors import ConfigError, ErrorKind, ShardcookError
 
 log = logging.getLogger(__name__)
@@ -35,21 +36,6 @@ class DownloadError(ShardcookError):
     """A file could not be downloaded whole with the right MD5 after every retry."""
 
     kind: ErrorKind = "download"
-
-
-@dataclass(frozen=True)
-class Retry:
-    """How often and how patiently a download is retried (delay doubles, capped)."""
-
-    attempts: int = 6
-    base_delay_s: float = 1.0
-    max_delay_s: float = 60.0
-    #: A server that sends nothing for this long, or a transfer slower than `STALL_BYTES` per
-    #: this long, is given up on and the attempt retried.
-    stall_s: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.base_delay_s * 2 ** attempt, self.max_delay_s))
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.config import RunConfig
+from shardcook.config.ingest import IngestConfig
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, ShardcookError
 from shardcook.jobs.ingest.arrow import Shapes, samples
-from shardcook.jobs.ingest.config import IngestConfig
 from shardcook.jobs.ingest.download import (
     ManifestEntry,
     download,

@@ -8,8 +8,8 @@ folder, the report."""
 from __future__ import annotations
 
 from shardcook.config import RunConfig
+from shardcook.config.ingest import IngestConfig
 from shardcook.errors import ConfigError
-from shardcook.jobs.ingest.config import IngestConfig
 from shardcook.jobs.ingest.job import IngestJob
 from shardcook.pipeline.report import JsonObject
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from shardcook.cli.app import fail
+from shardcook.cli.launch import start_workers, workers_asked
 from shardcook.cli.options import declared_in, with_config_options
 from shardcook.config.ingest import INGEST_OPTIONS, SRC, IngestOptions
 from shardcook.errors import ShardcookError
@@ -31,13 +32,20 @@ def ingest(
     shard per file, as Primus writes it. Resumable; each downloaded file is deleted once
     converted. Alias: diffusion-ingest."""
     from shardcook.config.ingest import ingest_config
-    from shardcook.jobs.ingest.run import run_ingest
+    from shardcook.jobs.ingest.run import ingest_job, run_ingest
+    from shardcook.pipeline.driver import check_setup
 
     given = {n for n in options
              if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE",
                                                                         "ENVIRONMENT")}
     try:
         cfg = ingest_config(IngestOptions(**options), given, list(inputs or ()), config)
+        if workers_asked(ctx):  # the whole setup checked here, not once per worker
+            check_setup(*ingest_job(cfg, overwrite=options["overwrite"]))
+    except ShardcookError as e:
+        fail(e)
+    start_workers(ctx)
+    try:
         report = run_ingest(cfg, overwrite=options["overwrite"])
     except ShardcookError as e:
         fail(e)

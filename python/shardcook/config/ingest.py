@@ -43,9 +43,6 @@ class Retry:
     #: long, is given up on and the attempt retried.
     stall_s: float = 60.0
 
-    def delay(self, attempt: int) -> float:
-        return float(min(self.base_delay_s * 2 ** attempt, self.max_delay_s))
-
 
 @dataclass
 class IngestOptions:

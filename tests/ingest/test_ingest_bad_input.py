@@ -128,6 +128,8 @@ def test_manifest_entries_that_are_not_arrow_files_are_skipped_and_recorded(tmp_
     report = json.loads((out / ".shardcook" / "report.json").read_text())
     assert [(s["file"], s["reason"]) for s in report["skipped"]] == [
         ("dataset_info.json", "not an Arrow file"), ("state.json", "not an Arrow file")]
+    assert report["num_skipped"] == 2
+    assert json.loads((out / ".shardcook" / "manifest.json").read_text())["num_skipped"] == 2
     assert report["failed"] == []
 
 

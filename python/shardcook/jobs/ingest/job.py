@@ -238,7 +238,7 @@ class IngestJob:
             "files": len(self.inputs),
             "failed": failures,
             "skipped": self.skipped,
-            "num_skipped": 0,
+            "num_skipped": len(self.skipped),
             "splits": splits,
             "samples": sum(s["samples"] for s in splits.values()),
             "peak_downloads_on_disk": proc.prefetch.peak if proc else 0,

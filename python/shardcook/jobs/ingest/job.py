@@ -22,7 +22,7 @@ from shardcook.config import RunConfig
 from shardcook.config.ingest import IngestConfig
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, ShardcookError
-from shardcook.jobs.ingest.arrow import Shapes, samples
+from shardcook.jobs.ingest.arrow import Shapes, samples, shard_shapes
 from shardcook.jobs.ingest.download import (
     ManifestEntry,
     download,
@@ -186,6 +186,7 @@ class IngestJob:
             done = folder.read_markers([u.unit for u in mine])
             if isinstance(folder, RunFolder):
                 upgrade_markers(folder, mine, done)
+            finished = folder.read_markers([u.unit for u in self.units_])
         finally:
             folder.close()
         pending = [self.inputs[u.start] for u in mine if u.unit not in done]
@@ -194,7 +195,21 @@ class IngestJob:
                     if isinstance(location, Path)
                     else Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True))
         self.processor_ = IngestProcessor(self.inputs, prefetch)
+        if isinstance(location, Path):
+            self.processor_.shapes = self._finished_shapes(location, finished)
         return self.processor_
+
+    def _finished_shapes(self, location: Path, finished: dict[int, JsonObject],
+                         ) -> dict[str, Shapes]:
+        """Each split's tensor shapes, from its first finished shard in an earlier run: a
+        resumed run's files are checked against the same shapes as the earlier run's."""
+        shapes: dict[str, Shapes] = {}
+        for unit in self.units_:
+            shard = finished.get(unit.unit, {}).get("shard")
+            split = self.inputs[unit.start].split
+            if isinstance(shard, str) and split not in shapes:
+                shapes[split] = shard_shapes(location / shard)
+        return {split: found for split, found in shapes.items() if found}
 
     def finalize(self, out: Path | str, report: JsonObject) -> None:
         from shardcook.dataset import finalize

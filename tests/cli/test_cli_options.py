@@ -14,6 +14,7 @@ import typer
 from shardcook.cli import app
 from shardcook.cli.pipelines import CHATML_OPTIONS, ENCODE_OPTIONS, RAW_OPTIONS
 from shardcook.config import PRIMUS_FLAGS
+from shardcook.config.ingest import IngestOptions
 from shardcook.config.sections import _SECTION_CLASSES, OPTION_SECTION
 from shardcook.dataset.arguments import BlendOptions, DatasetOptions
 from shardcook.fields import CLI, CliOption
@@ -22,8 +23,8 @@ from tests.helpers.helptext import help_text, panels
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "shardcook"
 #: Words a field's help shares with an option that is not a run option: ingest's own --finalize
-#: (an `IngestConfig` setting).
-SAME_WORDS = {(Path("cli/ingest.py"), "Index and validate at the end.")}
+#: (an `IngestOptions` field).
+SAME_WORDS = {(Path("config/ingest.py"), "Index and validate at the end.")}
 #: The config fields each run command takes, by the command's function name.
 FIELDS = {"raw": RAW_OPTIONS, "encode": ENCODE_OPTIONS, "chatml": CHATML_OPTIONS}
 #: The run commands as typed (Primus's names too) -> their function.
@@ -100,6 +101,23 @@ def test_dataset_command_options_are_made_from_their_declarations(command):
         if meta.flags:
             assert [*p.opts, *p.secondary_opts] == [
                 s for flag in meta.flags for s in flag.split("/")], (command, p.name)
+
+
+@pytest.mark.parametrize("words", [("ingest",), ("diffusion-ingest",),
+                                   ("data", "diffusion-ingest")])
+def test_ingest_options_are_made_from_their_declarations(words):
+    declared = {f.name: f for f in dataclasses.fields(IngestOptions)}
+    options = [p for p in click_command(*words).params if p.param_type_name == "option"]
+    assert {p.name for p in options} == set(declared) | {"config"}
+    for p in options:
+        if p.name == "config":
+            continue
+        meta: CliOption = declared[p.name].metadata[CLI]
+        assert (p.help, p.rich_help_panel, p.default) == (
+            meta.help_in("ingest"), meta.panel, declared[p.name].default), p.name
+        if meta.flags:
+            assert [*p.opts, *p.secondary_opts] == [
+                s for flag in meta.flags for s in flag.split("/")], p.name
 
 
 def test_the_two_scratch_dirs_say_which_folder_they_are():

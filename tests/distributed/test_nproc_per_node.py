@@ -1,10 +1,12 @@
 """`shardcook --nproc-per-node 2 data diffusion-raw ...` (Primus's spelling) starts two torchrun
-workers itself: the same bytes as one process, and a bad option stops before any worker."""
+workers itself: the same bytes as one process (raw and ingest), and a bad option stops before
+any worker."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.helpers.mlperf import write_arrow_set
 from tests.helpers.raw import make_folder, report, run_cli, shard_hashes
 
 
@@ -33,19 +35,28 @@ def test_nproc_per_node_with_a_bad_option_starts_no_worker(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command", [("data", "diffusion-ingest"), ("diffusion-ingest",),
-                                     ("ingest",)])
-def test_nproc_per_node_refuses_ingest_which_runs_in_one_process(tmp_path, command):
-    arrow = tmp_path / "part.arrow"
-    arrow.write_bytes(b"")
-    out = tmp_path / "out"
-    r = run_cli("--nproc-per-node", "2", *command, str(arrow), "--output-dir", str(out),
-                check=False)
+@pytest.mark.parametrize("command", [("data", "diffusion-ingest"), ("ingest",)])
+def test_nproc_per_node_runs_ingest_in_two_workers_with_one_process_bytes(tmp_path, command):
+    train = write_arrow_set(tmp_path / "in", 5, 3, timesteps=False)
+    one, two = tmp_path / "one", tmp_path / "two"
+    run_cli("ingest", str(train.folder), "--output-dir", str(one))
+    r = run_cli("--nproc-per-node", "2", *command, str(train.folder), "--output-dir", str(two))
+    assert "Traceback" not in r.stderr and "error" not in r.stderr.lower(), r.stderr
+    assert report(two)["world_size"] == 2 and report(one)["world_size"] == 1
+    assert len(shard_hashes(one / "train")) == 10  # 5 shards and their indexes
+    assert shard_hashes(two / "train") == shard_hashes(one / "train")
+    assert {p.name: p.read_bytes() for p in (two / ".nv-meta").glob("*.yaml")} == {
+        p.name: p.read_bytes() for p in (one / ".nv-meta").glob("*.yaml")}
+
+
+def test_nproc_per_node_with_bad_ingest_input_says_it_once_and_starts_no_worker(tmp_path):
+    r = run_cli("--nproc-per-node", "2", "ingest", str(tmp_path / "missing.arrow"),
+                "--output-dir", str(tmp_path / "out"), check=False)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        ("error: --nproc-per-node starts workers for chatml, diffusion-encoded, diffusion-raw, "
-         f"encode, raw; {command[-1]} runs in one process, drop it.")]
-    assert not out.exists()
+        f"error: input {str(tmp_path / 'missing.arrow')!r} does not exist; give Arrow files or "
+        "folders"]
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("command, sentence", [

@@ -27,13 +27,13 @@ from megatron.energon import (
     stateless,
 )
 from megatron.energon.edataclass import edataclass
+from shardcook.config.ingest import IngestConfig, IngestDataset
 from shardcook.energon import (
     EncodedDiffusionTaskEncoder,
     SampleDecodeError,
     cook_preencoded_numpy_diffusion,
     get_diffusion_loader,
 )
-from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import bf16_bits, expected_values, write_arrow_set

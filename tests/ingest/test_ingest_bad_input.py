@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import read_shard
+from shardcook.config.ingest import IngestConfig, IngestDataset, Retry
 from shardcook.errors import ConfigError
-from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
-from shardcook.jobs.ingest.download import Retry, download
+from shardcook.jobs.ingest.download import download
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import (
@@ -128,6 +128,8 @@ def test_manifest_entries_that_are_not_arrow_files_are_skipped_and_recorded(tmp_
     report = json.loads((out / ".shardcook" / "report.json").read_text())
     assert [(s["file"], s["reason"]) for s in report["skipped"]] == [
         ("dataset_info.json", "not an Arrow file"), ("state.json", "not an Arrow file")]
+    assert report["num_skipped"] == 2
+    assert json.loads((out / ".shardcook" / "manifest.json").read_text())["num_skipped"] == 2
     assert report["failed"] == []
 
 
@@ -206,3 +208,21 @@ def test_run_ingest_refuses_an_unsafe_base_url_before_writing(tmp_path):
     with pytest.raises(ConfigError, match="not an http"):
         run_ingest(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_resumed_run_checks_shapes_against_the_earlier_runs_shards(tmp_path):
+    """The split's shapes are its first finished shard's, also for the files a rerun converts
+    (which a run that checked only its own files would take as the split's)."""
+    cells, reason = BAD_CELLS["a mean unlike the split's"]
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    write_arrow(folder / "part-00000.arrow", 0, 3, timesteps=False)
+    (folder / "part-00001.arrow").write_bytes(b"not yet an Arrow file")
+    assert _ingest(str(folder), "--output-dir", str(out)).returncode == 1
+    write_arrow(folder / "part-00001.arrow", 1, 3, timesteps=False, cells=cells)
+    result = _ingest(str(folder), "--output-dir", str(out))
+    assert result.returncode == 1, result.stderr
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert [f["file"] for f in report["failed"]] == ["part-00001.arrow"]
+    assert reason in report["failed"][0]["reason"], report["failed"][0]["reason"]
+    assert sorted(p.name for p in (out / "train").glob("*.tar")) == ["train-shard-000000.tar"]

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import read_shard
+from shardcook.config.ingest import IngestConfig, IngestDataset, Retry
 from shardcook.errors import ConfigError
-from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
-from shardcook.jobs.ingest.download import Retry
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import (

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from shardcook import read_shard
+from shardcook.config.ingest import IngestConfig, IngestDataset, Retry
 from shardcook.dataset import info, validate
-from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
-from shardcook.jobs.ingest.download import Retry
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import serve, write_arrow_set, write_manifest
@@ -278,3 +277,43 @@ def test_no_finalize_then_finalize_keeps_each_split_in_its_folder(tmp_path):
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert {split: s.samples for split, s in info(out).splits.items()} == {"train": 6, "val": 3}
+
+
+def _as_the_first_ingest_wrote_it(out: Path) -> None:
+    """Rewrites a finished ingest's manifest and progress markers in the format shardcook's first
+    ingest wrote (its own, before ingest ran on the shared engine): the manifest names the
+    encoding, the tool and every input, the markers each file's shard, samples and shapes."""
+    ours = out / ".shardcook"
+    new = json.loads((ours / "manifest.json").read_text())
+    inputs = new["source"]["inputs"]
+    shards = {}
+    for number, entry in enumerate(inputs):
+        marker = ours / "progress" / f"{number:06d}.json"
+        record = json.loads(marker.read_text())
+        shards[record["shard"]] = record["written"]
+        marker.write_text(json.dumps({
+            "shard": record["shard"], "samples": record["written"],
+            "shapes": {"t5_encodings": [512, 4096]}, **entry}))
+    (ours / "manifest.json").write_text(json.dumps({
+        "encoding": "preencoded_numpy", "tool": "shardcook ingest", "inputs": inputs,
+        "shards": shards}))
+
+
+def test_a_dataset_the_first_ingest_wrote_takes_another_split(tmp_path):
+    """A dataset written by the first ingest, whose manifest and markers had ingest's own
+    format, gets its val split from a second command: its train shards are kept, not redone,
+    and the result is what two commands of this ingest write."""
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    for folder in (reference, out):
+        assert _ingest(str(train.folder), "--output-dir", str(folder)).returncode == 0
+    _as_the_first_ingest_wrote_it(out)
+    kept = {p: p.stat().st_mtime_ns for p in (out / "train").glob("*.tar")}
+    assert len(kept) == 2
+    for folder in (reference, out):
+        result = _ingest(str(val.folder), "--split", "val", "--output-dir", str(folder))
+        assert result.returncode == 0, result.stderr
+    assert {p: p.stat().st_mtime_ns for p in (out / "train").glob("*.tar")} == kept
+    assert _hashes(out) == _hashes(reference)
+    assert validate(out).problems == []

@@ -12,8 +12,7 @@ import sys
 import time
 
 import pytest
-from shardcook.jobs.ingest.config import IngestConfig, IngestDataset
-from shardcook.jobs.ingest.download import Retry
+from shardcook.config.ingest import IngestConfig, IngestDataset, Retry
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import md5, serve, silent_server, write_arrow_set

@@ -37,8 +37,8 @@ def _root(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
     nproc_per_node: Annotated[
-        int | None, typer.Option(help="raw, encode, chatml (and Primus's `data ...`): start N "
-                                      "torchrun workers on this machine, as Primus does.")
+        int | None, typer.Option(help="raw, encode, chatml, ingest (and Primus's `data ...`): "
+                                      "start N torchrun workers on this machine, as Primus does.")
     ] = None,
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)

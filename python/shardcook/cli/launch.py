@@ -15,7 +15,8 @@ import typer
 from shardcook.errors import ConfigError
 
 #: The commands that run under torchrun (with their Primus names).
-PIPELINE_COMMANDS = frozenset({"raw", "encode", "chatml", "diffusion-raw", "diffusion-encoded"})
+PIPELINE_COMMANDS = frozenset({"raw", "encode", "chatml", "ingest", "diffusion-raw",
+                               "diffusion-encoded", "diffusion-ingest"})
 #: Primus's command group, whose commands are named after it (`data diffusion-raw`).
 GROUP = "data"
 #: More workers than this on one machine is a typo, not a plan.

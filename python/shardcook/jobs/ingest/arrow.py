@@ -79,6 +79,16 @@ def _check_npy(view: memoryview, part: str, row: int) -> tuple[int, ...]:
     return info.shape
 
 
+def shard_shapes(path: Path) -> Shapes:
+    """The tensor shapes of the first sample of a shard this module wrote (none when empty)."""
+    from shardcook import _native
+
+    for sample in _native.read_shard(str(path)):
+        found = {p: npy_header(bytes(sample.parts[p][:4096])) for p in TENSOR_PARTS}
+        return {p: info.shape for p, info in found.items() if info is not None}
+    return {}
+
+
 def _check_shapes(found: Shapes, expected: Shapes, row: int) -> None:
     """logvar has mean's shape, and every part the shape of the split's first row (which
     `expected` holds, or is filled with when empty)."""

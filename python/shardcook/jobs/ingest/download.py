@@ -1,7 +1,7 @@
 """HTTP downloads for `ingest`: MLCommons manifests (a `.uri` file holding the base URL beside a
 `.md5` file of `MD5 FILENAME` lines, as Primus reads them) and files fetched with urllib over
-http(s) only, retried with exponential backoff, given up when stalled, MD5-verified, and given
-their name only when whole."""
+http(s) only, retried by tenacity with exponential backoff, given up when stalled,
+MD5-verified, and given their name only when whole."""
 
 from __future__ import annotations
 
@@ -17,6 +17,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from shardcook.config.ingest import Retry
 from shardcook.errors import ConfigError, ErrorKind, ShardcookError
 
 log = logging.getLogger(__name__)
@@ -38,27 +47,12 @@ class DownloadError(ShardcookError):
 
 
 @dataclass(frozen=True)
-class Retry:
-    """How often and how patiently a download is retried (delay doubles, capped)."""
-
-    attempts: int = 6
-    base_delay_s: float = 1.0
-    max_delay_s: float = 60.0
-    #: A server that sends nothing for this long, or a transfer slower than `STALL_BYTES` per
-    #: this long, is given up on and the attempt retried.
-    stall_s: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.base_delay_s * 2 ** attempt, self.max_delay_s))
-
-
-@dataclass(frozen=True)
 class ManifestEntry:
     md5: str
     name: str
 
 
-def _retryable(e: Exception) -> bool:
+def _retryable(e: BaseException) -> bool:
     if isinstance(e, urllib.error.HTTPError):
         return e.code == 429 or 500 <= e.code < 600
     return isinstance(e, (urllib.error.URLError, http.client.HTTPException, OSError,
@@ -103,18 +97,34 @@ def http_url(url: str, what: str) -> str:
 
 def fetch_text(url: str, retry: Retry) -> str:
     """A small text resource (a manifest), retried like a file."""
-    for attempt in range(retry.attempts):
-        try:
-            req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-            with urllib.request.urlopen(req, timeout=retry.stall_s) as resp:
-                return _read_text(resp, url, retry.stall_s)
-        except (urllib.error.URLError, http.client.HTTPException, OSError,
-                UnicodeDecodeError) as e:
-            if isinstance(e, UnicodeDecodeError) or not _retryable(e) or (
-                    attempt + 1 == retry.attempts):
-                raise ConfigError(f"cannot read {url} ({e}); check the address") from None
-            time.sleep(retry.delay(attempt))
+    try:
+        for attempt in _attempts(retry, url):
+            with attempt:
+                req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+                with urllib.request.urlopen(req, timeout=retry.stall_s) as resp:
+                    return _read_text(resp, url, retry.stall_s)
+    except (urllib.error.URLError, http.client.HTTPException, OSError,
+            UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read {url} ({e}); check the address") from None
     raise AssertionError("unreachable")
+
+
+def _attempts(retry: Retry, url: str, stop: threading.Event | None = None) -> Retrying:
+    """`retry.attempts` tries of what fails retryably (`_retryable`), the delay doubling from
+    `retry.base_delay_s` up to `retry.max_delay_s`; the last failure is raised as it is. Setting
+    `stop` ends a delay at once with DownloadError("cancelled")."""
+    def sleep(seconds: float) -> None:
+        if (stop or threading.Event()).wait(seconds):
+            raise DownloadError("cancelled")
+
+    def say(state: RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome else None
+        log.warning("%s: %s; retry %d of %d", url, str(failure) or type(failure).__name__,
+                    state.attempt_number, retry.attempts - 1)
+
+    return Retrying(stop=stop_after_attempt(retry.attempts), sleep=sleep, reraise=True,
+                    wait=wait_exponential(multiplier=retry.base_delay_s, max=retry.max_delay_s),
+                    retry=retry_if_exception(_retryable), before_sleep=say)
 
 
 def _read_text(resp: http.client.HTTPResponse, url: str, stall_s: float) -> str:
@@ -191,29 +201,24 @@ def download(url: str, dest: Path, md5: str | None, retry: Retry, scratch: Path,
     scratch.mkdir(parents=True, exist_ok=True)
     part = scratch / dest.name
     stop = cancel or threading.Event()
-    last = ""
-    for attempt in range(retry.attempts):
-        try:
-            if stop.is_set():
-                raise DownloadError("cancelled")
-            size = _fetch_to(url, part, md5, retry.stall_s, stop)
-            if part.stat().st_size != size:  # what is kept is what was checked
-                raise _Md5Mismatch(f"{part} holds {part.stat().st_size} bytes, not the "
-                                   f"{size} downloaded")
-            os.replace(part, dest)
-            return
-        except DownloadError:
-            part.unlink(missing_ok=True)
-            raise
-        except (urllib.error.URLError, http.client.HTTPException, OSError, _Md5Mismatch) as e:
-            part.unlink(missing_ok=True)
-            last = str(e) or type(e).__name__
-            if not _retryable(e) or attempt + 1 == retry.attempts:
-                break
-            log.warning("%s: %s; retry %d of %d", url, last, attempt + 1, retry.attempts - 1)
-            if stop.wait(retry.delay(attempt)):
-                raise DownloadError("cancelled") from None
-    raise DownloadError(f"{last} (after {attempt + 1} attempt(s))")
+    tries = 0
+    try:
+        for attempt in _attempts(retry, url, stop):
+            with attempt:
+                tries += 1
+                if stop.is_set():
+                    raise DownloadError("cancelled")
+                try:
+                    size = _fetch_to(url, part, md5, retry.stall_s, stop)
+                    if part.stat().st_size != size:  # what is kept is what was checked
+                        raise _Md5Mismatch(f"{part} holds {part.stat().st_size} bytes, not the "
+                                           f"{size} downloaded")
+                except BaseException:
+                    part.unlink(missing_ok=True)
+                    raise
+                os.replace(part, dest)
+    except (urllib.error.URLError, http.client.HTTPException, OSError, _Md5Mismatch) as e:
+        raise DownloadError(f"{str(e) or type(e).__name__} (after {tries} attempt(s))") from None
 
 
 def _fetch_to(url: str, part: Path, md5: str | None, stall_s: float,

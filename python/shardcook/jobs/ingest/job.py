@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.config import RunConfig
+from shardcook.config.ingest import IngestConfig
 from shardcook.dataset import metadata
 from shardcook.errors import ConfigError, ShardcookError
-from shardcook.jobs.ingest.arrow import Shapes, samples
-from shardcook.jobs.ingest.config import IngestConfig
+from shardcook.jobs.ingest.arrow import Shapes, samples, shard_shapes
 from shardcook.jobs.ingest.download import (
     ManifestEntry,
     download,
@@ -30,11 +30,13 @@ from shardcook.jobs.ingest.download import (
     md5_of,
     safe_name,
 )
+from shardcook.jobs.ingest.first_ingest import is_first_ingests, recorded_inputs, upgrade_markers
 from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import OURS_DIR
 from shardcook.output.folder import OutputFolder, run_folder
+from shardcook.output.local import RunFolder
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
 from shardcook.pipeline.report import JsonObject
@@ -181,13 +183,30 @@ class IngestJob:
         rank, world = distributed.env_rank_world()
         mine = units_for_rank(list(self.units_), rank, world)
         done = folder.read_markers([u.unit for u in mine])
+        if isinstance(folder, RunFolder):
+            upgrade_markers(folder, mine, done)
+        finished = folder.read_markers([u.unit for u in self.units_])
         pending = [self.inputs[u.start] for u in mine if u.unit not in done]
         location = folder.location
         prefetch = (Prefetch(pending, self.ingest, location.path / OURS_DIR)
                     if location.remote is None
                     else Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True))
         self.processor_ = IngestProcessor(self.inputs, prefetch)
+        if location.remote is None:
+            self.processor_.shapes = self._finished_shapes(location.path, finished)
         return self.processor_
+
+    def _finished_shapes(self, location: Path, finished: dict[int, JsonObject],
+                         ) -> dict[str, Shapes]:
+        """Each split's tensor shapes, from its first finished shard in an earlier run: a
+        resumed run's files are checked against the same shapes as the earlier run's."""
+        shapes: dict[str, Shapes] = {}
+        for unit in self.units_:
+            shard = finished.get(unit.unit, {}).get("shard")
+            split = self.inputs[unit.start].split
+            if isinstance(shard, str) and split not in shapes:
+                shapes[split] = shard_shapes(location / shard)
+        return {split: found for split, found in shapes.items() if found}
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         from shardcook.dataset import finalize
@@ -198,7 +217,10 @@ class IngestJob:
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         """The engine's differences but for the inputs, which `source` compared split by split
-        (an earlier run's other splits are kept)."""
+        (an earlier run's other splits are kept); the first ingest's manifest recorded nothing
+        else that mattered but the encoding."""
+        if is_first_ingests(old):
+            old = {**new, "encoding": old.get("encoding")}
         return rep.compare_manifest(
             {**old, "source": new["source"], "num_inputs": new["num_inputs"]}, new)
 
@@ -229,7 +251,7 @@ class IngestJob:
             "files": len(self.inputs),
             "failed": failures,
             "skipped": self.skipped,
-            "num_skipped": 0,
+            "num_skipped": len(self.skipped),
             "splits": splits,
             "samples": sum(s["samples"] for s in splits.values()),
             "peak_downloads_on_disk": proc.prefetch.peak if proc else 0,
@@ -285,8 +307,7 @@ def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list
     """
     if old is None:
         return ours
-    recorded = (old.get("source") or {}).get("inputs") if isinstance(old.get("source"),
-                                                                     dict) else None
+    recorded = recorded_inputs(old)
     if old.get("encoding") != MLPERF.encoding or not isinstance(recorded, list) or not all(
             isinstance(entry, dict) for entry in recorded):
         raise ConfigError(f"{where} holds another layout; use --overwrite to start again, or a "

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardcook.config.ingest import ARROW_SUFFIX, IngestConfig, IngestDataset, Retry, check
 from shardcook.config.sections import OutputConfig
 from shardcook.errors import ConfigError
 from shardcook.files import file_kind
-from shardcook.jobs.ingest.config import ARROW_SUFFIX, IngestConfig, IngestDataset, check
 from shardcook.jobs.ingest.download import (
     ManifestEntry,
-    Retry,
     fetch_manifest,
     http_url,
     parse_md5_manifest,

@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from shardcook.jobs.ingest.config import IngestConfig
+from shardcook.config.ingest import IngestConfig
 from shardcook.jobs.ingest.download import download, safe_name
 from shardcook.jobs.ingest.plan import Input
 

@@ -8,8 +8,8 @@ folder, the report."""
 from __future__ import annotations
 
 from shardcook.config import RunConfig
+from shardcook.config.ingest import IngestConfig
 from shardcook.errors import ConfigError
-from shardcook.jobs.ingest.config import IngestConfig
 from shardcook.jobs.ingest.job import IngestJob
 from shardcook.pipeline.report import JsonObject
 
@@ -40,7 +40,15 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True
     """
     from shardcook.pipeline.driver import run_pipeline
 
+    report = run_pipeline(*ingest_job(cfg, overwrite=overwrite, quiet=quiet,
+                                      scratch_dir=scratch_dir, upload_queue=upload_queue))
+    return report if report is not None else {}
+
+
+def ingest_job(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True,
+               scratch_dir: str | None = None, upload_queue: int = 4,
+               ) -> tuple[RunConfig, IngestJob]:
+    """The engine's config of the run and its job."""
     run = run_config(cfg, overwrite=overwrite, quiet=quiet, scratch_dir=scratch_dir,
                      upload_queue=upload_queue)
-    report = run_pipeline(run, IngestJob(run, cfg))
-    return report if report is not None else {}
+    return run, IngestJob(run, cfg)

@@ -18,16 +18,20 @@ from shardcook.storage.urls import as_text, redact, url_scheme
 __all__ = ["Location", "locate"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Location:
     """A local path (`remote` is None) or the URL of a folder in object storage (`remote`, its
-    client resolved). `str()` is how messages and records name it: the path, or the URL."""
+    client resolved). `str()` is how messages and records name it: the path, or the URL; and
+    `repr()` quotes that, as a sentence's `{location!r}` quotes a path."""
 
     text: str
-    remote: Remote | None = field(default=None, compare=False, repr=False)
+    remote: Remote | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return self.text
+
+    def __repr__(self) -> str:
+        return repr(self.text)
 
     @property
     def path(self) -> Path:

@@ -65,10 +65,12 @@ class Job(Protocol):
         """Why the run whose manifest is `old` cannot be resumed as `new` (none: it can)."""
         ...
 
-    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+    def finish_units(self, folder: OutputFolder, records: list[JsonObject],
+                     failed: list[JsonObject]) -> JsonObject:
         """Rank 0, once every rank is done: the job's last work before the report (ingest: the
-        empty-caption encodings), given the finished units' records and the units a failed
-        input left unfinished; returns what the job adds to report.json."""
+        empty-caption encodings, written into the run's `folder`), given the finished units'
+        records and the units a failed input left unfinished; returns what the job adds to
+        report.json."""
         ...
 
 
@@ -79,7 +81,8 @@ class JobBasics:
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         return rep.compare_manifest(old, new)
 
-    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+    def finish_units(self, folder: OutputFolder, records: list[JsonObject],
+                     failed: list[JsonObject]) -> JsonObject:
         return {}
 
 
@@ -280,7 +283,7 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             stages[k] = stages.get(k, 0.0) + v
     inputs_this_run = sum(s.inputs for s in all_stats)
     scratch = [s.scratch_peak_bytes for s in all_stats if s.scratch_peak_bytes is not None]
-    extra = job.finish_units(records, failed)
+    extra = job.finish_units(folder, records, failed)
 
     def report(finalize_seconds: float | None) -> JsonObject:
         return {**rep.build_report(

@@ -42,7 +42,6 @@ from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.sources.base import Item
-from shardcook.storage.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -224,13 +223,14 @@ class IngestJob:
         return rep.compare_manifest(
             {**old, "source": new["source"], "num_inputs": new["num_inputs"]}, new)
 
-    def finish_units(self, records: list[JsonObject], failed: list[JsonObject]) -> JsonObject:
+    def finish_units(self, folder: OutputFolder, records: list[JsonObject],
+                     failed: list[JsonObject]) -> JsonObject:
         """Downloads the empty-caption encodings; reports per split files, shards and samples,
         every failed file with its stage and reason, the manifest entries skipped and the most
         downloads on disk at once."""
         failures = [{**self.inputs[self.units_[f["unit"]].start].describe(),
                      "stage": f["stage"], "reason": f["reason"]} for f in failed]
-        empty = self._empty_encodings(failures)
+        empty = self._empty_encodings(folder, failures)
         splits: dict[str, JsonObject] = {}
         for one in self.inputs:
             splits.setdefault(one.split, {"files": 0, "shards": {}, "samples": 0})["files"] += 1
@@ -239,7 +239,7 @@ class IngestJob:
             if record["shard"] is not None:
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
-        location = run_location(self.cfg)
+        location = folder.location
         if (not self.cfg.output.finalize and location.remote is None
                 and any(s["shards"] for s in splits.values())):
             # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
@@ -259,44 +259,32 @@ class IngestJob:
             "empty_encodings": empty,
         }
 
-    def _empty_encodings(self, failed: list[JsonObject]) -> list[str]:
-        """Downloads the empty-caption encodings (small `.npy` files) into the dataset; a local
-        file already there with the right MD5 is kept, one that fails is added to `failed`."""
+    def _empty_encodings(self, folder: OutputFolder, failed: list[JsonObject]) -> list[str]:
+        """Downloads the empty-caption encodings (small `.npy` files) into the run's `folder`; a
+        local file already there with the right MD5 is kept, one that fails is added to
+        `failed`."""
         if self.empty is None or self.ingest.empty_encodings is None:
             return []
         subdir = self.ingest.empty_encodings.output_subdir
         base, entries = self.empty
-        folder = run_folder(self.cfg.output)
+        there = folder.location
         names = []
-        try:
-            with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
-                for e in entries:
-                    there = folder.location
-                    kept = (there.remote is None and (there.path / subdir / e.name).is_file()
-                            and md5_of(there.path / subdir / e.name) == e.md5)
-                    try:
-                        if not kept:
-                            dest = Path(scratch) / safe_name(e.name)
-                            download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry,
-                                     Path(scratch) / "partial")
-                            folder.write_file(f"{subdir}/{e.name}", dest.read_bytes())
-                        names.append(e.name)
-                    except (ShardcookError, OSError) as err:
-                        failed.append({"split": None, "file": e.name, "md5": e.md5,
-                                       "source": f"{base}/{e.name}", "stage": "download",
-                                       "reason": str(err)})
-        finally:
-            folder.close()
+        with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
+            for e in entries:
+                kept = (there.remote is None and (there.path / subdir / e.name).is_file()
+                        and md5_of(there.path / subdir / e.name) == e.md5)
+                try:
+                    if not kept:
+                        dest = Path(scratch) / safe_name(e.name)
+                        download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry,
+                                 Path(scratch) / "partial")
+                        folder.write_file(f"{subdir}/{e.name}", dest.read_bytes())
+                    names.append(e.name)
+                except (ShardcookError, OSError) as err:
+                    failed.append({"split": None, "file": e.name, "md5": e.md5,
+                                   "source": f"{base}/{e.name}", "stage": "download",
+                                   "reason": str(err)})
         return names
-
-
-def run_location(cfg: RunConfig) -> Location:
-    """The output folder's location: a local path, or a URL."""
-    folder = run_folder(cfg.output)
-    try:
-        return folder.location
-    finally:
-        folder.close()
 
 
 def _with_earlier(where: str, ours: list[Input], old: JsonObject | None) -> list[Input]:

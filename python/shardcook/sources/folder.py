@@ -37,7 +37,9 @@ class OutsideFolder(ValueError):
 
 
 class Folder:
-    """A folder of input files over its store (see the module)."""
+    """A folder of input files over its store (see the module): what is in it is its
+    `contents`' to say (`storage.store.Contents`: `exists` is `is_folder()`, `is_dir` is
+    `is_folder(sub)`), where a name leads its store's (`Store.where`, `inside`, `reach`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -48,15 +50,12 @@ class Folder:
         self.contents = store.contents("The input folder")
 
     def exists(self) -> bool:
-        """The folder exists (for a bucket: some object lies under it)."""
         return self.contents.is_folder()
 
     def is_file_itself(self) -> bool:
-        """The name given is a file, not a folder."""
         return self.contents.is_file_itself()
 
     def where(self, name: str) -> str:
-        """The path or URL of `name` (normalized: `a/../b` is `b`)."""
         return self.store.where(name)
 
     def files(self, sub: str = "") -> list[str]:
@@ -64,16 +63,12 @@ class Folder:
         return [name for name in self.contents.files(sub) if not name.startswith(".")]
 
     def is_dir(self, sub: str) -> bool:
-        """`sub` is a folder holding files."""
         return self.contents.is_folder(sub)
 
     def is_file(self, name: str) -> bool:
-        """`name` is a file (OSError when that cannot be known)."""
         return self.contents.is_file(name)
 
     def inside(self, name: str) -> bool:
-        """`name` leads to a place inside the folder (no `..` out of it, not absolute; locally
-        no symlink out of it either)."""
         return self.store.inside(name)
 
     def read(self, where: str) -> bytes:
@@ -116,9 +111,6 @@ class Folder:
         return found
 
     def unsafe(self) -> list[str]:
-        """The URLs of the objects listed under a folder in object storage whose names no file
-        can have (see `storage.store.Contents.unsafe`); they are never read. Empty for a local
-        folder."""
         return self.contents.unsafe()
 
 

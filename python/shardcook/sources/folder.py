@@ -1,7 +1,8 @@
 """The folder a source reads its files from: a local folder, or a folder in object storage
-(`msc://PROFILE/path`, `s3://bucket/path`) read through `shardcook.storage`. Sources ask a
-`Folder` for listings, existence and bytes, never `os` or the store directly, so one source
-reads both the same way and gives the same inputs in the same order.
+(`msc://PROFILE/path`, `s3://bucket/path`): one `Folder` over the location's `storage.Store`.
+Sources ask a `Folder` for listings, existence and bytes, never `os` or the store directly, so one
+source reads both the same way and gives the same inputs in the same order; what differs between
+the two is the store's to say (see `storage.store`).
 
 Names are relative to the folder and `/`-separated; `where(name)` is the file's path or URL (what
 reports show and `read` takes). A remote folder is listed once, when first asked; an object
@@ -12,22 +13,20 @@ An object whose name no file can have (`a/../b`, `a//b`) is left out of the list
 
 from __future__ import annotations
 
-import errno
 import os
-import posixpath
-import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Protocol, TypeVar
+from typing import BinaryIO, TypeVar
 
 from shardcook.errors import ConfigError
-from shardcook.files import read_regular_file
-from shardcook.storage import Remote, access_problem, bad_segment, describe_error
+from shardcook.storage import Store
+from shardcook.storage.local import LocalStore
 from shardcook.storage.location import Location, locate
+from shardcook.storage.store import normalized
 
-__all__ = ["Folder", "LocalFolder", "OutsideFolder", "RemoteFolder", "open_folder", "read_ahead"]
+__all__ = ["Folder", "OutsideFolder", "open_folder", "read_ahead"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -37,49 +36,67 @@ class OutsideFolder(ValueError):
     """A file name leads out of the folder it must stay in."""
 
 
-class Folder(Protocol):
-    """A folder of input files."""
+class Folder:
+    """A folder of input files over its store (see the module): what is in it is its
+    `contents`' to say (`storage.store.Contents`: `exists` is `is_folder()`, `is_dir` is
+    `is_folder(sub)`), where a name leads its store's (`Store.where`, `inside`, `reach`)."""
 
-    #: The folder's absolute path or URL, for messages and manifest.json.
-    root: str
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        #: The folder's absolute path or URL, for messages and manifest.json.
+        self.root = str(store)
+        #: How many files `read_ahead` reads at once (`Store.readers`).
+        self.threads = store.readers
+        self.contents = store.contents("The input folder")
 
     def exists(self) -> bool:
-        """The folder exists (for a bucket: some object lies under it)."""
+        return self.contents.is_folder()
 
     def is_file_itself(self) -> bool:
-        """The name given is a file, not a folder."""
+        return self.contents.is_file_itself()
 
     def where(self, name: str) -> str:
-        """The path or URL of `name` (normalized: `a/../b` is `b`)."""
+        return self.store.where(name)
 
     def files(self, sub: str = "") -> list[str]:
         """The visible files directly in subfolder `sub` (names without the folder), sorted."""
+        return [name for name in self.contents.files(sub) if not name.startswith(".")]
 
     def is_dir(self, sub: str) -> bool:
-        """`sub` is a folder holding files."""
+        return self.contents.is_folder(sub)
 
     def is_file(self, name: str) -> bool:
-        """`name` is a file (OSError when that cannot be known)."""
+        return self.contents.is_file(name)
 
     def inside(self, name: str) -> bool:
-        """`name` leads to a place inside the folder (no `..` out of it, not absolute; locally
-        no symlink out of it either)."""
+        return self.store.inside(name)
 
     def read(self, where: str) -> bytes:
-        """The bytes at `where` (from `where(name)`). Raises OSError (FileNotFoundError when it
-        is gone) with a `strerror` saying why."""
-
-    #: How many files `read_ahead` reads at once: 1 locally (a file is read when the run loads
-    #: it), more in a bucket, where each read waits on a request.
-    threads: int
+        """The bytes at `where` (from `where(name)` or `locate`). Raises OSError
+        (FileNotFoundError when it is gone) with a `strerror` saying why; a local file that is
+        not a regular one (a FIFO, a device) is refused unread."""
+        return self.store.read(where.removeprefix(self.root + "/"))
 
     def preload(self, where: str) -> bytes | None:
-        """The bytes at `where` when reading them now pays (a bucket), else None (read later);
+        """The bytes at `where` when reading them ahead pays (a bucket), else None (read later);
         None too when it cannot be read, so the later read reports why."""
+        if self.threads <= 1:
+            return None
+        try:
+            return self.read(where)
+        except OSError:
+            return None
 
     def open(self, name: str) -> BinaryIO:
         """A seekable reader of `name`, read sequentially (OSError when it is missing or not a
         regular file; ConfigError when the store refuses the credentials)."""
+        try:
+            return self.store.open_stream(normalized(name), 1 << 20)
+        except PermissionError as e:  # the credentials, not this object: say so, not "no file"
+            problem = self.store.refusal("The input", name, e)
+            if problem is None:
+                raise
+            raise ConfigError(problem) from None
 
     def locate(self, name: str) -> str:
         """The path or URL of a file a record names (chatml's media): locally relative to the
@@ -88,141 +105,13 @@ class Folder(Protocol):
         Raises:
             OutsideFolder: the name leads out of a folder in object storage.
         """
-
-    def unsafe(self) -> list[str]:
-        """The URLs of the objects listed under a folder in object storage whose names no file
-        can have (an empty, `.` or `..` segment: a client that normalizes paths reads another
-        object); they are never read. Empty for a local folder."""
-
-
-class LocalFolder:
-    """A folder on a local file system."""
-
-    threads = 1
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(os.path.abspath(path))
-        self.root = str(self.path)
-        self._real = Path(os.path.realpath(self.path))
-
-    def exists(self) -> bool:
-        return self.path.is_dir()
-
-    def is_file_itself(self) -> bool:
-        return self.path.exists() and not self.path.is_dir()
-
-    def where(self, name: str) -> str:
-        return os.path.normpath(self.path / name)
-
-    def files(self, sub: str = "") -> list[str]:
-        with os.scandir(self.path / sub) as it:
-            return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file())
-
-    def is_dir(self, sub: str) -> bool:
-        return (self.path / sub).is_dir()
-
-    def is_file(self, name: str) -> bool:
-        return Path(self.where(name)).is_file()
-
-    def inside(self, name: str) -> bool:
-        # where the name really leads: `..` or a symlink inside the folder may point out of it
-        return Path(os.path.realpath(self.where(name))).is_relative_to(self._real)
-
-    def read(self, where: str) -> bytes:
-        return read_regular_file(where)
-
-    def preload(self, where: str) -> bytes | None:
-        return None
-
-    def open(self, name: str) -> BinaryIO:
-        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
-        fd = os.open(self.where(name), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(errno.EINVAL, "not a regular file", self.where(name))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-
-    def locate(self, name: str) -> str:
-        return str(self.path / name)
-
-    def unsafe(self) -> list[str]:
-        return []
-
-
-class RemoteFolder:
-    """A folder in object storage, listed once when first asked."""
-
-    threads = 16
-
-    def __init__(self, folder: Remote):
-        self.remote = folder
-        self.root = folder.url
-        self._names: set[str] | None = None
-        self._unsafe: list[str] = []
-
-    def _listing(self) -> set[str]:
-        """The names that can be file names; the others are kept aside for `unsafe`."""
-        if self._names is None:
-            names = listing(self.remote, "The input folder")
-            self._unsafe = [n for n in names if bad_segment(n) is not None]
-            self._names = set(names).difference(self._unsafe)
-        return self._names
-
-    def exists(self) -> bool:
-        return bool(self._listing())
-
-    def is_file_itself(self) -> bool:
-        parent = self.remote.parent()
-        return not self._listing() and parent is not None and parent.exists(self.remote.name)
-
-    def where(self, name: str) -> str:
-        return self.remote.where(name)
-
-    def files(self, sub: str = "") -> list[str]:
-        prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
-        return sorted(n[len(prefix):] for n in self._listing() if n.startswith(prefix)
-                      and "/" not in n[len(prefix):] and not n[len(prefix):].startswith("."))
-
-    def is_dir(self, sub: str) -> bool:
-        prefix = f"{sub.strip('/')}/"
-        return any(n.startswith(prefix) for n in self._listing())
-
-    def is_file(self, name: str) -> bool:
-        return _normalized(name) in self._listing()
-
-    def inside(self, name: str) -> bool:
-        norm = _normalized(name)
-        return not (name.startswith("/") or norm == ".." or norm.startswith("../"))
-
-    def read(self, where: str) -> bytes:
-        return self.remote.read(self._name(where))
-
-    def preload(self, where: str) -> bytes | None:
-        try:
-            return self.read(where)
-        except OSError:
-            return None
-
-    def open(self, name: str) -> BinaryIO:
-        try:
-            return self.remote.open_stream(_normalized(name), 1 << 20)
-        except PermissionError as e:  # the credentials, not this object: say so, not "no file"
-            raise ConfigError(access_problem("The input", self.where(name), "read", e) or
-                              describe_error(e)) from None
-
-    def locate(self, name: str) -> str:
-        if not self.inside(name):
+        found = self.store.reach(name)
+        if found is None:
             raise OutsideFolder(f"{name!r} leads out of {self.root}")
-        return self.where(name)
+        return found
 
     def unsafe(self) -> list[str]:
-        self._listing()
-        return [f"{self.root}/{name}" for name in self._unsafe]  # as listed, not normalized
-
-    def _name(self, where: str) -> str:
-        assert where.startswith(self.root + "/"), f"{where} is not in {self.root}"
-        return where[len(self.root) + 1:]
+        return self.contents.unsafe()
 
 
 def read_ahead(fn: Callable[[S], T], inputs: Iterable[S], threads: int) -> Iterator[T]:
@@ -242,34 +131,13 @@ def read_ahead(fn: Callable[[S], T], inputs: Iterable[S], threads: int) -> Itera
             yield window.popleft().result()
 
 
-def listing(folder: Remote, what: str) -> list[str]:
-    """Every object name under `folder`, or one sentence why the store cannot list it (no
-    credentials, no such bucket, no connection).
-
-    Raises:
-        ConfigError: the listing failed.
-    """
-    try:
-        return list(folder.names())
-    except Exception as e:  # noqa: BLE001 - MSC and boto3 raise many kinds; one sentence
-        raise ConfigError(access_problem(what, folder.url, "read", e) or
-                          f"{what} {folder.url!r} cannot be listed ({describe_error(e)}); check "
-                          "the URL and the store's credentials.") from None
-
-
-def _normalized(name: str) -> str:
-    norm = posixpath.normpath(name)
-    return "" if norm == "." else norm
-
-
 def open_folder(value: str | os.PathLike[str] | Location | Folder, what: str) -> Folder:
-    """The folder `value` names (see `storage.locate`): a URL is a `RemoteFolder` (ConfigError
-    in one sentence when the store cannot be opened), anything else a `LocalFolder`; a Folder
-    is returned as it is."""
-    if isinstance(value, (LocalFolder, RemoteFolder)):
+    """The folder `value` names (see `storage.locate`): a URL's over its `storage.Remote`
+    (ConfigError in one sentence when the store cannot be opened), anything else's over a
+    `storage.LocalStore`; a Folder is returned as it is."""
+    if isinstance(value, Folder):
         return value
     location = locate(value, what)
     if location.remote is not None:
-        return RemoteFolder(location.remote)
-    return LocalFolder(location.path)
-
+        return Folder(location.remote)
+    return Folder(LocalStore(Path(os.path.abspath(location.path))))

@@ -25,7 +25,6 @@ from shardcook.sources.base import (
     decode_caption,
     dotted_get,
 )
-from shardcook.sources.folder import listing
 from shardcook.sources.tarstream import TarSample, read_samples, sample_offsets
 from shardcook.storage import Remote, bad_segment, segment_named
 from shardcook.storage.location import Location, locate
@@ -140,7 +139,7 @@ def _remote_tars(folder: Remote, pattern: str, alternatives: list[str]) -> list[
     inside one folder level unless the pattern has `**`)."""
     wild = min((i for i, c in enumerate(pattern) if c in "{*?["), default=len(pattern))
     if wild == len(pattern):  # one name: a folder of tars, or one tar
-        tars = [n for n in listing(folder, "--input-path") if n.endswith(".tar")]
+        tars = [n for n in folder.all_names("--input-path") if n.endswith(".tar")]
         if tars:
             return [RemoteTar(folder, n) for n in sorted(_safe_names(pattern, folder, tars))]
         parent = folder.parent()
@@ -152,7 +151,7 @@ def _remote_tars(folder: Remote, pattern: str, alternatives: list[str]) -> list[
     while base is not None and len(base.url) > cut:  # up to the folder above the wildcard
         base = base.parent()
     assert base is not None  # the pattern names a bucket or profile, so its root is a folder
-    names = set(listing(base, "--input-path"))
+    names = set(base.all_names("--input-path"))
     found: set[str] = set()
     for alt in alternatives:
         rel = alt[len(base.url) + 1:]

@@ -3,7 +3,7 @@ Megatron-Energon itself opens such datasets with, so the same profiles (`MSC_CON
 `~/.msc_config.yaml`) and credentials serve both. `check_url` refuses a URL that cannot work
 (unknown scheme, missing profile, missing client package) in one sentence before anything is
 read or written; `Remote` is a folder in a bucket with the few operations shardcook needs,
-each one MSC call.
+each one MSC call; `Listing` is its files as a reader sees them, listed once.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from shardcook.errors import ConfigError
-from shardcook.storage.messages import describe_error, profile_problem
-from shardcook.storage.store import Listed
+from shardcook.storage.messages import access_problem, describe_error, profile_problem
+from shardcook.storage.store import Listed, normalized
 from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
 
 
@@ -84,6 +84,8 @@ class Remote:
     relative to it. Its client is resolved once, when first used (or given by `remote`), and
     shared with the folders made from it (`parent`)."""
 
+    readers = 16
+
     def __init__(self, url: str, resolved: tuple[Any, str] | None = None) -> None:
         self.url = url
         self._resolved = resolved
@@ -109,6 +111,33 @@ class Remote:
         scheme, _, rest = self.url.partition("://")
         store, _, path = rest.partition("/")
         return f"{scheme}://{store}{posixpath.normpath('/' + posixpath.join(path, name))}"
+
+    def inside(self, name: str) -> bool:
+        norm = normalized(name)
+        return not (name.startswith("/") or norm == ".." or norm.startswith("../"))
+
+    def reach(self, name: str) -> str | None:
+        return self.where(name) if self.inside(name) else None
+
+    def refusal(self, what: str, name: str, error: OSError) -> str:
+        return access_problem(what, self.where(name), "read", error) or describe_error(error)
+
+    def contents(self, what: str) -> Listing:
+        return Listing(self, what)
+
+    def all_names(self, what: str) -> list[str]:
+        """Every object name under this folder, or one sentence why the store cannot list it
+        (no credentials, no such bucket, no connection); `what` names the folder.
+
+        Raises:
+            ConfigError: the listing failed.
+        """
+        try:
+            return list(self.names())
+        except Exception as e:  # noqa: BLE001 - MSC and boto3 raise many kinds; one sentence
+            raise ConfigError(access_problem(what, self.url, "read", e) or
+                              f"{what} {self.url!r} cannot be listed ({describe_error(e)}); "
+                              "check the URL and the store's credentials.") from None
 
     @property
     def segments(self) -> list[str]:
@@ -242,6 +271,45 @@ class Remote:
 
         client, path = self._resolve(name)
         return bytes(client.read(path, byte_range=Range(offset=offset, size=size)))
+
+
+class Listing:
+    """A folder in a bucket as a reader sees it, a `store.Contents`: listed once, when first
+    asked; an object whose name no file can have is kept aside for `unsafe`."""
+
+    def __init__(self, folder: Remote, what: str) -> None:
+        self.folder = folder
+        self.what = what
+        self._names: set[str] | None = None
+        self._unsafe: list[str] = []
+
+    def _listing(self) -> set[str]:
+        if self._names is None:
+            names = self.folder.all_names(self.what)
+            self._unsafe = [n for n in names if bad_segment(n) is not None]
+            self._names = set(names).difference(self._unsafe)
+        return self._names
+
+    def is_folder(self, sub: str = "") -> bool:
+        prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
+        return any(n.startswith(prefix) for n in self._listing())
+
+    def is_file_itself(self) -> bool:
+        parent = self.folder.parent()
+        return (not self._listing() and parent is not None
+                and parent.exists(self.folder.name))
+
+    def files(self, sub: str = "") -> list[str]:
+        prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
+        return sorted(n[len(prefix):] for n in self._listing()
+                      if n.startswith(prefix) and "/" not in n[len(prefix):])
+
+    def is_file(self, name: str) -> bool:
+        return normalized(name) in self._listing()
+
+    def unsafe(self) -> list[str]:
+        self._listing()
+        return [f"{self.folder.url}/{name}" for name in self._unsafe]  # as listed, not normalized
 
 
 def remote(value: object, what: str) -> Remote:

@@ -2,15 +2,18 @@
 file system allows, is refused before anything is read or written where shardcook reads or writes
 only local files (`--config`, `preview --out`, the blend file, model folders ...). Without this
 check `--out msc://profile/x` would write a local folder named `msc:`. `LocalStore` is a local
-folder's `store.Store`."""
+folder's `store.Store`, and its own `store.Contents` (the file system answers each question)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 
 from shardcook.errors import ConfigError
@@ -59,7 +62,10 @@ def check_local_path(value: object, what: str) -> None:
 
 class LocalStore:
     """A local folder as a `store.Store`: each put is `files.write_atomic` (a temporary name
-    beside the file, renamed), making the folders it needs, as a bucket needs none."""
+    beside the file, renamed), making the folders it needs, as a bucket needs none. A read takes
+    an absolute path too (a file a record names outside the folder)."""
+
+    readers = 1
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -69,6 +75,42 @@ class LocalStore:
 
     def child(self, name: str) -> str:
         return str(self.root / name)
+
+    def where(self, name: str) -> str:
+        return os.path.normpath(self.root / name)
+
+    @cached_property
+    def _real(self) -> Path:
+        return Path(os.path.realpath(self.root))
+
+    def inside(self, name: str) -> bool:
+        # where the name really leads: `..` or a symlink inside the folder may point out of it
+        return Path(os.path.realpath(self.where(name))).is_relative_to(self._real)
+
+    def reach(self, name: str) -> str:
+        return self.child(name)
+
+    def refusal(self, what: str, name: str, error: OSError) -> None:
+        return None
+
+    def contents(self, what: str) -> LocalStore:
+        return self
+
+    def is_folder(self, sub: str = "") -> bool:
+        return (self.root / sub).is_dir()
+
+    def is_file_itself(self) -> bool:
+        return self.root.exists() and not self.root.is_dir()
+
+    def files(self, sub: str = "") -> list[str]:
+        with os.scandir(self.root / sub) as it:
+            return sorted(e.name for e in it if e.is_file())
+
+    def is_file(self, name: str) -> bool:
+        return Path(self.where(name)).is_file()
+
+    def unsafe(self) -> list[str]:
+        return []
 
     def listing(self, prefix: str = "") -> Iterator[Listed]:
         found = []
@@ -99,7 +141,14 @@ class LocalStore:
             return f.read(size)
 
     def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
-        return io.BufferedReader(io.FileIO(self.root / name, "rb"), buffer_size)
+        path = self.where(name)
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
 
     def write_bytes(self, name: str, data: bytes | str) -> None:
         path = self.root / name

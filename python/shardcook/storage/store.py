@@ -2,16 +2,21 @@
 storage (`bucket.Remote`, through the Multi-Storage Client): list, stat, read (whole, a range, a
 stream), put (whole or not at all), delete, and a probe that the folder takes writes. Names are
 relative to the folder and `/`-separated; `child(name)` is how messages show one.
+
+What differs between a local folder and a bucket for a reader of input files is said by the
+store: how many reads at once pay (`readers`), where a name leads (`inside`, `reach`), whose
+refusal a denied read is (`refusal`), and how its files are listed (`contents`, a `Contents`).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import posixpath
 from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
-__all__ = ["Listed", "Store"]
+__all__ = ["Contents", "Listed", "Store", "normalized"]
 
 
 class Listed(NamedTuple):
@@ -22,11 +27,78 @@ class Listed(NamedTuple):
     etag: str | None
 
 
+def normalized(name: str) -> str:
+    """`name` as a path inside a folder: `a/../b` is `b`, and the folder itself is ""."""
+    norm = posixpath.normpath(name)
+    return "" if norm == "." else norm
+
+
+class Contents(Protocol):
+    """A folder's files as a reader asks about them. A local folder answers each question from
+    the file system; a bucket from one listing, taken when first asked, so every question sees
+    the same objects, and one deleted since then reads as a missing file."""
+
+    def is_folder(self, sub: str = "") -> bool:
+        """Subfolder `sub` ("": the folder itself) exists; in a bucket: some object lies
+        under it."""
+        ...
+
+    def is_file_itself(self) -> bool:
+        """The folder's own name is a file, not a folder."""
+        ...
+
+    def files(self, sub: str = "") -> list[str]:
+        """The names of the files directly in subfolder `sub`, hidden ones too, sorted."""
+        ...
+
+    def is_file(self, name: str) -> bool:
+        """`name` (normalized: `a/../b` is `b`) is a file (OSError when that cannot be
+        known)."""
+        ...
+
+    def unsafe(self) -> list[str]:
+        """The URLs of the objects listed whose names no file can have (an empty, `.` or `..`
+        segment: a client that normalizes paths reads another object); never read. Empty for a
+        local folder."""
+        ...
+
+
 class Store(Protocol):
     """A folder's bytes (see the module)."""
 
+    #: How many reads at once pay when a reader reads ahead of their use: 1 for a local folder
+    #: (the file is read when it is needed), more for a bucket (each read waits on a request).
+    readers: int
+
     def child(self, name: str) -> str:
         """The path or URL of `name`, for messages."""
+        ...
+
+    def where(self, name: str) -> str:
+        """The path or URL of `name` normalized (`a/../b` is `b`)."""
+        ...
+
+    def inside(self, name: str) -> bool:
+        """`name` leads to a place inside the folder: not absolute, no `..` out of it; locally
+        no symlink out of it either."""
+        ...
+
+    def reach(self, name: str) -> str | None:
+        """The path or URL a name that a record gives (chatml's media) leads to: locally
+        relative to the folder or absolute, as written; in a bucket normalized, and None when
+        it leads out of the folder (a client that normalizes paths would read another
+        object)."""
+        ...
+
+    def refusal(self, what: str, name: str, error: OSError) -> str | None:
+        """One sentence when `error`, raised reading `name`, is the store refusing its
+        credentials (a bucket's); None when it is the file's own (a local file's permissions,
+        said as that file's error). `what` names the folder's role."""
+        ...
+
+    def contents(self, what: str) -> Contents:
+        """The folder's files for a reader (`what` names the folder in the sentence saying why
+        a bucket cannot be listed)."""
         ...
 
     def listing(self, prefix: str = "") -> Iterator[Listed]:
@@ -53,7 +125,10 @@ class Store(Protocol):
         ...
 
     def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
-        """A sequential reader of the object (FileNotFoundError when there is none)."""
+        """A seekable reader of the object, read sequentially: in a bucket one ranged GET of
+        `buffer_size` bytes each time its buffer runs dry; a local file keeps Python's own
+        buffer, the system reading ahead. FileNotFoundError when there is none, OSError when it
+        is not a regular file."""
         ...
 
     def write_bytes(self, name: str, data: bytes | str) -> None:

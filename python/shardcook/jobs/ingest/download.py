@@ -55,7 +55,7 @@ class ManifestEntry:
     name: str
 
 
-class HttpError(OSError):
+class _HttpError(OSError):
     """The server answered with an error status."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -84,8 +84,10 @@ def _said(e: BaseException) -> str:
 
 
 def _retryable(e: BaseException) -> bool:
-    if isinstance(e, HttpError):
+    if isinstance(e, _HttpError):
         return e.status == 429 or 500 <= e.status < 600
+    if isinstance(e, ValueError):  # requests' refusal of a URL (a redirect to `file:`)
+        return False
     return isinstance(e, (*TRANSFER_ERRORS, _Md5Mismatch))
 
 
@@ -127,7 +129,7 @@ def _get(url: str, stall_s: float, stop: threading.Event, sink: Callable[[bytes]
     with DownloadError("cancelled") once `stop` is set."""
     with requests.get(url, headers=HEADERS, stream=True, timeout=stall_s) as resp:
         if resp.status_code >= 400:
-            raise HttpError(resp.status_code, resp.reason)
+            raise _HttpError(resp.status_code, resp.reason)
         progress = _Progress(stall_s)
         # read1: what has arrived, so a trickle is noticed (a full chunk may never come)
         while chunk := resp.raw.read1(CHUNK):

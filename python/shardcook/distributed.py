@@ -3,7 +3,6 @@ collectives, and a teardown that leaves no process-group thread running at exit.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from shardcook.envvars import env_seconds
 from shardcook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -102,19 +102,7 @@ def env_rank_world() -> tuple[int, int]:
 
 def join_timeout_s() -> float:
     """The join timeout in seconds: `SHARDCOOK_JOIN_TIMEOUT`, else `DEFAULT_JOIN_TIMEOUT_S`."""
-    text = os.environ.get(JOIN_TIMEOUT_ENV)
-    if text is None:
-        return DEFAULT_JOIN_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(
-            f"Environment variable {JOIN_TIMEOUT_ENV}={text!r} must be a positive number of "
-            "seconds."
-        )
-    return value
+    return env_seconds(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_S)
 
 
 def _master() -> tuple[str, int]:

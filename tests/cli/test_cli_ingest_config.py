@@ -1,6 +1,7 @@
 """`ingest --config`'s `empty_encodings.output_subdir` names one plain folder inside the output
 folder for the empty prompt's encodings: one inside shardcook's or Energon's own folders, or one
-that climbs out, is refused in one sentence before anything is written."""
+that climbs out, is refused in one sentence before anything is written; an unknown key or a
+section that is no mapping is refused in the same sentence as in every other --config."""
 
 from __future__ import annotations
 
@@ -25,4 +26,30 @@ def test_an_empty_encodings_folder_outside_the_output_or_in_its_records_is_refus
     assert one_error_line(r) == (
         f"error: empty_encodings.output_subdir {subdir!r} must be one plain folder name inside "
         "the output folder, not hidden nor a split's")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("command", "text", "sentence"), [
+    ("ingest", "pipeline:\n  max_worker: 2\n",
+     "Unknown config key `pipeline.max_worker` in {p!r}; `pipeline` takes max_workers, "
+     "prefetch_depth, max_files, stall_timeout_s."),
+    ("raw", "output:\n  shard_sise: 2\n", "Unknown config key `output.shard_sise` in {p!r}; "),
+    ("ingest", "pipelines: {}\n", "Unknown config section `pipelines` in {p!r}; the sections "
+     "are datasets, empty_encodings, output, pipeline."),
+    ("raw", "imagez: {}\n", "Unknown config section `imagez` in {p!r}; the sections are "),
+    ("ingest", "pipeline: [1]\n", "Config section `pipeline` must be a mapping of options."),
+    ("raw", "image: [1]\n", "Config section `image` must be a mapping of options."),
+    ("ingest", "- 1\n", "Config file {p!r} must be a mapping of sections, not a list or value."),
+    ("raw", "- 1\n", "Config file {p!r} must be a mapping of sections, not a list or value."),
+])
+def test_ingest_and_raw_configs_are_refused_in_the_same_sentences(tmp_path, command, text,
+                                                                   sentence):
+    """One reader refuses every --config: ingest's Primus-style keys as raw's sections."""
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    out = tmp_path / "out"
+    inputs = [tmp_path] if command == "ingest" else ["--input-dir", tmp_path]
+    r = cli(command, "--config", config, "--output-dir", out, *inputs)
+    assert r.code == 2
+    assert one_error_line(r).startswith("error: " + sentence.format(p=str(config)))
     assert not out.exists()

@@ -107,7 +107,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
     """Serves the files of `root`; `drop_once` names files whose first GET sends half the body
     and closes the connection; each response waits `delay_s` first (a slow network), or
     `delays[name]` for the files named there; `trickle` names files whose body is sent one byte
-    every `trickle_s` seconds."""
+    every `trickle_s` seconds; `hang_once` names files whose first GET sends half the body and
+    then nothing for a minute."""
 
     root: Path
     drop_once: set[str]
@@ -115,6 +116,7 @@ class _Files(http.server.BaseHTTPRequestHandler):
     delay_s: float
     delays: dict[str, float]
     trickle: set[str]
+    hang_once: set[str]
     trickle_s: float = 0.2
 
     def do_GET(self) -> None:
@@ -135,10 +137,14 @@ class _Files(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(self.trickle_s)
             return
-        if name in self.drop_once:
+        hang = name in self.hang_once
+        if name in self.drop_once or hang:
             self.drop_once.discard(name)
+            self.hang_once.discard(name)
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
+            if hang:
+                time.sleep(60)
             self.close_connection = True
             return
         self.wfile.write(data)
@@ -150,13 +156,15 @@ class _Files(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def serve(root: Path, drop_once: set[str] | None = None, delay_s: float = 0.0,
           delays: dict[str, float] | None = None,
-          trickle: set[str] | None = None) -> Iterator[tuple[str, list[str]]]:
+          trickle: set[str] | None = None,
+          hang_once: set[str] | None = None) -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on 127.0.0.1 for `root`'s files: (base URL, list of requested names)."""
     requests: list[str] = []
     handler = type("Handler", (_Files,), {"root": root, "drop_once": set(drop_once or ()),
                                           "requests": requests, "delay_s": delay_s,
                                           "delays": dict(delays or {}),
-                                          "trickle": set(trickle or ())})
+                                          "trickle": set(trickle or ()),
+                                          "hang_once": set(hang_once or ())})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -144,7 +144,7 @@ def test_a_partial_download_cannot_take_another_files_name(tmp_path):
     folder.mkdir()
     with serve(served, delays={"x.arrow": 0.5}) as (base, _):
         threads = [threading.Thread(target=download, args=(
-            f"{base}/{p.name}", folder / p.name, md5(p), FAST, tmp_path / "partial"))
+            f"{base}/{p.name}", folder / p.name, md5(p), FAST))
             for p in (slow, other)]
         for t in threads:
             t.start()

@@ -46,3 +46,28 @@ def test_a_shard_without_its_marker_is_redone(tmp_path):
         assert run.returncode == 0, run.stderr
     assert shard.read_bytes() == before
     assert (out / ".shardcook" / "progress" / "000001.json").is_file()
+
+
+def test_a_run_makes_one_output_folder(tmp_path, monkeypatch):
+    """The job reads an earlier run's inputs and checks its own against the folder through the
+    folder the engine hands it: a first run and a resumed one each make one `RunFolder`."""
+    from shardcook.config.ingest import IngestConfig, IngestDataset
+    from shardcook.jobs.ingest.run import run_ingest
+    from shardcook.output.local import RunFolder
+
+    made: list[object] = []
+    init = RunFolder.__init__
+
+    def counted(self: RunFolder, *args: object, **kwargs: object) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunFolder, "__init__", counted)
+    train = write_arrow_set(tmp_path / "in", 2, 2, timesteps=False)
+    cfg = IngestConfig(output_dir=str(tmp_path / "out"),
+                       datasets=[IngestDataset(split="train", paths=(train.folder,))])
+    for _ in range(2):
+        made.clear()
+        report = run_ingest(cfg)
+        assert len(made) == 1
+    assert report["units"]["resumed"] == 2

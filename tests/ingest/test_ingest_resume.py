@@ -58,6 +58,38 @@ def test_kill_mid_run_then_resume_gives_identical_bytes(tmp_path):
     assert not (out / "train" / ".shardcook").exists()
 
 
+def test_a_download_killed_halfway_leaves_nothing_a_rerun_trusts(tmp_path):
+    """SIGKILL while half a file is in: those bytes lie under a temporary name only, never under
+    the file's own; the rerun fetches it again and gives the clean run's bytes."""
+    served = tmp_path / "served"
+    train = write_arrow_set(served, 2, 300, timesteps=False)  # files far above write buffers
+    cut = train.files[0].name  # with one download thread, the only one in flight
+    half = train.files[0].stat().st_size // 2
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    downloads = out / ".shardcook" / "downloads" / "train"
+    with serve(served, hang_once={cut}) as (base, requests):
+        url = f"{base}/{write_manifest(served, 'm', train.files, base)}"
+        args = ["--manifest-url", url, "--output-dir", str(out), "--max-workers", "1"]
+        proc = subprocess.Popen([sys.executable, "-m", "shardcook", "ingest", *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        partial: list[Path] = []
+        while not partial and time.monotonic() < deadline:
+            time.sleep(0.1)
+            partial = [p for p in downloads.glob("*") if p.stat().st_size >= half // 2]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert partial, "no half download seen"
+        assert [p.name for p in downloads.iterdir()] == [partial[0].name] != [cut]
+        assert partial[0].stat().st_size <= half
+        resumed = _ingest(*args)
+        assert _ingest("--manifest-url", url, "--output-dir", str(clean)).returncode == 0
+    assert resumed.returncode == 0, resumed.stderr
+    assert requests.count(cut) == 3  # the killed run's, the rerun's, the clean run's
+    assert _hashes(out) == _hashes(clean)
+    assert not (out / ".shardcook" / "downloads").exists()
+
+
 def test_a_damaged_file_fails_alone_and_is_reported(tmp_path):
     train = write_arrow_set(tmp_path / "in", 3, 4, timesteps=False)
     damaged = train.files[1]
@@ -176,11 +208,10 @@ def _comparable(path: Path, name: str) -> bytes:
 
 
 def _kill_mid_download(out: Path) -> None:
-    partial = out / ".shardcook" / "partial" / "train" / "part-00002.arrow"
+    partial = out / ".shardcook" / "downloads" / "train" / "tmpk1ll3d0a"  # pooch's temporary name
     partial.parent.mkdir(parents=True)
     partial.write_bytes(b"half a file")
     waiting = out / ".shardcook" / "downloads" / "train" / "part-00003.arrow"
-    waiting.parent.mkdir(parents=True)
     waiting.write_bytes(b"a whole file, not converted yet")
     for n in (2, 3):
         (out / ".shardcook" / "progress" / f"{n:06d}.json").unlink()

@@ -14,6 +14,7 @@ import pytest
 from shardcook import read_shard
 from shardcook.config import RunConfig
 from shardcook.jobs.raw import RawJob
+from shardcook.output.folder import OutputFolder
 from shardcook.sources.base import Source
 
 from tests.helpers.chatml import turns, write_images, write_jsonl
@@ -155,7 +156,7 @@ class ListedRawJob(RawJob):
         super().__init__(cfg)
         self.listed = listed
 
-    def source(self, cfg: RunConfig) -> Source:
+    def source(self, cfg: RunConfig, folder: OutputFolder) -> Source:
         return self.listed
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import typing
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -90,30 +91,38 @@ def read_config_file(path: str | os.PathLike[str]) -> Any:
     return data
 
 
+def config_mapping(value: Any, where: str | None, keys: Collection[str],
+                   path: str | os.PathLike[str]) -> dict[str, Any]:
+    """`value`, read from the config file `path` at `where` (None: its top level, a mapping of
+    sections), when it is a mapping of `keys` only (or nothing: {}); else ConfigError naming the
+    first unknown key and the keys there are."""
+    p = str(Path(path))
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"Config file {p!r} must be a mapping of sections, not a list or value."
+                          if where is None else
+                          f"Config section `{where}` must be a mapping of options.")
+    for key in value:
+        if key not in keys:
+            raise ConfigError(
+                f"Unknown config section `{key}` in {p!r}; the sections are {', '.join(keys)}."
+                if where is None else
+                f"Unknown config key `{where}.{key}` in {p!r}; `{where}` takes "
+                f"{', '.join(keys)}.")
+    return value
+
+
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Reads a config file into {section: {option: value}} in our keys, checking names, types
     and that Primus spellings agree with ours."""
-    data = read_config_file(path)  # checks `path` is a local path first
-    p = Path(path)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"Config file {str(p)!r} must be a mapping of sections, "
-                          "not a list or value.")
+    data = config_mapping(read_config_file(path), None, _SECTION_CLASSES, path)
     ours: dict[tuple[str, str], Setting] = {}
     primus: dict[tuple[str, str], Setting] = {}
     for section, values in data.items():
-        if section not in _SECTION_CLASSES:
-            raise ConfigError(
-                f"Unknown config section `{section}` in {str(p)!r}; "
-                f"the sections are {', '.join(_SECTION_CLASSES)}."
-            )
-        if values is None:
-            values = {}
-        if not isinstance(values, dict):
-            raise ConfigError(f"Config section `{section}` must be a mapping of options.")
         hints = _type_hints(_SECTION_CLASSES[section])
-        for key, value in values.items():
+        extra = [k for (sec, k) in (*PRIMUS_KEYS, *PRIMUS_VALUE_KEYS) if sec == section]
+        for key, value in config_mapping(values, section, [*hints, *extra], path).items():
             where = f"{section}.{key}"
             if key in hints:
                 ours[(section, key)] = (_typed(where, value, hints[key]), where)
@@ -121,14 +130,8 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
                 target = PRIMUS_KEYS[(section, key)]
                 hint = _type_hints(_SECTION_CLASSES[target[0]])[target[1]]
                 primus[(section, key)] = (_typed(where, value, hint), where)
-            elif (section, key) in PRIMUS_VALUE_KEYS:
-                primus[(section, key)] = (value, where)
             else:
-                extra = [k for (sec, k) in (*PRIMUS_KEYS, *PRIMUS_VALUE_KEYS) if sec == section]
-                raise ConfigError(
-                    f"Unknown config key `{where}` in {str(p)!r}; "
-                    f"`{section}` takes {', '.join([*hints, *extra])}."
-                )
+                primus[(section, key)] = (value, where)
     out: dict[str, dict[str, Any]] = {}
     for (section, key), (value, _) in merge_settings(ours, primus).items():
         out.setdefault(section, {})[key] = value
@@ -184,5 +187,5 @@ def resolve(
     return cfg
 
 
-__all__ = ["PRIMUS_FLAGS", "ChatmlConfig", "ImageConfig", "RunConfig", "load_yaml",
-           "output_affecting", "resolve"]
+__all__ = ["PRIMUS_FLAGS", "ChatmlConfig", "ImageConfig", "RunConfig", "config_mapping",
+           "load_yaml", "output_affecting", "resolve"]

@@ -135,25 +135,15 @@ def expand_env(text: str) -> str:
     return _ENV_DEFAULT.sub(value, text)
 
 
-def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a mapping of {', '.join(keys)}")
-    unknown = sorted(set(value) - set(keys))
-    if unknown:
-        raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(keys)}")
-    return value
+#: The keys of a `datasets` entry: Primus's, then a local manifest's and local files'.
+DATASET_KEYS = ("name", "manifest_url", "split_name", "paths", "manifest", "base_url")
 
 
-def dataset_from(entry: Any, n: int, spelled: Callable[[str], str | None] = lambda k: None,
-                 ) -> IngestDataset:
-    """The dataset of one `datasets` entry (Primus's keys); `spelled(key)` is how the
+def dataset_from(d: dict[str, Any], n: int,
+                 spelled: Callable[[str], str | None] = lambda k: None) -> IngestDataset:
+    """The dataset of one `datasets` entry (`DATASET_KEYS` only); `spelled(key)` is how the
     command line spells a key (None: as the config's `datasets[n].key`)."""
     where = f"datasets[{n}]"
-    d = _mapping(entry, where, ("name", "manifest_url", "split_name", "paths", "manifest",
-                                "base_url"))
     split = checked("split", d.get("split_name", "train"),
                     None if spelled("split") else f"{where}.split_name")
     paths = d.get("paths") or []
@@ -181,21 +171,25 @@ def from_yaml(path: Path) -> tuple[IngestConfig, dict[str, Any]]:
     """The config in a YAML file (Primus's `mlperf_flux1.yaml` keys): its datasets and empty
     encodings, and the options it sets (by option name); ConfigError naming the first wrong
     key."""
-    from shardcook.config import read_config_file
+    from shardcook.config import config_mapping, read_config_file
+
+    def mapping(value: Any, where: str | None, keys: tuple[str, ...]) -> dict[str, Any]:
+        return config_mapping(value, where, keys, path)  # the refusals of every --config
 
     raw = read_config_file(path)  # the same file rules as every --config
-    top = _mapping(raw, f"--config {path}", ("datasets", "empty_encodings", "output", "pipeline"))
+    top = mapping(raw, None, ("datasets", "empty_encodings", "output", "pipeline"))
     cfg = IngestConfig()
     datasets = top.get("datasets") or []
     if not isinstance(datasets, list):
         raise ConfigError(f"{path}: datasets must be a list")
-    cfg.datasets = [dataset_from(entry, n) for n, entry in enumerate(datasets)]
+    cfg.datasets = [dataset_from(mapping(entry, f"datasets[{n}]", DATASET_KEYS), n)
+                    for n, entry in enumerate(datasets)]
     options: dict[str, Any] = {}
-    out = _mapping(top.get("output"), "output", ("output_dir",))
+    out = mapping(top.get("output"), "output", ("output_dir",))
     if out.get("output_dir"):
         options["output_dir"] = expand_env(str(out["output_dir"]))
-    empty = _mapping(top.get("empty_encodings"), "empty_encodings",
-                     ("manifest_url", "output_subdir"))
+    empty = mapping(top.get("empty_encodings"), "empty_encodings",
+                    ("manifest_url", "output_subdir"))
     if empty:
         subdir = str(empty.get("output_subdir", "empty_encodings"))
         if (len(PurePosixPath(subdir).parts) != 1 or "\\" in subdir or subdir.startswith(".")
@@ -205,7 +199,7 @@ def from_yaml(path: Path) -> tuple[IngestConfig, dict[str, Any]]:
         if not isinstance(empty.get("manifest_url"), str):
             raise ConfigError("empty_encodings needs manifest_url, the address of its .uri file")
         cfg.empty_encodings = EmptyEncodings(empty["manifest_url"], subdir)
-    pipe = _mapping(top.get("pipeline"), "pipeline", tuple(PIPELINE_KEYS))
+    pipe = mapping(top.get("pipeline"), "pipeline", tuple(PIPELINE_KEYS))
     for key, value in pipe.items():
         if value is not None:
             options[PIPELINE_KEYS[key]] = checked(PIPELINE_KEYS[key], value, f"pipeline.{key}")

@@ -95,11 +95,6 @@ class RawJob(JobBasics):
     def running(self) -> AbstractContextManager[object]:
         return nullcontext()
 
-    def source(self, cfg: RunConfig) -> Source:
-        from shardcook.sources import open_source
-
-        return open_source(cfg)
-
     def units(self, source: Source) -> list[WorkUnit]:
         return ratio_units(self.cfg, source)
 

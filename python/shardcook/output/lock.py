@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from shardcook.envvars import env_seconds
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.storage import Remote
 
@@ -129,16 +130,7 @@ def _in_use(where: str, record: Record | None, advice: str) -> ConfigError:
 
 def lease_seconds() -> float:
     """The lease term `SHARDCOOK_LEASE_SECONDS` sets (default 60), or ConfigError."""
-    text = os.environ.get(LEASE_ENV)
-    if text is None:
-        return DEFAULT_LEASE_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 1.0 <= value <= 86400.0:  # also refuses nan
-        raise ConfigError(f"{LEASE_ENV}={text!r} must be a number of seconds from 1 to 86400.")
-    return value
+    return env_seconds(LEASE_ENV, DEFAULT_LEASE_SECONDS, 1.0, 86400.0)
 
 
 class LocalLock:

@@ -27,7 +27,8 @@ class Job(Protocol):
 
     The engine calls, in order: `running()` around the whole run; `source` and `units` on every
     rank before any work (a ConfigError there stops every rank); `processor` once the output
-    folder is set up; `finalize` on rank 0 after every rank is done, with --finalize.
+    folder is set up; `finalize` on rank 0 after every rank is done, with --finalize. Each is
+    handed the run's one output folder where it needs it; a job opens none of its own.
     """
 
     #: The dataset's encoding (the layout's), recorded in the manifest and report.
@@ -44,8 +45,9 @@ class Job(Protocol):
         """What the job sets for the length of the run (encode: torch's thread count)."""
         ...
 
-    def source(self, cfg: RunConfig) -> Source:
-        """The inputs, opened and checked."""
+    def source(self, cfg: RunConfig, folder: OutputFolder) -> Source:
+        """The inputs, opened and checked; `folder` is the run's output folder, not yet set up
+        (ingest reads an earlier run's inputs from its manifest)."""
         ...
 
     def units(self, source: Source) -> list[WorkUnit]:
@@ -75,8 +77,13 @@ class Job(Protocol):
 
 
 class JobBasics:
-    """What most jobs do for the engine's optional steps: resume only the same run, report
+    """What most jobs do: read the inputs the config names, resume only the same run, report
     nothing more."""
+
+    def source(self, cfg: RunConfig, folder: OutputFolder) -> Source:
+        from shardcook.sources import open_source
+
+        return open_source(cfg)
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         return rep.compare_manifest(old, new)
@@ -160,9 +167,10 @@ def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject)
     folder.write_manifest(manifest)
 
 
-def _opened(cfg: RunConfig, job: Job) -> tuple[Source, JsonObject, list[WorkUnit]]:
+def _opened(cfg: RunConfig, job: Job, folder: OutputFolder,
+            ) -> tuple[Source, JsonObject, list[WorkUnit]]:
     """The job's source, the run's manifest and its units (ConfigError for bad input)."""
-    source = job.source(cfg)
+    source = job.source(cfg, folder)
     manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
                                 job.manifest_extra)
     return source, manifest, job.units(source)
@@ -181,7 +189,7 @@ def check_setup(cfg: RunConfig, job: Job) -> None:
     try:
         with job.running():
             folder.check_access()
-            _, manifest, _ = _opened(cfg, job)
+            _, manifest, _ = _opened(cfg, job, folder)
             _check_folder(cfg, job, folder, manifest)
     finally:
         folder.close()
@@ -212,7 +220,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
             folder = run_folder(cfg.output)
             if dist.is_main:
                 folder.check_access()  # a store that refuses us, before any input is read
-            source, manifest, units = _opened(cfg, job)
+            source, manifest, units = _opened(cfg, job, folder)
         except ConfigError as e:
             error = str(e)
         errors = dist.gather(error)

@@ -92,7 +92,7 @@ class ChatmlJob(JobBasics):
     def running(self) -> AbstractContextManager[object]:
         return nullcontext()
 
-    def source(self, cfg: RunConfig) -> ChatmlSource:
+    def source(self, cfg: RunConfig, folder: OutputFolder) -> ChatmlSource:
         """Opens and scans the inputs (bad setup raises ConfigError here, before any work)."""
         self.found = ChatmlSource(cfg)
         return self.found

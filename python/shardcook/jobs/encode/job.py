@@ -336,11 +336,6 @@ class EncodeJob(JobBasics):
         finally:
             torch.set_num_threads(callers_threads)
 
-    def source(self, cfg: RunConfig) -> Source:
-        from shardcook.sources import open_source
-
-        return open_source(cfg)
-
     def units(self, source: Source) -> list[WorkUnit]:
         return ratio_units(self.cfg, source)
 

@@ -1,22 +1,22 @@
 """HTTP downloads for `ingest`: MLCommons manifests (a `.uri` file holding the base URL beside a
-`.md5` file of `MD5 FILENAME` lines, as Primus reads them) and files fetched with urllib over
-http(s) only, retried by tenacity with exponential backoff, given up when stalled,
-MD5-verified, and given their name only when whole."""
+`.md5` file of `MD5 FILENAME` lines, as Primus reads them) and files fetched with requests over
+http(s) only, retried by tenacity with exponential backoff and given up when stalled. pooch
+(`retrieve`) writes each file to a temporary name beside it, checks its MD5 and gives it its name
+only when whole and right."""
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import logging
-import os
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import pooch
+import requests
+import urllib3
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -29,12 +29,15 @@ from shardcook.config.ingest import Retry
 from shardcook.errors import ConfigError, ErrorKind, ShardcookError
 
 log = logging.getLogger(__name__)
+# pooch says every download on stderr; ingest's log and report say what matters
+pooch.get_logger().setLevel(logging.WARNING)
 
 #: A transfer that moves fewer bytes than this in a stall window (`Retry.stall_s`) is stalled.
 STALL_BYTES = 64 << 10
 #: The only URL schemes ingest downloads from.
 SCHEMES = ("http", "https")
-USER_AGENT = "shardcook"
+#: `identity`: the bytes kept are the bytes the manifest's MD5 is of, never a compressed body.
+HEADERS = {"User-Agent": "shardcook", "Accept-Encoding": "identity"}
 #: A manifest (`.uri`, `.md5`) larger than this is refused.
 MAX_TEXT_BYTES = 64 << 20
 CHUNK = 1 << 20
@@ -52,15 +55,40 @@ class ManifestEntry:
     name: str
 
 
-def _retryable(e: BaseException) -> bool:
-    if isinstance(e, urllib.error.HTTPError):
-        return e.code == 429 or 500 <= e.code < 600
-    return isinstance(e, (urllib.error.URLError, http.client.HTTPException, OSError,
-                          _Md5Mismatch))
+class _HttpError(OSError):
+    """The server answered with an error status."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"HTTP Error {status}: {reason}")
+        self.status = status
 
 
 class _Md5Mismatch(Exception):
     pass
+
+
+#: What a failed transfer raises: requests' errors are OSErrors, urllib3's (a body cut short, a
+#: read timed out, while the body streams) are not.
+TRANSFER_ERRORS = (OSError, urllib3.exceptions.HTTPError)
+
+
+def _said(e: BaseException) -> str:
+    """`e` as a reason: a connection that failed says why, not requests' summary of its pool,
+    and a body cut short says so, not the tuple urllib3 raises."""
+    cause = e.args[0] if isinstance(e, requests.ConnectionError) and e.args else None
+    if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
+        e = cause.reason
+    if isinstance(e, urllib3.exceptions.ProtocolError) and e.args:
+        return str(e.args[0])
+    return str(e) or type(e).__name__
+
+
+def _retryable(e: BaseException) -> bool:
+    if isinstance(e, _HttpError):
+        return e.status == 429 or 500 <= e.status < 600
+    if isinstance(e, ValueError):  # requests' refusal of a URL (a redirect to `file:`)
+        return False
+    return isinstance(e, (*TRANSFER_ERRORS, _Md5Mismatch))
 
 
 class _Stalled(TimeoutError):
@@ -87,7 +115,7 @@ class _Progress:
 
 def http_url(url: str, what: str) -> str:
     """`url` when it is an http(s) address with a host, else ConfigError: ingest reads nothing
-    through urllib's other schemes (`file:`, `ftp:`, `data:`)."""
+    through any other scheme (`file:`, `ftp:`, `data:`)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
         raise ConfigError(f"{what} is {url!r}, not an http(s) address; ingest downloads only "
@@ -95,17 +123,38 @@ def http_url(url: str, what: str) -> str:
     return url
 
 
+def _get(url: str, stall_s: float, stop: threading.Event, sink: Callable[[bytes], object],
+         ) -> None:
+    """One GET of `url`, its body handed to `sink` as it arrives; given up when stalled, and
+    with DownloadError("cancelled") once `stop` is set."""
+    with requests.get(url, headers=HEADERS, stream=True, timeout=stall_s) as resp:
+        if resp.status_code >= 400:
+            raise _HttpError(resp.status_code, resp.reason)
+        progress = _Progress(stall_s)
+        # read1: what has arrived, so a trickle is noticed (a full chunk may never come)
+        while chunk := resp.raw.read1(CHUNK):
+            if stop.is_set():
+                raise DownloadError("cancelled")
+            progress.add(len(chunk))
+            sink(chunk)
+
+
 def fetch_text(url: str, retry: Retry) -> str:
-    """A small text resource (a manifest), retried like a file."""
+    """A small text resource (a manifest), at most `MAX_TEXT_BYTES`, retried like a file."""
+    def keep(chunk: bytes) -> None:
+        data.extend(chunk)
+        if len(data) > MAX_TEXT_BYTES:
+            raise ConfigError(f"{url} is larger than {MAX_TEXT_BYTES:,} bytes, too large for a "
+                              "manifest; check the address")
+
     try:
         for attempt in _attempts(retry, url):
             with attempt:
-                req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-                with urllib.request.urlopen(req, timeout=retry.stall_s) as resp:
-                    return _read_text(resp, url, retry.stall_s)
-    except (urllib.error.URLError, http.client.HTTPException, OSError,
-            UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read {url} ({e}); check the address") from None
+                data = bytearray()
+                _get(url, retry.stall_s, threading.Event(), keep)
+                return bytes(data).decode("utf-8")
+    except (*TRANSFER_ERRORS, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read {url} ({_said(e)}); check the address") from None
     raise AssertionError("unreachable")
 
 
@@ -119,25 +168,12 @@ def _attempts(retry: Retry, url: str, stop: threading.Event | None = None) -> Re
 
     def say(state: RetryCallState) -> None:
         failure = state.outcome.exception() if state.outcome else None
-        log.warning("%s: %s; retry %d of %d", url, str(failure) or type(failure).__name__,
+        log.warning("%s: %s; retry %d of %d", url, _said(failure) if failure else "failed",
                     state.attempt_number, retry.attempts - 1)
 
     return Retrying(stop=stop_after_attempt(retry.attempts), sleep=sleep, reraise=True,
                     wait=wait_exponential(multiplier=retry.base_delay_s, max=retry.max_delay_s),
                     retry=retry_if_exception(_retryable), before_sleep=say)
-
-
-def _read_text(resp: http.client.HTTPResponse, url: str, stall_s: float) -> str:
-    """A manifest's body, at most `MAX_TEXT_BYTES`, given up on when stalled."""
-    progress = _Progress(stall_s)
-    data = bytearray()
-    while chunk := resp.read1(CHUNK):
-        progress.add(len(chunk))
-        data += chunk
-        if len(data) > MAX_TEXT_BYTES:
-            raise ConfigError(f"{url} is larger than {MAX_TEXT_BYTES:,} bytes, too large for a "
-                              "manifest; check the address")
-    return bytes(data).decode("utf-8")
 
 
 def safe_name(name: str) -> str:
@@ -180,28 +216,25 @@ def fetch_manifest(manifest_url: str, retry: Retry) -> tuple[str, list[ManifestE
 
 
 def md5_of(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return str(pooch.file_hash(str(path), alg="md5"))
 
 
-def download(url: str, dest: Path, md5: str | None, retry: Retry, scratch: Path,
+def download(url: str, dest: Path, md5: str | None, retry: Retry,
              cancel: threading.Event | None = None) -> None:
-    """Downloads `url` to `dest` through a file of the same name in `scratch` (another folder,
-    so no name a manifest lists can be a partial download's), checking the MD5 while it streams
-    and the size of what is kept; `dest` appears only when whole and right. Setting `cancel`
+    """Downloads `url` to `dest` through a temporary file beside it (pooch's, removed when an
+    attempt fails), checking its MD5; `dest` appears only when whole and right. Setting `cancel`
     stops it between chunks.
 
     Raises:
         DownloadError: every attempt failed (its message gives the last reason), or cancelled.
     """
-    assert scratch.resolve() != dest.parent.resolve()
-    scratch.mkdir(parents=True, exist_ok=True)
-    part = scratch / dest.name
     stop = cancel or threading.Event()
     tries = 0
+
+    def fetch(url: str, output_file: str, _: object) -> None:
+        with open(output_file, "wb") as f:
+            _get(url, retry.stall_s, stop, f.write)
+
     try:
         for attempt in _attempts(retry, url, stop):
             with attempt:
@@ -209,33 +242,13 @@ def download(url: str, dest: Path, md5: str | None, retry: Retry, scratch: Path,
                 if stop.is_set():
                     raise DownloadError("cancelled")
                 try:
-                    size = _fetch_to(url, part, md5, retry.stall_s, stop)
-                    if part.stat().st_size != size:  # what is kept is what was checked
-                        raise _Md5Mismatch(f"{part} holds {part.stat().st_size} bytes, not the "
-                                           f"{size} downloaded")
-                except BaseException:
-                    part.unlink(missing_ok=True)
-                    raise
-                os.replace(part, dest)
-    except (urllib.error.URLError, http.client.HTTPException, OSError, _Md5Mismatch) as e:
-        raise DownloadError(f"{str(e) or type(e).__name__} (after {tries} attempt(s))") from None
-
-
-def _fetch_to(url: str, part: Path, md5: str | None, stall_s: float,
-              stop: threading.Event) -> int:
-    """One attempt: `url`'s body into `part`, its MD5 checked; returns its size."""
-    digest = hashlib.md5(usedforsecurity=False)
-    progress = _Progress(stall_s)
-    size = 0
-    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    with urllib.request.urlopen(req, timeout=stall_s) as resp, open(part, "wb") as f:
-        while chunk := resp.read1(CHUNK):
-            if stop.is_set():
-                raise DownloadError("cancelled")
-            progress.add(len(chunk))
-            digest.update(chunk)
-            f.write(chunk)
-            size += len(chunk)
-    if md5 is not None and digest.hexdigest() != md5:
-        raise _Md5Mismatch(f"MD5 {digest.hexdigest()} is not the manifest's {md5}")
-    return size
+                    pooch.retrieve(url, known_hash=f"md5:{md5}" if md5 else None,
+                                   fname=dest.name, path=dest.parent, downloader=fetch)
+                except ValueError as e:
+                    if isinstance(e, TRANSFER_ERRORS):  # requests' InvalidURL is one too
+                        raise
+                    # pooch's only ValueError: the hash of what was downloaded is not `md5`
+                    raise _Md5Mismatch(f"the MD5 of what was downloaded is not the manifest's "
+                                       f"{md5}") from None
+    except (*TRANSFER_ERRORS, _Md5Mismatch) as e:
+        raise DownloadError(f"{_said(e)} (after {tries} attempt(s))") from None

@@ -35,7 +35,7 @@ from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_in
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import OURS_DIR
-from shardcook.output.folder import OutputFolder, run_folder
+from shardcook.output.folder import OutputFolder
 from shardcook.output.local import RunFolder
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
@@ -145,9 +145,9 @@ class IngestJob:
     def running(self) -> AbstractContextManager[object]:
         return nullcontext()
 
-    def source(self, cfg: RunConfig) -> IngestSource:
-        """Reads the manifests (names checked) and the earlier run's inputs, refusing an input
-        the run would delete, before any work.
+    def source(self, cfg: RunConfig, folder: OutputFolder) -> IngestSource:
+        """Reads the manifests (names checked) and the earlier run's inputs from the run's
+        `folder`, refusing an input the run would delete, before any work.
 
         Raises:
             ConfigError: bad inputs, another layout or other inputs for a split in the folder.
@@ -157,13 +157,9 @@ class IngestJob:
         empty = self.ingest.empty_encodings
         self.empty = (fetch_manifest(empty.manifest_url, self.ingest.retry)
                       if empty is not None else None)
-        folder = run_folder(cfg.output)
-        try:
-            old = None if cfg.output.overwrite else folder.read_manifest()
-        finally:
-            folder.close()
-        if folder.location.remote is None:
-            refuse_inputs_inside(cfg.output, ours, self.ingest)
+        old = None if cfg.output.overwrite else folder.read_manifest()
+        if isinstance(folder, RunFolder):
+            refuse_inputs_inside(folder, cfg.output.overwrite, ours, self.ingest)
         self.inputs = _with_earlier(str(folder), ours, old)
         shard = dict.fromkeys((i.split for i in self.inputs), 0)
         self.units_ = []
@@ -276,8 +272,7 @@ class IngestJob:
                 try:
                     if not kept:
                         dest = Path(scratch) / safe_name(e.name)
-                        download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry,
-                                 Path(scratch) / "partial")
+                        download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry)
                         folder.write_file(f"{subdir}/{e.name}", dest.read_bytes())
                     names.append(e.name)
                 except (ShardcookError, OSError) as err:

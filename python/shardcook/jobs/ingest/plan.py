@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from shardcook.config.ingest import ARROW_SUFFIX, IngestConfig, IngestDataset, Retry, check
-from shardcook.config.sections import OutputConfig
 from shardcook.errors import ConfigError
 from shardcook.files import file_kind
 from shardcook.jobs.ingest.download import (
@@ -147,17 +146,17 @@ def _arrow_entries(split: str, base: str, listed: list[ManifestEntry],
     return arrow
 
 
-def refuse_inputs_inside(output: OutputConfig, inputs: list[Input], cfg: IngestConfig) -> None:
-    """Refuses a local input (or manifest) that lies in what a run into the local folder
-    `output.output_dir` deletes: shardcook's folders, the shards it redoes and, with
-    --overwrite, everything the earlier run wrote; before anything is deleted."""
-    out = RunFolder(output.path)
+def refuse_inputs_inside(out: RunFolder, overwrite: bool, inputs: list[Input],
+                         cfg: IngestConfig) -> None:
+    """Refuses a local input (or manifest) that lies in what a run into the local folder `out`
+    deletes: shardcook's folders, the shards it redoes and, with --overwrite (`overwrite`),
+    everything the earlier run wrote; before anything is deleted."""
     splits = {one.split for one in inputs}
     cleared = [out.ours, *(out.root / s / OURS_DIR for s in splits)]
     for one in inputs:
         shard = out.root / one.split / f"{one.split}-shard-{one.index:06d}.tar"
         cleared += [shard, shard.with_name(f"{shard.name}.idx")]
-    if output.overwrite:
+    if overwrite:
         cleared += out.plan_overwrite().remove
     given: Iterable[Path] = [*(i.local for i in inputs if i.local is not None),
                              *(d.manifest for d in cfg.datasets if d.manifest)]

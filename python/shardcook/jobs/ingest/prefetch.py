@@ -15,10 +15,9 @@ from shardcook.config.ingest import IngestConfig
 from shardcook.jobs.ingest.download import download, safe_name
 from shardcook.jobs.ingest.plan import Input
 
-#: Downloaded Arrow files wait in `SCRATCH/downloads/SPLIT/` until converted ...
+#: Downloaded Arrow files wait in `SCRATCH/downloads/SPLIT/` until converted (written under a
+#: temporary name there until whole and verified).
 DOWNLOADS_DIR = "downloads"
-#: ... and are written in `SCRATCH/partial/SPLIT/` until whole and verified.
-PARTIAL_DIR = "partial"
 
 
 class Prefetch:
@@ -61,8 +60,7 @@ class Prefetch:
         with self.lock:
             self.on_disk += 1
             self.peak = max(self.peak, self.on_disk)
-        download(one.url, dest, one.md5, self.cfg.retry, self.scratch / PARTIAL_DIR / one.split,
-                 self.stop)
+        download(one.url, dest, one.md5, self.cfg.retry, self.stop)
         return dest
 
     def _work(self) -> None:
@@ -115,5 +113,4 @@ class Prefetch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _remove_downloads(self) -> None:
-        for name in (DOWNLOADS_DIR, PARTIAL_DIR):
-            shutil.rmtree(self.scratch / name, ignore_errors=True)
+        shutil.rmtree(self.scratch / DOWNLOADS_DIR, ignore_errors=True)

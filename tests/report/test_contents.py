@@ -56,9 +56,23 @@ def test_duplicates_skips_and_counts(tmp_path):
         return raw_parts(i % 5)  # every picture and caption twice or more
 
     d = write_dataset(tmp_path / "raw", parts, n_shards=3, per_shard=4)
-    counts = _counts(make_report(d, samples=6))
+    page = make_report(d, samples=6)
+    counts = _counts(page)
     assert counts["duplicate-pictures"] == counts["duplicate-captions"] == 12 - 5
-    assert (counts["samples"], counts["shards"]) == (12, 3)
+    assert (counts["samples"], counts["shards"], counts["compared"]) == (12, 3, 12)
+    assert "data-scope" not in page  # every sample compared: nothing to qualify
+
+
+def test_duplicates_among_the_samples_read_of_more(tmp_path):
+    kinds = [raw_parts(i) for i in range(3)]
+    d = write_dataset(tmp_path / "raw", lambda i: kinds[i % 3], n_shards=6, per_shard=100)
+    page = make_report(d, samples=4)
+    counts = _counts(page)
+    assert (counts["samples"], counts["compared"]) == (600, 512)
+    assert counts["duplicate-pictures"] == counts["duplicate-captions"] == 512 - 3
+    assert "Among the" in page and "samples read of 600, compared with one another" in page
+    scope = re.findall(r'<p data-scope="duplicates">(.*?)</p>', page)
+    assert len(scope) == 1 and "512 of 600" in scope[0] and "never every sample" in scope[0]
 
 
 def test_a_dataset_in_a_bucket(tmp_path, s3_store, caplog):

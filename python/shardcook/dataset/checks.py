@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import json
 import sqlite3
 import tarfile
 import warnings
@@ -29,12 +30,15 @@ SQLITE_TABLES = ("samples", "sample_parts")
 
 
 def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
-                    samples_only_ok: bool = False) -> list[str]:
+                    samples_only_ok: bool = False, *, light: bool = False) -> list[str]:
     """index.sqlite opens, has Energon's tables, holds one row per sample of each shard in
     .info.json's order, and no sample with the same part twice. A missing file is a problem
     unless `expected` is False (finalize recorded that it was not written, or an older Energon
     indexed the dataset); with `samples_only_ok` the `samples` table alone (Energon 6's index)
-    is accepted."""
+    is accepted. `light` reads no table whole (a few index lookups per shard, whatever the
+    dataset's size): each shard's first and last row are there and none past it, and the parts
+    are not checked; an index without Energon's (tar_file_id, sample_index) index (Energon 6's)
+    is counted, as a lookup there would read the whole table once per shard."""
     path = root / META_DIR / INDEX_SQLITE
     label = f"{META_DIR}/{INDEX_SQLITE}"
     fix = f"; run `shardcook finalize --force {root}`"
@@ -48,6 +52,8 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
             lacking = [t for t in SQLITE_TABLES if t not in tables]
             if lacking and not (samples_only_ok and lacking == ["sample_parts"]):
                 return [f"{label} lacks Energon's table(s) {', '.join(lacking)}{fix}"]
+            if light and _has_lookup_index(db):
+                return [f"{p}{fix}" for p in _shard_ends_problems(db, counts, label)]
             rows = dict(db.execute(
                 "SELECT tar_file_id, count(*) FROM samples GROUP BY tar_file_id").fetchall())
             twice = None if lacking else db.execute(
@@ -70,6 +76,44 @@ def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,
         shard = list(counts)[tar_id] if 0 <= tar_id < len(counts) else f"shard #{tar_id}"
         problems.append(f"{shard}: sample #{index} holds the part {part} twice; Energon keeps "
                         "only one of them")
+    return problems
+
+
+#: The first shard (tar_file_id, count) whose rows do not end where .info.json says: no first
+#: or last row, or a row past the last. Each test is a lookup in Energon's
+#: (tar_file_id, sample_index) index, all shards in one statement.
+_SHARD_ENDS = """
+SELECT e.key, e.value FROM json_each(?) AS e
+WHERE (e.value > 0 AND NOT EXISTS (SELECT 1 FROM samples WHERE tar_file_id = e.key
+                                   AND sample_index = 0))
+   OR (e.value > 0 AND NOT EXISTS (SELECT 1 FROM samples WHERE tar_file_id = e.key
+                                   AND sample_index = e.value - 1))
+   OR EXISTS (SELECT 1 FROM samples WHERE tar_file_id = e.key AND sample_index = e.value)
+LIMIT 1"""
+
+
+def _has_lookup_index(db: sqlite3.Connection) -> bool:
+    """`samples` has an index on (tar_file_id, sample_index), as Energon 7 writes."""
+    names = [row[0] for row in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'samples'")]
+    return any([row[0] for row in db.execute("SELECT name FROM pragma_index_info(?)", (name,))]
+               [:2] == ["tar_file_id", "sample_index"] for name in names)
+
+
+def _shard_ends_problems(db: sqlite3.Connection, counts: Mapping[str, int],
+                         label: str) -> list[str]:
+    """`light` counting: each shard's rows start at 0 and end at its count, and no rows belong to
+    a shard .info.json does not list (the smallest and largest tar_file_id, from the index)."""
+    problems = []
+    found = db.execute(_SHARD_ENDS, (json.dumps(list(counts.values())),)).fetchone()
+    if found is not None:
+        tar_id, n = found
+        problems.append(f"{label} does not hold samples #0 to #{n - 1} of {list(counts)[tar_id]} "
+                        f"(.info.json's count, {n}) and no more")
+    low, high = db.execute("SELECT (SELECT min(tar_file_id) FROM samples), "
+                           "(SELECT max(tar_file_id) FROM samples)").fetchone()
+    if low is not None and (low < 0 or high >= len(counts)):
+        problems.append(f"{label} holds samples of shard(s) not in .info.json")
     return problems
 
 

@@ -3,6 +3,7 @@ Energon import, so it is fast and works on CrudeWebdataset datasets where `energ
 
 from __future__ import annotations
 
+import os
 import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -120,7 +121,8 @@ def summarize(
         name: SplitSummary(len(shards), sum(counts.get(s, 0) for s in shards))
         for name, shards in splits.items()
     }
-    bytes_on_disk = sum((root / s).stat().st_size for s in counts if (root / s).is_file())
+    bytes_on_disk = sum(os.stat(path).st_size for path in
+                        (os.path.join(root, s) for s in counts) if os.path.isfile(path))
     parts: dict[str, str] = {}
     for shard, count in counts.items():
         if count and (root / shard).is_file():

@@ -4,6 +4,7 @@ writes)."""
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
@@ -34,8 +35,11 @@ def light_problems(root: Path, shards: Sequence[tuple[str, int | None]],
     fix = "; run `shardcook finalize --force`"
     problems = []
     for name, expected in shards:
-        path = root / f"{name}.idx"
-        data = path.read_bytes() if path.is_file() else None
+        try:
+            with open(os.path.join(root, f"{name}.idx"), "rb") as f:
+                data: bytes | None = f.read()
+        except OSError:
+            data = None
         if data is None or len(data) % 8:
             problems.append(f"{name}: the index file {name}.idx is missing or not whole{fix}")
             continue
@@ -43,7 +47,7 @@ def light_problems(root: Path, shards: Sequence[tuple[str, int | None]],
         if expected is not None and len(offsets) != expected + 1:
             problems.append(f"{name}.idx has {len(offsets)} entries where the shard needs "
                             f"{expected + 1} (samples + 1){fix}")
-        elif bool((np.diff(offsets.astype(np.int64)) <= 0).any() or (offsets % 512).any()):
+        elif bool((offsets[1:] <= offsets[:-1]).any() or (offsets & 511).any()):
             problems.append(f"{name}.idx does not hold increasing tar block offsets{fix}")
         elif len(offsets) and int(offsets[-1]) + 512 > sizes[name]:
             problems.append(f"{name}: the shard is {sizes[name]:,} bytes but its index "

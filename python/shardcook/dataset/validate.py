@@ -237,18 +237,18 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
 
     excluded = _excluded(root, record, split_yaml)
     present_shards = set(list_shards(root)) - excluded
-    listed = [s for s in counts if (root / s).is_file()]
+    listed = [s for s in counts if os.path.isfile(os.path.join(root, s))]
+    files = set(listed)
     problems += [(shard_name_problem(root, s) if os.path.lexists(root / s) else None)
                  or f"shard {s} is listed in {info_name} but missing"
-                 for s in counts if not (root / s).is_file()]
+                 for s in counts if s not in files]
     problems += [shard_name_problem(root, s) or f"shard {s} is not listed in {info_name}; run "
                  f"`shardcook finalize --force {root}` to index it"
                  for s in sorted(present_shards - set(counts))]
     problems += _run_record_problems(root, counts, info_name, record, split_yaml)
     problems += view.verify_shards([(s, counts[s]) for s in listed])
     problems += checks.info_files_problems(root)
-    problems += checks.sqlite_problems(root, counts, record.sqlite if record else False,
-                                       samples_only_ok=by_energon)
+    problems += view.verify_index(counts, record.sqlite if record else False, by_energon)
     seen: dict[str, str] = {}
     for split, shards in splits.items():
         unknown = [s for s in shards if s not in counts]

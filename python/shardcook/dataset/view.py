@@ -7,11 +7,12 @@ a command's argument.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from shardcook import _native
+from shardcook.dataset import checks
 
 __all__ = ["DatasetView"]
 
@@ -50,6 +51,12 @@ class DatasetView:
         `.tar.idx` files, and keys in two places: a fresh scan of every shard."""
         verified = _native.verify_shards(self.root, list(shards))
         return [p for checked in verified.shards for p in checked.problems] + verified.problems
+
+    def verify_index(self, counts: Mapping[str, int], expected: bool,
+                     samples_only_ok: bool) -> list[str]:
+        """index.sqlite's problems against `.info.json`'s `counts`, every row counted (see
+        `checks.sqlite_problems`)."""
+        return checks.sqlite_problems(self.root, counts, expected, samples_only_ok)
 
     def index_shards(self, shards: Sequence[str], sqlite_path: Path | None
                      ) -> tuple[list[tuple[str, int]], list[str]]:

@@ -1,19 +1,22 @@
 """The dataset as the report checks it: `validate`'s checks, but each shard checked against its
-`.tar.idx` and its size rather than scanned (as `validate` checks a dataset in a bucket), so the
-page reads the index and the samples it shows, never every shard's headers."""
+`.tar.idx` and its size rather than scanned (as `validate` checks a dataset in a bucket), and
+index.sqlite at each shard's first and last row rather than counted, so the page reads the index
+and the samples it shows, never every shard's headers nor every row of index.sqlite."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from shardcook.dataset.checks import sqlite_problems
 from shardcook.dataset.tarindex import light_problems
 from shardcook.dataset.view import DatasetView
 
 
 class IndexedView(DatasetView):
-    """`view` with the light shard check; everything else is `view`'s."""
+    """`view` with the light shard and index checks; everything else is `view`'s."""
 
     def __init__(self, view: DatasetView) -> None:
         super().__init__(view.root, view.name)
@@ -28,8 +31,12 @@ class IndexedView(DatasetView):
         return self.inner.read_range(shard, start, end)
 
     def verify_shards(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
-        sizes = {name: (self.root / name).stat().st_size for name, _ in shards}
+        sizes = {name: os.stat(os.path.join(self.root, name)).st_size for name, _ in shards}
         return light_problems(self.root, shards, sizes)
+
+    def verify_index(self, counts: Mapping[str, int], expected: bool,
+                     samples_only_ok: bool) -> list[str]:
+        return sqlite_problems(self.root, counts, expected, samples_only_ok, light=True)
 
     @property
     def location(self) -> Path | str:

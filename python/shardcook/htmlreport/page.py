@@ -186,17 +186,28 @@ def _health(c: Content) -> str:
         verdict = "".join(f'<p class="warn" data-problem>{escape(p)}</p>' for p in v.problems)
     verdict += "".join(f"<p>warning: {escape(w)}</p>" for w in v.warnings)
     pictures, captions = t.repeated(t.pictures), t.repeated(t.captions)
-    dups = (f"<p>Among the {t.read:,} samples read: "
-            f'<span data-count="duplicate-pictures">{sum(len(g) - 1 for g in pictures)}</span> '
-            "exact duplicate pictures (same stored bytes), "
-            f'<span data-count="duplicate-captions">{sum(len(g) - 1 for g in captions)}</span> '
-            "duplicate captions.</p>"
-            f"{_examples(pictures)}{_examples(captions)}")
+    total = c.summary.splits[c.split].samples if c.split else c.summary.samples
+    dups = (f"<p>Among the {_count('compared', t.read)} samples read of {total:,}"
+            f"{' in the split' if c.split else ''}, compared with one another: "
+            f"{_count('duplicate-pictures', sum(len(g) - 1 for g in pictures))} exact duplicate "
+            "pictures (same stored bytes), "
+            f"{_count('duplicate-captions', sum(len(g) - 1 for g in captions))} duplicate "
+            "captions.</p>"
+            f"{_examples(pictures)}{_examples(captions)}"
+            + ("" if t.read >= total else
+               f'<p data-scope="duplicates">Copies are counted only when two of them are among '
+               f"the samples read, {t.read:,} of {total:,}: a picture or caption that a share "
+               f"<i>f</i> of the dataset holds is read about {t.read:,}·<i>f</i> times, so "
+               "what is repeated at scale shows (a placeholder image, a boilerplate caption), "
+               "and a rare duplicate mostly does not. The page reads the index and these "
+               "samples, never every sample.</p>"))
     out = [(f"<h2>Health</h2><h3>Validation</h3>{verdict}"
            f"<p>The checks of <code>{escape(c.validate_command)}</code>, but each shard "
-           "checked against its <code>.tar.idx</code> and its size rather than scanned, and each "
-           "split's first sample decoded by shardcook rather than loaded through Energon: run "
-           "that command for both.</p>"),
+           "checked against its <code>.tar.idx</code> and its size rather than scanned, "
+           "index.sqlite by lookups at each shard's first and last row rather than counted "
+           "(and not searched for a part held twice), and each split's first sample decoded "
+           "by shardcook rather than loaded through Energon: run that command for all "
+           "three.</p>"),
            f"<h3>Skipped inputs</h3>{_skips(c.run_report)}",
            f"<h3>Duplicates</h3>{dups}"]
     if c.latents is not None:

@@ -6,6 +6,7 @@ on a local folder and in a bucket; `--no-sqlite`, which would delete them, is re
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -19,7 +20,7 @@ from shardcook import build_index
 from tests.helpers.dataset import cli, one_error_line, write_dataset
 from tests.helpers.files import tree_state
 from tests.helpers.raw import make_folder, run_cli
-from tests.helpers.shards import ENERGON
+from tests.helpers.shards import ENERGON, energon_prepare
 
 #: The rows of each media table, and media_filters' AUTOINCREMENT counter.
 QUERIES = {
@@ -59,8 +60,13 @@ def assert_energon_reads_the_metadata(root: Path) -> None:
     assert (found.width, found.height, found.format) == (64, 48, "JPEG")
 
 
-def test_finalize_force_keeps_the_media_tables(enriched):
+def test_finalize_force_keeps_the_media_tables_as_energon_prepare_does(enriched, tmp_path):
     before = media_rows(enriched)
+    theirs = tmp_path / "theirs"
+    shutil.copytree(enriched, theirs)
+    r = energon_prepare(theirs, "--force-overwrite", "--split-ratio", "0.5,0.25,0.25")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert media_rows(theirs) == before  # Energon's own rebuild keeps them
     uuid = (enriched / ".nv-meta" / "index.uuid").read_text()
     r = cli("finalize", enriched, "--force", "--encoding", "generic", "--split", "0.5,0.25,0.25")
     assert r.code == 0, r.stdout + r.stderr

@@ -7,25 +7,14 @@ from __future__ import annotations
 import yaml
 from shardcook import ShardWriter, finalize, validate
 
-from tests.helpers.chatml import turns, write_images, write_jsonl
+from tests.helpers.chatml import small_chatml_run
 from tests.helpers.raw import run_cli
 
 BRIDGE = "megatron.bridge.data.energon.task_encoder_utils:ChatMLWebdataset"
 
 
-def small_dataset(tmp_path):
-    names = write_images(tmp_path / "in", 2, photos=1)
-    jsonl = write_jsonl(tmp_path / "in" / "d.jsonl",
-                        [{"id": f"x{i}", "image": names[i % 2], "conversation": turns(1)}
-                         for i in range(6)])
-    out = tmp_path / "out"
-    run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--val-fraction", "0.5",
-            "--shard-size", "2", "--quiet")
-    return out
-
-
 def test_validate_skips_the_energon_load_with_a_warning(tmp_path):
-    out = small_dataset(tmp_path)
+    out = small_chatml_run(tmp_path)
     report = validate(out)
     assert report.ok, report.problems
     assert len(report.warnings) == 1

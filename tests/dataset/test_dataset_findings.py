@@ -15,7 +15,7 @@ from shardcook import ConfigError, ShardWriter, finalize, validate
 from shardcook.dataset.braces import MAX_EXPANSIONS, expand_braces
 from shardcook.layouts import LAYOUTS
 
-from tests.helpers.chatml import turns, write_images, write_jsonl
+from tests.helpers.chatml import small_chatml_run
 from tests.helpers.dataset import (
     cli,
     one_error_line,
@@ -353,13 +353,7 @@ def test_a_damaged_finalize_record_falls_back_to_split_yaml(tmp_path):
 
 
 def test_refinalizing_chatml_without_split_parts_keeps_val_in_val(tmp_path):
-    names = write_images(tmp_path / "in", 2, photos=1)
-    jsonl = write_jsonl(tmp_path / "in" / "d.jsonl",
-                        [{"id": f"x{i}", "image": names[i % 2], "conversation": turns(1)}
-                         for i in range(6)])
-    out = tmp_path / "out"
-    run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--val-fraction", "0.5",
-            "--shard-size", "2", "--quiet")
+    out = small_chatml_run(tmp_path)
     before = yaml.safe_load((out / META / "split.yaml").read_text())["split_parts"]
     assert before["val"], before
     r = cli("finalize", "--force", out)

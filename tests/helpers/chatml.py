@@ -8,7 +8,7 @@ import pickle
 import shutil
 from pathlib import Path
 
-from tests.helpers.raw import encode, energon_parts, generated, photo
+from tests.helpers.raw import encode, energon_parts, generated, photo, run_cli
 
 SPLIT_ARGS = ("--split-parts", "train:train-shard-.*", "--split-parts", "val:val-shard-.*")
 
@@ -92,3 +92,15 @@ def energon_samples(root: Path) -> dict[str, dict[str, bytes]]:
         assert key.startswith(f"{split}-")
         samples[key] = parts
     return samples
+
+
+def small_chatml_run(tmp_path: Path) -> Path:
+    """A `shardcook chatml` run of 6 single-image conversations, half of them in val."""
+    names = write_images(tmp_path / "in", 2, photos=1)
+    jsonl = write_jsonl(tmp_path / "in" / "d.jsonl",
+                        [{"id": f"x{i}", "image": names[i % 2], "conversation": turns(1)}
+                         for i in range(6)])
+    out = tmp_path / "out"
+    run_cli("chatml", "--input", str(jsonl), "--output-dir", str(out), "--val-fraction", "0.5",
+            "--shard-size", "2", "--quiet")
+    return out

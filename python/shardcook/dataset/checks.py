@@ -21,12 +21,33 @@ from shardcook.dataset import metadata
 from shardcook.dataset.samplecheck import Checker, check_sample
 from shardcook.dataset.sqlitedb import open_read_only
 from shardcook.errors import DatasetError, ShardcookError
-from shardcook.layouts import Layout
+from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.base import registry_function
-from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
+from shardcook.layouts.names import DATASET_YAML, INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 
 #: Energon's index tables (docs/FORMAT.md §5).
 SQLITE_TABLES = ("samples", "sample_parts")
+
+
+def factory_arguments_problem(root: Path, dataset: metadata.DatasetYaml) -> str | None:
+    """Why Energon refuses dataset.yaml for its generic webdataset factory's arguments: it takes
+    exactly one of a `field_map` and a `sample_loader` for a Sample class under `sample_type:`
+    and for a layout's class built by that factory (Megatron-Bridge's ChatMLWebdataset), which
+    is checked here whether or not its package is installed; None when it takes them."""
+    named = f"{dataset.module}:{dataset.cls}"
+    layout = next((lay for lay in LAYOUTS.values()
+                   if lay.field_map_from is not None and lay.sample_type == named), None)
+    nested = dataset.class_entry is not dataset.content
+    given = [k for k in ("field_map", "sample_loader") if dataset.content.get(k) is not None]
+    if (layout is None and not nested) or len(given) == 1:
+        return None
+    fix = ("remove one of them" if given else
+           f"run `shardcook finalize --force --encoding {layout.encoding} {root}` to write "
+           "the field_map" if layout else "add a field_map naming the part of each field")
+    return (f"{META_DIR}/{DATASET_YAML} names {dataset.module}.{dataset.cls}, which Energon "
+            "builds from a field_map or a sample_loader, but it gives "
+            f"{'both' if given else 'neither'}, so Energon refuses it (\"Either field_map or "
+            f"sample_loader must be provided.\"); {fix}")
 
 
 def sqlite_problems(root: Path, counts: Mapping[str, int], expected: bool,

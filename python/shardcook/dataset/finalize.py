@@ -4,7 +4,7 @@ plus a dataset.yaml for its layout), then `validate` it."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from shardcook.dataset.undo import finish_interrupted, undone_on_failure
 from shardcook.dataset.validate import ValidationReport, validate_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
-from shardcook.layouts import LAYOUTS, Layout
+from shardcook.layouts import LAYOUTS, Layout, registry_function
 from shardcook.layouts.names import DATASET_YAML, META_DIR
 from shardcook.storage.location import Location
 
@@ -142,6 +142,29 @@ def _layouts_own_class(content: Mapping[str, Any], encoding: str | None) -> bool
     return named == class_keys(metadata.layout_of(encoding, "--encoding").sample_type)
 
 
+def _derived_field_map(root: Path, content: Mapping[str, Any], encoding: str | None,
+                       part_names: Collection[str]) -> dict[str, str] | None:
+    """The field_map that the layout's sample class needs and `content` lacks (Energon's
+    generic webdataset factory refuses a dataset.yaml with neither a field_map nor a
+    sample_loader), from the part names the index found; None when nothing is to be added.
+
+    Raises:
+        ConfigError: the parts fit no field_map of the layout.
+    """
+    layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
+    if (layout is None or layout.field_map_from is None or "field_map" in content
+            or "sample_loader" in content
+            or {k: v for k, v in content.items() if k in CLASS_KEYS}
+            != class_keys(layout.sample_type)):
+        return None
+    try:
+        fields: dict[str, str] = registry_function(layout.field_map_from)(part_names)
+    except ValueError as e:
+        raise ConfigError(f"{root} cannot get the {layout.encoding} layout's field_map from its "
+                          f"parts: {e}; pass --field-map") from None
+    return fields
+
+
 def _encoding(view: DatasetView, shards: list[str], encoding: str | None,
               sample_type: str | None, force: bool) -> str | None:
     """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
@@ -245,6 +268,10 @@ def _finalize(
     report = None
     with undone_on_failure(root, plan.shards):
         index = write_index(plan)
+        derived = _derived_field_map(root, content, encoding, index.part_names)
+        if derived is not None:
+            content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
+                                   field_map=derived, subflavors=subflavors, force=force)
         metadata.write_dataset_yaml(root, content)
         if validate:
             report = validate_view(view, encoding=encoding,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from shardcook.dataset import metadata
+from shardcook.dataset import mediatables, metadata
 from shardcook.dataset.arguments import check_index_arguments
 from shardcook.dataset.braces import BRACE_CHARS
 from shardcook.dataset.location import dataset_view
@@ -290,6 +290,8 @@ def plan_index(
         )
     request, warnings = _resolve(root, encoding, split, split_parts, shuffle_seed, exclude, sqlite,
                                  force)
+    if not sqlite:
+        _refuse_dropping_media(root)
     shards = list_shards(root, request.record.exclude)
     if not shards:
         raise DatasetError(
@@ -303,6 +305,19 @@ def plan_index(
                      warnings + splits.warnings, force)
 
 
+def _refuse_dropping_media(root: Path) -> None:
+    """Refuses `sqlite=False` where index.sqlite holds Energon's media metadata, which removing
+    the file would delete."""
+    path = root / META_DIR / INDEX_SQLITE
+    entries = mediatables.entry_count(path)
+    if entries is not None:
+        raise ConfigError(
+            f"{path} holds Energon's media metadata ({entries:,} entries), which --no-sqlite "
+            "would delete with the file; leave out --no-sqlite (finalize keeps the media "
+            "tables), or delete the file first if you do not want them"
+        )
+
+
 def write_index(plan: IndexPlan) -> IndexResult:
     """Writes the index `plan_index` checked."""
     root, shards, sqlite = plan.root, plan.shards, plan.record.sqlite
@@ -311,7 +326,8 @@ def write_index(plan: IndexPlan) -> IndexResult:
     meta = metadata.prepare_meta_dir(root, repair=plan.force)
     sqlite_path = meta / INDEX_SQLITE
     metadata.remove_broken(sqlite_path)
-    counted, part_names = plan.view.index_shards(shards, sqlite_path if sqlite else None)
+    with mediatables.kept(sqlite_path):
+        counted, part_names = plan.view.index_shards(shards, sqlite_path if sqlite else None)
     if not sqlite:
         sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
     counts = dict(counted)

@@ -4,6 +4,8 @@ split or a shard in two splits is an error instead of a silently broken dataset.
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import logging
 import math
 import random
@@ -85,18 +87,22 @@ def split_by_ratio(
     return splits
 
 
+def _expansions(pattern: str) -> list[str]:
+    """The brace expansions of a split pattern."""
+    try:
+        return expand_braces(pattern)
+    except ConfigError as e:
+        raise ConfigError(f"split pattern {pattern!r}: {e}") from None
+
+
 def expand_pattern(pattern: str) -> list[re.Pattern[str]]:
     """Brace-expands a split pattern and compiles each expansion, as Energon does.
 
     Brace expansion treats a backslash as an escape and removes it, so `\\.` in a pattern
     reaches the regex as `.`; that is Energon's behaviour and we keep it.
     """
-    try:
-        expansions = expand_braces(pattern)
-    except ConfigError as e:
-        raise ConfigError(f"split pattern {pattern!r}: {e}") from None
     compiled = []
-    for text in expansions:
+    for text in _expansions(pattern):
         try:
             compiled.append(re.compile(text))
         except re.error as e:
@@ -107,20 +113,76 @@ def expand_pattern(pattern: str) -> list[re.Pattern[str]]:
     return compiled
 
 
+#: A `*` or `?` that repeats nothing in a regex (at the start, or after a plain character): what
+#: a glob (`*.tar`, `shard-??.tar`) has and a regex rarely means.
+_GLOB_MARK = re.compile(r"(?:^|[^.)\]*+?])[*?]")
+
+
+def _named(shards: Sequence[str]) -> str:
+    """A few shard names for a message."""
+    shown = ", ".join(repr(s) for s in shards[:3])
+    return shown + (f" and {len(shards) - 3} more" if len(shards) > 3 else "")
+
+
+def _as_regex(glob: str) -> str:
+    """The regex selecting what `glob` selects (no backslashes: brace expansion strips them)."""
+    return "".join({"*": ".*", "?": "."}.get(c) or (f"[{c}]" if c in ".+()|^$" else c)
+                   for c in glob) + "$"
+
+
+def _glob_refusal(name: str, pattern: str, expansions: Sequence[str], shards: Sequence[str],
+                  selected: Sequence[str] | None) -> ConfigError | None:
+    """The refusal of a pattern that looks like a glob and selects other shards as the regex
+    Energon reads it as (`selected`; None: not a valid regex) than as a glob."""
+    if not any(_GLOB_MARK.search(text) for text in expansions):
+        return None
+    as_glob = [s for s in shards if any(fnmatch.fnmatchcase(s, text) for text in expansions)]
+    if not as_glob or as_glob == selected:
+        return None
+    regex = _as_regex(pattern) if len(expansions) == 1 else None
+    reads = ("it is not valid" if selected is None else
+             f"it selects {_named(selected)}" if selected else "it selects no shard")
+    return ConfigError(
+        f"split pattern {name}:{pattern!r} looks like a glob, which would select "
+        f"{_named(as_glob)}, but split patterns are regular expressions (as in Energon), and "
+        f"as one {reads}; write it as a regex"
+        + (f", e.g. {name}:{regex!r}" if regex else "")
+    )
+
+
+def _no_shard(name: str, pattern: str, compiled: Sequence[re.Pattern[str]],
+              shards: Sequence[str]) -> ConfigError:
+    """The refusal of a pattern that selects no shard, naming the shards it could have meant."""
+    found = [s for s in shards if any(p.search(s) for p in compiled)]
+    nearest = difflib.get_close_matches(pattern, shards, 3, 0)
+    meant = (f"searched anywhere in the path it finds {_named(found)} (put '.*' before it to "
+             "select those)" if found else f"the nearest shard names are {_named(nearest)}")
+    return ConfigError(
+        f"split pattern {name}:{pattern!r} matches none of the {len(shards)} shards, as patterns "
+        "are matched from the start of the shard path after brace expansion, which also removes "
+        f"backslashes; {meant}"
+    )
+
+
 def split_by_patterns(shards: Sequence[str], patterns: Mapping[str, str]) -> Splits:
-    """Assigns shards to splits by `re.match` of each brace expansion, as Energon does."""
+    """Assigns shards to splits by `re.match` of each brace expansion, as Energon does; refuses
+    a pattern that selects no shard, or looks like a glob and selects other shards as a regex,
+    naming the shards it could have meant."""
     if not patterns:
         raise ConfigError("give at least one split pattern, e.g. train:'train-.*'")
     parts: dict[str, list[str]] = {}
     for name, pattern in patterns.items():
-        compiled = expand_pattern(pattern)
+        expansions = _expansions(pattern)
+        try:
+            compiled = expand_pattern(pattern)
+        except ConfigError as invalid:
+            raise (_glob_refusal(name, pattern, expansions, shards, None) or invalid) from None
         parts[name] = [s for s in shards if any(p.match(s) for p in compiled)]
+        refusal = _glob_refusal(name, pattern, expansions, shards, parts[name])
+        if refusal is not None:
+            raise refusal
         if not parts[name]:
-            raise ConfigError(
-                f"split pattern {name}:{pattern!r} matches none of the {len(shards)} shards "
-                f"(e.g. {shards[0]!r}); patterns are matched from the start of the shard path "
-                "after brace expansion, which also removes backslashes"
-            )
+            raise _no_shard(name, pattern, compiled, shards)
     splits = Splits(parts)
     covered = {s for names in parts.values() for s in names}
     uncovered = [s for s in shards if s not in covered]

@@ -233,7 +233,9 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
         report.warnings.append(older)
     layout = _layout(report, encoding, dataset, manifest)
     info_name = metadata.info_file(root)
-    energon = energon_check and _sample_class(report, root, dataset)
+    refused = checks.factory_arguments_problem(root, dataset) if dataset else None
+    problems += [refused] if refused else []
+    energon = energon_check and not refused and _sample_class(report, root, dataset)
 
     excluded = _excluded(root, record, split_yaml)
     present_shards = set(list_shards(root)) - excluded

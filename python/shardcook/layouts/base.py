@@ -126,6 +126,10 @@ class Layout:
             test split is whole; other layouts need a train split.
         reading: How it is read back (cooker, task encoder, checkers, preview).
         encode: How `encode` writes it, or None for layouts `encode` does not write.
+        field_map_from: For a sample class built by Energon's generic webdataset factory, which
+            refuses a dataset.yaml with neither a `field_map` nor a `sample_loader`: the
+            `module:function` giving the field_map from the part names the shards hold (it
+            raises ValueError, saying why, when they fit no field_map). None for other classes.
     """
 
     name: str
@@ -137,6 +141,7 @@ class Layout:
     split_folders: bool = False
     reading: Reading = field(default_factory=Reading)
     encode: EncodeSpec | None = None
+    field_map_from: str | None = None
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

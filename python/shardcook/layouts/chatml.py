@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+from collections.abc import Collection
 from typing import Any
 
 from shardcook.layouts.base import Layout, Reading
@@ -63,6 +64,35 @@ def field_map(images: str | None, image_format: str, video_layout: str | None,
         fields["audio"] = audio_part(audio_extension)
     fields["conversation"] = CONVERSATION_PART
     return fields
+
+
+def _one_of(found: list[str], what: str) -> str | None:
+    if len(found) > 1:
+        raise ValueError(f"its samples hold {' and '.join(found)}, and Megatron-Bridge's "
+                         f"ChatMLWebdataset reads {what} from one part only")
+    return found[0] if found else None
+
+
+def field_map_of(part_names: Collection[str]) -> dict[str, str]:
+    """The field_map of a dataset whose samples hold the parts `part_names`: what `field_map`
+    gives for the image, video and audio layouts those parts are.
+
+    Raises:
+        ValueError: the parts hold one kind of media in two layouts (`image.jpg` and `jpgs`).
+    """
+    image = _one_of([p for p in ("image.jpg", "image.png", MULTI_IMAGE_PART)
+                     if p in part_names], "images")
+    video = _one_of([p for p in (*VIDEO_FRAMES_PARTS, VIDEO_FILE_PART) if p in part_names],
+                    "videos")
+    audio = _one_of([audio_part(ext) for ext in AUDIO_EXTENSIONS if audio_part(ext) in part_names],
+                    "audio")
+    return field_map(
+        None if image is None else "multi" if image == MULTI_IMAGE_PART else "single",
+        (image or "image.jpg").rpartition(".")[2],
+        None if video is None else "mp4" if video == VIDEO_FILE_PART else "frames",
+        None if audio is None else audio.partition(".")[2],
+        video if video in VIDEO_FRAMES_PARTS else VIDEO_FRAMES_PART,
+    )
 
 
 def sample_json(turns: list[dict[str, Any]], media: dict[str, Any]) -> bytes:
@@ -137,4 +167,5 @@ CHATML = Layout(
     subflavored=False,
     reading=Reading(cooker=None, task_encoder=None,  # Bridge's ChatMLWebdataset reads it
                     checker="shardcook.dataset.samplecheck:check_chatml"),
+    field_map_from="shardcook.layouts.chatml:field_map_of",
 )

@@ -1,6 +1,7 @@
 """`shardcook raw` started by real Slurm, with no torchrun: `srun -n 3`, a job array, and an array
 task cancelled, found by `shardcook status` and resubmitted alone. Each writes the bytes of one
-process."""
+process. The jobs are waited for by polling `squeue`, as `sbatch --wait` does, but every 0.1 s
+(`sbatch --wait` looks after 2 s, then 8 s, then 32 s)."""
 
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def test_srun_three_tasks_write_one_process_bytes(slurm, inputs, tmp_path):
 def test_array_of_four_writes_one_process_bytes(slurm, inputs, tmp_path):
     src, one = inputs
     out = tmp_path / "out"
-    job = slurm.sbatch(raw_script(tmp_path, src, out), "--array=0-3", "--wait",
-                       "-o", str(tmp_path / "%a.log"), timeout=100)
+    job = slurm.sbatch(raw_script(tmp_path, src, out), "--array=0-3",
+                       "-o", str(tmp_path / "%a.log"))
+    slurm.wait_ended(job, timeout=100)
     logs = "".join((tmp_path / f"{i}.log").read_text() for i in range(4))
     assert [slurm.state(f"{job}_{i}") for i in range(4)] == ["COMPLETED"] * 4, logs
     assert "Traceback" not in logs
@@ -103,8 +105,8 @@ def test_cancelled_array_task_found_and_resubmitted_alone(slurm, inputs, tmp_pat
     assert "--array=0" not in missing.stdout
 
     (tmp_path / "resubmitted").touch()
-    again = slurm.sbatch(script, "--array=1", "--wait", "-o", str(tmp_path / "%A_%a.log"),
-                         timeout=100)
+    again = slurm.sbatch(script, "--array=1", "-o", str(tmp_path / "%A_%a.log"))
+    slurm.wait_ended(again, timeout=100)
     assert again != job
     assert slurm.state(f"{again}_1") == "COMPLETED", (tmp_path / f"{again}_1.log").read_text()
     done = status(slurm, out)

@@ -40,7 +40,8 @@ def test_array_of_four_runs_at_once(slurm, tmp_path):
     script.write_text(f"{ENV_SCRIPT}touch {tmp_path}/started.$SLURM_ARRAY_TASK_ID\n"
                       f"for _ in $(seq 200); do [ $(ls {tmp_path}/started.* | wc -l) = 4 ] && "
                       "exit 0; sleep 0.1; done; exit 1\n")
-    job = slurm.sbatch(script, "--array=0-3", "--wait", "-o", str(tmp_path / "%a.env"))
+    job = slurm.sbatch(script, "--array=0-3", "-o", str(tmp_path / "%a.env"))
+    slurm.wait_ended(job)
     tasks = [slurm_vars(tmp_path / f"{i}.env") for i in range(4)]
     for i, env in enumerate(tasks):
         assert pick(env, *ARRAY_VARS, "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
@@ -54,7 +55,7 @@ def test_array_of_four_runs_at_once(slurm, tmp_path):
     job_ids = {env["SLURM_JOB_ID"] for env in tasks}
     assert len(job_ids) == 4
     assert job in job_ids
-    assert all(slurm.state(f"{job}_{i}") == "COMPLETED" for i in range(4))
+    assert [slurm.state(f"{job}_{i}") for i in range(4)] == ["COMPLETED"] * 4
 
 
 def test_array_indexes_need_not_start_at_zero(slurm, tmp_path):

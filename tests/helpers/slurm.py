@@ -1,8 +1,8 @@
-"""A real one-node Slurm cluster on 127.0.0.1 (Debian's `slurm-wlm` and `munge`): `munged`,
-`slurmctld` and `slurmd` run in the foreground as children of the test process, with a generated
-key, `slurm.conf`, state and spool in a fresh folder, and free ports, so two pytest workers can
-each hold one. The clients (`srun`, `sbatch`, `scancel`, `squeue`, `scontrol`) find the cluster
-through `SLURM_CONF` in `SlurmCluster.env`."""
+"""A real one-node Slurm cluster on 127.0.0.1 (Debian's `slurmctld`, `slurmd`, `slurm-client`
+and `munge`): `munged`, `slurmctld` and `slurmd` run in the foreground as children of the test
+process, with a generated key, `slurm.conf`, state and spool in a fresh folder, and free ports,
+so two pytest workers can each hold one. The clients (`srun`, `sbatch`, `scancel`, `squeue`,
+`scontrol`) find the cluster through `SLURM_CONF` in `SlurmCluster.env`."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def unavailable() -> str | None:
     missing = [name for name in DAEMONS + CLIENTS if shutil.which(name, path=SBIN_PATH) is None]
     if missing:
         return (f"Slurm is not installed ({', '.join(missing)} not found); "
-                "apt-get install slurm-wlm munge")
+                "apt-get install slurmctld slurmd slurm-client munge")
     if os.geteuid() != 0:
         return "the Slurm daemons run jobs as their submitter, so they must be started as root"
     return None

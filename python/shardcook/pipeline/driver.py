@@ -307,6 +307,8 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
             _say(f"{place.describe()} is done; every unit is recorded, and "
                  f"{ledger.claimant(folder) or 'another worker'} finalizes.")
             return None
+        # seen from this worker, the others' units were done before it: resumed
+        stats.units_resumed = len(units) - stats.units_written
         return _finish(cfg, job, folder, units, manifest, [stats], place.count, t_start)
     finally:
         folder.close()

@@ -221,13 +221,13 @@ def run_status(output: str) -> Status:
         split = read_split(folder)
         if manifest is None and split is None:
             raise ConfigError(f"{output!r} holds no shardcook run (no .shardcook/manifest.json).")
-        finalize = bool(((manifest or {}).get("config") or {}).get("output", {}).get("finalize"))
-        complete = bool((manifest or {}).get("complete")) and (
-            not finalize or folder.read_file(_FINALIZED) is not None)
         missing: list[int] = []
-        if split is not None and not complete:
+        if split is not None:
             done = folder.read_markers(list(range(split.units)))
             missing = [u for u in range(split.units) if u not in done]
+        finalize = bool(((manifest or {}).get("config") or {}).get("output", {}).get("finalize"))
+        complete = bool((manifest or {}).get("complete")) and not missing and (
+            not finalize or folder.read_file(_FINALIZED) is not None)
         return Status(str(folder), complete, split, missing, claimant(folder))
     finally:
         folder.close()

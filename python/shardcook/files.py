@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 
 __all__ = ["MAX_INPUT_FILE_BYTES", "create_new", "file_kind", "read_regular_file",
@@ -88,7 +89,8 @@ def create_new(path: Path, data: bytes | str) -> bool:
         OSError: the folder cannot take the file (nothing is left behind).
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # _TEMPORARY matches it
+    # one per thread too (threads race for the name as processes do); _TEMPORARY matches it
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
             f.write(payload)

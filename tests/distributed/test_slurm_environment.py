@@ -124,3 +124,15 @@ def test_workers_share_the_folder_with_each_other_and_nothing_else(tmp_path):
     with pytest.raises(ConfigError, match=f"in use by run {me.run_id}"):
         RunFolder(out).share(Holder.this_run())
     alone.close()
+
+
+@pytest.mark.parametrize("values", [SRUN, ARRAY])
+def test_nproc_per_node_in_a_slurm_worker_is_one_sentence(env, tmp_path, values):
+    """Each srun or array task would start a torchrun of its own that takes every unit."""
+    from tests.helpers.dataset import cli, one_error_line
+
+    env(**values)
+    r = cli("--nproc-per-node", "2", "raw", "--input-dir", tmp_path, "--output-dir",
+            tmp_path / "out")
+    assert r.code == 2 and "--nproc-per-node starts a torchrun of its own" in one_error_line(r)
+    assert not (tmp_path / "out").exists()

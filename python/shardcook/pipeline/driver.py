@@ -305,7 +305,8 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
             return None
         if not ledger.claim_finalize(folder, me, place):
             _say(f"{place.describe()} is done; every unit is recorded, and "
-                 f"{ledger.claimant(folder) or 'another worker'} finalizes.")
+                 f"{ledger.claimant(folder) or 'another worker'} took the finalizing "
+                 f"(`shardcook status {folder}` says when the dataset is complete).")
             return None
         # seen from this worker, the others' units were done before it: resumed
         stats.units_resumed = len(units) - stats.units_written

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from shardcook.config.sections import OutputConfig
@@ -90,11 +90,12 @@ def _consecutive(place: Place) -> None:
 
 def record_split(folder: OutputFolder, place: Place, units: int) -> Split:
     """The folder's split: the first worker records the one its launch starts; the others,
-    and later launches, read that.
+    and later launches, read that. A run that adds units (ingest's next split) keeps the split
+    and records the new count.
 
     Raises:
         ConfigError: an array with gaps starting a run.
-        DatasetError: the recorded split is damaged, or made for another number of units.
+        DatasetError: the recorded split is damaged.
     """
     data = folder.read_file(LEDGER)
     if data is None:
@@ -103,8 +104,8 @@ def record_split(folder: OutputFolder, place: Place, units: int) -> Split:
         assert data is not None  # created by now, by this worker or another
     split = Split.parse(data, f"{folder}/{LEDGER}")
     if split.units != units:
-        raise DatasetError(f"{folder}/{LEDGER} records {split.units} units, not {units}; rerun "
-                           "with --overwrite to start over.")
+        split = replace(split, units=units)
+        folder.write_file(LEDGER, record_json(asdict(split)).encode())
     return split
 
 

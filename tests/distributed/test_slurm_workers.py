@@ -203,6 +203,22 @@ def test_a_half_set_environment_stops_before_any_work(src, tmp_path):
     assert not out.exists()
 
 
+def test_a_worker_of_another_run_is_refused_however_they_start(src, tmp_path):
+    """Two array tasks started at once into a new folder with different options: the first
+    manifest is created once, and the task of the other run is refused before any work, in one
+    sentence, whatever its job id."""
+    out = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, "-m", "shardcook",
+                               *_args(src, str(out), "--image-size", size)],
+                              env=array(t, 0, 1, job=job), text=True, stderr=subprocess.PIPE)
+             for t, size, job in ((0, "32", 90), (1, "48", 91))]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], errs
+    refused = next(e for p, e in zip(procs, errs, strict=True) if p.returncode == 2)
+    assert refused.count("\n") == 1 and "holds a run made with different options" in refused
+
+
 def test_workers_in_a_bucket_without_a_shared_folder(src, reference, s3_store, tmp_path):
     """The same in a bucket on the local S3 server (each worker stages in a folder of its own):
     a 3-task array's tasks 0 and 2 run at once, status reads the bucket, task 1 resubmitted

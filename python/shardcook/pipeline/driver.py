@@ -290,10 +290,11 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
         _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
         me = Holder.this_run()
         folder.share(me)
-        rep.check_resume(folder, manifest, job.resume_differences)  # a run may have ended
         folder.check_writable()
-        # the first worker writes it; rewriting it could undo the finisher's complete one
+        # the first worker writes it (rewriting it could undo the finisher's complete one);
+        # every worker then proves it belongs to that run, whatever its job id: the same options
         folder.create_file(f"{OURS_DIR}/{MANIFEST_JSON}", record_json(manifest))
+        rep.check_resume(folder, manifest, job.resume_differences)
         split = ledger.record_split(folder, place, len(units))
         processor = job.processor(cfg, folder)
         stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),

@@ -49,15 +49,21 @@ def array(task: int, first: int, last: int, count: int | None = None, job: int =
                 SLURM_PROCID=0, SLURM_LOCALID=0, SLURM_NODEID=0, SLURM_NNODES=1)
 
 
-def _args(src: Path, out: str, *extra: str) -> list[str]:
+def _args(src: Path, out: str, *extra: str, size: str = "32") -> list[str]:
     return ["raw", "--input-dir", str(src), "--output-dir", out, "--shard-size", str(SHARD),
-            "--image-size", "32", "--workers", "1", "--quiet", *extra]
+            "--image-size", size, "--workers", "1", "--quiet", *extra]
 
 
-def workers(args: list[str], envs: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
-    """`shardcook ARGS` once per environment, all at once; each must exit 0."""
-    procs = [subprocess.Popen([sys.executable, "-m", "shardcook", *args], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for env in envs]
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+
+
+def workers(args: list[str], envs: list[dict[str, str]], launcher: tuple[str, ...] = ()
+            ) -> list[subprocess.CompletedProcess]:
+    """`shardcook ARGS` once per environment (under `python LAUNCHER`), all at once; each
+    must exit 0."""
+    procs = [subprocess.Popen([sys.executable, *launcher, "-m", "shardcook", *args], env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for env in envs]
     done = []
     for p in procs:
         out, err = p.communicate(timeout=120)
@@ -162,19 +168,20 @@ def test_array_out_of_order_then_status_then_only_the_missing_indexes(src, refer
     assert claim["worker"] in ("array task 1 of job 400", "array task 3 of job 400")
 
 
-@pytest.mark.parametrize("resume", ["two srun tasks", "one process", "an array of two"])
+@pytest.mark.parametrize("resume", ["two srun tasks", "one process", "an array of two",
+                                    "two torchrun ranks"])
 def test_another_number_of_workers_completes_a_run(src, reference, tmp_path, resume):
     """A run that 3 srun tasks started, of which only task 1 ran (the others killed before
-    their first unit), completes with 2 tasks, 1 process, or a 2-task array: the ledger keeps
-    the 3-way split, the new workers share out its shares."""
+    their first unit), completes with 2 tasks, 1 process, a 2-task array or 2 torchrun ranks:
+    the ledger keeps the 3-way split, the new workers share out its shares."""
     out = tmp_path / "out"
     workers(_args(src, str(out)), [srun(1, 3)])
     listed = status(str(out)).stdout
     assert "srun task 0: units 0,3,6" in listed and "srun task 2: units 2,5" in listed
     envs = {"two srun tasks": [srun(t, 2, job=71) for t in range(2)],
-            "one process": [_env()],
+            "one process": [_env()], "two torchrun ranks": [_env()],
             "an array of two": [array(t, 0, 1) for t in range(2)]}[resume]
-    workers(_args(src, str(out)), envs)
+    workers(_args(src, str(out)), envs, TORCHRUN if resume == "two torchrun ranks" else ())
     assert_same(out, reference)
     assert json.loads((out / ".shardcook" / "ledger.json").read_text())["workers"] == 3
 
@@ -209,7 +216,7 @@ def test_a_worker_of_another_run_is_refused_however_they_start(src, tmp_path):
     sentence, whatever its job id."""
     out = tmp_path / "out"
     procs = [subprocess.Popen([sys.executable, "-m", "shardcook",
-                               *_args(src, str(out), "--image-size", size)],
+                               *_args(src, str(out), size=size)],
                               env=array(t, 0, 1, job=job), text=True, stderr=subprocess.PIPE)
              for t, size, job in ((0, "32", 90), (1, "48", 91))]
     errs = [p.communicate(timeout=120)[1] for p in procs]

@@ -1,5 +1,6 @@
-"""torchrun integration: rank and world size from the environment, a bounded join, CPU (gloo)
-collectives, and a teardown that leaves no process-group thread running at exit."""
+"""The process group of a run's workers (torchrun's, or srun's tasks given MASTER_ADDR and
+MASTER_PORT): a bounded join, CPU (gloo) collectives, and a teardown that leaves no
+process-group thread running at exit. Rank and world size come from `workers.where()`."""
 
 from __future__ import annotations
 
@@ -193,17 +194,17 @@ def _join(store: Store, rank: int, world: int, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def init(backend: str = "gloo", timeout_s: float = COLLECTIVE_TIMEOUT_S) -> Dist:
-    """Joins the torchrun process group when WORLD_SIZE > 1 (gloo for CPU work, nccl for GPU).
+def init(rank: int, world: int, backend: str = "gloo",
+         timeout_s: float = COLLECTIVE_TIMEOUT_S) -> Dist:
+    """Joins the process group of `world` > 1 ranks as `rank` (gloo for CPU work, nccl for GPU).
 
     Every rank first waits at most `join_timeout_s()` for all ranks to arrive; once all joined,
     collectives wait up to `timeout_s` (long on purpose: the only collectives are at the start
     and at the end).
 
     Raises:
-        ConfigError: bad RANK/WORLD_SIZE/MASTER_* variables, or a rank that never joined.
+        ConfigError: bad MASTER_* variables, or a rank that never joined.
     """
-    rank, world = env_rank_world()
     if world <= 1:
         return Dist(0, 1)
     join_s = join_timeout_s()

@@ -9,10 +9,11 @@ import errno
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 
-__all__ = ["MAX_INPUT_FILE_BYTES", "file_kind", "read_regular_file", "remove_temporaries",
-           "write_atomic"]
+__all__ = ["MAX_INPUT_FILE_BYTES", "create_new", "file_kind", "read_regular_file",
+           "remove_temporaries", "write_atomic"]
 
 #: An input file larger than this is refused (no image or caption needs 1 GiB).
 MAX_INPUT_FILE_BYTES = 1 << 30
@@ -77,6 +78,30 @@ def write_atomic(path: Path, data: bytes | str, fsync: bool = True) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def create_new(path: Path, data: bytes | str) -> bool:
+    """Writes `data` as `write_atomic` does, but only when `path` does not exist yet: the whole
+    file is linked to its name, which fails when the name is taken, so of several processes
+    creating one file at once exactly one does. Returns whether this call created it.
+
+    Raises:
+        OSError: the folder cannot take the file (nothing is left behind).
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    # one per thread too (threads race for the name as processes do); _TEMPORARY matches it
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 #: The temporary name `write_atomic` gives a file (`.NAME.tmpPID`).

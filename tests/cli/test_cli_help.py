@@ -11,7 +11,7 @@ from tests.helpers.helptext import help_text, panels
 
 PANELS = {
     "Try it": ["demo"],
-    "Make data": ["encode", "raw", "chatml", "ingest"],
+    "Make data": ["encode", "raw", "chatml", "ingest", "status"],
     "Finish and check": ["finalize", "validate", "info", "preview", "report", "blend"],
     "Primus's names": ["diffusion-encoded", "diffusion-raw", "diffusion-ingest", "data"],
 }

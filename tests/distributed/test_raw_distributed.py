@@ -36,7 +36,9 @@ def test_torchrun_two_ranks_match_one_process(tmp_path):
 
 
 def test_plan_units_and_rank_assignment():
-    from shardcook.pipeline.plan import plan_units, sample_key, units_for_rank
+    from shardcook.pipeline.ledger import Split, units_for
+    from shardcook.pipeline.plan import plan_units, sample_key
+    from shardcook.workers import Place
 
     units = plan_units(10, 4)
     assert [(u.unit, u.start, u.stop, u.name) for u in units] == [
@@ -44,10 +46,13 @@ def test_plan_units_and_rank_assignment():
     assert sample_key(42) == "0000000042"
     assert plan_units(0, 4) == []
     for world in (1, 2, 3, 5):
-        taken = [u.unit for r in range(world) for u in units_for_rank(plan_units(23, 2), r, world)]
+        def mine(rank: int, world: int = world) -> list:
+            return units_for(plan_units(23, 2), Place("torchrun", rank, world),
+                             Split(world, 12, "torchrun"))
+
+        taken = [u.unit for r in range(world) for u in mine(r)]
         assert sorted(taken) == list(range(12))  # every unit exactly once
-        assert all(u.unit % world == 1 for u in units_for_rank(plan_units(23, 2), 1, world)
-                   ) or world == 1
+        assert all(u.unit % world == 1 for u in mine(1)) or world == 1
 
 
 def test_torchrun_bad_setup_stops_every_rank(tmp_path):

@@ -87,6 +87,19 @@ def test_array_of_four_writes_one_process_bytes(slurm, inputs, tmp_path):
     assert status(slurm, out).returncode == 0
 
 
+def test_a_plain_batch_script_is_one_process(slurm, inputs, tmp_path):
+    """`sbatch job.sh` running shardcook itself: its step has SLURM_PROCID=0 and no
+    SLURM_NTASKS, and the run is one whole process."""
+    src, one = inputs
+    out = tmp_path / "out"
+    job = slurm.sbatch(raw_script(tmp_path, src, out), "-o", str(tmp_path / "batch.log"))
+    slurm.wait_ended(job, timeout=100)
+    log = (tmp_path / "batch.log").read_text()
+    assert slurm.state(job) == "COMPLETED", log
+    assert_same_dataset(out, one)
+    assert report(out)["world_size"] == 1
+
+
 def test_cancelled_array_task_found_and_resubmitted_alone(slurm, inputs, tmp_path):
     src, one = inputs
     out = tmp_path / "out"

@@ -17,7 +17,7 @@ from shardcook.cli.app import app
 from shardcook.cli.dataset import blend, finalize, info, preview, report, validate
 from shardcook.cli.demo import demo
 from shardcook.cli.ingest import ingest
-from shardcook.cli.pipelines import chatml, encode, raw
+from shardcook.cli.pipelines import chatml, encode, raw, status
 from shardcook.docsite import docs_url
 
 __all__ = ["app", "main"]
@@ -25,7 +25,8 @@ __all__ = ["app", "main"]
 # Panel, then (command, its page on the documentation site).
 PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
     ("Try it", ((demo, "DEMO/"),)),
-    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"), (ingest, "MLPERF/"))),
+    ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"), (ingest, "MLPERF/"),
+                   (status, "RUNS/#slurm"))),
     ("Finish and check", ((finalize, "DATASETS/#finalize"),
                           (validate, "DATASETS/#validate-and-info"),
                           (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),

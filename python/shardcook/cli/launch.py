@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import typer
 
 from shardcook.errors import ConfigError
+from shardcook.workers import where
 
 #: The commands that run under torchrun (with their Primus names).
 PIPELINE_COMMANDS = frozenset({"raw", "encode", "chatml", "ingest", "diffusion-raw",
@@ -73,6 +74,12 @@ def remember(ctx: typer.Context, nproc: int | None) -> None:
     if "WORLD_SIZE" in os.environ:
         raise ConfigError("--nproc-per-node starts torchrun itself, but this process already runs "
                           "under a launcher (WORLD_SIZE is set); drop --nproc-per-node.")
+    place = where()
+    if place.launcher == "array" or place.count > 1:
+        raise ConfigError(f"--nproc-per-node starts a torchrun of its own on this machine, but "
+                          f"this process is {place.describe()}, whose fellows would each do the "
+                          "same units; drop --nproc-per-node, or run one task per node that "
+                          "starts torchrun with --nnodes and --node-rank.")
     if ctx.invoked_subcommand not in argv:  # called in-process (tests, CliRunner), not a shell
         raise ConfigError("--nproc-per-node works from the command line (`shardcook` or "
                           "`python -m shardcook`); in Python, run the command under torchrun.")

@@ -1,13 +1,15 @@
 """The commands that build a dataset from inputs: raw (images as they are), encode (FLUX
-latents and text embeddings) and chatml (conversations with images, videos, audio). Their
-Primus aliases are registered in `shardcook.cli`; the logic is in shardcook.pipeline. Their options
-are the config fields each lists (help, panel and default from the field: `with_config_options`)."""
+latents and text embeddings) and chatml (conversations with images, videos, audio), and status
+(where a run stands). Their Primus aliases are registered in `shardcook.cli`; the logic is in
+shardcook.pipeline. Their options are the config fields each lists (help, panel and default from
+the field: `with_config_options`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,9 +20,11 @@ from shardcook.cli.options import (
     ConfigOpt,
     PrintConfigOpt,
     config_names,
+    declared_in,
     resolve_config,
     with_config_options,
 )
+from shardcook.dataset.arguments import DatasetOptions
 from shardcook.errors import ShardcookError
 
 if TYPE_CHECKING:
@@ -118,3 +122,24 @@ def encode(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConf
     from shardcook.jobs.encode.job import EncodeJob
 
     _run_job(ctx, config, print_config, EncodeJob, encode=True)
+
+
+OutputArg = Annotated[str, typer.Argument(
+    help="The run's output folder, or its URL (msc://PROFILE/path, s3://bucket/path).",
+    show_default=False)]
+
+
+@with_config_options(("as_json",), lookup=declared_in(DatasetOptions))
+def status(output: OutputArg, **options: Any) -> None:
+    """Whether the run in an output folder is complete (exit 0), or which units are missing and
+    whose they were (exit 1); for a Slurm job array, the --array= list to resubmit. Reads only
+    the run's records."""
+    from shardcook.pipeline.ledger import run_status
+
+    try:
+        found = run_status(output)
+    except ShardcookError as e:
+        fail(e)
+    as_json = options["as_json"]
+    typer.echo(json.dumps(found.to_json(), indent=2) if as_json else "\n".join(found.lines()))
+    raise typer.Exit(0 if found.complete else 1)

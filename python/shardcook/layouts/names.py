@@ -29,6 +29,12 @@ PROGRESS_DIR = "progress"
 #: In `.shardcook/`: the run that holds the folder now (a lock, or a lease in a bucket).
 RUN_LOCK = "lock.json"
 TMP_DIR = "tmp"
+#: In object storage, the leases of the workers sharing a run's folder (`output/lock.py`).
+WORKERS_DIR = "workers"
+#: The split a run's units were shared out by, and the claim of the worker that finalizes
+#: (`pipeline/ledger.py`).
+LEDGER_JSON = "ledger.json"
+FINALIZING_JSON = "finalizing.json"
 #: encode only: the encoders' outputs for the empty caption.
 EMPTY_ENCODINGS_DIR = "empty_encodings"
 #: ... its files: T5's and CLIP's encodings of "".

@@ -32,10 +32,11 @@ from shardcook.layouts.names import (
     PROGRESS_DIR,
     REPORT_JSON,
     RUN_LOCK,
+    WORKERS_DIR,
     is_shard_path,
 )
 from shardcook.output import overwrite, records
-from shardcook.output.lock import BucketLease, Holder
+from shardcook.output.lock import BucketLease, Holder, check_no_workers
 from shardcook.output.place import check_bucket_place
 from shardcook.output.records import record_json
 from shardcook.output.uploader import Uploader, retried
@@ -47,6 +48,7 @@ T = TypeVar("T")
 _MANIFEST = f"{OURS_DIR}/{MANIFEST_JSON}"
 _REPORT = f"{OURS_DIR}/{REPORT_JSON}"
 _PROGRESS = f"{OURS_DIR}/{PROGRESS_DIR}/"
+_WORKERS = f"{OURS_DIR}/{WORKERS_DIR}/"
 #: Markers read at once when many are (a resume, the end of a run).
 MARKER_READERS = 8
 
@@ -141,8 +143,19 @@ class BucketRunFolder:
 
     def lock(self, me: Holder) -> None:
         """Takes the folder's lease for run `me` and renews it until `close`
-        (`lock.BucketLease`), or raises ConfigError naming the run that holds it."""
+        (`lock.BucketLease`), or raises ConfigError naming the run that holds it, or saying
+        that workers share it."""
+        self._checked("reading the workers' leases", partial(check_no_workers, self.store,
+                                                             _WORKERS))
         self._checked("writing the lease", partial(self._lease.acquire, me))
+
+    def share(self, me: Holder) -> None:
+        """Joins the folder as worker `me` of a run without a process group: a lease of its
+        own under `.shardcook/workers/`, renewed until `close`, or ConfigError naming the run
+        that holds the folder alone."""
+        self._checked("reading the lease", self._lease.check_free)
+        self._lease = BucketLease(self.store, f"{_WORKERS}{me.run_id}.json")
+        self._checked("writing the worker's lease", partial(self._lease.acquire, me))
 
     def check_held(self) -> None:
         """Raises DatasetError when another run took the folder over (its lease) meanwhile."""
@@ -298,6 +311,24 @@ class BucketRunFolder:
     def write_file(self, name: str, data: bytes) -> None:
         """Writes object `name` (relative to the folder) in one PUT."""
         self._write(name, data)
+
+    def create_file(self, name: str, data: bytes | str) -> bool:
+        """Writes object `name` only when there is none (`Remote.create`), retried; whether
+        this call did. A try that failed after the store took it makes the next one find the
+        name taken: the object holding this call's bytes says it was this call."""
+        body = data.encode() if isinstance(data, str) else data
+        created = retried(f"creating {name} in {self.url}", partial(self.store.create, name, body))
+        return created or self.read_file(name) == body
+
+    def read_file(self, name: str) -> bytes | None:
+        """Object `name`, or None when there is none."""
+        def read() -> bytes | None:
+            try:
+                return self.store.read(name)
+            except FileNotFoundError:
+                return None
+
+        return retried(f"reading {name} in {self.url}", read)
 
     # ---- records ---------------------------------------------------------------------------
 

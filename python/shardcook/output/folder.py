@@ -43,6 +43,10 @@ class OutputFolder(Protocol):
     def lock(self, me: Holder) -> None:
         """Takes the folder for run `me` until `close`; ConfigError names the run holding it."""
 
+    def share(self, me: Holder) -> None:
+        """Takes the folder for worker `me` of a run without a process group, shared with its
+        other workers (`output/lock.py`); ConfigError names a run that holds it alone."""
+
     def check_held(self) -> None:
         """Raises DatasetError when another run took the folder over since `lock`."""
 
@@ -75,6 +79,13 @@ class OutputFolder(Protocol):
         """The most scratch space this process used at once; None when it uses none."""
 
     def write_file(self, name: str, data: bytes) -> None: ...
+
+    def create_file(self, name: str, data: bytes | str) -> bool:
+        """Writes `name` whole only when it does not exist yet; of several processes at once
+        exactly one gets True."""
+
+    def read_file(self, name: str) -> bytes | None:
+        """The bytes of `name` (relative to the folder), or None when there is none."""
 
     def read_manifest(self) -> dict[str, Any] | None: ...
 

@@ -129,6 +129,14 @@ class RunFolder:
         except OSError as e:
             raise self._not_writable(e) from None
 
+    def share(self, me: Holder) -> None:
+        """Joins the folder as a worker of a run without a process group (`lock.LocalLock.
+        share`), or raises ConfigError naming the run that holds it alone."""
+        try:
+            self._lock.share()
+        except OSError as e:
+            raise self._not_writable(e) from None
+
     def check_held(self) -> None:
         """Nothing to check: the lock is held until this process ends."""
 
@@ -232,6 +240,18 @@ class RunFolder:
         """Writes `name` (a path relative to the folder, e.g. `empty_encodings/t5_empty.npy`)
         whole."""
         self.store.write_bytes(name, data)
+
+    def create_file(self, name: str, data: bytes | str) -> bool:
+        """Writes `name` whole only when it does not exist (`files.create_new`); whether this
+        call did."""
+        return self.store.create(name, data)
+
+    def read_file(self, name: str) -> bytes | None:
+        """File `name`, or None when there is none."""
+        try:
+            return self.store.read(name)
+        except FileNotFoundError:
+            return None
 
     # ---- records ---------------------------------------------------------------------------
 

@@ -16,6 +16,13 @@ of the run, finalize included; the workers of that run share it through rank 0.
   guard against a second command started by mistake, not a lock service. The run checks once
   more before it finalizes that the lease is still its own. Clocks of the machines involved
   must agree to well within the term.
+
+The workers of a run started without a process group (Slurm's `srun` tasks, job array tasks,
+`workers.where`) share the folder instead, each on its own: locally a shared `flock` on the
+same file, in a bucket a lease of each worker's own under `.shardcook/workers/`. Workers share
+it with each other, whatever their job ids (a resubmitted array task has a new one; the
+manifest proves it is the same run), and with nothing else: a run that holds the folder alone
+refuses them, and they refuse it.
 """
 
 from __future__ import annotations
@@ -123,6 +130,12 @@ class Record:
         return time.time() < self.renewed + self.term and not self.holder.is_gone()
 
 
+def _in_use_by_workers(where: str) -> ConfigError:
+    return ConfigError(f"Output folder {where!r} is in use by the workers of a run started "
+                       "without a process group (srun or job array tasks, which share it); wait "
+                       "for them to end, or write elsewhere.")
+
+
 def _in_use(where: str, record: Record | None, advice: str) -> ConfigError:
     who = record.holder.describe() if record is not None else "another shardcook run"
     return ConfigError(f"Output folder {where!r} is in use by {who}; {advice}")
@@ -140,6 +153,7 @@ class LocalLock:
         self.path = path
         self.where = where
         self._fd: int | None = None
+        self._shared = False
 
     def check_free(self) -> None:
         """Raises ConfigError naming the holder when another run holds the lock; takes
@@ -157,12 +171,26 @@ class LocalLock:
     def acquire(self, me: Holder) -> None:
         """Takes the lock for `me` and writes `me` into the file, or raises ConfigError naming
         the run that holds it."""
+        fd = self._take(fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, Record(me).to_bytes(), 0)
+        self._fd = fd
+
+    def share(self) -> None:
+        """Takes the lock shared with the other workers of a run without a process group, or
+        raises ConfigError naming the run that holds it alone. The file keeps what it holds:
+        a worker never removes it, since others may still hold it."""
+        self._fd = self._take(fcntl.LOCK_SH)
+        self._shared = True
+
+    def _take(self, kind: int) -> int:
+        """A descriptor of the lock file holding a `kind` flock, or ConfigError."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + _LOOK_SECONDS
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             try:
-                taken = self._try(fd, fcntl.LOCK_EX)
+                taken = self._try(fd, kind)
             except OSError:
                 os.close(fd)
                 raise
@@ -175,11 +203,8 @@ class LocalLock:
                 os.close(fd)
                 raise error
             if self._same_file(fd):
-                break
+                return fd
             os.close(fd)  # the holder removed the file as it ended: lock the one there now
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, Record(me).to_bytes(), 0)
-        self._fd = fd
 
     def _try(self, fd: int, kind: int) -> bool:
         """Takes a `kind` flock on `fd` without waiting: False when another process holds a
@@ -203,19 +228,35 @@ class LocalLock:
             return False
 
     def _held(self, fd: int) -> ConfigError:
+        if self._try(fd, fcntl.LOCK_SH):  # only workers sharing it hold it
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return _in_use_by_workers(self.where)
         return _in_use(self.where, Record.parse(os.pread(fd, 1 << 16, 0)),
                        "wait for it to end, or write elsewhere.")
 
     def release(self) -> None:
         """Removes the lock file and lets go of the lock (removed first, while still held, so
-        no run locks a file that is about to go)."""
+        no run locks a file that is about to go); a worker sharing it only lets go."""
         if self._fd is None:
             return
         try:
-            self.path.unlink(missing_ok=True)
+            if not self._shared:
+                self.path.unlink(missing_ok=True)
         finally:
             os.close(self._fd)
             self._fd = None
+
+
+def check_no_workers(store: Remote, prefix: str) -> None:
+    """Raises ConfigError while a worker's lease under `prefix` (a run without a process group
+    shares the folder, a lease per worker) is fresh."""
+    for name in store.names(prefix):
+        try:
+            record = Record.parse(store.read(name))
+        except FileNotFoundError:
+            continue  # its worker ended meanwhile
+        if record is not None and record.is_fresh():
+            raise _in_use_by_workers(store.url)
 
 
 class BucketLease:

@@ -1,5 +1,9 @@
-"""One whole run of a `Job` (`pipeline/jobs/`: raw, encode, chatml): setup checks, planning,
-this rank's units, gathering, report and manifest, finalize (rank 0)."""
+"""One whole run of a `Job` (`jobs/`: raw, encode, chatml, ingest): setup checks, planning,
+this worker's units, report and manifest, finalize. Workers in a process group (torchrun's,
+srun's tasks given MASTER_ADDR/PORT) check and set up on rank 0 and gather at the end, rank 0
+finalizing; workers without one (srun's tasks, job array tasks: `workers.where`) each check and
+join the folder, do their share and read the ledger (`pipeline/ledger.py`): the one that finds
+every unit recorded finalizes."""
 
 from __future__ import annotations
 
@@ -11,15 +15,18 @@ from typing import Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
-from shardcook.layouts.names import OURS_DIR, REPORT_HTML
+from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR, REPORT_HTML
 from shardcook.output import overwrite
 from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.output.lock import Holder
+from shardcook.output.records import record_json
+from shardcook.pipeline import ledger
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.plan import WorkUnit, plan_units, units_for_rank
+from shardcook.pipeline.plan import WorkUnit, plan_units
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
+from shardcook.workers import Place, where
 
 
 class Job(Protocol):
@@ -152,9 +159,10 @@ def _check_folder(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: Json
         rep.check_resume(folder, manifest, job.resume_differences)
 
 
-def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject) -> None:
+def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject, place: Place,
+           units: int) -> ledger.Split:
     """Rank 0: check the output folder, take it for this run, refuse a different earlier run,
-    write the manifest."""
+    write the manifest; returns the split of the units the run started with."""
     _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
     folder.lock(Holder.this_run())
     if cfg.output.overwrite:
@@ -165,6 +173,7 @@ def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject)
     folder.check_writable()
     folder.remove_partial_shards()
     folder.write_manifest(manifest)
+    return ledger.record_split(folder, place, units)
 
 
 def _opened(cfg: RunConfig, job: Job, folder: OutputFolder,
@@ -207,15 +216,19 @@ def run_pipeline(cfg: RunConfig, job: Job) -> JsonObject | None:
 
 
 def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
+    t_start = time.perf_counter()
+    place = where()
+    if place.launcher == "array" or (place.count > 1 and not place.collective):
+        return _run_alone(cfg, job, place, t_start)
     from shardcook import distributed
 
-    t_start = time.perf_counter()
-    dist = distributed.init(job.backend)
+    dist = distributed.init(place.index, place.count, job.backend)
     folder: OutputFolder | None = None
     try:
         error: str | None = None
         source = None
         units: list[WorkUnit] = []
+        split: ledger.Split | None = None
         try:
             folder = run_folder(cfg.output)
             if dist.is_main:
@@ -228,19 +241,16 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         if error is None and dist.is_main:
             assert folder is not None  # made before the source
             try:
-                _setup(cfg, job, folder, manifest)
-            except ConfigError as e:
+                split = _setup(cfg, job, folder, manifest, place, len(units))
+            except (ConfigError, DatasetError) as e:
                 error = str(e)
-        error = dist.broadcast(error)
+        error, split = dist.broadcast((error, split))
         if error is not None:
             raise ConfigError(error)
-        assert source is not None and folder is not None
+        assert source is not None and folder is not None and split is not None
         processor = job.processor(cfg, folder)
-        mine = units_for_rank(units, dist.rank, dist.world_size)
-        show = dist.is_main and not cfg.output.quiet and sys.stderr.isatty()
-        with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
-            stats = run_units(folder, source, mine, processor, batch_size=job.batch_size,
-                              prefetch=job.prefetch, on_progress=on_progress)
+        stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
+                           processor, show=dist.is_main)
         all_stats: list[RunStats] = dist.gather(stats)
         result: JsonObject | None = None
         failure: ShardcookError | None = None
@@ -260,6 +270,62 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         if folder is not None:
             folder.close()
         dist.close()
+
+
+def _run_share(cfg: RunConfig, job: Job, folder: OutputFolder, source: Source,
+               mine: list[WorkUnit], processor: Processor, show: bool) -> RunStats:
+    """Runs this worker's units, with progress bars on a terminal when `show`."""
+    show = show and not cfg.output.quiet and sys.stderr.isatty()
+    with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
+        return run_units(folder, source, mine, processor, batch_size=job.batch_size,
+                         prefetch=job.prefetch, on_progress=on_progress)
+
+
+def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonObject | None:
+    """A worker without a process group (an array task, srun's tasks): checks and joins the
+    folder itself, does its share of the ledger's split, then finalizes when it finds every
+    unit recorded and wins the claim; otherwise says, in one line even with --quiet, what is
+    left and whose it is. Returns the report when it finalized."""
+    if cfg.output.overwrite:
+        raise ConfigError(
+            f"--overwrite deletes what the other workers write; with {place.describe()} and "
+            "its fellows sharing the folder, clear it once in one process (or write elsewhere) "
+            "and start the workers without --overwrite.")
+    folder = run_folder(cfg.output)
+    try:
+        folder.check_access()  # a store that refuses us, before any input is read
+        source, manifest, units = _opened(cfg, job)
+        _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
+        me = Holder.this_run()
+        folder.share(me)
+        folder.check_writable()
+        # the first worker writes it (rewriting it could undo the finisher's complete one);
+        # every worker then proves it belongs to that run, whatever its job id: the same options
+        folder.create_file(f"{OURS_DIR}/{MANIFEST_JSON}", record_json(manifest))
+        rep.check_resume(folder, manifest, job.resume_differences)
+        split = ledger.record_split(folder, place, len(units))
+        processor = job.processor(cfg, folder)
+        stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
+                           processor, show=True)
+        _, missing = rep.collect(folder, units)
+        if missing:
+            _say(f"{place.describe()} is done; {len(missing)} of {len(units)} units remain, "
+                 f"owed to {split.owners(missing)} (`shardcook status {folder}` lists them).")
+            return None
+        if not ledger.claim_finalize(folder, me, place):
+            _say(f"{place.describe()} is done; every unit is recorded, and "
+                 f"{ledger.claimant(folder) or 'another worker'} took the finalizing "
+                 f"(`shardcook status {folder}` says when the dataset is complete).")
+            return None
+        # seen from this worker, the others' units were done before it: resumed
+        stats.units_resumed = len(units) - stats.units_written
+        return _finish(cfg, job, folder, units, manifest, [stats], place.count, t_start)
+    finally:
+        folder.close()
+
+
+def _say(line: str) -> None:
+    print(f"shardcook: {line}", file=sys.stderr)
 
 
 def _write_report_html(folder: OutputFolder) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from shardcook.layouts.names import sample_key, shard_name, split_shard_prefix
 
-__all__ = ["SplitUnit", "WorkUnit", "plan_units", "sample_key", "units_for_rank"]
+__all__ = ["SplitUnit", "WorkUnit", "plan_units", "sample_key"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,3 @@ def plan_units(num_inputs: int, shard_size: int) -> list[WorkUnit]:
         for u, a in enumerate(range(0, num_inputs, shard_size))
     ]
 
-
-def units_for_rank(units: list[WorkUnit], rank: int, world_size: int) -> list[WorkUnit]:
-    """The units rank `rank` of `world_size` takes: u % world_size == rank."""
-    return [w for w in units if w.unit % world_size == rank]

@@ -79,6 +79,10 @@ def _client(url: str, what: str) -> tuple[Any, str]:
         raise ConfigError(profile_problem(url, what, e)) from None
 
 
+#: How long `Remote.create` waits on a store without conditional writes before it reads back.
+CREATE_SETTLE_SECONDS = 1.0
+
+
 class Remote:
     """A folder in object storage, a `store.Store`: `url` has no trailing slash; names are
     relative to it. Its client is resolved once, when first used (or given by `remote`), and
@@ -187,6 +191,42 @@ class Remote:
         """Writes the object in one PUT: it appears whole or not at all."""
         client, path = self._resolve(name)
         client.write(path, data.encode() if isinstance(data, str) else data)
+
+    def create(self, name: str, data: bytes | str) -> bool:
+        """Writes the object only when `name` does not exist yet: a conditional PUT
+        (`If-None-Match: *`), which the store refuses when the name is taken, so of several
+        callers at once exactly one gets True. MSC's client has no such call, so it is made on
+        the client's storage provider; where there is none (a client with a metadata provider,
+        a store that refuses the condition), see `_create_by_reading_back`."""
+        from multistorageclient.types import PreconditionFailedError
+
+        client, path = self._resolve(name)
+        body = data.encode() if isinstance(data, str) else data
+        single = getattr(client, "_delegate", None)
+        provider = getattr(single, "_storage_provider", None)
+        if provider is None or getattr(single, "_metadata_provider", None) is not None:
+            return self._create_by_reading_back(name, body)
+        try:
+            provider.put_object(path, body, if_none_match="*")
+        except PreconditionFailedError:
+            return False
+        except NotImplementedError:
+            return self._create_by_reading_back(name, body)
+        return True
+
+    def _create_by_reading_back(self, name: str, body: bytes) -> bool:
+        """`create` on a store without conditional writes: `body` is written when the name is
+        free and read back after `CREATE_SETTLE_SECONDS`; the caller whose bytes are there then
+        created it (callers racing for one name write different bytes: a claim names its
+        holder). With read-after-write consistency (S3's) two callers both win only if one
+        stalls for longer than that pause between its look and its write."""
+        import time
+
+        if self.exists(name):
+            return False
+        self.write_bytes(name, body)
+        time.sleep(CREATE_SETTLE_SECONDS)
+        return self.read(name) == body
 
     def open_stream(self, name: str, buffer_size: int = 8 << 20) -> io.BufferedReader:
         """A sequential reader of the object: one ranged GET of `buffer_size` bytes each time

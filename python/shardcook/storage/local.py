@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from shardcook.errors import ConfigError
-from shardcook.files import read_regular_file, write_atomic
+from shardcook.files import create_new, read_regular_file, write_atomic
 from shardcook.storage.store import Listed
 from shardcook.storage.urls import url_scheme
 
@@ -154,6 +154,11 @@ class LocalStore:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data)
+
+    def create(self, name: str, data: bytes | str) -> bool:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return create_new(path, data)
 
     def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
         self.write_bytes(name, Path(local_path).read_bytes())

@@ -1,7 +1,8 @@
 """`Store`: the one interface to a folder's bytes, local (`local.LocalStore`) or in object
 storage (`bucket.Remote`, through the Multi-Storage Client): list, stat, read (whole, a range, a
-stream), put (whole or not at all), delete, and a probe that the folder takes writes. Names are
-relative to the folder and `/`-separated; `child(name)` is how messages show one.
+stream), put (whole or not at all; or only when the name is free), delete, and a probe that the
+folder takes writes. Names are relative to the folder and `/`-separated; `child(name)` is how
+messages show one.
 
 What differs between a local folder and a bucket for a reader of input files is said by the
 store: how many reads at once pay (`readers`), where a name leads (`inside`, `reach`), whose
@@ -133,6 +134,11 @@ class Store(Protocol):
 
     def write_bytes(self, name: str, data: bytes | str) -> None:
         """Puts the object: it appears whole under `name`, or not at all."""
+        ...
+
+    def create(self, name: str, data: bytes | str) -> bool:
+        """Puts the object only when `name` does not exist yet; of several callers at once
+        exactly one gets True (the one that created it)."""
         ...
 
     def upload(self, local_path: str | os.PathLike[str], name: str) -> None:

@@ -25,7 +25,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
-from shardcook.distributed import env_int, env_rank_world
+from shardcook.distributed import env_int
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
@@ -38,6 +38,7 @@ from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
 from shardcook.sources.base import Source
+from shardcook.workers import where
 
 if TYPE_CHECKING:
     import torch
@@ -51,15 +52,18 @@ Decoded = list[tuple[int, ImageResult]]
 
 
 def local_env() -> tuple[int, int]:
-    """(LOCAL_RANK, LOCAL_WORLD_SIZE) as torchrun sets them, (0, 1) outside it; RANK and
-    WORLD_SIZE are checked too, so a bad value stops the run before any work.
+    """(this worker's GPU index on its machine, the workers sharing the machine): torchrun's
+    LOCAL_RANK, else srun's SLURM_LOCALID (`workers.where`), and LOCAL_WORLD_SIZE; (0, 1)
+    alone. The launcher's other variables are checked too, so a bad value stops the run before
+    any work.
 
     Raises:
         ConfigError: a value that is not an integer, a negative LOCAL_RANK or a LOCAL_WORLD_SIZE
             below 1, in one sentence.
     """
-    env_rank_world()
-    local_rank, local_world = env_int("LOCAL_RANK", "0"), env_int("LOCAL_WORLD_SIZE", "1")
+    place = where()
+    local_rank = env_int("LOCAL_RANK", "0") if "LOCAL_RANK" in os.environ else place.local_rank
+    local_world = env_int("LOCAL_WORLD_SIZE", "1")
     if local_rank < 0:
         raise ConfigError(f"Environment variable LOCAL_RANK={local_rank} must be 0 or more; "
                           "unset it or let torchrun set it.")
@@ -70,7 +74,8 @@ def local_env() -> tuple[int, int]:
 
 
 def pick_device(requested: str | None) -> str:
-    """The torch device: as requested, else cuda:LOCAL_RANK when CUDA is present, else cpu."""
+    """The torch device: as requested, else cuda:LOCAL_RANK (or SLURM_LOCALID) when CUDA is
+    present, else cpu."""
     import torch
 
     local = local_env()[0]
@@ -353,7 +358,7 @@ class EncodeJob(JobBasics):
             latent_mode=m.latent_mode, seed=m.seed,
             t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
             scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
-        if env_rank_world()[0] == 0:
+        if where().leads:  # the first worker of each launch: a resubmitted one's too
             write_empty_encodings(folder, encoders)
         return encoders
 

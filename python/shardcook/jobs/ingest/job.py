@@ -37,8 +37,9 @@ from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import OURS_DIR
 from shardcook.output.folder import OutputFolder
 from shardcook.output.local import RunFolder
+from shardcook.pipeline import ledger
 from shardcook.pipeline import report as rep
-from shardcook.pipeline.plan import SplitUnit, WorkUnit, units_for_rank
+from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.sources.base import Item
@@ -173,10 +174,11 @@ class IngestJob:
         return list(self.units_)
 
     def processor(self, cfg: RunConfig, folder: OutputFolder) -> IngestProcessor:
-        from shardcook import distributed
+        from shardcook.workers import where
 
-        rank, world = distributed.env_rank_world()
-        mine = units_for_rank(list(self.units_), rank, world)
+        split = ledger.read_split(folder)
+        assert split is not None  # recorded before the engine asks for the processor
+        mine = ledger.units_for(list(self.units_), where(), split)
         done = folder.read_markers([u.unit for u in mine])
         if isinstance(folder, RunFolder):
             upgrade_markers(folder, mine, done)

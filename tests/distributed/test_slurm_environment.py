@@ -1,8 +1,9 @@
 """Where a process stands, read from its launcher's variables (`workers.where`): torchrun's
 first, then srun's, then a job array's (whose variables win over the batch step's
-SLURM_NTASKS=1); a plain batch script's step is one process; each half-set or contradictory environment one sentence; encode's GPU from
-SLURM_LOCALID; workers without a process group sharing the output folder's lock with each
-other and with nothing else; the ledger's shares for each launch."""
+SLURM_NTASKS=1); a plain batch script's step is one process; each half-set or contradictory
+environment one sentence; encode's GPU from SLURM_LOCALID; workers without a process group
+sharing the output folder's lock with each other and with nothing else; the ledger's shares for
+each launch."""
 
 from __future__ import annotations
 

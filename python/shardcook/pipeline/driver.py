@@ -294,7 +294,7 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
     folder = run_folder(cfg.output)
     try:
         folder.check_access()  # a store that refuses us, before any input is read
-        source, manifest, units = _opened(cfg, job)
+        source, manifest, units = _opened(cfg, job, folder)
         _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
         me = Holder.this_run()
         folder.share(me)

@@ -88,21 +88,21 @@ def split_by_ratio(
 
 
 def _expansions(pattern: str) -> list[str]:
-    """The brace expansions of a split pattern."""
+    """The brace expansions of a split pattern, as Energon makes them.
+
+    Brace expansion treats a backslash as an escape and removes it, so `\\.` in a pattern
+    reaches the regex as `.`; that is Energon's behaviour and we keep it.
+    """
     try:
         return expand_braces(pattern)
     except ConfigError as e:
         raise ConfigError(f"split pattern {pattern!r}: {e}") from None
 
 
-def expand_pattern(pattern: str) -> list[re.Pattern[str]]:
-    """Brace-expands a split pattern and compiles each expansion, as Energon does.
-
-    Brace expansion treats a backslash as an escape and removes it, so `\\.` in a pattern
-    reaches the regex as `.`; that is Energon's behaviour and we keep it.
-    """
+def _compiled(pattern: str, expansions: Sequence[str]) -> list[re.Pattern[str]]:
+    """Each brace expansion of `pattern` compiled as a regex, as Energon does."""
     compiled = []
-    for text in _expansions(pattern):
+    for text in expansions:
         try:
             compiled.append(re.compile(text))
         except re.error as e:
@@ -174,7 +174,7 @@ def split_by_patterns(shards: Sequence[str], patterns: Mapping[str, str]) -> Spl
     for name, pattern in patterns.items():
         expansions = _expansions(pattern)
         try:
-            compiled = expand_pattern(pattern)
+            compiled = _compiled(pattern, expansions)
         except ConfigError as invalid:
             raise (_glob_refusal(name, pattern, expansions, shards, None) or invalid) from None
         parts[name] = [s for s in shards if any(p.match(s) for p in compiled)]

@@ -151,11 +151,10 @@ def _derived_field_map(root: Path, content: Mapping[str, Any], encoding: str | N
     Raises:
         ConfigError: the parts fit no field_map of the layout.
     """
-    layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
-    if (layout is None or layout.field_map_from is None or "field_map" in content
-            or "sample_loader" in content
-            or {k: v for k, v in content.items() if k in CLASS_KEYS}
-            != class_keys(layout.sample_type)):
+    if encoding is None or "sample_loader" in content or not _layouts_own_class(content, encoding):
+        return None
+    layout = metadata.layout_of(encoding, "--encoding")
+    if layout.field_map_from is None:
         return None
     try:
         fields: dict[str, str] = registry_function(layout.field_map_from)(part_names)

@@ -69,11 +69,7 @@ def write_atomic(path: Path, data: bytes | str, fsync: bool = True) -> None:
     # beside `path`: a rename within one file system is atomic
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # _TEMPORARY matches it
     try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        _write_new(tmp, payload, fsync)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -92,16 +88,22 @@ def create_new(path: Path, data: bytes | str) -> bool:
     # one per thread too (threads race for the name as processes do); _TEMPORARY matches it
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_new(tmp, payload, fsync=True)
         os.link(tmp, path)
     except FileExistsError:
         return False
     finally:
         tmp.unlink(missing_ok=True)
     return True
+
+
+def _write_new(tmp: Path, payload: bytes, fsync: bool) -> None:
+    """Writes the temporary file `tmp` whole, flushed to the disk when `fsync`."""
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 #: The temporary name `write_atomic` gives a file (`.NAME.tmpPID`).

@@ -64,12 +64,11 @@ class Split:
             d = json.loads(data)
             split = cls(int(d["workers"]), int(d["units"]), str(d["launcher"]),
                         None if d.get("first") is None else int(d["first"]))
+            if split.workers >= 1 and split.units >= 0:
+                return split
         except (ValueError, KeyError, TypeError):
-            raise DatasetError(f"{where} is damaged; rerun with --overwrite to start over.") \
-                from None
-        if split.workers < 1 or split.units < 0:
-            raise DatasetError(f"{where} is damaged; rerun with --overwrite to start over.")
-        return split
+            pass
+        raise DatasetError(f"{where} is damaged; rerun with --overwrite to start over.")
 
 
 def started_by(place: Place, units: int) -> Split:

@@ -307,7 +307,7 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
         processor = job.processor(cfg, folder)
         stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
                            processor, show=True)
-        _, missing = rep.collect(folder, units)
+        records, missing = rep.collect(folder, units)
         if missing:
             _say(f"{place.describe()} is done; {len(missing)} of {len(units)} units remain, "
                  f"owed to {split.owners(missing)} (`shardcook status {folder}` lists them).")
@@ -319,7 +319,8 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
             return None
         # seen from this worker, the others' units were done before it: resumed
         stats.units_resumed = len(units) - stats.units_written
-        return _finish(cfg, job, folder, units, manifest, [stats], place.count, t_start)
+        return _finish(cfg, job, folder, units, manifest, [stats], place.count, t_start,
+                       records)
     finally:
         folder.close()
 
@@ -341,10 +342,14 @@ def _write_report_html(folder: OutputFolder) -> str:
 
 def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit],
             manifest: JsonObject, all_stats: list[RunStats], world_size: int,
-            t_start: float) -> JsonObject:
+            t_start: float, records: list[JsonObject] | None = None) -> JsonObject:
+    """Report, manifest, finalize and summary, once every unit is done; `records` are the
+    finished units' records when the caller has just read every one (none missing)."""
     out = folder.location
     failed = [f for s in all_stats for f in s.failed]
-    records, missing = rep.collect(folder, units)
+    missing: list[int] = []
+    if records is None:
+        records, missing = rep.collect(folder, units)
     missing = [u for u in missing if u not in {f["unit"] for f in failed}]
     if missing:
         raise DatasetError(

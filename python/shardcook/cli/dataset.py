@@ -140,7 +140,7 @@ def report(directory: DatasetArg, **options: Any) -> None:
     typer.echo(f"wrote {path}")
 
 
-@with_config_options(("split", "force"), lookup=declared_in(BlendOptions))
+@with_config_options(("split", "force", "aux"), lookup=declared_in(BlendOptions))
 def blend(
     out: Annotated[Path, typer.Argument(help="The metadataset .yaml to write.",
                                         show_default=False)],

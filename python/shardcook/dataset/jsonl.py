@@ -8,6 +8,7 @@ local file and an object in a bucket (streamed, never downloaded whole) are read
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -61,9 +62,8 @@ class JsonlFile:
         Raises:
             DatasetError: the file is missing or unreadable, or not JSONL.
         """
-        with self._reading(self.name):
-            with self.store.open_stream(self.name) as stream:
-                return record_offsets(stream, str(self))
+        with self._reading(self.name), self.store.open_stream(self.name) as stream:
+            return record_offsets(stream, str(self))
 
     def write_index(self, offsets: np.ndarray) -> None:
         """Writes `offsets` as the index, whole or not at all; locally with the file's
@@ -76,10 +76,8 @@ class JsonlFile:
             self.store.write_bytes(self.index_name, offsets.astype(INDEX_DTYPE).tobytes())
         if isinstance(self.store, LocalStore):
             path, index = self.store.child(self.name), self.store.child(self.index_name)
-            try:
+            with contextlib.suppress(OSError):  # as Energon: the mode is a courtesy
                 os.chmod(index, stat.S_IMODE(os.stat(path).st_mode) | 0o600)
-            except OSError:
-                pass  # as Energon: the index is written, its mode is a courtesy
 
     def read_index(self) -> np.ndarray:
         """The index on disk.
@@ -88,9 +86,8 @@ class JsonlFile:
             DatasetError: it is missing, unreadable, or not an index of this file's size.
         """
         size = self.size()
-        with self._reading(self.index_name):
-            with self.store.open_stream(self.index_name) as stream:
-                data = stream.read()
+        with self._reading(self.index_name), self.store.open_stream(self.index_name) as stream:
+            data = stream.read()
         return self._checked_index(np.frombuffer(data, INDEX_DTYPE) if len(data) % 8 == 0
                                    else None, size)
 
@@ -138,10 +135,9 @@ class JsonlFile:
 
     def records(self, offsets: np.ndarray) -> Iterator[bytes]:
         """Every record in order, by `offsets`, the file read once as a stream."""
-        with self._reading(self.name):
-            with self.store.open_stream(self.name) as stream:
-                for size in np.diff(offsets).tolist():
-                    yield stream.read(size)
+        with self._reading(self.name), self.store.open_stream(self.name) as stream:
+            for size in np.diff(offsets).tolist():
+                yield stream.read(size)
 
     def _checked_index(self, offsets: np.ndarray | None, size: int) -> np.ndarray:
         """`offsets` (None: not a list of uint64 ending with the size), once its last entry is

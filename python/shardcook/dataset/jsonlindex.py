@@ -86,4 +86,5 @@ def _line_records(data: bytes, buf: np.ndarray, ends: np.ndarray, base: int, lin
                 f"object: it starts {text[:40]!r}; each line of a JSONL dataset holds one "
                 "{...} object, or nothing.")
         record[n] = True
-    return starts[record] + base
+    found: np.ndarray = starts[record] + base
+    return found

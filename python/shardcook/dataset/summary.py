@@ -173,9 +173,9 @@ def info(directory: str | Path, *, scratch_dir: str | Path | None = None) -> Dat
     copied under `scratch_dir` (default: the temporary folder), and of its shards only the first
     sample's bytes are read. A `.jsonl` file (or URL) is a JSONL dataset: its index's ends and
     first record are read."""
-    dataset = jsonl.jsonl_file(directory)
-    if dataset is not None:
-        return jsonl_summary(dataset)
+    records = jsonl.jsonl_file(directory)
+    if records is not None:
+        return jsonl_summary(records)
     with dataset_view(directory, scratch_dir=scratch_dir) as view:
         counts, splits, dataset = read_metadata(view.root)
         return summarize(view, counts, splits, dataset)

@@ -197,6 +197,9 @@ def _aux_references(aux: AuxSources | None, base: Path) -> dict[str, str]:
         if not (isinstance(name, str) and _AUX_NAME.fullmatch(name)) or keyword.iskeyword(name):
             raise ConfigError(f"--aux {name!r}: NAME must be a Python identifier, the argument "
                               "a cooker is given the source as.")
+        if not isinstance(source, (str, os.PathLike)):
+            raise ConfigError(f"--aux {name}: the source must be a path or URL, not "
+                              f"{source!r:.60}.")
         if name in references:
             raise ConfigError(f"--aux names {name} twice; give each source its own name.")
         references[name] = _aux_reference(source, base)
@@ -210,14 +213,14 @@ def _aux_pair(spec: object) -> tuple[str, str]:
     return name, source
 
 
-def _aux_reference(source: object, base: Path) -> str:
+def _aux_reference(source: str | os.PathLike[str], base: Path) -> str:
     """How Energon's metadataset names `source`: a URL as given; a prepared dataset's folder
     by its path from `base`; any other folder (of media files, or a filesystem dataset, which
     `energon prepare-media` gave an index of media metadata) as `filesystem://` and that path."""
     if url_scheme(source) is not None:
-        return os.fspath(source)  # type: ignore[arg-type]  # url_scheme takes str and paths only
+        return os.fspath(source)
     check_local_path(source, "An --aux source")
-    folder = Path(source)  # type: ignore[arg-type]  # check_local_path took it
+    folder = Path(source)
     if not folder.is_dir():
         raise ConfigError(f"--aux source {str(folder)!r} is not a folder; give the folder of "
                           "the files (or a prepared dataset) the cookers read.")

@@ -14,7 +14,6 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,7 +151,7 @@ class JsonlFile:
                                f"(Energon refuses it); {fix}")
         return offsets
 
-    @contextmanager
+    @contextlib.contextmanager
     def _reading(self, name: str, done: str = "read") -> Iterator[None]:
         """A block reading (or writing) file `name`, its OSError turned into one sentence."""
         shown = self.store.child(name)
@@ -205,17 +204,18 @@ def record_problems(jsonl: JsonlFile, offsets: np.ndarray, every: bool) -> list[
         records: Iterator[bytes] = jsonl.records(offsets)
     else:
         records = iter([jsonl.record(int(offsets[0]), int(offsets[1]))])
-    bad = []
+    bad: list[str] = []
+    more = 0
     for n, data in enumerate(records):
         try:
             json.loads(data)
         except ValueError as e:  # JSONDecodeError, or bytes of no Unicode encoding
+            if len(bad) == NAMED_BAD_RECORDS:
+                more += 1
+                continue
             bad.append(f"{jsonl} sample {n} (the record at byte {int(offsets[n]):,}) is not "
                        f"valid JSON ({str(e).splitlines()[0]})")
-    if len(bad) > NAMED_BAD_RECORDS:
-        bad[NAMED_BAD_RECORDS:] = [f"{jsonl}: {len(bad) - NAMED_BAD_RECORDS:,} more samples are "
-                                   "not valid JSON"]
-    return bad
+    return bad + ([f"{jsonl}: {more:,} more samples are not valid JSON"] if more else [])
 
 
 def describe(first: bytes) -> str:

@@ -234,3 +234,14 @@ def test_a_jsonl_in_a_bucket_is_indexed_where_it_lies(captioned, s3_store):
         assert r.code == 0, (command, r.stdout, r.stderr)
     assert s3_store.keys("ds/") == ["ds/data.jsonl", "ds/data.jsonl.idx"]
     assert s3_store.get("ds/data.jsonl.idx") == (root / "data.jsonl.idx").read_bytes()
+
+
+def test_a_jsonl_a_metadataset_names_is_not_read_for_code(tmp_path):
+    """A JSONL file names no code: blend's check of what a metadataset names passes it over,
+    even when a record looks like a dataset.yaml naming a class off the allowlist."""
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(b'{"__module__": "os", "__class__": "system"}\n')
+    assert cli("finalize", path).code == 0
+    assert cli("blend", tmp_path / "inner.yaml", path).code == 0
+    outer = cli("blend", tmp_path / "outer.yaml", tmp_path / "inner.yaml")
+    assert outer.code == 0, outer.stderr

@@ -173,7 +173,7 @@ def _check_jsonl(dataset: JsonlFile) -> None:
 #: An auxiliary source's name: the keyword argument a cooker is given it as.
 _AUX_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What `--aux` takes.
-AuxSources = Sequence[str] | Mapping[str, "str | Path"]
+AuxSources = Sequence[str] | Mapping[str, str | Path]
 
 
 def _aux_references(aux: AuxSources | None, base: Path) -> dict[str, str]:
@@ -325,8 +325,10 @@ def write_blend(
         The path written.
 
     Raises:
-        ConfigError: No entries, a bad entry or split name, a path that is not a dataset, `out`
-            not `.yaml`, inside a dataset, one of the inputs, or existing without `force`.
+        ConfigError: No entries, a bad entry or split name, a path that is not a dataset (a
+            `.jsonl` without its index), `out` not `.yaml`, inside a dataset, one of the inputs,
+            or existing without `force`; an `aux` name that is no identifier, a source that is
+            no folder.
 
     Example:
         >>> write_blend("mix.yaml", ["data/laion=0.7", "data/cc12m=0.3"])

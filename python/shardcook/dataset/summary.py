@@ -18,6 +18,7 @@ from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
+from shardcook.storage.location import locate
 
 
 @dataclass
@@ -173,9 +174,10 @@ def info(directory: str | Path, *, scratch_dir: str | Path | None = None) -> Dat
     copied under `scratch_dir` (default: the temporary folder), and of its shards only the first
     sample's bytes are read. A `.jsonl` file (or URL) is a JSONL dataset: its index's ends and
     first record are read."""
-    records = jsonl.jsonl_file(directory)
+    location = locate(directory, "The dataset folder")
+    records = jsonl.jsonl_file(location)
     if records is not None:
         return jsonl_summary(records)
-    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+    with dataset_view(location, scratch_dir=scratch_dir) as view:
         counts, splits, dataset = read_metadata(view.root)
         return summarize(view, counts, splits, dataset)

@@ -16,10 +16,12 @@ import io
 import json
 import logging
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
+from shardcook.dataset.jsonl import PART, jsonl_file
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -28,9 +30,9 @@ from shardcook.htmlreport.pictures import false_colour
 from shardcook.layouts import IMAGE_PARTS, LAYOUTS, Layout, by_encoding, registry_function
 from shardcook.layouts.bridge_flux import LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, TIMESTEP_COLUMN
-from shardcook.layouts.names import DATASET_YAML, MANIFEST_JSON, META_DIR, OURS_DIR
+from shardcook.layouts.names import DATASET_YAML, JSONL_SUFFIX, MANIFEST_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path
-from shardcook.storage.location import locate
+from shardcook.storage.location import Location, locate
 
 if TYPE_CHECKING:
     import numpy as np
@@ -195,6 +197,42 @@ def _save(sheet: PILImage.Image, target: Path) -> None:
                           "choose a .png in a folder you can write to.") from None
 
 
+#: One sample's tile: its picture and caption, from its key and parts.
+Tiler = Callable[[str, dict[str, bytes]], "tuple[PILImage.Image, str]"]
+
+
+def _folder_samples(location: Location, count: int, model_path: str | None,
+                    hf_token_file: str | None, scratch_dir: str | Path | None
+                    ) -> tuple[str, list[tuple[str, dict[str, bytes]]], Tiler]:
+    """A dataset folder's name, its first `count` samples, and how its layout shows them."""
+    with dataset_view(location, scratch_dir=scratch_dir) as view:
+        root = view.root
+        layout = _layout(root)
+        rows = _first_samples(view, count)
+        manifest = metadata.read_manifest(root) or {}
+    scaled = _latents_scaled(layout)
+    decode = (_Decoder(model_path, manifest, scaled=bool(scaled), token_file=hf_token_file)
+              if (model_path and scaled is not None) else None)
+    return (root.resolve().name, rows,
+            lambda key, parts: _tile(layout, key, parts, decode))
+
+
+def json_picture(key: str, parts: dict[str, bytes]) -> tuple[PILImage.Image, str]:
+    """A JSONL record as text (indented, non-ASCII escaped), and its size."""
+    from PIL import Image, ImageDraw
+
+    data = parts[PART]
+    text = json.dumps(json.loads(data), indent=1)
+    width, height = TILE // 6, TILE // 12  # the default font's characters
+    lines = [piece for line in text.splitlines()
+             for piece in textwrap.wrap(line, width, drop_whitespace=False) or [""]][:height]
+    img = Image.new("RGB", (TILE, TILE), (245, 245, 245))  # the tile stands out of the sheet
+    draw = ImageDraw.Draw(img)
+    for n, line in enumerate(lines):
+        draw.text((4, 2 + 12 * n), line, fill=(0, 0, 0))
+    return img, f"{len(data):,} bytes"
+
+
 def preview(directory: str | Path, out: str | Path | None = None, *, count: int = 16,
             model_path: str | None = None, columns: int | None = None,
             hf_token_file: str | None = None, scratch_dir: str | Path | None = None) -> Path:
@@ -203,7 +241,8 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
     Args:
         directory: The dataset folder, or its URL (`msc://PROFILE/path`, `s3://bucket/path`):
             then only the shards holding those samples are downloaded, into a folder under
-            `scratch_dir` (default: the temporary folder) removed afterwards.
+            `scratch_dir` (default: the temporary folder) removed afterwards. A `.jsonl` file
+            or URL: its first records, shown as text.
         hf_token_file: A file holding the Hugging Face token for a gated `model_path` (else
             HF_TOKEN, else the saved login); checked before any work, never printed.
     """
@@ -220,19 +259,19 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         raise DatasetError(f"--count must be at least 1, not {count}.")
     if hf_token_file:
         read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
-    with dataset_view(location, scratch_dir=scratch_dir) as view:
-        root = view.root
-        layout = _layout(root)
-        rows = _first_samples(view, count)
-        manifest = metadata.read_manifest(root) or {}
-    scaled = _latents_scaled(layout)
-    decode = (_Decoder(model_path, manifest, scaled=bool(scaled), token_file=hf_token_file)
-              if (model_path and scaled is not None) else None)
+    records = jsonl_file(location)
+    if records is not None:
+        name = records.name.removesuffix(JSONL_SUFFIX)
+        rows = [(str(n), {PART: data}) for n, data in enumerate(records.first_records(count))]
+        tile: Tiler = json_picture
+    else:
+        name, rows, tile = _folder_samples(location, count, model_path, hf_token_file,
+                                           scratch_dir)
     tiles = []
     unreadable = 0
     for key, parts in rows:
         try:
-            img, caption = _tile(layout, key, parts, decode)
+            img, caption = tile(key, parts)
         except TILE_ERRORS as e:
             img, caption = _unreadable_tile(e)
             unreadable += 1
@@ -253,7 +292,7 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         lines = [key, *textwrap.wrap(caption, width=TILE // 6)[:CAPTION_LINES]]
         for i, line in enumerate(lines):
             draw.text((x0, y0 + TILE + 2 + i * line_h), line, fill=(0, 0, 0))
-    target = Path(out) if out else Path(f"{root.resolve().name}-preview.png")
+    target = Path(out) if out else Path(f"{name}-preview.png")
     _save(sheet, target)
     if unreadable:
         log.warning("%d of the %d samples could not be read; their tiles say why.", unreadable,

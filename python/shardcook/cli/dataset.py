@@ -27,6 +27,7 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
     from shardcook.dataset import finalize as run
+    from shardcook.dataset.jsonl import jsonl_file
     from shardcook.dataset.sampletype import parse_field_map
     from shardcook.dataset.splits import parse_split_parts
 
@@ -42,8 +43,10 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
         fail(e)
     index = result.index
     seconds = index.seconds
+    where = (f"in {len(index.shard_counts):,} shards" if jsonl_file(directory) is None
+             else f"of {directory}")
     typer.echo(
-        f"indexed {index.num_samples:,} samples in {len(index.shard_counts):,} shards "
+        f"indexed {index.num_samples:,} samples {where} "
         f"in {seconds:.2f} s ({index.num_samples / max(seconds, 1e-9):,.0f} samples/s)"
     )
     for name, shards in index.splits.items():
@@ -137,7 +140,7 @@ def report(directory: DatasetArg, **options: Any) -> None:
     typer.echo(f"wrote {path}")
 
 
-@with_config_options(("split", "force"), lookup=declared_in(BlendOptions))
+@with_config_options(("split", "force", "aux"), lookup=declared_in(BlendOptions))
 def blend(
     out: Annotated[Path, typer.Argument(help="The metadataset .yaml to write.",
                                         show_default=False)],

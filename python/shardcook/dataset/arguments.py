@@ -107,6 +107,11 @@ class BlendOptions:
 
     split: str = option("train", "The split part the blend defines and reads.")
     force: bool = option(False, "Replace an existing file (never a dataset's own).")
+    aux: list[str] | None = option(
+        None, "NAME=SOURCE, repeatable: an auxiliary source for each blended dataset that is no "
+              "metadataset (a JSONL file, a crude dataset), which cookers receive as their "
+              "argument NAME. SOURCE is a folder of files (written as filesystem://), a prepared "
+              "dataset, or a URL written as given (filesystem+msc://..., msc://...).")
 
 
 def check_arguments(**values: Any) -> None:

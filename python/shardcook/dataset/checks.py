@@ -223,7 +223,7 @@ def first_sample_problems(
     return problems
 
 
-def energon_load_problems(root: Path, splits: Mapping[str, Sequence[str]],
+def energon_load_problems(root: Path | str, splits: Mapping[str, Sequence[str]],
                           layout: Layout | None) -> list[str]:
     """Loads the first sample of each non-empty split through Energon's own loader from raw
     bytes and cooks it with the layout's cooker, which loads tensors and pickles safely (nothing

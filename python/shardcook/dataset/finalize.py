@@ -4,17 +4,19 @@ plus a dataset.yaml for its layout), then `validate` it."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import metadata, trust
+from shardcook.dataset import jsonl, metadata, trust
 from shardcook.dataset.arguments import check_finalize_arguments
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
+from shardcook.dataset.summary import jsonl_summary
 from shardcook.dataset.undo import finish_interrupted, undone_on_failure
 from shardcook.dataset.validate import ValidationReport, validate_view
 from shardcook.dataset.view import DatasetView
@@ -207,7 +209,9 @@ def finalize(
     `directory` is a folder or the URL of one in object storage (`msc://PROFILE/path`,
     `s3://bucket/path`): then each shard is downloaded once, a few at a time, into a folder
     under `scratch_dir` (default: the temporary folder) and deleted once indexed, and the new
-    metadata is uploaded when everything, validation included, succeeded.
+    metadata is uploaded when everything, validation included, succeeded. A `.jsonl` file or
+    URL is a JSONL dataset: its index is written beside it as `energon prepare` writes it (the
+    file streamed once), and a folder's index options are refused.
 
     Writes `.nv-meta/dataset.yaml` (for our layouts: CrudeWebdataset with an `encoding`
     subflavor, or the layout's own class; keeping any subflavors already there) and the index
@@ -228,6 +232,13 @@ def finalize(
             layout with no encoding to say so.
     """
     location = check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
+    dataset = jsonl.jsonl_file(location)
+    if dataset is not None:
+        _refuse_folder_options(dataset, encoding=encoding, split=split, split_parts=split_parts,
+                               shuffle_seed=shuffle_seed, exclude=exclude,
+                               sample_type=sample_type, field_map=field_map,
+                               subflavors=subflavors)
+        return _finalize_jsonl(dataset, validate)
     with dataset_view(location, scratch_dir=scratch_dir) as view:
         view.check_writable()
         finish_interrupted(view.root)
@@ -237,6 +248,31 @@ def finalize(
                            validate=validate)
         view.publish()
         return result
+
+
+def _refuse_folder_options(dataset: jsonl.JsonlFile, **given: object) -> None:
+    """Refuses an option of a folder's index for a JSONL dataset, which has none of them."""
+    for name, value in given.items():
+        if value is not None:
+            raise ConfigError(
+                f"{dataset} is a JSONL dataset, which Energon reads whole, as crude samples, for "
+                f"every split, so --{name.replace('_', '-')} does not apply to it; leave it out.")
+
+
+def _finalize_jsonl(dataset: jsonl.JsonlFile, validate: bool) -> FinalizeResult:
+    """`energon prepare NAME.jsonl`: the index beside the file. With `validate`, a first record
+    that is not JSON is refused before anything is written, and the result is summarized."""
+    start = time.perf_counter()
+    offsets = dataset.scan()
+    problems = jsonl.record_problems(dataset, offsets, every=False) if validate else []
+    if problems:
+        raise DatasetError(f"{problems[0]}; finalize wrote no index")
+    dataset.write_index(offsets)
+    index = IndexResult(str(dataset), {dataset.name: len(offsets) - 1}, {}, [jsonl.PART],
+                        seconds=time.perf_counter() - start)
+    report = (ValidationReport(str(dataset), summary=jsonl_summary(dataset)) if validate
+              else None)
+    return FinalizeResult(index, {}, report)
 
 
 def _finalize(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import metadata
+from shardcook.dataset import jsonl, metadata
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.npyparts import describe_npy
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
@@ -18,6 +18,7 @@ from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
+from shardcook.storage.location import locate
 
 
 @dataclass
@@ -154,11 +155,29 @@ def summarize(
     )
 
 
+def jsonl_summary(dataset: jsonl.JsonlFile) -> DatasetSummary:
+    """The summary of a JSONL dataset, from its index's ends and its first record.
+
+    Raises:
+        DatasetError: the index is missing, damaged or stale.
+    """
+    samples, first = dataset.indexed()
+    return DatasetSummary(
+        directory=str(dataset), dataset_type=jsonl.ENERGON_CLASS, subflavors={},
+        samples=samples, shards=1, splits={}, parts={jsonl.PART: jsonl.describe(first)},
+        bytes_on_disk=dataset.size())
+
+
 def info(directory: str | Path, *, scratch_dir: str | Path | None = None) -> DatasetSummary:
     """Summarizes a finalized dataset from its metadata and its first sample. `directory` is
     a folder or its URL (`msc://PROFILE/path`, `s3://bucket/path`): then its small files are
     copied under `scratch_dir` (default: the temporary folder), and of its shards only the first
-    sample's bytes are read."""
-    with dataset_view(directory, scratch_dir=scratch_dir) as view:
+    sample's bytes are read. A `.jsonl` file (or URL) is a JSONL dataset: its index's ends and
+    first record are read."""
+    location = locate(directory, "The dataset folder")
+    records = jsonl.jsonl_file(location)
+    if records is not None:
+        return jsonl_summary(records)
+    with dataset_view(location, scratch_dir=scratch_dir) as view:
         counts, splits, dataset = read_metadata(view.root)
         return summarize(view, counts, splits, dataset)

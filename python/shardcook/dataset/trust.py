@@ -24,7 +24,7 @@ import yaml
 from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
-from shardcook.layouts.names import DATASET_YAML, META_DIR
+from shardcook.layouts.names import DATASET_YAML, JSONL_SUFFIX, META_DIR
 from shardcook.storage import Remote
 from shardcook.storage.location import locate
 
@@ -123,7 +123,7 @@ def _local_problems(target: Path, fix: str, todo: list[Place]) -> list[str]:
         if dataset is None:
             return []
         return code_problems(dataset.content, str(target / META_DIR / DATASET_YAML), fix)
-    if not target.is_file():
+    if not target.is_file() or target.name.endswith(JSONL_SUFFIX):  # JSONL names no code
         return []
     try:
         content = safeyaml.load(target.read_text(encoding="utf-8"))

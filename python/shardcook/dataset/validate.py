@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook.dataset import checks, legacy, metadata, trust, undo
+from shardcook.dataset import checks, jsonl, legacy, metadata, trust, undo
 from shardcook.dataset.index import (
     compile_excludes,
     list_shards,
@@ -21,9 +21,9 @@ from shardcook.dataset.index import (
 )
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
-from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
+from shardcook.dataset.summary import DatasetSummary, jsonl_summary, read_metadata, summarize
 from shardcook.dataset.view import DatasetView
-from shardcook.errors import DatasetError
+from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
 from shardcook.storage.location import locate
@@ -162,6 +162,8 @@ def validate(
             then the shards are checked against their `.tar.idx` files and sizes without being
             downloaded, except each split's first sample; `deep` downloads every shard once, a
             few at a time, into a folder under `scratch_dir` (default: the temporary folder).
+            A `.jsonl` file or URL is a JSONL dataset: its index is checked against a fresh
+            scan of the file, and its first record (`deep`: every record) parsed as JSON.
         encoding: A layout's encoding (default: what dataset.yaml or the manifest say); decides
             which parts every sample must have and how samples are checked.
         deep: Read and decode every sample, not only the first of each split.
@@ -173,6 +175,12 @@ def validate(
         ConfigError: `encoding` names no known layout, or the URL cannot be opened.
     """
     location = locate(directory, "The dataset folder")  # bad usage, like a bad encoding
+    dataset = jsonl.jsonl_file(location)
+    if dataset is not None:
+        if encoding is not None:
+            raise ConfigError(f"{dataset} is a JSONL dataset, whose records are crude JSON "
+                              "samples of no layout, so --encoding does not apply; leave it out.")
+        return _validate_jsonl(dataset, deep)
     if encoding is not None:
         metadata.layout_of(encoding, "--encoding")  # bad usage: raise before reading anything
     try:
@@ -181,6 +189,23 @@ def validate(
             report.problems += _interrupted_finalize(view.root)
     except DatasetError as e:
         return ValidationReport(str(directory), [str(e)])
+    return report
+
+
+def _validate_jsonl(dataset: jsonl.JsonlFile, deep: bool) -> ValidationReport:
+    """A JSONL dataset: its index against a fresh scan of the file, the first record (`deep`:
+    every record) parsed as Energon's loader parses it, then that record loaded through
+    Energon."""
+    report = ValidationReport(str(dataset))
+    report.problems, offsets = jsonl.index_problems(dataset)
+    if offsets is None:
+        return report
+    report.summary = jsonl_summary(dataset)
+    report.problems += jsonl.record_problems(dataset, offsets, every=deep)
+    if not report.problems:
+        at = dataset.location
+        report.problems += checks.energon_load_problems(
+            at.path if at.remote is None else str(at), {"train": [dataset.name]}, None)
     return report
 
 

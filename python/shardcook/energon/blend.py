@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import keyword
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shardcook import safeyaml
 from shardcook.dataset import metadata, trust
+from shardcook.dataset.jsonl import JsonlFile, jsonl_file
 from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.paths import check_local_path
-from shardcook.storage.location import locate
+from shardcook.storage.location import Location, locate
+from shardcook.storage.urls import url_scheme
 
 __all__ = [
     "BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend",
@@ -159,6 +162,76 @@ def _named_yaml(data: dict[str, Any], base: Path) -> list[Path]:
     return found
 
 
+def _check_jsonl(dataset: JsonlFile) -> None:
+    """Refuses a JSONL dataset Energon cannot load: no index, or one of another file."""
+    try:
+        dataset.indexed()
+    except DatasetError as e:
+        raise ConfigError(f"{dataset} is not a usable Energon dataset: {e}") from None
+
+
+#: An auxiliary source's name: the keyword argument a cooker is given it as.
+_AUX_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What `--aux` takes.
+AuxSources = Sequence[str] | Mapping[str, str | Path]
+
+
+def _aux_references(aux: AuxSources | None, base: Path) -> dict[str, str]:
+    """`aux` (NAME=SOURCE strings, or a mapping) as a metadataset's `aux:` entries, written
+    from `base`, the blend file's folder (see `_aux_reference`).
+
+    Raises:
+        ConfigError: a NAME that is no identifier or comes twice, a SOURCE that is no folder.
+    """
+    if aux is None:
+        return {}
+    if isinstance(aux, Mapping):
+        pairs = list(aux.items())
+    elif isinstance(aux, (str, bytes)) or not isinstance(aux, Sequence):
+        raise ConfigError(f"aux must be a list of 'NAME=SOURCE' strings or a mapping, not "
+                          f"{aux!r:.60}.")
+    else:
+        pairs = [_aux_pair(spec) for spec in aux]
+    references: dict[str, str] = {}
+    for name, source in pairs:
+        if not (isinstance(name, str) and _AUX_NAME.fullmatch(name)) or keyword.iskeyword(name):
+            raise ConfigError(f"--aux {name!r}: NAME must be a Python identifier, the argument "
+                              "a cooker is given the source as.")
+        if not isinstance(source, (str, os.PathLike)):
+            raise ConfigError(f"--aux {name}: the source must be a path or URL, not "
+                              f"{source!r:.60}.")
+        if name in references:
+            raise ConfigError(f"--aux names {name} twice; give each source its own name.")
+        references[name] = _aux_reference(source, base)
+    return references
+
+
+def _aux_pair(spec: object) -> tuple[str, str]:
+    if not isinstance(spec, str) or "=" not in spec or spec.endswith("="):
+        raise ConfigError(f"--aux {spec!r:.80}: write NAME=SOURCE, e.g. images=./images.")
+    name, _, source = spec.partition("=")
+    return name, source
+
+
+def _aux_reference(source: str | os.PathLike[str], base: Path) -> str:
+    """How Energon's metadataset names `source`: a URL as given; a prepared dataset's folder
+    by its path from `base`; any other folder (of media files, or a filesystem dataset, which
+    `energon prepare-media` gave an index of media metadata) as `filesystem://` and that path."""
+    if url_scheme(source) is not None:
+        return os.fspath(source)
+    check_local_path(source, "An --aux source")
+    folder = Path(source)
+    if not folder.is_dir():
+        raise ConfigError(f"--aux source {str(folder)!r} is not a folder; give the folder of "
+                          "the files (or a prepared dataset) the cookers read.")
+    try:
+        prepared = metadata.read_info_json(folder) is not None
+    except DatasetError as e:
+        raise ConfigError(f"--aux source {folder} is not a usable Energon dataset: {e}") from None
+    written = os.path.relpath(folder.resolve(), base)
+    return written if prepared else f"filesystem://{written}"
+
+
 def _check_dataset(path: Path, out: Path) -> None:
     if path.is_file() and path.suffix in _YAML_SUFFIXES:
         if out.resolve() in metadataset_files(path):
@@ -227,6 +300,7 @@ def write_blend(
     split: str = "train",
     check: bool = True,
     force: bool = False,
+    aux: AuxSources | None = None,
 ) -> Path:
     """Writes a MetadatasetV2 YAML that samples the given datasets by weight.
 
@@ -238,17 +312,23 @@ def write_blend(
 
     Args:
         out: The `.yaml` file to write.
-        entries: `BlendEntry`s or `PATH=WEIGHT` strings.
+        entries: `BlendEntry`s or `PATH=WEIGHT` strings; a PATH is a prepared dataset folder,
+            a metadataset `.yaml`, or a JSONL dataset's `.jsonl` (indexed by finalize).
         split: The split part the blend defines (and reads from every dataset).
         check: Load the written file's `split` with Energon to make sure it is valid.
         force: Replace an existing file at `out` (never one inside a dataset or an input).
+        aux: Auxiliary sources (`NAME=SOURCE` strings, or a mapping of NAME to SOURCE) given to
+            every blended dataset that is not a metadataset: a JSONL file or a crude dataset
+            whose cookers read them (see `_aux_reference` for how SOURCE is written).
 
     Returns:
         The path written.
 
     Raises:
-        ConfigError: No entries, a bad entry or split name, a path that is not a dataset, `out`
-            not `.yaml`, inside a dataset, one of the inputs, or existing without `force`.
+        ConfigError: No entries, a bad entry or split name, a path that is not a dataset (a
+            `.jsonl` without its index), `out` not `.yaml`, inside a dataset, one of the inputs,
+            or existing without `force`; an `aux` name that is no identifier, a source that is
+            no folder.
 
     Example:
         >>> write_blend("mix.yaml", ["data/laion=0.7", "data/cc12m=0.3"])
@@ -268,16 +348,21 @@ def write_blend(
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
     _check_out(out, [at.path.resolve() for at in located if at.remote is None], force)
     base = out.resolve().parent
+    aux_references = _aux_references(aux, base)
     blend = []
     for entry, at in zip(parsed, located, strict=True):
-        with readable(at) as files:
-            target = files.resolve()
-            _check_dataset(target, out)
-            _refuse_untrusted_code(target)
+        target = _checked_entry(at, out)
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             raise ConfigError(f"{entry.path}: the weight must be a positive number.")
-        written = entry.path if at.remote is not None else os.path.relpath(target, base)
-        blend.append({"path": written, "weight": float(entry.weight)})
+        written = entry.path if target is None else os.path.relpath(target, base)
+        item: dict[str, Any] = {"path": written, "weight": float(entry.weight)}
+        # Energon refuses auxiliary sources on a metadataset, whose datasets name their own
+        if aux_references and not str(written).endswith(_YAML_SUFFIXES):
+            item["aux"] = dict(aux_references)
+        blend.append(item)
+    if aux_references and not any("aux" in item for item in blend):
+        raise ConfigError("--aux names sources for the blended datasets, but every one is a "
+                          "metadataset, which takes none; give them in its own file.")
     doc = {
         "__module__": "megatron.energon",
         "__class__": "MetadatasetV2",
@@ -299,6 +384,19 @@ def write_blend(
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def _checked_entry(at: Location, out: Path) -> Path | None:
+    """Checks that a blended dataset is one Energon can load and that its metadata names only
+    trusted code; returns its resolved path (None for a URL)."""
+    dataset = jsonl_file(at)
+    if dataset is not None:  # a JSONL file names no code
+        _check_jsonl(dataset)
+    else:
+        with readable(at) as files:
+            _check_dataset(files.resolve(), out)
+            _refuse_untrusted_code(files.resolve())
+    return at.path.resolve() if at.remote is None else None
 
 
 def _refuse_untrusted_code(path: Path) -> None:

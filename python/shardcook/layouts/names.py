@@ -43,6 +43,9 @@ CLIP_EMPTY = "clip_empty.npy"
 
 SHARD_SUFFIX = ".tar"
 INDEX_SUFFIX = ".tar.idx"
+#: A JSONL dataset is one file of this suffix, its index beside it (Energon's names).
+JSONL_SUFFIX = ".jsonl"
+JSONL_INDEX_SUFFIX = ".jsonl.idx"
 #: A shard name's prefix and number as the writer forms them: none, or a split's (lowercase
 #: letters) `-shard-`; `is_shard_name` then asks the writer whether it makes exactly that name.
 _SHARD_PARTS = re.compile(r"((?:[a-z]+-shard-)?)([0-9]+)\.tar")

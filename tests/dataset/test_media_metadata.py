@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from megatron.energon.cache.file_store import WebdatasetFileStore
-from megatron.energon.epathlib import EPath
 from megatron.energon.cli.main import main as energon_main
+from megatron.energon.epathlib import EPath
 from megatron.energon.media.metadata import AVMetadata, ImageMetadata
 
 from tests.helpers.dataset import cli, one_error_line

@@ -158,4 +158,5 @@ def media_filter(glob: object, header: object, extension: object) -> MediaFilter
     """
     check_arguments(media_metadata_by_glob=glob, media_metadata_by_header=header,
                     media_metadata_by_extension=extension)
-    return MediaFilter.from_flags(glob, bool(header), bool(extension))
+    return MediaFilter.from_flags(glob if isinstance(glob, str) else None, bool(header),
+                                  bool(extension))

@@ -217,3 +217,14 @@ def test_prepare_media_refusals(tmp_path):
     r = cli("prepare-media", tmp_path / "empty")
     assert r.code == 2 and "pass one of" in one_error_line(r)
     assert not (tmp_path / "empty" / ".nv-meta").exists()
+
+
+def test_finalize_in_a_bucket_records_the_same_rows(made, s3_store, tmp_path):
+    s3_store.upload_folder(made["shards"], "ds")
+    r = cli("finalize", s3_store.url("ds"), *SPLIT, "--media-metadata-by-extension",
+            "--scratch-dir", tmp_path)
+    assert r.code == 0, r.stdout + r.stderr
+    fetched = tmp_path / "fetched"
+    (fetched / ".nv-meta").mkdir(parents=True)
+    (fetched / ".nv-meta" / "index.sqlite").write_bytes(s3_store.get("ds/.nv-meta/index.sqlite"))
+    assert media_rows(fetched) == media_rows(made["by-extension"])

@@ -122,8 +122,8 @@ def _image_metadata(stream: IO[bytes]) -> dict[str, Any] | None:
                     image.load()  # others (ICO, GIF, TIFF) may settle size or mode on loading
                 return {"width": image.width, "height": image.height,
                         "format": image.format or "UNKNOWN", "mode": image.mode or "UNKNOWN"}
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
-        return None  # not an image Pillow reads (UnidentifiedImageError is an OSError)
+    except Exception:  # noqa: BLE001 - not an image Pillow reads: no row (Energon's
+        return None    # UnidentifiedImageError; a damaged image's other errors stop Energon)
 
 
 def _av_metadata(stream: IO[bytes]) -> dict[str, Any] | None:

@@ -123,6 +123,7 @@ def test_finalize_writes_energons_media_rows(made, shards, flags, reference):
     assert r.code == 0, r.stdout + r.stderr
     ours, theirs = media_rows(shards), media_rows(made[reference])
     assert ours == theirs
+    assert f"media metadata: {len(ours['media_metadata'])} files" in r.stdout
     if reference != "by-glob":
         found = {key.partition(".")[2]: (kind, json) for key, kind, json in ours["media_metadata"]}
         assert {kind for kind, _ in found.values()} == {"image", "av"}

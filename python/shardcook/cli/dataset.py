@@ -52,6 +52,8 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     for name, shards in index.splits.items():
         samples = sum(index.shard_counts[s] for s in shards)
         typer.echo(f"  {name}: {len(shards)} shards, {samples:,} samples")
+    if index.media_entries is not None:
+        typer.echo(f"  media metadata: {index.media_entries:,} files")
     if result.validation is not None:
         typer.echo("validated: ok")
 

@@ -55,6 +55,8 @@ class IndexResult:
     warnings: list[str] = field(default_factory=list)
     #: Wall time of indexing (scan, .tar.idx, sqlite, metadata), without validation.
     seconds: float = 0.0
+    #: How many media files a media filter recorded (None: none was asked).
+    media_entries: int | None = None
 
     @property
     def num_samples(self) -> int:
@@ -328,12 +330,12 @@ def _refuse_dropping_media(root: Path) -> None:
 
 
 def _write_media(view: DatasetView, shards: Sequence[str], sqlite_path: Path,
-                 media: MediaFilter) -> None:
+                 media: MediaFilter) -> int:
     """Records the media metadata of the members of `shards` in the new index at
     `sqlite_path`, in place of any the old one had, as `energon prepare --media-metadata-by-*`
-    does."""
+    does; returns how many."""
     rows = (row for group in view.windows(shards) for row in shard_rows(view.root, group, media))
-    mediatables.write(sqlite_path, rows, media.strategy, media.patterns_text, reset=True)
+    return mediatables.write(sqlite_path, rows, media.strategy, media.patterns_text, reset=True)
 
 
 def write_index(plan: IndexPlan) -> IndexResult:
@@ -357,8 +359,8 @@ def write_index(plan: IndexPlan) -> IndexResult:
             f"shard {empty[0]} holds no samples ({len(empty)} such); Energon cannot index empty "
             "shards: remove them or leave them out with --exclude"
         )
-    if plan.media is not None:
-        _write_media(plan.view, shards, sqlite_path, plan.media)
+    media_entries = None if plan.media is None else _write_media(plan.view, shards,
+                                                                 sqlite_path, plan.media)
     for warning in plan.warnings:
         log.warning(warning)
     metadata.write_index_uuid(root)
@@ -368,7 +370,7 @@ def write_index(plan: IndexPlan) -> IndexResult:
     metadata.write_finalize_record(root, plan.record)
     seconds = time.perf_counter() - start
     return IndexResult(plan.view.location, counts, plan.splits.parts, part_names,
-                       list(plan.warnings), seconds)
+                       list(plan.warnings), seconds, media_entries)
 
 
 def build_index(

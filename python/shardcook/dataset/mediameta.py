@@ -13,7 +13,6 @@ does (Energon fails on it with an AssertionError).
 
 from __future__ import annotations
 
-import io
 import json
 import warnings
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from PIL import Image
 from shardcook.dataset.avmeta import av_metadata
 from shardcook.errors import ConfigError
 
-__all__ = ["AV", "IMAGE", "MediaFilter", "bytes_row", "media_row"]
+__all__ = ["AV", "IMAGE", "MediaFilter", "media_row"]
 
 #: Energon's `MediaMetadataType` values.
 IMAGE, AV = "image", "av"
@@ -145,9 +144,4 @@ def media_row(media_filter: MediaFilter, name: str, stream: IO[bytes]) -> tuple[
     if fields is None:
         return None
     return kind, json.dumps(fields, separators=(",", ":"))
-
-
-def bytes_row(media_filter: MediaFilter, name: str, data: bytes) -> tuple[str, str] | None:
-    """`media_row` of a file held in memory."""
-    return media_row(media_filter, name, io.BytesIO(data))
 

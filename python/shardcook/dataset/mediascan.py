@@ -16,7 +16,7 @@ from shardcook.dataset.mediameta import MediaFilter, media_row
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import META_DIR
 
-__all__ = ["MediaRow", "folder_rows", "shard_rows"]
+__all__ = ["MediaRow", "folder_files", "folder_rows", "shard_rows"]
 
 #: (entry_key, metadata_type, metadata_json): one `media_metadata` row.
 MediaRow = tuple[str, str, str]

@@ -1,6 +1,6 @@
 """Small media files of every kind Energon records media metadata for: images (JPEG, PNG, WebP
 of several sizes and modes, EXIF-rotated, a PNG named .jpg, a garbage .jpg), video (mp4 with
-audio, webm) and audio (wav, flac, mp3), written with Pillow and PyAV."""
+audio, webm, mkv) and audio (wav, flac, mp3, ogg), written with Pillow and PyAV."""
 
 from __future__ import annotations
 
@@ -94,6 +94,8 @@ def media_files() -> dict[str, bytes]:
         "tone.wav": _mux("wav", None, "pcm_s16le"),
         "tone.flac": _mux("flac", None, "flac", rate=16000),
         "tone.mp3": _mux("mp3", None, "libmp3lame", rate=22050),
+        "tone.ogg": _mux("ogg", None, "libopus", rate=48000),
+        "clip.mkv": _mux("matroska", "libx264", "flac", rate=16000),
         "notes.txt": b"a caption",
         "data.json": b'{"i": 1}',
         "jpg-named.bin": image((8, 8), "JPEG"),

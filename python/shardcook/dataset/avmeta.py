@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import IO, Any
 
-import av
-
 __all__ = ["av_metadata"]
 
 #: Energon's `AVMetadata` fields, in its dataclass order (the order of the stored JSON).
@@ -82,6 +80,8 @@ def _audio(container: Any, found: dict[str, Any]) -> None:
 def av_metadata(stream: IO[bytes]) -> dict[str, Any]:
     """Energon's metadata fields of the video or audio file `stream`, in its order, without
     those it leaves None (PyAV's errors propagate: Energon records no row then)."""
+    import av
+
     found: dict[str, Any] = {}
     with av.open(stream, "r") as container:
         for s in container.streams:  # Energon's containers run no extra threads

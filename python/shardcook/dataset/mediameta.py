@@ -6,6 +6,9 @@ Images are read as Energon reads them, with Pillow (the size, format and mode be
 orientation); JPEG, PNG and WebP from their header alone, where Energon decodes the whole image
 to learn the same four values. Video and audio: `avmeta`.
 
+Pillow, PyAV and `filetype` are imported when a file is read, not with this module (which every
+finalize imports, before `python -m shardcook` takes the working folder off `sys.path`).
+
 Where Energon 7.4.1 breaks, this does what it means (docs/DATASETS.md lists the differences):
 a file a GLOB pattern selects gets its type from its content, then its extension, as HEADER
 does (Energon fails on it with an AssertionError).
@@ -19,9 +22,6 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 from typing import IO, Any
-
-import filetype
-from PIL import Image
 
 from shardcook.dataset.avmeta import av_metadata
 from shardcook.errors import ConfigError
@@ -102,6 +102,8 @@ def _by_extension(name: str) -> str | None:
 
 
 def _by_content(head: bytes) -> str | None:
+    import filetype
+
     kind = filetype.guess(head[:SNIFF_BYTES])
     mime = kind.mime if kind is not None else None
     if not mime:
@@ -113,6 +115,8 @@ def _by_content(head: bytes) -> str | None:
 
 def _image_metadata(stream: IO[bytes]) -> dict[str, Any] | None:
     """Pillow's width, height, format and mode of the image; None when it is none."""
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():  # a decompression-bomb warning is Pillow's, not ours
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -177,6 +177,14 @@ def test_prepare_media_makes_a_filesystem_dataset(made, tmp_path):
     assert sorted(p.name for p in (folder / ".nv-meta").iterdir()) == ["index.sqlite"]
 
 
+def test_a_link_back_up_the_folder_is_walked_once(made, tmp_path):
+    folder = tmp_path / "folder"
+    shutil.copytree(made["folder"], folder)
+    (folder / "nested" / "up").symlink_to("..", target_is_directory=True)
+    assert cli("prepare-media", folder, "--media-metadata-by-extension").code == 0
+    assert media_rows(folder) == media_rows(made["folder-energon"])
+
+
 def test_prepare_media_by_header_on_a_folder(made, tmp_path):
     """Energon 7.4.1 hangs here; what it means: every file, typed by content, then extension."""
     folder = tmp_path / "folder"

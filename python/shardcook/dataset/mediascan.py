@@ -55,9 +55,14 @@ def shard_rows(root: Path, shards: Sequence[str], media_filter: MediaFilter
 
 
 def _files(root: Path) -> Iterator[str]:
-    """The files under `root` as Energon's walk finds them, relative to it, sorted."""
-    found = []
+    """The files under `root` as Energon's walk finds them, relative to it, sorted (a folder
+    reached again through a link, which Energon walks until the system refuses, once)."""
+    found, seen = [], set()
     for folder, dirs, files in os.walk(root, followlinks=True):
+        if os.path.realpath(folder) in seen:  # a link back up: its files are listed once
+            dirs.clear()
+            continue
+        seen.add(os.path.realpath(folder))
         rel = os.path.relpath(folder, root)
         dirs[:] = [d for d in dirs if d != META_DIR]
         found += [name if rel == "." else f"{rel}/{name}" for name in files]

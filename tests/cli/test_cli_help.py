@@ -12,7 +12,8 @@ from tests.helpers.helptext import help_text, panels
 PANELS = {
     "Try it": ["demo"],
     "Make data": ["encode", "raw", "chatml", "ingest", "status"],
-    "Finish and check": ["finalize", "validate", "info", "preview", "report", "blend"],
+    "Finish and check": ["finalize", "prepare-media", "validate", "info", "preview", "report",
+                         "blend"],
     "Primus's names": ["diffusion-encoded", "diffusion-raw", "diffusion-ingest", "data"],
 }
 # A repository path a pip user does not have: docs/…, a markdown file, a section sign.

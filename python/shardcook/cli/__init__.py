@@ -14,7 +14,15 @@ from typing import Any
 import typer
 
 from shardcook.cli.app import app
-from shardcook.cli.dataset import blend, finalize, info, preview, report, validate
+from shardcook.cli.dataset import (
+    blend,
+    finalize,
+    info,
+    prepare_media,
+    preview,
+    report,
+    validate,
+)
 from shardcook.cli.demo import demo
 from shardcook.cli.ingest import ingest
 from shardcook.cli.pipelines import chatml, encode, raw, status
@@ -28,6 +36,7 @@ PANELS: tuple[tuple[str, tuple[tuple[Callable[..., Any], str], ...]], ...] = (
     ("Make data", ((encode, "ENCODE/"), (raw, "RAW/"), (chatml, "CHATML/"), (ingest, "MLPERF/"),
                    (status, "RUNS/#slurm"))),
     ("Finish and check", ((finalize, "DATASETS/#finalize"),
+                          (prepare_media, "DATASETS/#prepare-media"),
                           (validate, "DATASETS/#validate-and-info"),
                           (info, "DATASETS/#validate-and-info"), (preview, "DATASETS/#preview"),
                           (report, "REPORT/"),

@@ -13,13 +13,16 @@ from shardcook.cli.app import fail
 from shardcook.cli.options import DatasetArg, declared_in, with_config_options
 from shardcook.config.sections import option_field
 from shardcook.dataset.arguments import BlendOptions, DatasetOptions, ReportOptions
-from shardcook.errors import ShardcookError
+from shardcook.errors import ConfigError, ShardcookError
 from shardcook.fields import check_rules
 
 # The options of each command, declared in `dataset.arguments`.
+MEDIA_OPTIONS = ("media_metadata_by_extension", "media_metadata_by_glob",
+                 "media_metadata_by_header")
 DATASET = declared_in(DatasetOptions)
 FINALIZE_OPTIONS = ("encoding", "split", "split_parts", "shuffle_seed", "exclude", "sample_type",
-                    "field_map", "force", "sqlite", "validate", "scratch_dir")
+                    "field_map", "force", "sqlite", "validate", "scratch_dir",
+                    *MEDIA_OPTIONS)
 
 
 @with_config_options(FINALIZE_OPTIONS, lookup=DATASET)
@@ -52,6 +55,8 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     for name, shards in index.splits.items():
         samples = sum(index.shard_counts[s] for s in shards)
         typer.echo(f"  {name}: {len(shards)} shards, {samples:,} samples")
+    if index.media_entries is not None:
+        typer.echo(f"  media metadata: {index.media_entries:,} files")
     if result.validation is not None:
         typer.echo("validated: ok")
 
@@ -156,3 +161,25 @@ def blend(
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")
+
+
+@with_config_options(MEDIA_OPTIONS, lookup=DATASET)
+def prepare_media(directory: Annotated[Path, typer.Argument(
+        help="A dataset folder, or a plain folder of media files.")], **options: Any) -> None:
+    """Record the media metadata (size, format, duration) of a dataset's images, video and
+    audio in its index.sqlite, or make a plain folder of media files a filesystem dataset, as
+    energon prepare-media does."""
+    from shardcook.dataset.arguments import media_filter
+    from shardcook.dataset.preparemedia import prepare_media as run
+
+    try:
+        chosen = media_filter(options["media_metadata_by_glob"],
+                              options["media_metadata_by_header"],
+                              options["media_metadata_by_extension"])
+        if chosen is None:
+            raise ConfigError("pass one of --media-metadata-by-extension, "
+                              "--media-metadata-by-glob PATTERNS and --media-metadata-by-header")
+        written = run(directory, chosen)
+    except ShardcookError as e:
+        fail(e)
+    typer.echo(f"stored the media metadata of {written:,} files")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardcook.dataset.mediameta import MediaFilter
 from shardcook.fields import RULES, Rule, bounded, check_rules, option, setting, typed
 from shardcook.layouts import encodings
 from shardcook.storage.location import Location, locate
@@ -80,6 +81,15 @@ class DatasetOptions:
     scratch_dir: Path | None = option(None, DATASET_SCRATCH_HELP)
     out: Path | None = option(None, "The PNG to write (default: DIRNAME-preview.png here).")
     count: int = option(16, "How many samples.", rules=[bounded(1, MAX_PREVIEW_COUNT)])
+    media_metadata_by_extension: bool = option(
+        False, "Record the media metadata (size, format, duration) of image, video and audio "
+               "files in index.sqlite, taking them by their extension, as energon prepare does.")
+    media_metadata_by_glob: str | None = option(
+        None, "As --media-metadata-by-extension, taking the files whose lowercased name "
+              "matches one of these comma-separated glob patterns (e.g. '*.jpg,*.png').")
+    media_metadata_by_header: bool = option(
+        False, "As --media-metadata-by-extension, taking files by their content's header "
+               "(then their extension).")
     model_path: str | None = option(
         None, "Encoded datasets: decode latents with this FLUX folder's VAE (or a hub id).")
 
@@ -143,3 +153,15 @@ def check_finalize_arguments(directory: object, sample_type: object, field_map: 
     check_arguments(sample_type=sample_type, field_map=field_map, subflavors=subflavors,
                     validate=validate)
     return location
+
+
+def media_filter(glob: object, header: object, extension: object) -> MediaFilter | None:
+    """The media filter the `media_metadata_by_*` arguments ask for; None when none is given.
+
+    Raises:
+        ConfigError: an argument of a wrong type, more than one strategy, no glob pattern.
+    """
+    check_arguments(media_metadata_by_glob=glob, media_metadata_by_header=header,
+                    media_metadata_by_extension=extension)
+    return MediaFilter.from_flags(glob if isinstance(glob, str) else None, bool(header),
+                                  bool(extension))

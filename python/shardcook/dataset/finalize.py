@@ -12,9 +12,10 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import jsonl, metadata, trust
-from shardcook.dataset.arguments import check_finalize_arguments
+from shardcook.dataset.arguments import check_finalize_arguments, media_filter
 from shardcook.dataset.index import IndexResult, plan_index, write_index
 from shardcook.dataset.location import dataset_view
+from shardcook.dataset.mediameta import MediaFilter
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.summary import jsonl_summary
 from shardcook.dataset.undo import finish_interrupted, undone_on_failure
@@ -203,6 +204,9 @@ def finalize(
     force: bool = False,
     validate: bool = True,
     scratch_dir: str | Path | None = None,
+    media_metadata_by_extension: bool = False,
+    media_metadata_by_glob: str | None = None,
+    media_metadata_by_header: bool = False,
 ) -> FinalizeResult:
     """Makes a folder of shards a complete Energon dataset, then validates it.
 
@@ -225,6 +229,11 @@ def finalize(
         force: Rebuild an indexed folder, replacing any damaged metadata file.
         validate: Refuse an encoding whose parts the first sample lacks, and run `validate`
             afterwards, undoing everything when it finds problems.
+        media_metadata_by_extension, media_metadata_by_glob, media_metadata_by_header: Record
+            the media metadata of the members (images, video, audio) in index.sqlite, as
+            `energon prepare --media-metadata-by-*` does, taking members by their extension,
+            by these comma-separated glob patterns, or by their content (at most one). Without
+            any, the media tables index.sqlite has are kept.
 
     Raises:
         DatasetError: as `build_index`, or when validation fails (the metadata is then as it was).
@@ -232,12 +241,15 @@ def finalize(
             layout with no encoding to say so.
     """
     location = check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
+    media = media_filter(media_metadata_by_glob, media_metadata_by_header,
+                         media_metadata_by_extension)
     dataset = jsonl.jsonl_file(location)
     if dataset is not None:
+        # Energon too: "JSONL datasets do not support media metadata"
         _refuse_folder_options(dataset, encoding=encoding, split=split, split_parts=split_parts,
                                shuffle_seed=shuffle_seed, exclude=exclude,
                                sample_type=sample_type, field_map=field_map,
-                               subflavors=subflavors)
+                               subflavors=subflavors, **{"media_metadata_by_*": media})
         return _finalize_jsonl(dataset, validate)
     with dataset_view(location, scratch_dir=scratch_dir) as view:
         view.check_writable()
@@ -245,7 +257,7 @@ def finalize(
         result = _finalize(view, encoding=encoding, split=split, split_parts=split_parts,
                            shuffle_seed=shuffle_seed, exclude=exclude, sample_type=sample_type,
                            field_map=field_map, subflavors=subflavors, sqlite=sqlite, force=force,
-                           validate=validate)
+                           validate=validate, media=media)
         view.publish()
         return result
 
@@ -289,10 +301,11 @@ def _finalize(
     sqlite: bool,
     force: bool,
     validate: bool,
+    media: MediaFilter | None,
 ) -> FinalizeResult:
     root = view.root
     plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                      exclude=exclude, sqlite=sqlite, force=force, encoding=encoding)
+                      exclude=exclude, sqlite=sqlite, force=force, encoding=encoding, media=media)
     encoding = _encoding(view, plan.shards, encoding, sample_type, force)
     if encoding is not None and validate:
         _check_fits(view, plan.shards, encoding)

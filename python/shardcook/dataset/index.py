@@ -5,6 +5,7 @@ in `.shardcook/finalize.json` and split.yaml, so a later finalize without argume
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -19,6 +20,8 @@ from shardcook.dataset import mediatables, metadata
 from shardcook.dataset.arguments import check_index_arguments
 from shardcook.dataset.braces import BRACE_CHARS
 from shardcook.dataset.location import dataset_view
+from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.mediascan import shard_rows
 from shardcook.dataset.splits import (
     Splits,
     check_parts,
@@ -52,6 +55,8 @@ class IndexResult:
     warnings: list[str] = field(default_factory=list)
     #: Wall time of indexing (scan, .tar.idx, sqlite, metadata), without validation.
     seconds: float = 0.0
+    #: How many media files a media filter recorded (None: none was asked).
+    media_entries: int | None = None
 
     @property
     def num_samples(self) -> int:
@@ -258,6 +263,8 @@ class IndexPlan:
     record: metadata.FinalizeRecord
     warnings: list[str]
     force: bool
+    #: The media metadata to record anew (None: keep the media tables there are).
+    media: MediaFilter | None = None
 
     @property
     def root(self) -> Path:
@@ -274,10 +281,14 @@ def plan_index(
     sqlite: bool = True,
     force: bool = False,
     encoding: str | None = None,
+    media: MediaFilter | None = None,
 ) -> IndexPlan:
     """Checks everything `build_index` is asked (same arguments, on the dataset's view) and
     writes nothing; `encoding` is what finalize records for dataset.yaml."""
     check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
+    if media is not None and not sqlite:
+        raise ConfigError("--media-metadata-by-* records the media metadata in index.sqlite; "
+                          "leave out --no-sqlite")
     root = view.root
     metadata.refuse_links(root)
     meta = root / META_DIR
@@ -302,7 +313,7 @@ def plan_index(
     splits = _split(shards, request, lost_shards(root, shards))
     left_out = collapse(excluded_shards(root, request.record.exclude))
     return IndexPlan(view, shards, splits, left_out, request.record,
-                     warnings + splits.warnings, force)
+                     warnings + splits.warnings, force, media)
 
 
 def _refuse_dropping_media(root: Path) -> None:
@@ -318,6 +329,15 @@ def _refuse_dropping_media(root: Path) -> None:
         )
 
 
+def _write_media(view: DatasetView, shards: Sequence[str], sqlite_path: Path,
+                 media: MediaFilter) -> int:
+    """Records the media metadata of the members of `shards` in the new index at
+    `sqlite_path`, in place of any the old one had, as `energon prepare --media-metadata-by-*`
+    does; returns how many."""
+    rows = (row for group in view.windows(shards) for row in shard_rows(view.root, group, media))
+    return mediatables.write(sqlite_path, rows, media.strategy, media.patterns_text, reset=True)
+
+
 def write_index(plan: IndexPlan) -> IndexResult:
     """Writes the index `plan_index` checked."""
     root, shards, sqlite = plan.root, plan.shards, plan.record.sqlite
@@ -326,7 +346,7 @@ def write_index(plan: IndexPlan) -> IndexResult:
     meta = metadata.prepare_meta_dir(root, repair=plan.force)
     sqlite_path = meta / INDEX_SQLITE
     metadata.remove_broken(sqlite_path)
-    with mediatables.kept(sqlite_path):
+    with contextlib.nullcontext() if plan.media else mediatables.kept(sqlite_path):
         counted, part_names = plan.view.index_shards(shards, sqlite_path if sqlite else None)
     if not sqlite:
         sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
@@ -339,6 +359,8 @@ def write_index(plan: IndexPlan) -> IndexResult:
             f"shard {empty[0]} holds no samples ({len(empty)} such); Energon cannot index empty "
             "shards: remove them or leave them out with --exclude"
         )
+    media_entries = None if plan.media is None else _write_media(plan.view, shards,
+                                                                 sqlite_path, plan.media)
     for warning in plan.warnings:
         log.warning(warning)
     metadata.write_index_uuid(root)
@@ -348,7 +370,7 @@ def write_index(plan: IndexPlan) -> IndexResult:
     metadata.write_finalize_record(root, plan.record)
     seconds = time.perf_counter() - start
     return IndexResult(plan.view.location, counts, plan.splits.parts, part_names,
-                       list(plan.warnings), seconds)
+                       list(plan.warnings), seconds, media_entries)
 
 
 def build_index(

@@ -1,7 +1,8 @@
 """Energon's media tables in `index.sqlite` (`media_metadata` and `media_filters`, which
-`energon prepare --media-metadata-by-*` and `energon prepare-media` write), kept when finalize
-rebuilds the index: `energon prepare` without media flags replaces only the sample tables, so a
-rebuilt index holds the media rows, their filter ids and timestamps exactly as they were.
+`energon prepare --media-metadata-by-*` and `energon prepare-media` write): written as Energon
+writes them (`write`), and kept when finalize rebuilds the index without a media filter
+(`kept`): `energon prepare` without media flags replaces only the sample tables, so a rebuilt
+index holds the media rows, their filter ids and timestamps exactly as they were.
 
 The old index is held open while the indexer replaces the file (every writer of index.sqlite
 writes a new file and renames it over the old one), so its rows are copied straight from the
@@ -13,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 
 from shardcook.dataset.sqlitedb import open_read_only
 
-__all__ = ["TABLES", "entry_count", "kept"]
+__all__ = ["TABLES", "entry_count", "kept", "write"]
 
 #: The tables Energon 7.4 keeps its media metadata in, in the order it creates them.
 TABLES = ("media_metadata", "media_filters")
@@ -27,6 +29,24 @@ TABLES = ("media_metadata", "media_filters")
 _SEQUENCE = "sqlite_sequence"
 #: The start of a stored `CREATE TABLE` statement, before the table's name.
 _CREATE = re.compile(r"^(\s*CREATE\s+TABLE\s+)", re.IGNORECASE)
+#: Energon 7.4's statements, to the whitespace (SQLite keeps their text in its schema).
+_CREATE_TABLES = ("""
+                CREATE TABLE IF NOT EXISTS media_metadata (
+                    entry_key TEXT PRIMARY KEY,
+                    metadata_type TEXT NOT NULL,
+                    metadata_json TEXT NOT NULL
+                )
+                """, """
+                CREATE TABLE IF NOT EXISTS media_filters (
+                    filter_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    strategy TEXT NOT NULL,
+                    patterns TEXT,
+                    created_at_utc TEXT DEFAULT CURRENT_TIMESTAMP,
+                    UNIQUE(strategy, patterns)
+                )
+                """)
+#: How many rows go to SQLite at a time.
+_BATCH = 1000
 
 
 def _schema(db: sqlite3.Connection, schema: str = "main") -> dict[str, str]:
@@ -95,3 +115,26 @@ def kept(path: Path) -> Iterator[None]:
         yield
         if path.is_file():
             _copy(old, path)
+
+
+def write(path: Path, rows: Iterable[tuple[str, str, str]], strategy: str, patterns: str,
+          *, reset: bool) -> int:
+    """Adds `rows` (entry_key, metadata_type, metadata_json) to the index at `path` (made when
+    missing) and the filter row (`strategy`, `patterns`), as Energon does: a row replaces one
+    of the same key, a filter row the table has is not added twice; with `reset`, the media
+    tables are emptied first. Returns the number of rows written."""
+    written = 0
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        if reset:
+            for name in TABLES:
+                db.execute(f"DROP TABLE IF EXISTS {name}")
+        for sql in _CREATE_TABLES:
+            db.execute(sql)
+        pending = iter(rows)
+        while batch := list(islice(pending, _BATCH)):
+            db.executemany("INSERT OR REPLACE INTO media_metadata "
+                           "(entry_key, metadata_type, metadata_json) VALUES (?, ?, ?)", batch)
+            written += len(batch)
+        db.execute("INSERT OR IGNORE INTO media_filters (strategy, patterns) VALUES (?, ?)",
+                   (strategy, patterns))
+    return written

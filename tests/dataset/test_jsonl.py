@@ -159,6 +159,8 @@ def test_bad_records_and_stale_index_are_one_sentence(tmp_path):
     assert "does not exist; run `shardcook finalize" in one_error_line(cli("info", path))
     refused = cli("finalize", path, "--split", "1,0,0")
     assert "--split does not apply" in one_error_line(refused)
+    media = cli("finalize", path, "--media-metadata-by-extension")  # Energon refuses it too
+    assert "--media-metadata-by-* does not apply" in one_error_line(media)
 
 
 def test_a_form_feed_line_is_blank_to_the_index_but_breaks_its_record(tmp_path):

@@ -13,13 +13,17 @@ from shardcook.cli.app import fail
 from shardcook.cli.options import DatasetArg, declared_in, with_config_options
 from shardcook.config.sections import option_field
 from shardcook.dataset.arguments import BlendOptions, DatasetOptions, ReportOptions
-from shardcook.errors import ShardcookError
+from shardcook.errors import ConfigError, ShardcookError
 from shardcook.fields import check_rules
 
 # The options of each command, declared in `dataset.arguments`.
 DATASET = declared_in(DatasetOptions)
-FINALIZE_OPTIONS = ("encoding", "split", "split_parts", "shuffle_seed", "exclude", "sample_type",
-                    "field_map", "force", "sqlite", "validate", "scratch_dir")
+FINALIZE_OPTIONS = ("encoding", "split", "split_parts", "shuffle_seed", "shuffle_tars", "exclude",
+                    "sample_type", "field_map", "dataset_yaml_name", "skip_dataset_yaml", "force",
+                    "sqlite", "sample_tables", "tar_index_only", "fix_duplicates", "validate",
+                    "scratch_dir")
+#: The seed of `energon prepare --shuffle-tars`.
+SHUFFLE_TARS_SEED = 42
 
 
 @with_config_options(FINALIZE_OPTIONS, lookup=DATASET)
@@ -31,6 +35,12 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     from shardcook.dataset.splits import parse_split_parts
 
     split_parts, field_map = options.pop("split_parts"), options.pop("field_map")
+    if options.pop("shuffle_tars"):
+        if options["shuffle_seed"] not in (None, SHUFFLE_TARS_SEED):
+            fail(ConfigError(f"--shuffle-tars is --shuffle-seed {SHUFFLE_TARS_SEED}, so it cannot "
+                             f"be given with --shuffle-seed {options['shuffle_seed']}; give one "
+                             "of them"))
+        options["shuffle_seed"] = SHUFFLE_TARS_SEED
     try:
         result = run(
             directory,
@@ -49,6 +59,8 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     for name, shards in index.splits.items():
         samples = sum(index.shard_counts[s] for s in shards)
         typer.echo(f"  {name}: {len(shards)} shards, {samples:,} samples")
+    if options["skip_dataset_yaml"]:
+        typer.echo("dataset config: left as it was (--skip-dataset-yaml)")
     if result.validation is not None:
         typer.echo("validated: ok")
 

@@ -21,7 +21,7 @@ from shardcook.dataset.index import (
 )
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
-from shardcook.dataset.summary import DatasetSummary, read_metadata, summarize
+from shardcook.dataset.summary import NO_SAMPLE_TABLES, DatasetSummary, read_metadata, summarize
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError
 from shardcook.layouts import LAYOUTS, Layout
@@ -268,6 +268,9 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
             seen.setdefault(shard, split)
 
     report.summary = summarize(view, counts, splits, dataset)
+    if not report.summary.sample_tables and older is None:
+        report.warnings.append(f"{NO_SAMPLE_TABLES}; validate checked the shards against their "
+                               f".tar.idx files and {info_name}, but has no sample rows to check")
     if not problems:
         # Only a structurally sound dataset is worth handing to Energon.
         _check_samples(report, view, splits, listed, layout, dataset, manifest or {}, deep,

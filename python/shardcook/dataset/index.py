@@ -290,7 +290,7 @@ def plan_index(
                           tar_index_only, fix_duplicates)
     root = view.root
     metadata.refuse_links(root)
-    if fix_duplicates and isinstance(view.location, str):
+    if fix_duplicates and isinstance(view.location, str):  # a URL's view: shards in a bucket
         raise ConfigError("--fix-duplicates rewrites shards in place, which objects in a bucket "
                           "cannot be; fix a local copy and upload it")
     if tar_index_only:

@@ -308,3 +308,18 @@ def test_a_blend_names_a_url_dataset_and_the_loader_reads_it(bucket):
     line = one_error_line(refused)
     assert f"{bucket.store.url('encoded-energon')} is not a prepared Energon dataset" in line
     assert not (bucket.tmp / "bad.yaml").exists()
+
+
+def test_tar_index_only_reindexes_in_the_bucket_and_fix_duplicates_is_refused_there(bucket):
+    store = bucket.store
+    store.upload_folder(write(bucket.tmp / "reindexed", raw_parts, n_shards=2), "reindexed")
+    url = store.url("reindexed")
+    assert cli("finalize", url, "--encoding", "raw", "--split", SPLIT).code == 0
+    uuid, idx = store.get("reindexed/.nv-meta/index.uuid"), store.get("reindexed/000001.tar.idx")
+    store.put("reindexed/000001.tar.idx", b"\0" * 8)
+    r = cli("finalize", url, "--tar-index-only", "--tmp-path", bucket.scratch)
+    assert r.code == 0, r.stdout + r.stderr
+    assert store.get("reindexed/000001.tar.idx") == idx
+    assert store.get("reindexed/.nv-meta/index.uuid") != uuid
+    refused = cli("finalize", url, "--force", "--fix-duplicates")
+    assert refused.code == 2 and "bucket" in one_error_line(refused)

@@ -20,9 +20,12 @@ from shardcook.fields import check_rules
 MEDIA_OPTIONS = ("media_metadata_by_extension", "media_metadata_by_glob",
                  "media_metadata_by_header")
 DATASET = declared_in(DatasetOptions)
-FINALIZE_OPTIONS = ("encoding", "split", "split_parts", "shuffle_seed", "exclude", "sample_type",
-                    "field_map", "force", "sqlite", "validate", "scratch_dir",
-                    *MEDIA_OPTIONS)
+FINALIZE_OPTIONS = ("encoding", "split", "split_parts", "shuffle_seed", "shuffle_tars", "exclude",
+                    "sample_type", "field_map", "dataset_yaml_name", "skip_dataset_yaml", "force",
+                    "sqlite", "sample_tables", "tar_index_only", "fix_duplicates", "validate",
+                    "scratch_dir", *MEDIA_OPTIONS)
+#: The seed of `energon prepare --shuffle-tars`.
+SHUFFLE_TARS_SEED = 42
 
 
 @with_config_options(FINALIZE_OPTIONS, lookup=DATASET)
@@ -35,6 +38,12 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     from shardcook.dataset.splits import parse_split_parts
 
     split_parts, field_map = options.pop("split_parts"), options.pop("field_map")
+    if options.pop("shuffle_tars"):
+        if options["shuffle_seed"] not in (None, SHUFFLE_TARS_SEED):
+            fail(ConfigError(f"--shuffle-tars is --shuffle-seed {SHUFFLE_TARS_SEED}, so it cannot "
+                             f"be given with --shuffle-seed {options['shuffle_seed']}; give one "
+                             "of them"))
+        options["shuffle_seed"] = SHUFFLE_TARS_SEED
     try:
         result = run(
             directory,
@@ -57,6 +66,8 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
         typer.echo(f"  {name}: {len(shards)} shards, {samples:,} samples")
     if index.media_entries is not None:
         typer.echo(f"  media metadata: {index.media_entries:,} files")
+    if options["skip_dataset_yaml"]:
+        typer.echo("dataset config: left as it was (--skip-dataset-yaml)")
     if result.validation is not None:
         typer.echo("validated: ok")
 

@@ -19,6 +19,7 @@ from typing import Any
 from shardcook.dataset.mediameta import MediaFilter
 from shardcook.fields import RULES, Rule, bounded, check_rules, option, setting, typed
 from shardcook.layouts import encodings
+from shardcook.layouts.names import DATASET_YAML, INFO_YAML, SPLIT_YAML
 from shardcook.storage.location import Location, locate
 
 #: More tiles than this make a sheet too large to look at (and to hold in memory).
@@ -27,12 +28,19 @@ MAX_PREVIEW_COUNT = 1024
 #: is another folder: where a run into a bucket stages its shards until they are uploaded.
 DATASET_SCRATCH_HELP = (
     "A dataset URL only: the local folder in which the command makes its view of the dataset "
-    "(the small files, a few shards at a time; removed afterwards; default: the system temp "
-    "folder).")
+    "(the small files, a few shards at a time, index.sqlite while it is built; removed "
+    "afterwards; default: the system temp folder). --tmp-path is the same option under "
+    "`energon prepare`'s name.")
 
 
 def _encoding_help() -> str:
     return f"{', '.join(encodings())} (default: from dataset.yaml or the manifest)."
+
+
+def _plain_yaml_name(value: Any) -> bool:
+    return (isinstance(value, str) and value.endswith(".yaml") and "/" not in value
+            and "\\" not in value and not value.startswith(".")
+            and value not in (SPLIT_YAML, INFO_YAML))
 
 
 def _names_to_text(value: Any) -> bool:
@@ -54,6 +62,10 @@ class DatasetOptions:
     split_parts: list[str] | None = option(
         None, "NAME:PATTERN, repeatable; replaces --split.", flags=("--split-parts",))
     shuffle_seed: int | None = option(None, "Shuffle shards with this seed before cutting splits.")
+    shuffle_tars: bool = option(
+        False, "Shuffle shards as `energon prepare --shuffle-tars` does before cutting a ratio "
+               "split (= --shuffle-seed 42).",
+        flags=("--shuffle-tars",))
     # a str is refused by index.compile_excludes, with the fix
     exclude: list[str] | None = option(
         None, "Leave out shards whose path matches, repeatable (default: as recorded).",
@@ -74,11 +86,33 @@ class DatasetOptions:
     force: bool = option(False, "Rebuild an indexed folder, replacing damaged metadata.")
     sqlite: bool = option(True, "Write index.sqlite (key lookups only).",
                           flags=("--sqlite/--no-sqlite",))
+    sample_tables: bool = option(
+        True, "Write index.sqlite's samples and sample_parts tables; --no-sample-tables writes "
+              "the .tar.idx files, .info.json and split.yaml only, keeping any media tables "
+              "(Energon's --no-sample-tables, for training-only datasets).",
+        flags=("--sample-tables/--no-sample-tables",))
+    tar_index_only: bool = option(
+        False, "Only rewrite the .tar.idx files and index.sqlite's sample rows (and index.uuid) "
+               "of the shards .info.json lists, as `energon prepare --tar-index-only`.",
+        flags=("--tar-index-only",))
+    fix_duplicates: bool = option(
+        False, "Rename every member of every shard in place to <shard path>/<name> when keys "
+               "repeat across shards, as `energon prepare --fix-duplicates`.",
+        flags=("--fix-duplicates",))
+    dataset_yaml_name: str = option(
+        DATASET_YAML, "The file in .nv-meta/ to write the dataset config to (a metadataset "
+                      "names another one with dataset_config).",
+        rules=[Rule(_plain_yaml_name, "a file name ending in .yaml, without a folder, not one "
+                                      "of Energon's own files")])
+    skip_dataset_yaml: bool = option(
+        False, "Write the index only; leave the dataset config as it is (or missing).",
+        flags=("--skip-dataset-yaml",))
     validate: bool = option(True, "Validate after indexing.", flags=("--validate/--no-validate",))
     deep: bool = option(False, "Read every sample, not one per split.")
     as_json: bool = option(False, "Print as JSON.", flags=("--json",),
                            help_for={"validate": "Print the report as JSON."})
-    scratch_dir: Path | None = option(None, DATASET_SCRATCH_HELP)
+    scratch_dir: Path | None = option(None, DATASET_SCRATCH_HELP,
+                                      flags=("--scratch-dir", "--tmp-path"))
     out: Path | None = option(None, "The PNG to write (default: DIRNAME-preview.png here).")
     count: int = option(16, "How many samples.", rules=[bounded(1, MAX_PREVIEW_COUNT)])
     media_metadata_by_extension: bool = option(
@@ -138,20 +172,24 @@ def check_arguments(**values: Any) -> None:
 
 
 def check_index_arguments(split: object, shuffle_seed: object, exclude: object, sqlite: object,
-                          force: object) -> None:
+                          force: object, sample_tables: object, tar_index_only: object,
+                          fix_duplicates: object) -> None:
     """`build_index`'s arguments (exclude's items and a str as exclude are
     `index.compile_excludes`' to refuse)."""
     check_arguments(split=split, shuffle_seed=shuffle_seed, exclude=exclude, sqlite=sqlite,
-                    force=force)
+                    force=force, sample_tables=sample_tables, tar_index_only=tar_index_only,
+                    fix_duplicates=fix_duplicates)
 
 
 def check_finalize_arguments(directory: object, sample_type: object, field_map: object,
-                             subflavors: object, validate: object) -> Location:
+                             subflavors: object, validate: object, dataset_yaml_name: object,
+                             skip_dataset_yaml: object) -> Location:
     """The dataset's location, or ConfigError naming the first of finalize's own arguments of
     a wrong type (the rest are `check_index_arguments`')."""
     location = locate(directory, "The dataset folder")
     check_arguments(sample_type=sample_type, field_map=field_map, subflavors=subflavors,
-                    validate=validate)
+                    validate=validate, dataset_yaml_name=dataset_yaml_name,
+                    skip_dataset_yaml=skip_dataset_yaml)
     return location
 
 

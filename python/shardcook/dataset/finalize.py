@@ -13,9 +13,8 @@ from typing import Any
 from shardcook import _native
 from shardcook.dataset import jsonl, metadata, trust
 from shardcook.dataset.arguments import check_finalize_arguments, media_filter
-from shardcook.dataset.index import IndexResult, plan_index, write_index
+from shardcook.dataset.index import IndexPlan, IndexResult, plan_index, write_index
 from shardcook.dataset.location import dataset_view
-from shardcook.dataset.mediameta import MediaFilter
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.summary import jsonl_summary
 from shardcook.dataset.undo import finish_interrupted, undone_on_failure
@@ -38,11 +37,11 @@ class FinalizeResult:
     validation: ValidationReport | None
 
 
-def _current_dataset_yaml(root: Path, force: bool) -> dict[str, Any]:
-    """The dataset.yaml already there (empty when missing); a damaged one is replaced under
-    `force` (with a warning) and refused otherwise."""
+def _current_dataset_yaml(root: Path, force: bool, name: str) -> dict[str, Any]:
+    """The dataset.yaml (or the config named `name`) already there (empty when missing); a
+    damaged one is replaced under `force` (with a warning) and refused otherwise."""
     try:
-        current = metadata.read_dataset_yaml(root)
+        current = metadata.read_dataset_yaml(root, name)
     except DatasetError as e:
         if not force:
             raise
@@ -59,15 +58,17 @@ def dataset_yaml(
     field_map: Mapping[str, str] | None = None,
     subflavors: Mapping[str, Any] | None = None,
     force: bool = False,
+    name: str = DATASET_YAML,
 ) -> dict[str, Any]:
-    """The dataset.yaml content: the existing one updated, never losing a user's subflavors.
+    """The dataset.yaml content (of `.nv-meta/<name>`): the existing one updated, never losing
+    a user's subflavors.
 
     `sample_type` is `CrudeWebdataset` (the layout's class by default), another class name from
     `megatron.energon` (a Sample class is written under `sample_type:` and needs a field_map, as
     `energon prepare` does), or `module:Class` for a class elsewhere (e.g. Megatron-Bridge's).
     """
     layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
-    current = _current_dataset_yaml(root, force)
+    current = _current_dataset_yaml(root, force, name)
     out = dict(current)
     if sample_type is None and "__class__" not in out and "sample_type" not in out:
         sample_type = layout.sample_type if layout else "CrudeWebdataset"
@@ -201,6 +202,11 @@ def finalize(
     field_map: Mapping[str, str] | None = None,
     subflavors: Mapping[str, Any] | None = None,
     sqlite: bool = True,
+    sample_tables: bool = True,
+    tar_index_only: bool = False,
+    fix_duplicates: bool = False,
+    dataset_yaml_name: str = DATASET_YAML,
+    skip_dataset_yaml: bool = False,
     force: bool = False,
     validate: bool = True,
     scratch_dir: str | Path | None = None,
@@ -226,6 +232,13 @@ def finalize(
             tars, read as Energon's crude samples); by default read from dataset.yaml or the
             manifest.
         sample_type, field_map, subflavors: What dataset.yaml declares (see `dataset_yaml`).
+        sample_tables, tar_index_only, fix_duplicates: as `build_index`'s; `tar_index_only`
+            writes no dataset.yaml, split.yaml nor `.info.json`.
+        dataset_yaml_name: The file in `.nv-meta/` the dataset config is written to (and read
+            from, to be updated), as `energon prepare --dataset-yaml-name`; validation checks
+            it only when it is dataset.yaml, the one Energon reads unless a metadataset names
+            another (`dataset_config`).
+        skip_dataset_yaml: Write the index only, leaving any dataset config as it is.
         force: Rebuild an indexed folder, replacing any damaged metadata file.
         validate: Refuse an encoding whose parts the first sample lacks, and run `validate`
             afterwards, undoing everything when it finds problems.
@@ -240,7 +253,8 @@ def finalize(
         ConfigError: an unknown encoding, one whose parts the samples lack, or shards of a known
             layout with no encoding to say so.
     """
-    location = check_finalize_arguments(directory, sample_type, field_map, subflavors, validate)
+    location = check_finalize_arguments(directory, sample_type, field_map, subflavors, validate,
+                                        dataset_yaml_name, skip_dataset_yaml)
     media = media_filter(media_metadata_by_glob, media_metadata_by_header,
                          media_metadata_by_extension)
     dataset = jsonl.jsonl_file(location)
@@ -249,15 +263,26 @@ def finalize(
         _refuse_folder_options(dataset, encoding=encoding, split=split, split_parts=split_parts,
                                shuffle_seed=shuffle_seed, exclude=exclude,
                                sample_type=sample_type, field_map=field_map,
-                               subflavors=subflavors, **{"media_metadata_by_*": media})
+                               subflavors=subflavors, tar_index_only=tar_index_only or None,
+                               fix_duplicates=fix_duplicates or None,
+                               no_sample_tables=(not sample_tables) or None,
+                               dataset_yaml_name=(None if dataset_yaml_name == DATASET_YAML
+                                                  else dataset_yaml_name),
+                               skip_dataset_yaml=skip_dataset_yaml or None,
+                               **{"media_metadata_by_*": media})
         return _finalize_jsonl(dataset, validate)
+    config = _Config(sample_type, field_map, subflavors, dataset_yaml_name,
+                     skip_dataset_yaml or tar_index_only)
+    if tar_index_only:
+        _refuse_config_with_tar_index(encoding, config, skip_dataset_yaml)
     with dataset_view(location, scratch_dir=scratch_dir) as view:
         view.check_writable()
         finish_interrupted(view.root)
-        result = _finalize(view, encoding=encoding, split=split, split_parts=split_parts,
-                           shuffle_seed=shuffle_seed, exclude=exclude, sample_type=sample_type,
-                           field_map=field_map, subflavors=subflavors, sqlite=sqlite, force=force,
-                           validate=validate, media=media)
+        plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                          exclude=exclude, sqlite=sqlite, sample_tables=sample_tables,
+                          tar_index_only=tar_index_only, fix_duplicates=fix_duplicates,
+                          force=force, encoding=encoding, media=media)
+        result = _finalize(view, plan, encoding, config, force=force, validate=validate)
         view.publish()
         return result
 
@@ -287,43 +312,54 @@ def _finalize_jsonl(dataset: jsonl.JsonlFile, validate: bool) -> FinalizeResult:
     return FinalizeResult(index, {}, report)
 
 
-def _finalize(
-    view: DatasetView,
-    *,
-    encoding: str | None,
-    split: Sequence[float] | str | None,
-    split_parts: Mapping[str, str] | None,
-    shuffle_seed: int | None,
-    exclude: Sequence[str] | None,
-    sample_type: str | None,
-    field_map: Mapping[str, str] | None,
-    subflavors: Mapping[str, Any] | None,
-    sqlite: bool,
-    force: bool,
-    validate: bool,
-    media: MediaFilter | None,
-) -> FinalizeResult:
+@dataclass(frozen=True)
+class _Config:
+    """What finalize is asked to write into the dataset config, and where."""
+
+    sample_type: str | None
+    field_map: Mapping[str, str] | None
+    subflavors: Mapping[str, Any] | None
+    name: str
+    skip: bool
+
+
+def _refuse_config_with_tar_index(encoding: str | None, config: _Config, skip: bool) -> None:
+    given = [flag for flag, value in (
+        ("--encoding", encoding), ("--sample-type", config.sample_type),
+        ("--field-map", config.field_map), ("subflavors", config.subflavors),
+        ("--dataset-yaml-name", None if config.name == DATASET_YAML else config.name),
+        ("--skip-dataset-yaml", skip or None)) if value is not None]
+    if given:
+        raise ConfigError(f"--tar-index-only writes no dataset config, so {given[0]} has no "
+                          "meaning with it; leave it out")
+
+
+def _finalize(view: DatasetView, plan: IndexPlan, encoding: str | None, config: _Config, *,
+              force: bool, validate: bool) -> FinalizeResult:
     root = view.root
-    plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                      exclude=exclude, sqlite=sqlite, force=force, encoding=encoding, media=media)
-    encoding = _encoding(view, plan.shards, encoding, sample_type, force)
-    if encoding is not None and validate:
-        _check_fits(view, plan.shards, encoding)
-    plan = replace(plan, record=replace(plan.record, encoding=encoding))
-    content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
-                           field_map=field_map, subflavors=subflavors, force=force)
-    _refuse_untrusted_code(root, content, sample_type)
+    if not plan.tar_index_only:
+        encoding = _encoding(view, plan.shards, encoding, config.sample_type, force)
+        if encoding is not None and validate:
+            _check_fits(view, plan.shards, encoding)
+        plan = replace(plan, record=replace(plan.record, encoding=encoding))
+    content: dict[str, Any] = {}
+    if not config.skip:
+        content = dataset_yaml(root, encoding=encoding, sample_type=config.sample_type,
+                               field_map=config.field_map, subflavors=config.subflavors,
+                               force=force, name=config.name)
+        _refuse_untrusted_code(root, content, config.sample_type)
     report = None
     with undone_on_failure(root, plan.shards):
         index = write_index(plan)
-        derived = _derived_field_map(root, content, encoding, index.part_names)
-        if derived is not None:
-            content = dataset_yaml(root, encoding=encoding, sample_type=sample_type,
-                                   field_map=derived, subflavors=subflavors, force=force)
-        metadata.write_dataset_yaml(root, content)
+        if not config.skip:
+            content = _with_derived_field_map(root, content, encoding, index, config, force)
+            metadata.write_dataset_yaml(root, content, config.name)
         if validate:
-            report = validate_view(view, encoding=encoding,
-                                   energon_check=not _layouts_own_class(content, encoding))
+            own = config.name == DATASET_YAML and not config.skip
+            report = validate_view(
+                view, encoding=encoding,
+                energon_check=not (own and _layouts_own_class(content, encoding)),
+                dataset_yaml=own or (root / META_DIR / DATASET_YAML).is_file())
             if not report.ok:
                 raise DatasetError(
                     f"{root} does not validate with the new index, so finalize left its "
@@ -331,3 +367,13 @@ def _finalize(
                 )
     return FinalizeResult(index, content, report)
 
+
+def _with_derived_field_map(root: Path, content: dict[str, Any], encoding: str | None,
+                            index: IndexResult, config: _Config, force: bool) -> dict[str, Any]:
+    """`content` with the field_map its layout's class needs, when it lacks one."""
+    derived = _derived_field_map(root, content, encoding, index.part_names)
+    if derived is None:
+        return content
+    return dataset_yaml(root, encoding=encoding, sample_type=config.sample_type,
+                        field_map=derived, subflavors=config.subflavors, force=force,
+                        name=config.name)

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import re
+import sqlite3
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from shardcook.dataset import mediatables, metadata
+from shardcook.dataset import duplicates, mediatables, metadata
 from shardcook.dataset.arguments import check_index_arguments
 from shardcook.dataset.braces import BRACE_CHARS
 from shardcook.dataset.location import dataset_view
@@ -265,6 +266,10 @@ class IndexPlan:
     force: bool
     #: The media metadata to record anew (None: keep the media tables there are).
     media: MediaFilter | None = None
+    #: Rewrite only the `.tar.idx` files, the sample rows and index.uuid of `.info.json`'s shards.
+    tar_index_only: bool = False
+    #: Write index.sqlite's samples and sample_parts tables (media tables are kept either way).
+    sample_tables: bool = True
 
     @property
     def root(self) -> Path:
@@ -279,18 +284,29 @@ def plan_index(
     shuffle_seed: int | None = None,
     exclude: Sequence[str] | None = None,
     sqlite: bool = True,
+    sample_tables: bool = True,
+    tar_index_only: bool = False,
+    fix_duplicates: bool = False,
     force: bool = False,
     encoding: str | None = None,
     media: MediaFilter | None = None,
 ) -> IndexPlan:
     """Checks everything `build_index` is asked (same arguments, on the dataset's view) and
-    writes nothing; `encoding` is what finalize records for dataset.yaml."""
-    check_index_arguments(split, shuffle_seed, exclude, sqlite, force)
+    writes nothing, except that `fix_duplicates` renames the shards' members first when their keys
+    repeat across shards; `encoding` is what finalize records for dataset.yaml."""
+    check_index_arguments(split, shuffle_seed, exclude, sqlite, force, sample_tables,
+                          tar_index_only, fix_duplicates)
     if media is not None and not sqlite:
         raise ConfigError("--media-metadata-by-* records the media metadata in index.sqlite; "
                           "leave out --no-sqlite")
     root = view.root
     metadata.refuse_links(root)
+    if fix_duplicates and isinstance(view.location, str):  # a URL's view: shards in a bucket
+        raise ConfigError("--fix-duplicates rewrites shards in place, which objects in a bucket "
+                          "cannot be; fix a local copy and upload it")
+    if tar_index_only:
+        return _plan_tar_index(view, split, split_parts, shuffle_seed, exclude, sqlite,
+                               sample_tables, fix_duplicates, media)
     meta = root / META_DIR
     if not force and meta.exists() and not meta.is_dir():
         metadata.prepare_meta_dir(root, repair=False)  # raises: names the file and the fix
@@ -299,8 +315,8 @@ def plan_index(
             f"{root} is already indexed ({META_DIR}/{metadata.info_file(root)} exists); pass "
             "force=True (--force) to rebuild its index"
         )
-    request, warnings = _resolve(root, encoding, split, split_parts, shuffle_seed, exclude, sqlite,
-                                 force)
+    request, warnings = _resolve(root, encoding, split, split_parts, shuffle_seed, exclude,
+                                 sqlite and sample_tables, force)
     if not sqlite:
         _refuse_dropping_media(root)
     shards = list_shards(root, request.record.exclude)
@@ -310,10 +326,54 @@ def plan_index(
                                                  else "")
         )
     _check_shard_names(root, shards)
+    if fix_duplicates:
+        _fix_duplicates(root, shards)
     splits = _split(shards, request, lost_shards(root, shards))
     left_out = collapse(excluded_shards(root, request.record.exclude))
     return IndexPlan(view, shards, splits, left_out, request.record,
-                     warnings + splits.warnings, force, media)
+                     warnings + splits.warnings, force, media,
+                     sample_tables=sample_tables)
+
+
+def _fix_duplicates(root: Path, shards: Sequence[str]) -> None:
+    if duplicates.fix_duplicates(root, shards):
+        log.warning("keys repeated across shards: every member of the %d shards was renamed "
+                    "in place to <shard path>/<name>", len(shards))
+
+
+def _plan_tar_index(view: DatasetView, split: object, split_parts: object, shuffle_seed: object,
+                    exclude: Sequence[str] | None, sqlite: bool, sample_tables: bool,
+                    fix_duplicates: bool, media: MediaFilter | None) -> IndexPlan:
+    """`tar_index_only`: the shards `.info.json` lists (minus `exclude`), nothing else asked."""
+    root = view.root
+    given = [flag for flag, value in (("--split", split), ("--split-parts", split_parts),
+                                      ("--shuffle-seed", shuffle_seed), ("--no-sqlite", not sqlite),
+                                      ("--no-sample-tables", not sample_tables),
+                                      ("--media-metadata-by-*", media))
+             if value is not None and value is not False]
+    if given:
+        raise ConfigError(f"--tar-index-only rewrites the shard index of the dataset as it is "
+                          f"indexed, so {given[0]} has no meaning with it; leave it out, or "
+                          "rebuild the whole index with --force instead")
+    info = metadata.read_info_json(root)
+    if info is None:
+        raise DatasetError(f"{root} has no {META_DIR}/{INFO_JSON} listing its shards, which "
+                           "--tar-index-only reindexes; index it without --tar-index-only first")
+    patterns = compile_excludes(exclude or [])
+    shards = [s for s in info.shard_counts if not any(p.search(s) for p in patterns)]
+    if not shards:
+        raise DatasetError(f"{META_DIR}/{info.file} lists no shard to index"
+                           + (" after --exclude" if patterns else ""))
+    missing = [s for s in shards if not (root / s).is_file()]
+    if missing:
+        raise DatasetError(f"shard {missing[0]} is listed in {META_DIR}/{info.file} but missing "
+                           f"({len(missing)} such); run `shardcook finalize --force {root}` to "
+                           "index the shards that are there")
+    _check_shard_names(root, shards)
+    if fix_duplicates:
+        _fix_duplicates(root, shards)
+    record = metadata.read_finalize_record(root) or metadata.FinalizeRecord()
+    return IndexPlan(view, shards, Splits({}), [], record, [], True, tar_index_only=True)
 
 
 def _refuse_dropping_media(root: Path) -> None:
@@ -340,7 +400,8 @@ def _write_media(view: DatasetView, shards: Sequence[str], sqlite_path: Path,
 
 def write_index(plan: IndexPlan) -> IndexResult:
     """Writes the index `plan_index` checked."""
-    root, shards, sqlite = plan.root, plan.shards, plan.record.sqlite
+    root, shards = plan.root, plan.shards
+    sqlite = plan.record.sqlite or plan.tar_index_only
     energon_version = version("megatron-energon")  # recorded in .info.json, as Energon does
     start = time.perf_counter()
     meta = metadata.prepare_meta_dir(root, repair=plan.force)
@@ -348,8 +409,12 @@ def write_index(plan: IndexPlan) -> IndexResult:
     metadata.remove_broken(sqlite_path)
     with contextlib.nullcontext() if plan.media else mediatables.kept(sqlite_path):
         counted, part_names = plan.view.index_shards(shards, sqlite_path if sqlite else None)
-    if not sqlite:
-        sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
+        if not sqlite:
+            sqlite_path.unlink(missing_ok=True)  # a stale index would disagree with the shards
+            if not plan.sample_tables:  # an empty index, for the media tables to be kept in
+                sqlite3.connect(sqlite_path).close()
+    if not plan.sample_tables and mediatables.entry_count(sqlite_path) is None:
+        sqlite_path.unlink(missing_ok=True)
     counts = dict(counted)
     empty = [name for name, n in counts.items() if n == 0]
     if empty:
@@ -364,13 +429,33 @@ def write_index(plan: IndexPlan) -> IndexResult:
     for warning in plan.warnings:
         log.warning(warning)
     metadata.write_index_uuid(root)
-    metadata.write_info_json(root, energon_version, counts)
-    collapsed = {name: collapse(names) for name, names in plan.splits.parts.items()}
-    metadata.write_split_yaml(root, collapsed, plan.left_out)
-    metadata.write_finalize_record(root, plan.record)
+    if plan.tar_index_only:
+        _keep_info(root, counts)
+    else:
+        metadata.write_info_json(root, energon_version, counts)
+        collapsed = {name: collapse(names) for name, names in plan.splits.parts.items()}
+        metadata.write_split_yaml(root, collapsed, plan.left_out)
+        metadata.write_finalize_record(root, plan.record)
     seconds = time.perf_counter() - start
     return IndexResult(plan.view.location, counts, plan.splits.parts, part_names,
                        list(plan.warnings), seconds, media_entries)
+
+
+def _keep_info(root: Path, counts: Mapping[str, int]) -> None:
+    """`tar_index_only` leaves `.info.json` as it is (converting an older Energon's `.info.yaml`
+    to it, as `energon prepare --tar-index-only` does), so a shard whose count changed is
+    refused: its counts would disagree with the new `.tar.idx`."""
+    info = metadata.read_info_json(root)
+    assert info is not None  # plan_index read it
+    changed = [(s, n) for s, n in counts.items() if info.shard_counts.get(s) != n]
+    if changed:
+        shard, n = changed[0]
+        raise DatasetError(
+            f"shard {shard} now holds {n} samples but {META_DIR}/{info.file} says "
+            f"{info.shard_counts[shard]}, which --tar-index-only does not rewrite; run "
+            f"`shardcook finalize --force {root}` to rebuild the whole index")
+    if info.file == INFO_YAML:
+        metadata.convert_info_yaml(root)
 
 
 def build_index(
@@ -381,6 +466,9 @@ def build_index(
     shuffle_seed: int | None = None,
     exclude: Sequence[str] | None = None,
     sqlite: bool = True,
+    sample_tables: bool = True,
+    tar_index_only: bool = False,
+    fix_duplicates: bool = False,
     force: bool = False,
     scratch_dir: str | Path | None = None,
 ) -> IndexResult:
@@ -398,6 +486,14 @@ def build_index(
         exclude: Regexes; matching shard paths are left out of the dataset. None keeps the
             exclusions an earlier finalize recorded.
         sqlite: Also write index.sqlite (only key lookups need it; training does not).
+        sample_tables: Write index.sqlite's samples and sample_parts tables; False is Energon's
+            `--no-sample-tables`: the `.tar.idx` files, `.info.json` and split.yaml only, and
+            index.sqlite only when it holds media tables, which are kept.
+        tar_index_only: Rewrite only the `.tar.idx` files, the sample rows (media tables kept)
+            and index.uuid of the shards `.info.json` lists (minus `exclude`), as
+            `energon prepare --tar-index-only`; a shard whose count changed is refused.
+        fix_duplicates: When a key is in two shards, first rename every member of every shard
+            in place to `<shard path>/<name>`, as `energon prepare --fix-duplicates`.
         force: Rebuild an already indexed folder, repairing damaged metadata.
         scratch_dir: Where a URL's files are handled (default: the temporary folder).
 
@@ -410,7 +506,9 @@ def build_index(
     with dataset_view(directory, scratch_dir=scratch_dir) as view:
         finish_interrupted(view.root)
         plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                          exclude=exclude, sqlite=sqlite, force=force)
+                          exclude=exclude, sqlite=sqlite, sample_tables=sample_tables,
+                          tar_index_only=tar_index_only, fix_duplicates=fix_duplicates,
+                          force=force)
         with undone_on_failure(plan.root, plan.shards):
             result = write_index(plan)
         view.publish()

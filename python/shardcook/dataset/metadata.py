@@ -226,8 +226,8 @@ def _str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def read_dataset_yaml(root: Path) -> DatasetYaml | None:
-    path = meta_path(root, DATASET_YAML)
+def read_dataset_yaml(root: Path, name: str = DATASET_YAML) -> DatasetYaml | None:
+    path = meta_path(root, name)
     loaded = _load_object(root, path, safeyaml.load)
     if loaded is None:
         return None
@@ -515,8 +515,8 @@ def remove_broken(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def write_dataset_yaml(root: Path, content: Mapping[str, Any]) -> None:
-    path = meta_path(root, DATASET_YAML)
+def write_dataset_yaml(root: Path, content: Mapping[str, Any], name: str = DATASET_YAML) -> None:
+    path = meta_path(root, name)
     remove_broken(path)
     write_atomic(path, yaml.safe_dump(dict(content), sort_keys=False))
 
@@ -540,6 +540,13 @@ def write_info_json(root: Path, energon_version: str, counts: Mapping[str, int])
     legacy = meta_path(root, INFO_YAML)
     if legacy.is_file():
         write_atomic(legacy, yaml.safe_dump(obj))
+
+
+def convert_info_yaml(root: Path) -> None:
+    """`.info.json` with the content of an older Energon's `.info.yaml`, as `energon prepare
+    --tar-index-only` converts it (`json.dump(indent=2)` of the YAML's mapping)."""
+    text = meta_path(root, INFO_YAML).read_text(encoding="utf-8")
+    write_atomic(meta_path(root, INFO_JSON), json.dumps(safeyaml.load(text), indent=2))
 
 
 def write_index_uuid(root: Path) -> None:

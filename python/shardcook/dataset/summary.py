@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import jsonl, metadata
+from shardcook.dataset import jsonl, legacy, metadata
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.npyparts import describe_npy
 from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
@@ -19,6 +19,11 @@ from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function
 from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
 from shardcook.storage.location import locate
+
+#: What a dataset without index.sqlite's sample rows lacks.
+NO_SAMPLE_TABLES = ("no sample tables in index.sqlite (--no-sample-tables or --no-sqlite): "
+                    "training reads the .tar.idx files, lookups by key (energon mount, joined "
+                    "datasets) do not work")
 
 
 @dataclass
@@ -42,6 +47,8 @@ class DatasetSummary:
     bytes_on_disk: int = 0
     #: `preencoded_numpy` only: how many samples of the val split carry each timestep.
     val_timesteps: dict[int, int] | None = None
+    #: Whether index.sqlite holds the sample rows (not after --no-sample-tables or --no-sqlite).
+    sample_tables: bool = True
 
     @property
     def bytes_per_sample(self) -> float:
@@ -71,6 +78,8 @@ class DatasetSummary:
         if self.val_timesteps is not None:
             counts = ", ".join(f"{t}: {n:,}" for t, n in self.val_timesteps.items()) or "none"
             out.append(f"val timesteps: {counts}")
+        if not self.sample_tables:
+            out.append(f"index:       {NO_SAMPLE_TABLES}")
         return out
 
 
@@ -152,6 +161,7 @@ def summarize(
         parts=parts,
         bytes_on_disk=bytes_on_disk,
         val_timesteps=val_timesteps,
+        sample_tables=legacy.SAMPLES_TABLE in (legacy.sqlite_tables(root) or set()),
     )
 
 

@@ -21,7 +21,13 @@ from shardcook.dataset.index import (
 )
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
-from shardcook.dataset.summary import DatasetSummary, jsonl_summary, read_metadata, summarize
+from shardcook.dataset.summary import (
+    NO_SAMPLE_TABLES,
+    DatasetSummary,
+    jsonl_summary,
+    read_metadata,
+    summarize,
+)
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import LAYOUTS, Layout
@@ -220,20 +226,21 @@ def _interrupted_finalize(root: Path) -> list[str]:
 
 
 def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False,
-                  energon_check: bool = True) -> ValidationReport:
+                  energon_check: bool = True, dataset_yaml: bool = True) -> ValidationReport:
     """`validate` on a dataset's view; the report names the dataset as the user gave it.
     Without `energon_check`, each split's first sample gets `--deep`'s checks of every part
     (tensors read without torch, images decoded) instead of being loaded through Energon, which
-    imports torch and Energon."""
-    report = _validate(view, encoding, deep, energon_check)
+    imports torch and Energon. Without `dataset_yaml`, a missing dataset.yaml is no problem (the
+    index alone is checked: finalize was told not to write one)."""
+    report = _validate(view, encoding, deep, energon_check, dataset_yaml)
     report.directory = view.name
     report.problems = [view.shown(p) for p in report.problems]
     report.warnings = [view.shown(w) for w in report.warnings]
     return report
 
 
-def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check: bool
-              ) -> ValidationReport:
+def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check: bool,
+              dataset_yaml: bool = True) -> ValidationReport:
     root = view.root
     report = ValidationReport(str(root))
     problems = report.problems
@@ -251,7 +258,8 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
     fix = f"; run `shardcook finalize --force {root}`"
     for name, present in ((DATASET_YAML, dataset), (SPLIT_YAML, split_yaml),
                           (INDEX_UUID, (root / META_DIR / INDEX_UUID).is_file() or None)):
-        if present is None and not (by_energon and name == INDEX_UUID):
+        if present is None and not (by_energon and name == INDEX_UUID) and (
+                dataset_yaml or name != DATASET_YAML):
             problems.append(f"{META_DIR}/{name} is missing{fix}")
     older = legacy.older_energon_warning(root) if by_energon else None
     if older:
@@ -291,6 +299,9 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
             seen.setdefault(shard, split)
 
     report.summary = summarize(view, counts, splits, dataset)
+    if not report.summary.sample_tables and older is None:
+        report.warnings.append(f"{NO_SAMPLE_TABLES}; validate checked the shards against their "
+                               f".tar.idx files and {info_name}, but has no sample rows to check")
     if not problems:
         # Only a structurally sound dataset is worth handing to Energon.
         _check_samples(report, view, splits, listed, layout, dataset, manifest or {}, deep,

@@ -91,6 +91,21 @@ def test_a_second_filter_row_and_its_counter_are_kept(enriched):
     assert media_rows(enriched) == before
 
 
+def test_a_media_metadata_table_without_its_filter_table_is_kept(enriched):
+    """An index some other tool left with media rows and no media_filters (so no AUTOINCREMENT
+    counter either) is rebuilt with its rows kept."""
+    with contextlib.closing(sqlite3.connect(enriched / ".nv-meta" / "index.sqlite")) as db, db:
+        db.execute("DROP TABLE media_filters")
+    before = media_rows_without_filters(enriched)
+    assert cli("finalize", enriched, "--force").code == 0
+    assert media_rows_without_filters(enriched) == before
+
+
+def media_rows_without_filters(root: Path) -> list[tuple]:
+    with contextlib.closing(sqlite3.connect(root / ".nv-meta" / "index.sqlite")) as db:
+        return db.execute(QUERIES["media_metadata"]).fetchall()
+
+
 def test_no_sqlite_over_media_metadata_is_refused(enriched):
     before = tree_state(enriched)
     r = cli("finalize", enriched, "--force", "--no-sqlite")

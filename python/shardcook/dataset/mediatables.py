@@ -98,7 +98,8 @@ def _copy(old: sqlite3.Connection, new: Path) -> None:
                 old.execute(f"INSERT INTO new.{name} SELECT * FROM main.{name} ORDER BY rowid")
             if sequence:  # the copied rows set the counter to their largest id; keep Energon's
                 old.execute(f"DELETE FROM new.{_SEQUENCE} WHERE name = 'media_filters'")
-            old.executemany(f"INSERT INTO new.{_SEQUENCE} (name, seq) VALUES (?, ?)", sequence)
+                old.executemany(f"INSERT INTO new.{_SEQUENCE} (name, seq) VALUES (?, ?)",
+                                sequence)
     finally:
         old.execute("DETACH DATABASE new")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.raw import make_folder, run_cli
+from tests.helpers.s3server import add_profile
 
 PREFIX = "data/set"
 #: Finalize's own files in a local run, which a --no-finalize run in the bucket does not have.
@@ -72,19 +73,6 @@ def _indexed(root: Path) -> dict[str, bytes]:
 
     _native.index_shards(root, sorted(p.name for p in root.glob("*.tar")), None)
     return _files(root)
-
-
-def _profile(store, name: str, **options: str) -> str:
-    """A new MSC profile `name` like the store's with its storage options changed, in the
-    store's config file; returns `msc://name`."""
-    import yaml
-
-    config = yaml.safe_load(store.config.read_text())
-    profile = json.loads(json.dumps(config["profiles"][store.profile]))
-    profile["storage_provider"]["options"].update(options)
-    config["profiles"][name] = profile
-    store.config.write_text(yaml.safe_dump(config))
-    return f"msc://{name}"
 
 
 def test_raw_into_a_bucket_equals_a_local_run(local_raw, s3_store, tmp_path):
@@ -241,7 +229,7 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
     src, _ = local_raw
     proxy = SlowProxy(s3_server.port, bytes_per_second=50_000)
     try:  # a second profile on the same bucket, through the proxy
-        slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
+        slow = add_profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         staged = {}
         for queue in (1, 4):
             scratch = tmp_path / f"scratch{queue}"
@@ -273,7 +261,7 @@ def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
     src, ref = local_raw
     proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
     try:
-        slow = _profile(s3_store, "gone" + s3_store.profile, endpoint_url=proxy.endpoint)
+        slow = add_profile(s3_store, "gone" + s3_store.profile, endpoint_url=proxy.endpoint)
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardcook", *_raw_args(
                 src, f"{slow}/{PREFIX}", "--no-finalize", "--quiet", "--upload-queue", "1",
@@ -341,7 +329,7 @@ def test_a_two_node_run_killed_mid_way_is_completed_from_another_machine(
     src, ref = local_raw
     proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
     try:
-        slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
+        slow = add_profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
                     "--nproc_per_node=1", "--rdzv_backend=c10d",
                     f"--rdzv_endpoint=127.0.0.1:{free_port()}", "-m", "shardcook"]
@@ -472,7 +460,7 @@ def test_a_store_that_cannot_work_is_one_sentence_before_anything(local_raw, s3_
     work.mkdir()
     scratch = str(work / "scratch")
     if url == "missing-bucket-profile":
-        url = _profile(s3_store, "nobucket" + s3_store.profile,
+        url = add_profile(s3_store, "nobucket" + s3_store.profile,
                        base_path="no-such-bucket-either") + "/x"
     if url == "scratch-under-a-file":
         url, scratch = s3_store.url("x"), str(tmp_path / "file" / "scratch")

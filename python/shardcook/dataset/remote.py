@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -117,6 +118,9 @@ class RemoteView(DatasetView):
         self._present: set[str] = set()
         #: Header walks done before indexing (the first shard's, to read its first sample).
         self._walks: dict[str, _native.TarWalk] = {}
+        #: Set when indexing stops early (a duplicate key, a damaged tar): walks still reading
+        #: stop at their next read instead of finishing.
+        self._stop_walks = threading.Event()
 
     @classmethod
     @contextmanager
@@ -280,9 +284,10 @@ class RemoteView(DatasetView):
     def _index_parts(self, shards: Sequence[str], part: Path
                      ) -> Iterator[tuple[list[str], Path]]:
         """The shards in order, as (shards, the sqlite of their rows): a recorded shard alone,
-        the others walked (`_walk`, many at once) and merged in runs of consecutive shards whose
+        the others walked (`_walked`, many at once) and merged in runs of consecutive shards whose
         walks are done, so the index grows while later walks are still reading."""
         recorded = {name: self._recorded_rows(name) for name in shards}
+        self._stop_walks.clear()
         pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
         try:
             walks = {name: pool.submit(self._walked, name)
@@ -303,6 +308,7 @@ class RemoteView(DatasetView):
                 if rows is not None:
                     yield [name], rows
         finally:
+            self._stop_walks.set()
             pool.shutdown(cancel_futures=True)
 
     def _walked(self, name: str) -> _native.TarWalk:
@@ -314,7 +320,7 @@ class RemoteView(DatasetView):
         size = self.sizes[name]
         walk = _native.TarWalk(self.folder.child(name), size)
         reads, ahead = 0, READ_AHEAD
-        while (needed := walk.needed()) is not None:
+        while (needed := walk.needed()) is not None and not self._stop_walks.is_set():
             start, length = needed
             if reads == PROBE_READS and walk.position < PROBE_READS * WHOLE_BELOW:
                 ahead = WHOLE_PIECE

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shardcook import finalize
+from shardcook import ShardError, finalize
 
 from tests.helpers.s3server import add_profile, make_store
 from tests.helpers.shards import assert_same_index, energon_prepare
@@ -21,9 +21,9 @@ SPLIT = "0.6,0.2,0.2"
 BIG = 100_000
 #: shard name -> (tar format, samples, bytes of the big member)
 SHARDS = {
-    "gnu-00.tar": (tarfile.GNU_FORMAT, 8, BIG),
-    "pax-01.tar": (tarfile.PAX_FORMAT, 8, BIG),
-    "ustar-02.tar": (tarfile.USTAR_FORMAT, 8, BIG),
+    "gnu-00.tar": (tarfile.GNU_FORMAT, 12, BIG),
+    "pax-01.tar": (tarfile.PAX_FORMAT, 12, BIG),
+    "ustar-02.tar": (tarfile.USTAR_FORMAT, 12, BIG),
     "tiny-03.tar": (tarfile.PAX_FORMAT, 150, 40),
 }
 
@@ -75,15 +75,31 @@ def test_foreign_tars_are_indexed_from_ranged_header_reads_as_energon_indexes_th
                           scratch_dir=tmp)
     finally:
         proxy.stop()
-    assert result.index.num_samples == 174 and result.validation is not None
+    assert result.index.num_samples == 186 and result.validation is not None
     ref = energon_prepare(store.url("theirs"), "--split-ratio", SPLIT)
     assert ref.returncode == 0, ref.stdout + ref.stderr
     ours, theirs = tmp / "copy-ours", tmp / "copy-theirs"
     store.download_folder("ours", ours)
     store.download_folder("theirs", theirs)
     assert_same_index(ours, theirs)
-    # the shards with big members were walked with ranged reads (the tiny one read whole): a
-    # full download would be at least every shard's bytes
+    # the shards with big members were walked with ranged reads, the tiny one read whole; besides,
+    # finalize read the first sample of the first shard (to check the encoding) and validate
+    # each split's: a tenth of the big shards is room for those walks and HTTP, where
+    # downloading the shards would read them all
     sizes = {name: (local / name).stat().st_size for name in SHARDS}
     big = sum(size for name, size in sizes.items() if name != "tiny-03.tar")
-    assert proxy.downloaded < sizes["tiny-03.tar"] + big // 10, (proxy.downloaded, sizes)
+    first_samples = 4 * (BIG + 2048)
+    assert proxy.downloaded < sizes["tiny-03.tar"] + first_samples + big // 10, (
+        proxy.downloaded, sizes)
+
+
+def test_a_truncated_foreign_tar_is_named_with_its_url_and_the_bucket_is_left_as_it_was(
+        foreign):
+    store, local, tmp = foreign
+    whole = (local / "gnu-00.tar").read_bytes()
+    store.put("broken/gnu-00.tar", whole[:250_000])
+    with pytest.raises(ShardError) as e:
+        finalize(store.url("broken"), encoding="generic", scratch_dir=tmp)
+    assert str(e.value).startswith(f"{store.url('broken')}/gnu-00.tar: member data of ")
+    assert "runs past the end of the file (250000 bytes; truncated?)" in str(e.value)
+    assert store.keys("broken/") == ["broken/gnu-00.tar"]

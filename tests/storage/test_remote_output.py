@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -134,11 +135,17 @@ def test_a_run_into_a_bucket_finalizes_there_and_energon_reads_it(local_raw, s3_
     assert _scratch_left(tmp_path / "scratch") == []
 
 
+def _shard_reads(records, prefix: str, status: str = "20[06]") -> list[str]:
+    """The shards of `prefix` the S3 server sent bytes of, once per GET with that status (200:
+    whole, 206: a ranged read), by its request log."""
+    pattern = re.compile(rf'"GET /[^/ ]+/{re.escape(prefix)}/([^ ?]+\.tar) HTTP/[0-9.]+" '
+                         rf'{status} ')
+    plain = (re.sub(r"\x1b\[[0-9;]*m", "", r.getMessage()) for r in records)  # werkzeug colours 206
+    return sorted(m[1] for line in plain if (m := pattern.search(line)))
+
+
 def _whole_shard_reads(records, prefix: str) -> list[str]:
-    """The shards of `prefix` the S3 server sent whole (status 200, not a 206 ranged read), by
-    its request log."""
-    pattern = re.compile(rf'"GET /[^/ ]+/{re.escape(prefix)}/([^ ?]+\.tar) HTTP/[0-9.]+" 200 ')
-    return sorted(m[1] for r in records if (m := pattern.search(r.getMessage())))
+    return _shard_reads(records, prefix, "200")
 
 
 def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, caplog, tmp_path):
@@ -166,6 +173,7 @@ def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, capl
     with caplog.at_level(logging.INFO, logger="werkzeug"):
         assert run_cli(*finalize).returncode == 0
     assert _whole_shard_reads(caplog.records, PREFIX) == []
+    rows_used = Counter(_shard_reads(caplog.records, PREFIX))  # validate's first samples
     caplog.clear()
     ref = energon_prepare(s3_store.url("theirs"), "--split-ratio", "0.5,0.5,0")
     assert ref.returncode == 0, ref.stdout + ref.stderr
@@ -177,7 +185,11 @@ def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, capl
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="werkzeug"):
         assert run_cli(*finalize, "--force").returncode == 0
-    assert _whole_shard_reads(caplog.records, PREFIX) == ["000001.tar"]
+    # the replaced shard alone is read again: its headers walked, no shard downloaded whole
+    assert _whole_shard_reads(caplog.records, PREFIX) == []
+    again = Counter(_shard_reads(caplog.records, PREFIX))
+    assert {name for name in again | rows_used if again[name] != rows_used[name]} == {"000001.tar"}
+    assert again["000001.tar"] > rows_used["000001.tar"]
 
 
 def _wait_for_markers(store, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -19,7 +19,7 @@ struct Fetched {
 }
 
 impl Source for Fetched {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.len
     }
 
@@ -132,7 +132,10 @@ mod tests {
         (scan, requests)
     }
 
-    fn rows(scan: &ShardScan) -> Vec<(String, u64, u64, Vec<(String, u64, u64)>)> {
+    /// A sample's key, offset and size, and its parts' names, data offsets and sizes.
+    type Row = (String, u64, u64, Vec<(String, u64, u64)>);
+
+    fn rows(scan: &ShardScan) -> Vec<Row> {
         scan.samples
             .iter()
             .enumerate()

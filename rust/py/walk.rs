@@ -66,7 +66,10 @@ fn write_walks(
     let mut scans = Vec::with_capacity(walks.len());
     for (name, walk) in &walks {
         let scan = walk.inner.scan().ok_or_else(|| {
-            to_py(py, Error::Dataset(format!("the header walk of {name} is not complete")))
+            to_py(
+                py,
+                Error::Dataset(format!("the header walk of {name} is not complete")),
+            )
         })?;
         scans.push((name.clone(), scan));
     }

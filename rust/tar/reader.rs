@@ -29,8 +29,8 @@ pub struct Entry {
 /// Where a tar's bytes come from: a file, or the ranges of an object fetched so far.
 pub trait Source {
     /// The tar's size in bytes.
-    fn len(&self) -> u64;
-    /// Fills `buf` with the bytes at `offset` (within `len`), or fails with
+    fn size(&self) -> u64;
+    /// Fills `buf` with the bytes at `offset` (within `size`), or fails with
     /// `Error::NotFetched` when they are not at hand yet.
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
 }
@@ -57,7 +57,7 @@ impl FileSource {
 }
 
 impl Source for FileSource {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.len
     }
 
@@ -94,7 +94,7 @@ impl<S: Source> TarReader<S> {
     pub fn new(path: &Path, source: S) -> Self {
         Self {
             path: path.to_path_buf(),
-            len: source.len(),
+            len: source.size(),
             source,
             next_start: 0,
             end: None,

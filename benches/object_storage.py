@@ -2,6 +2,7 @@
 prepare`, both on the same dataset in a bucket.
 
     python benches/object_storage.py [--photos 500] [--samples 1000] [--runs 2]
+    python benches/object_storage.py --foreign-only [--foreign-shards 200] [--foreign-per-shard 100]
 
 1. `shardcook raw` of the same real photos (benches/raw_vs_peers.py's) into a local folder and
    into `msc://PROFILE/...`, alternately, best of --runs each (`--no-finalize`: the writing and
@@ -10,6 +11,11 @@ prepare`, both on the same dataset in a bucket.
    on it, on a copy without the index rows the run recorded (as for tars another tool wrote),
    and `energon prepare` on a third copy (each a new process, as a user runs them).
 3. validate, validate --deep and info on the bucket dataset against its local copy.
+4. Tars another tool wrote (Python's tarfile: --foreign-shards shards of --foreign-per-shard
+   samples, each a ~100 KB `.bin` and a small `.json`), put straight into the bucket: `shardcook
+   finalize` (header walks with ranged reads) against `energon prepare` on a copy, each a new
+   process reaching the store through a proxy on 127.0.0.1 that counts the bytes the store sent.
+   `--foreign-only` runs this part alone.
 
 The store is moto's S3 server started on 127.0.0.1 with an MSC profile pointing at it, as the
 tests do (needs the test extra's `moto[server]`). moto is a Python server on the same cores; a
@@ -19,12 +25,14 @@ real store's latency and bandwidth replace its costs. Work files go under bench-
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from functools import partial
 from pathlib import Path
@@ -135,12 +143,69 @@ def bench_dataset_commands(store, work: Path) -> None:
               f"info {times[2]:5.2f} s")
 
 
+def foreign_tar(shard: int, samples: int, member: int) -> bytes:
+    """A WebDataset tar as another tool writes one (Python's tarfile, ustar headers)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(samples):
+            key = f"{shard:06d}{i:05d}"
+            size = member + (i * 7919) % (member // 5) - member // 10  # ~member bytes, varied
+            for name, data in ((f"{key}.bin", os.urandom(size)),
+                               (f"{key}.json", json.dumps({"key": key, "i": i}).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def bench_foreign(store, work: Path, shards: int, per_shard: int) -> None:
+    """finalize on tars no shardcook run wrote against energon prepare, bytes read counted."""
+    from tests.helpers.s3server import add_profile
+    from tests.helpers.slowproxy import SlowProxy
+
+    (work / "scratch").mkdir(parents=True, exist_ok=True)
+    size = 0
+    for shard in range(shards):
+        data = foreign_tar(shard, per_shard, 100_000)
+        size += len(data)
+        store.put(f"foreign/shard-{shard:06d}.tar", data)
+    copy_objects(store, "foreign", "foreign-energon", skip=".nv-meta")
+    proxy = SlowProxy(store.server.port, bytes_per_second=1 << 40)
+    counted = add_profile(store, "counted" + store.profile, endpoint_url=proxy.endpoint)
+    try:
+        seconds, read = {}, {}
+        for label, cmd in (
+                ("shardcook finalize", [sys.executable, "-m", "shardcook", "finalize",
+                                        f"{counted}/foreign", "--encoding", "generic",
+                                        "--scratch-dir", str(work / "scratch")]),
+                ("energon prepare", [sys.executable, "-m", "megatron.energon.cli.main", "prepare",
+                                     "--non-interactive", "--sample-type", "CrudeWebdataset",
+                                     "--split-ratio", "1,0,0", f"{counted}/foreign-energon"])):
+            before = proxy.downloaded
+            seconds[label] = timed(cmd)
+            read[label] = proxy.downloaded - before
+    finally:
+        proxy.stop()
+    print(f"finalize, tars another tool wrote: {shards} shards, {shards * per_shard:,} samples "
+          f"(a ~100 KB .bin and a .json each), {size / 2**20:,.0f} MiB, each command a new "
+          "process; bytes the store sent, HTTP included")
+    for label in seconds:
+        print(f"  {label:18} {seconds[label]:7.2f} s  read {read[label] / 2**20:8.1f} MiB "
+              f"({100 * read[label] / size:5.1f}% of the dataset)")
+    ratio = seconds["energon prepare"] / seconds["shardcook finalize"]
+    print(f"  shardcook finalize is {ratio:.1f}x energon prepare (goal >= 10x); bytes read goal "
+          "< 5%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--photos", type=int, default=500)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--per-shard", type=int, default=100)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--foreign-shards", type=int, default=200)
+    parser.add_argument("--foreign-per-shard", type=int, default=100)
+    parser.add_argument("--foreign-only", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -150,7 +215,7 @@ def main() -> None:
 
     work = ROOT / "bench-out" / "storage"
     photos = work / f"photos-{args.photos}"
-    if not photos.is_dir():
+    if not photos.is_dir() and not args.foreign_only:
         make_photos(photos, args.photos)
     for stale in ("samples", "samples-copy", "scratch", "cfg"):
         shutil.rmtree(work / stale, ignore_errors=True)
@@ -159,6 +224,9 @@ def main() -> None:
         store = make_store(server, work / "cfg", "bench-bucket", "benchprofile")
         os.environ.update(store.env)
         print(f"{os.cpu_count()} cores; moto's S3 server on 127.0.0.1\n")
+        if args.foreign_only:
+            bench_foreign(store, work, args.foreign_shards, args.foreign_per_shard)
+            return
         bench_raw(store, photos, work, args.runs)
         print()
         samples = work / f"photos-{args.samples}"
@@ -167,6 +235,8 @@ def main() -> None:
         bench_finalize(store, samples, work, args.per_shard)
         print()
         bench_dataset_commands(store, work)
+        print()
+        bench_foreign(store, work, args.foreign_shards, args.foreign_per_shard)
     finally:
         server.stop()
 

@@ -37,6 +37,10 @@ pub enum Error {
     /// An argument or option outside what the core accepts (a negative size, zero workers).
     #[error("{0}")]
     Config(String),
+    /// Bytes of a tar that a `tar::Source` has not fetched yet: the caller fetches them and
+    /// asks again.
+    #[error("bytes {offset}..{} of the tar are not fetched", offset + len)]
+    NotFetched { offset: u64, len: u64 },
     #[error("index.sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -100,6 +104,7 @@ impl Error {
             Error::Dataset(_) => "dataset",
             Error::Image { kind, .. } => kind.name(),
             Error::Config(_) => "config",
+            Error::NotFetched { .. } => "not_fetched",
             Error::Sqlite(_) => "sqlite",
         }
     }

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use rusqlite::Connection;
 
 use crate::error::{io, Error, Result};
+use crate::tar::reader::Part;
 use crate::tar::SampleReader;
 
 /// Part names reported for a dataset, at most (as Energon's `prepare`).
@@ -56,41 +57,59 @@ impl ShardScan {
     }
 }
 
+/// A shard's scan built from its sample members in order, grouped as Energon groups them: a
+/// new sample whenever the key changes.
+#[derive(Default)]
+pub struct ScanBuilder {
+    samples: Vec<SampleRow>,
+    parts: Vec<PartRow>,
+}
+
+impl ScanBuilder {
+    /// Adds the member `part` of sample `key`, whose first header is at `offset`.
+    pub fn add(&mut self, key: String, part: Part, offset: u64) {
+        if self.samples.last().is_none_or(|s| s.key != key) {
+            if let Some(prev) = self.samples.last_mut() {
+                prev.size = offset - prev.offset;
+            }
+            self.samples.push(SampleRow {
+                key,
+                offset,
+                size: 0,
+            });
+        }
+        self.parts.push(PartRow {
+            sample_index: self.samples.len() as u64 - 1,
+            name: part.name,
+            data_offset: part.data_offset,
+            size: part.size,
+        });
+    }
+
+    /// The scan, once the end-of-archive block was found at `end`.
+    pub fn finish(mut self, end: u64) -> ShardScan {
+        if let Some(last) = self.samples.last_mut() {
+            last.size = end - last.offset;
+        }
+        ShardScan {
+            samples: self.samples,
+            parts: self.parts,
+            end,
+        }
+    }
+}
+
 /// Reads the headers of one shard.
 pub fn scan_shard(path: &Path) -> Result<ShardScan> {
     let mut reader = SampleReader::open(path, false)?;
-    let mut samples: Vec<SampleRow> = Vec::new();
-    let mut parts = Vec::new();
-    while let Some(sample) = reader.next_sample()? {
-        let index = samples.len() as u64;
-        if let Some(prev) = samples.last_mut() {
-            prev.size = sample.offset - prev.offset;
-        }
-        for part in sample.parts {
-            parts.push(PartRow {
-                sample_index: index,
-                name: part.name,
-                data_offset: part.data_offset,
-                size: part.size,
-            });
-        }
-        samples.push(SampleRow {
-            key: sample.key,
-            offset: sample.offset,
-            size: 0,
-        });
+    let mut scan = ScanBuilder::default();
+    while let Some((key, part, offset)) = reader.next_part()? {
+        scan.add(key, part, offset);
     }
     let end = reader
         .end_offset()
         .expect("reader stops only at the end block");
-    if let Some(last) = samples.last_mut() {
-        last.size = end - last.offset;
-    }
-    Ok(ShardScan {
-        samples,
-        parts,
-        end,
-    })
+    Ok(scan.finish(end))
 }
 
 /// A 128-bit fingerprint of a key: collisions are out of reach even for billions of keys, and
@@ -379,6 +398,24 @@ fn build_into_tmp(
         produced?;
         consumed
     })
+}
+
+/// Writes the `.tar.idx` of each of `scans` (`(shard, scan)`, paths relative to `root`, in
+/// `tar_file_id` order from 0) and their rows into a new database at `sqlite`, refusing a key
+/// found twice among them.
+pub fn write_scans(root: &Path, scans: &[(String, &ShardScan)], sqlite: &Path) -> Result<()> {
+    let names: Vec<String> = scans.iter().map(|(name, _)| name.clone()).collect();
+    let mut keys = KeyRegistry::default();
+    let mut sink = SqliteSink::create(sqlite)?;
+    for (id, (name, scan)) in scans.iter().enumerate() {
+        for s in &scan.samples {
+            keys.add(&s.key, id as u32, &names)?;
+        }
+        let idx = root.join(format!("{name}.idx"));
+        fs::write(&idx, scan.idx_bytes()).map_err(io(&idx))?;
+        sink.insert(id as u32, scan)?;
+    }
+    sink.finish()
 }
 
 #[cfg(test)]

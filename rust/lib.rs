@@ -7,6 +7,7 @@ pub mod error;
 pub mod image;
 pub mod index;
 pub mod tar;
+pub mod walk;
 
 #[cfg(test)]
 mod jpeg_simd_check;

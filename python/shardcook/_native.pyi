@@ -87,6 +87,25 @@ def index_shards(
     """Writes `.tar.idx` files and optionally index.sqlite."""
 
 @final
+class TarWalk:
+    """One tar's header walk from ranged reads: fetch what `needed` names, `feed` it."""
+
+    def __init__(self, name: str, size: int) -> None: ...
+    def needed(self) -> tuple[int, int] | None:
+        """`(offset, length)` of the bytes to fetch next; None once complete."""
+    def feed(self, offset: int, data: bytes) -> None:
+        """The bytes at `offset` (what `needed` named, and any read ahead)."""
+    @property
+    def position(self) -> int:
+        """Bytes of the tar walked so far."""
+    @property
+    def offsets(self) -> list[int] | None:
+        """The `.tar.idx` offsets (samples, then the end) once complete."""
+
+def write_walks(root: _Path, walks: list[tuple[str, TarWalk]], sqlite_path: _Path) -> None:
+    """Writes each walked shard's `.tar.idx` and all their rows into a new sqlite database."""
+
+@final
 class ShardCheck:
     """One shard as `verify_shards` found it."""
 

@@ -38,6 +38,8 @@ SkipReason = Literal[
 #: Every value of `ShardcookError.kind`.
 ErrorKind = Literal[
     "error", "io", "shard", "invalid_name", "duplicate_key", "dataset", "config", "sqlite",
+    # a tar's bytes that a header walk has not been given yet (never reaches a user)
+    "not_fetched",
     ImageErrorKind,
     # `ingest`: a file not downloaded whole, an Arrow file not MLCommons's
     "download", "conversion",

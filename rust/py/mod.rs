@@ -10,6 +10,7 @@ mod build_info;
 mod convert;
 mod imaging;
 mod shards;
+mod walk;
 
 /// Raises `e` as the matching `shardcook.errors` class, with `kind` set to `e.kind()`.
 pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
@@ -21,7 +22,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::Dataset(_) => "DatasetError",
         Error::Image { .. } => "ImageError",
         Error::Config(_) => "ConfigError",
-        Error::Sqlite(_) => "ShardcookError",
+        Error::Sqlite(_) | Error::NotFetched { .. } => "ShardcookError",
     };
     let message = e.to_string();
     let instance = py
@@ -40,5 +41,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     shards::register(m)?;
     imaging::register(m)?;
     build_info::register(m)?;
+    walk::register(m)?;
     Ok(())
 }

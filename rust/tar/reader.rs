@@ -26,18 +26,24 @@ pub struct Entry {
     pub regular: bool,
 }
 
-/// Reads the members of one tar file in order.
-pub struct TarReader {
+/// Where a tar's bytes come from: a file, or the ranges of an object fetched so far.
+pub trait Source {
+    /// The tar's size in bytes.
+    fn size(&self) -> u64;
+    /// Fills `buf` with the bytes at `offset` (within `size`), or fails with
+    /// `Error::NotFetched` when they are not at hand yet.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+/// A tar file on disk, read through a buffer that seeks only past what it holds.
+pub struct FileSource {
     path: PathBuf,
     file: BufReader<File>,
     len: u64,
     pos: u64,
-    /// Where the next header starts: just past the data of the last member returned.
-    next_start: u64,
-    end: Option<u64>,
 }
 
-impl TarReader {
+impl FileSource {
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(io(path))?;
         let len = file.metadata().map_err(io(path))?.len();
@@ -46,13 +52,66 @@ impl TarReader {
             file: BufReader::with_capacity(1 << 16, file),
             len,
             pos: 0,
+        })
+    }
+}
+
+impl Source for FileSource {
+    fn size(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if offset != self.pos {
+            let delta = offset as i64 - self.pos as i64;
+            self.file.seek_relative(delta).map_err(io(&self.path))?;
+            self.pos = offset;
+        }
+        self.file.read_exact(buf).map_err(io(&self.path))?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+}
+
+/// Reads the members of one tar in order.
+pub struct TarReader<S = FileSource> {
+    path: PathBuf,
+    source: S,
+    len: u64,
+    /// Where the next header starts: just past the data of the last member returned.
+    next_start: u64,
+    end: Option<u64>,
+}
+
+impl TarReader {
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(Self::new(path, FileSource::open(path)?))
+    }
+}
+
+impl<S: Source> TarReader<S> {
+    /// A reader of the tar `source` holds; `path` names it in errors.
+    pub fn new(path: &Path, source: S) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            len: source.size(),
+            source,
             next_start: 0,
             end: None,
-        })
+        }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
+    }
+
+    /// Where the next member's first header starts (the end block, once reached).
+    pub fn position(&self) -> u64 {
+        self.next_start
     }
 
     /// Offset of the end-of-archive block, once the reader has reached it.
@@ -68,20 +127,8 @@ impl TarReader {
         })
     }
 
-    fn seek_to(&mut self, offset: u64) -> Result<()> {
-        if offset != self.pos {
-            let delta = offset as i64 - self.pos as i64;
-            self.file.seek_relative(delta).map_err(io(&self.path))?;
-            self.pos = offset;
-        }
-        Ok(())
-    }
-
     fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.seek_to(offset)?;
-        self.file.read_exact(buf).map_err(io(&self.path))?;
-        self.pos += buf.len() as u64;
-        Ok(())
+        self.source.read_at(offset, buf)
     }
 
     fn read_block(&mut self, offset: u64) -> Result<[u8; 512]> {
@@ -136,13 +183,24 @@ impl TarReader {
         Ok(data)
     }
 
-    /// The next member, or `None` at the end-of-archive block. The reader is left at the
-    /// member's data.
+    /// The next member, or `None` at the end-of-archive block. A source that lacks bytes
+    /// fails with `Error::NotFetched` for every byte from the member's first header on, and
+    /// leaves the reader where it was, so the call can be repeated once they are fetched.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         if self.end.is_some() {
             return Ok(None);
         }
         let start = self.next_start;
+        self.entry_at(start).map_err(|e| match e {
+            Error::NotFetched { offset, len } => Error::NotFetched {
+                offset: start,
+                len: offset + len - start,
+            },
+            e => e,
+        })
+    }
+
+    fn entry_at(&mut self, start: u64) -> Result<Option<Entry>> {
         let mut offset = start;
         let mut long_name: Option<Vec<u8>> = None;
         let mut pax_size: Option<u64> = None;
@@ -210,7 +268,6 @@ impl TarReader {
                     let data_size = if has_data { size } else { 0 };
                     self.check_data(start, data_offset, data_size)?;
                     self.next_start = data_offset + padded(data_size);
-                    self.seek_to(data_offset)?;
                     return Ok(Some(Entry {
                         name,
                         offset: start,
@@ -253,19 +310,33 @@ pub struct Sample {
 /// Groups the members of a tar into samples exactly as `energon prepare` does: regular files
 /// only, `__…__` metadata skipped, names split by `split_name`, a new sample whenever the key
 /// changes. Member names that could escape their folder are refused.
-pub struct SampleReader {
-    tar: TarReader,
+pub struct SampleReader<S = FileSource> {
+    tar: TarReader<S>,
     with_data: bool,
     pending: Option<(String, Part, u64)>,
 }
 
 impl SampleReader {
     pub fn open(path: &Path, with_data: bool) -> Result<Self> {
-        Ok(Self {
-            tar: TarReader::open(path)?,
+        Ok(Self::new(TarReader::open(path)?, with_data))
+    }
+}
+
+impl<S: Source> SampleReader<S> {
+    pub fn new(tar: TarReader<S>, with_data: bool) -> Self {
+        Self {
+            tar,
             with_data,
             pending: None,
-        })
+        }
+    }
+
+    pub fn tar(&self) -> &TarReader<S> {
+        &self.tar
+    }
+
+    pub fn tar_mut(&mut self) -> &mut TarReader<S> {
+        &mut self.tar
     }
 
     /// Offset of the end-of-archive block, once every sample has been read.
@@ -273,8 +344,9 @@ impl SampleReader {
         self.tar.end_offset()
     }
 
-    /// The next member that belongs to a sample: (key, part, header offset).
-    fn next_part(&mut self) -> Result<Option<(String, Part, u64)>> {
+    /// The next member that belongs to a sample: (key, part, header offset). Repeatable after
+    /// `Error::NotFetched`, as `TarReader::next_entry`.
+    pub fn next_part(&mut self) -> Result<Option<(String, Part, u64)>> {
         while let Some(entry) = self.tar.next_entry()? {
             if !entry.regular {
                 continue;
@@ -336,7 +408,7 @@ impl SampleReader {
     }
 }
 
-impl Iterator for SampleReader {
+impl<S: Source> Iterator for SampleReader<S> {
     type Item = Result<Sample>;
 
     fn next(&mut self) -> Option<Self::Item> {

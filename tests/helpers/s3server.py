@@ -4,6 +4,7 @@ tests; nothing of the client is patched."""
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 from dataclasses import dataclass
@@ -108,6 +109,17 @@ def make_store(server: S3Server, tmp: Path, bucket: str, profile: str) -> Store:
         "AWS_DEFAULT_REGION": REGION,
     }
     return Store(server, bucket, profile, config, env)
+
+
+def add_profile(store, name: str, **options: str) -> str:
+    """A new MSC profile `name` like the store's with its storage options changed, in the
+    store's config file; returns `msc://name`."""
+    config = yaml.safe_load(store.config.read_text())
+    profile = copy.deepcopy(config["profiles"][store.profile])
+    profile["storage_provider"]["options"].update(options)
+    config["profiles"][name] = profile
+    store.config.write_text(yaml.safe_dump(config))
+    return f"msc://{name}"
 
 
 def subprocess_env(store: Store) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """A TCP proxy on 127.0.0.1 that forwards to the test S3 server at a limited rate from client to
-server: a slow store (slow uploads) for the real client, nothing of it patched."""
+server: a slow store (slow uploads) for the real client, nothing of it patched. It counts the
+bytes the server sent (`downloaded`): what a client read from the store, HTTP and all."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ class SlowProxy:
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._stopped = threading.Event()
         self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        #: Bytes sent from the server to the client so far.
+        self.downloaded = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stop(self) -> None:
@@ -55,6 +59,9 @@ class SlowProxy:
                     break
                 if slow:
                     time.sleep(len(data) / self._rate)
+                else:
+                    with self._lock:
+                        self.downloaded += len(data)
                 dst.sendall(data)
         except OSError:
             pass

@@ -162,6 +162,14 @@ def test_real_results_have_the_declared_types(tmp_path, called):
     verified = check("verify_shards", _native.verify_shards(tmp_path, [(n, None) for n in names]))
     assert [s.problems for s in verified.shards] == [[], []]
     assert check("shard_file_name", _native.shard_file_name(1, prefix="t-")) == names[1]
+    tar = (tmp_path / names[0]).read_bytes()
+    walk = _native.TarWalk(names[0], len(tar))
+    while (needed := check("TarWalk.needed", walk.needed())) is not None:
+        check("TarWalk.feed", walk.feed(needed[0], tar[needed[0]:needed[0] + needed[1]]))
+    assert walk.offsets is not None and walk.position == walk.offsets[-1] == len(tar) - 1024
+    idx = (tmp_path / f"{names[0]}.idx").read_bytes()
+    check("write_walks", _native.write_walks(tmp_path, [(names[0], walk)], tmp_path / "w.sqlite"))
+    assert (tmp_path / f"{names[0]}.idx").read_bytes() == idx
     check("remove_partial_shards", _native.remove_partial_shards(tmp_path))
     build = check("build_info", _native.build_info())
     assert build["jpeg"]["simd_compiled"] in (True, False)

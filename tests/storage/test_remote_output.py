@@ -18,11 +18,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.raw import make_folder, run_cli
+from tests.helpers.s3server import add_profile
 
 PREFIX = "data/set"
 #: Finalize's own files in a local run, which a --no-finalize run in the bucket does not have.
@@ -72,19 +74,6 @@ def _indexed(root: Path) -> dict[str, bytes]:
 
     _native.index_shards(root, sorted(p.name for p in root.glob("*.tar")), None)
     return _files(root)
-
-
-def _profile(store, name: str, **options: str) -> str:
-    """A new MSC profile `name` like the store's with its storage options changed, in the
-    store's config file; returns `msc://name`."""
-    import yaml
-
-    config = yaml.safe_load(store.config.read_text())
-    profile = json.loads(json.dumps(config["profiles"][store.profile]))
-    profile["storage_provider"]["options"].update(options)
-    config["profiles"][name] = profile
-    store.config.write_text(yaml.safe_dump(config))
-    return f"msc://{name}"
 
 
 def test_raw_into_a_bucket_equals_a_local_run(local_raw, s3_store, tmp_path):
@@ -146,11 +135,17 @@ def test_a_run_into_a_bucket_finalizes_there_and_energon_reads_it(local_raw, s3_
     assert _scratch_left(tmp_path / "scratch") == []
 
 
+def _shard_reads(records, prefix: str, status: str = "20[06]") -> list[str]:
+    """The shards of `prefix` the S3 server sent bytes of, once per GET with that status (200:
+    whole, 206: a ranged read), by its request log."""
+    pattern = re.compile(rf'"GET /[^/ ]+/{re.escape(prefix)}/([^ ?]+\.tar) HTTP/[0-9.]+" '
+                         rf'{status} ')
+    plain = (re.sub(r"\x1b\[[0-9;]*m", "", r.getMessage()) for r in records)  # werkzeug colours 206
+    return sorted(m[1] for line in plain if (m := pattern.search(line)))
+
+
 def _whole_shard_reads(records, prefix: str) -> list[str]:
-    """The shards of `prefix` the S3 server sent whole (status 200, not a 206 ranged read), by
-    its request log."""
-    pattern = re.compile(rf'"GET /[^/ ]+/{re.escape(prefix)}/([^ ?]+\.tar) HTTP/[0-9.]+" 200 ')
-    return sorted(m[1] for r in records if (m := pattern.search(r.getMessage())))
+    return _shard_reads(records, prefix, "200")
 
 
 def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, caplog, tmp_path):
@@ -178,6 +173,7 @@ def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, capl
     with caplog.at_level(logging.INFO, logger="werkzeug"):
         assert run_cli(*finalize).returncode == 0
     assert _whole_shard_reads(caplog.records, PREFIX) == []
+    rows_used = Counter(_shard_reads(caplog.records, PREFIX))  # validate's first samples
     caplog.clear()
     ref = energon_prepare(s3_store.url("theirs"), "--split-ratio", "0.5,0.5,0")
     assert ref.returncode == 0, ref.stdout + ref.stderr
@@ -189,7 +185,11 @@ def test_finalize_of_a_bucket_run_reads_no_shard_again(local_raw, s3_store, capl
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="werkzeug"):
         assert run_cli(*finalize, "--force").returncode == 0
-    assert _whole_shard_reads(caplog.records, PREFIX) == ["000001.tar"]
+    # the replaced shard alone is read again: its headers walked, no shard downloaded whole
+    assert _whole_shard_reads(caplog.records, PREFIX) == []
+    again = Counter(_shard_reads(caplog.records, PREFIX))
+    assert {name for name in again | rows_used if again[name] != rows_used[name]} == {"000001.tar"}
+    assert again["000001.tar"] > rows_used["000001.tar"]
 
 
 def _wait_for_markers(store, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -241,7 +241,7 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
     src, _ = local_raw
     proxy = SlowProxy(s3_server.port, bytes_per_second=50_000)
     try:  # a second profile on the same bucket, through the proxy
-        slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
+        slow = add_profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         staged = {}
         for queue in (1, 4):
             scratch = tmp_path / f"scratch{queue}"
@@ -273,7 +273,7 @@ def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
     src, ref = local_raw
     proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
     try:
-        slow = _profile(s3_store, "gone" + s3_store.profile, endpoint_url=proxy.endpoint)
+        slow = add_profile(s3_store, "gone" + s3_store.profile, endpoint_url=proxy.endpoint)
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardcook", *_raw_args(
                 src, f"{slow}/{PREFIX}", "--no-finalize", "--quiet", "--upload-queue", "1",
@@ -341,7 +341,7 @@ def test_a_two_node_run_killed_mid_way_is_completed_from_another_machine(
     src, ref = local_raw
     proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
     try:
-        slow = _profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
+        slow = add_profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
                     "--nproc_per_node=1", "--rdzv_backend=c10d",
                     f"--rdzv_endpoint=127.0.0.1:{free_port()}", "-m", "shardcook"]
@@ -472,7 +472,7 @@ def test_a_store_that_cannot_work_is_one_sentence_before_anything(local_raw, s3_
     work.mkdir()
     scratch = str(work / "scratch")
     if url == "missing-bucket-profile":
-        url = _profile(s3_store, "nobucket" + s3_store.profile,
+        url = add_profile(s3_store, "nobucket" + s3_store.profile,
                        base_path="no-such-bucket-either") + "/x"
     if url == "scratch-under-a-file":
         url, scratch = s3_store.url("x"), str(tmp_path / "file" / "scratch")

@@ -217,11 +217,13 @@ def finalize(
     """Makes a folder of shards a complete Energon dataset, then validates it.
 
     `directory` is a folder or the URL of one in object storage (`msc://PROFILE/path`,
-    `s3://bucket/path`): then each shard is downloaded once, a few at a time, into a folder
-    under `scratch_dir` (default: the temporary folder) and deleted once indexed, and the new
-    metadata is uploaded when everything, validation included, succeeded. A `.jsonl` file or
-    URL is a JSONL dataset: its index is written beside it as `energon prepare` writes it (the
-    file streamed once), and a folder's index options are refused.
+    `s3://bucket/path`): then the work is done in a view of it under `scratch_dir` (default:
+    the temporary folder), no shard downloaded whole (each is indexed from the rows its run
+    recorded, or from ranged reads of its headers; a media flag reads the members, so it
+    downloads the shards, a few at a time), and the new metadata is uploaded when
+    everything, validation included, succeeded. A `.jsonl` file or URL is a JSONL dataset: its
+    index is written beside it as `energon prepare` writes it (the file streamed once), and a
+    folder's index options are refused.
 
     Writes `.nv-meta/dataset.yaml` (for our layouts: CrudeWebdataset with an `encoding`
     subflavor, or the layout's own class; keeping any subflavors already there) and the index

@@ -8,6 +8,10 @@ empty tar. A shard's bytes are downloaded only for a step that reads them: a win
 a time, in parallel, each put back to a placeholder once the step is done, so scratch never
 holds more than one window of shards.
 
+Indexing downloads no shard: a shard a shardcook run wrote has its rows recorded
+(`shardrows`); any other tar is indexed by walking its headers with ranged reads (`_walk`),
+many tars at once, each walk merged into the index as soon as the ones before it are.
+
 What a command writes (finalize: `.tar.idx` files, `.nv-meta/*`, `.shardcook/finalize.json`) is
 uploaded by `publish`, each object written whole, `.info.json` (what makes a folder an Energon
 dataset) last; a command that fails before `publish` leaves the bucket as it was.
@@ -19,6 +23,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -45,6 +50,24 @@ WINDOW = 4
 
 #: Small files (metadata, `.tar.idx`) copied at once.
 SMALL_FILES_AT_ONCE = 16
+
+#: Tars whose headers are walked at once, each a chain of ranged reads.
+WALKS_AT_ONCE = 32
+
+#: The least a ranged read of a header walk asks for: the 512-byte header and, where the member
+#: is small, the members after it, up to the next big member's header.
+READ_AHEAD = 2048
+
+#: A walk's first ranged reads; if they advanced less than `WHOLE_BELOW` bytes each on average,
+#: the members are too small for ranged reads to pay (they would fetch over a sixteenth of the
+#: bytes, one request for every few KiB), and the rest of the tar is read whole, in
+#: `WHOLE_PIECE`-byte reads (held in memory one at a time, never on scratch).
+PROBE_READS = 8
+WHOLE_BELOW = 16 * READ_AHEAD
+WHOLE_PIECE = 8 << 20
+
+#: Walked shards merged into the index at once, at most.
+MERGED_AT_ONCE = 64
 
 #: The first bytes of a shard not downloaded (not a tar header: tar readers refuse it).
 PLACEHOLDER = b"shardcook: this shard is in object storage and was not downloaded\n"
@@ -93,6 +116,11 @@ class RemoteView(DatasetView):
         self.copied: dict[str, str] = {}
         #: Shards whose whole bytes are under `root` now.
         self._present: set[str] = set()
+        #: Header walks done before indexing (the first shard's, to read its first sample).
+        self._walks: dict[str, _native.TarWalk] = {}
+        #: Set when indexing stops early (a duplicate key, a damaged tar): walks still reading
+        #: stop at their next read instead of finishing.
+        self._stop_walks = threading.Event()
 
     @classmethod
     @contextmanager
@@ -176,7 +204,7 @@ class RemoteView(DatasetView):
                                f"({describe_error(e)})") from None
 
     def _download(self, name: str, first_sample: bool) -> None:
-        offsets = self._idx_offsets(name) if first_sample else None
+        offsets = self._first_offsets(name) if first_sample else None
         # the first sample and the end blocks: a tar that readers stop in after sample 0
         first_bytes = offsets[1] if offsets is not None and len(offsets) > 2 else None
         self._fetch(name, self._local(name), first_bytes)
@@ -229,15 +257,15 @@ class RemoteView(DatasetView):
                      ) -> tuple[list[tuple[str, int]], list[str]]:
         """Each shard's rows appended in order, with their `tar_file_id` shifted, to one index
         whose UNIQUE key column finds a key in two shards: the rows a run recorded when it
-        wrote the shard (`shardrows`, nothing downloaded) while they still describe the object,
-        else the native indexer's on a window of downloaded shards."""
+        wrote the shard (`shardrows`) while they still describe the object, else those of the
+        shard's header walk; no shard is downloaded."""
         target = sqlite_path or self.root.parent / "keys.sqlite"
         building = target.with_name(target.name + ".tmp")
-        window_part = self.root.parent / "window.sqlite"
+        walked_part = self.root.parent / "walked.sqlite"
         counts: list[tuple[str, int]] = []
         names: dict[str, None] = {}
         try:
-            for group, part in self._index_parts(shards, window_part):
+            for group, part in self._index_parts(shards, walked_part):
                 if not building.exists():
                     shardrows.start_index(building, part)
                 shardrows.append_rows(building, part, len(counts), shards)
@@ -250,33 +278,64 @@ class RemoteView(DatasetView):
                 os.replace(building, target)
         finally:
             building.unlink(missing_ok=True)
-            window_part.unlink(missing_ok=True)
+            walked_part.unlink(missing_ok=True)
         return counts, sorted(names)[:50]
 
-    def _index_parts(self, shards: Sequence[str], window_part: Path
+    def _index_parts(self, shards: Sequence[str], part: Path
                      ) -> Iterator[tuple[list[str], Path]]:
-        """The shards in order, as (shards, the sqlite of their rows): one recorded shard at a
-        time, the others a window at a time, downloaded and indexed into `window_part`."""
-        waiting: list[str] = []
-        for name in shards:
-            rows = self._recorded_rows(name)
-            if rows is None:
-                waiting.append(name)
-                if len(waiting) < self.window:
-                    continue
-            if waiting:
-                yield waiting, self._indexed(waiting, window_part)
-                waiting = []
-            if rows is not None:
-                yield [name], rows
-        if waiting:
-            yield waiting, self._indexed(waiting, window_part)
+        """The shards in order, as (shards, the sqlite of their rows): a recorded shard alone,
+        the others walked (`_walked`, many at once) and merged in runs of consecutive shards whose
+        walks are done, so the index grows while later walks are still reading."""
+        recorded = {name: self._recorded_rows(name) for name in shards}
+        self._stop_walks.clear()
+        pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
+        try:
+            walks = {name: pool.submit(self._walked, name)
+                     for name, rows in recorded.items() if rows is None}
+            done: list[tuple[str, _native.TarWalk]] = []
+            for at, name in enumerate(shards):
+                rows = recorded[name]
+                if rows is None:
+                    done.append((name, walks[name].result()))
+                    later = walks.get(shards[at + 1]) if at + 1 < len(shards) else None
+                    if later is not None and later.done() and len(done) < MERGED_AT_ONCE:
+                        continue
+                if done:
+                    part.unlink(missing_ok=True)
+                    _native.write_walks(self.root, done, part)
+                    yield [n for n, _ in done], part
+                    done = []
+                if rows is not None:
+                    yield [name], rows
+        finally:
+            self._stop_walks.set()
+            pool.shutdown(cancel_futures=True)
 
-    def _indexed(self, window: list[str], part: Path) -> Path:
-        with self.fetched(window):
-            part.unlink(missing_ok=True)
-            _native.index_shards(self.root, window, part)
-        return part
+    def _walked(self, name: str) -> _native.TarWalk:
+        """Shard `name`'s complete header walk: ranged reads from the 512-byte headers on,
+        skipping each member's data by its size, until the end block (see `PROBE_READS` for
+        the tars that are read whole instead)."""
+        if name in self._walks:
+            return self._walks.pop(name)
+        size = self.sizes[name]
+        walk = _native.TarWalk(self.folder.child(name), size)
+        reads, ahead = 0, READ_AHEAD
+        while (needed := walk.needed()) is not None and not self._stop_walks.is_set():
+            start, length = needed
+            if reads == PROBE_READS and walk.position < PROBE_READS * WHOLE_BELOW:
+                ahead = WHOLE_PIECE
+            walk.feed(start, self.read_range(name, start, min(size, start + max(length, ahead))))
+            reads += 1
+        return walk
+
+    def _first_offsets(self, name: str) -> list[int] | None:
+        """Shard `name`'s `.tar.idx` offsets, from its header walk (kept for indexing) when it
+        has no `.tar.idx` yet."""
+        offsets = self._idx_offsets(name)
+        if offsets is None:
+            self._walks[name] = self._walked(name)
+            offsets = self._walks[name].offsets
+        return offsets
 
     def _recorded_rows(self, name: str) -> Path | None:
         """The rows recorded for shard `name` when they describe the object listed now."""

@@ -1,0 +1,200 @@
+//! Indexing a tar that is not at hand (an object in a bucket) from its headers alone:
+//! `HeaderWalk` says which bytes it needs next, is fed them, and walks on, so the caller fetches
+//! a 512-byte header, skips the member's data by its size, and asks for the next header. Member
+//! names, GNU long names and PAX headers are read by the same `tar::TarReader` as a local shard,
+//! so the scan is the one `index::scan_shard` makes of the same bytes.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::index::{ScanBuilder, ShardScan};
+use crate::tar::reader::Source;
+use crate::tar::{SampleReader, TarReader};
+
+/// The range of an object fetched last.
+struct Fetched {
+    len: u64,
+    start: u64,
+    data: Vec<u8>,
+}
+
+impl Source for Fetched {
+    fn size(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let want = buf.len() as u64;
+        let Some(at) = offset.checked_sub(self.start) else {
+            return Err(Error::NotFetched { offset, len: want });
+        };
+        if at + want > self.data.len() as u64 {
+            return Err(Error::NotFetched { offset, len: want });
+        }
+        buf.copy_from_slice(&self.data[at as usize..(at + want) as usize]);
+        Ok(())
+    }
+}
+
+/// One tar's header walk (see the module).
+pub struct HeaderWalk {
+    reader: SampleReader<Fetched>,
+    scan: Option<ScanBuilder>,
+    need: Option<(u64, u64)>,
+    done: Option<ShardScan>,
+}
+
+impl HeaderWalk {
+    /// A walk of the tar `name` (for errors) of `len` bytes; `needed` says what to fetch first.
+    pub fn new(name: &str, len: u64) -> Result<Self> {
+        let source = Fetched {
+            len,
+            start: 0,
+            data: Vec::new(),
+        };
+        let mut walk = Self {
+            reader: SampleReader::new(TarReader::new(Path::new(name), source), false),
+            scan: Some(ScanBuilder::default()),
+            need: None,
+            done: None,
+        };
+        walk.advance()?;
+        Ok(walk)
+    }
+
+    /// The range `(offset, length)` to fetch next, or None once the end block was reached.
+    pub fn needed(&self) -> Option<(u64, u64)> {
+        self.need
+    }
+
+    /// Gives the walk the bytes at `offset` (at least the range `needed` named, any more
+    /// read ahead) and walks on as far as they reach.
+    ///
+    /// # Errors
+    /// The tar is damaged (as `scan_shard` says of the same bytes).
+    pub fn feed(&mut self, offset: u64, data: Vec<u8>) -> Result<()> {
+        let source = self.reader.tar_mut().source_mut();
+        source.start = offset;
+        source.data = data;
+        self.advance()
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        let Some(scan) = self.scan.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            match self.reader.next_part() {
+                Ok(Some((key, part, offset))) => scan.add(key, part, offset),
+                Ok(None) => {
+                    let end = self.reader.end_offset().expect("stops only at the end");
+                    self.done = self.scan.take().map(|scan| scan.finish(end));
+                    self.need = None;
+                    return Ok(());
+                }
+                Err(Error::NotFetched { offset, len }) => {
+                    self.need = Some((offset, len));
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Bytes of the tar walked so far (where the next header starts).
+    pub fn position(&self) -> u64 {
+        self.reader.tar().position()
+    }
+
+    /// The scan, once the walk reached the end block.
+    pub fn scan(&self) -> Option<&ShardScan> {
+        self.done.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::scan_shard;
+    use crate::tar::ShardWriter;
+
+    /// Walks `bytes` fetching `ahead` bytes (at least what is needed) per request.
+    fn walk(bytes: &[u8], ahead: u64) -> (ShardScan, usize) {
+        let mut walk = HeaderWalk::new("t.tar", bytes.len() as u64).unwrap();
+        let mut requests = 0;
+        while let Some((offset, len)) = walk.needed() {
+            let end = (offset + len.max(ahead)).min(bytes.len() as u64);
+            walk.feed(offset, bytes[offset as usize..end as usize].to_vec())
+                .unwrap();
+            requests += 1;
+        }
+        let scan = walk.done.take().unwrap();
+        (scan, requests)
+    }
+
+    /// A sample's key, offset and size, and its parts' names, data offsets and sizes.
+    type Row = (String, u64, u64, Vec<(String, u64, u64)>);
+
+    fn rows(scan: &ShardScan) -> Vec<Row> {
+        scan.samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let parts = scan
+                    .parts
+                    .iter()
+                    .filter(|p| p.sample_index == i as u64)
+                    .map(|p| (p.name.clone(), p.data_offset, p.size))
+                    .collect();
+                (s.key.clone(), s.offset, s.size, parts)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_walk_finds_what_a_file_scan_finds_reading_only_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(dir.path(), 10, "", 0).unwrap();
+        let long = "p".repeat(120); // a PAX path record
+        for i in 0..5 {
+            w.write(
+                &format!("{i:04}"),
+                &[("jpg", vec![7u8; 20_000]), (long.as_str(), b"{}".to_vec())],
+            )
+            .unwrap();
+        }
+        w.close().unwrap();
+        let path = dir.path().join("000000.tar");
+        let bytes = std::fs::read(&path).unwrap();
+        let local = scan_shard(&path).unwrap();
+        for ahead in [512, 4096, 1 << 20] {
+            let (scan, requests) = walk(&bytes, ahead);
+            assert_eq!(rows(&scan), rows(&local));
+            assert_eq!(scan.idx_bytes(), local.idx_bytes());
+            // exact reads: the jpg's header, then the PAX header, its record and the header
+            // after it (3 reads, each asking again from the PAX header), for each of 5 samples,
+            // then the end block; reading ahead 4 KiB takes a sample's small members and the
+            // next sample's header in one read; 1 MiB takes the whole tar
+            let expected = match ahead {
+                512 => 21,
+                4096 => 6,
+                _ => 1,
+            };
+            assert_eq!(requests, expected, "reading ahead {ahead}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_tar_fails_as_a_file_scan_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(dir.path(), 10, "", 0).unwrap();
+        w.write("a", &[("txt", vec![1u8; 3000])]).unwrap();
+        w.close().unwrap();
+        let bytes = std::fs::read(dir.path().join("000000.tar")).unwrap();
+        let cut = &bytes[..2048];
+        let mut walk = HeaderWalk::new("t.tar", cut.len() as u64).unwrap();
+        let (offset, len) = walk.needed().unwrap();
+        walk.feed(offset, cut[..len as usize].to_vec()).unwrap_err();
+        assert!(HeaderWalk::new("t.tar", 0).is_err());
+    }
+}

@@ -194,3 +194,31 @@ class WanEncoders:
                                           attention_mask=mask).last_hidden_state
             zeroed: torch.Tensor = out.masked_fill(~mask.gt(0).unsqueeze(-1), 0.0)
             return zeroed
+
+
+def wan_normalisation(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a dataset records of the VAE's normalisation (the model registry's entry)."""
+    return {"kind": "latents_mean_std", **normalisation(config).describe()}
+
+
+def wan_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
+    """The manifest's encoder facts for a Wan run (`model`: the run's `ModelConfig`); reads only
+    the VAE config. No token is recorded."""
+    from shardcook.hftoken import resolve_token
+
+    sources = resolve_sources(model.model_path, model.revision)
+    token, _ = resolve_token(token_file)
+    config = vae_config(sources["vae"], token)
+    del token
+    return {
+        "model": "wan",
+        "encoders": {name: src.describe() for name, src in sources.items()},
+        "vae_class": str(config.get("_class_name", "AutoencoderKLWan")),
+        "normalisation": wan_normalisation(config),
+        "latent_channels": int(config.get("z_dim", 16)),
+        "text_max_length": TEXT_LENGTH,
+        "precision": model.precision,
+        "stored_dtype": model.stored_dtype or model.precision,
+        "latent_mode": model.latent_mode,
+        "latent_seed": model.seed if model.latent_mode == "sample" else None,
+    }

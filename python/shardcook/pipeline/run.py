@@ -43,6 +43,8 @@ class Loaded:
     media: dict[str, list[bytes]] | None = None
     #: The decoded and resized image, when the processor's `prepare` did that (encode).
     decoded: ImageResult | None = None
+    #: What the processor's `prepare` made of a video input (encode of videos: its clips).
+    clips: Any = None
 
 
 @dataclass

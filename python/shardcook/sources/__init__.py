@@ -28,14 +28,20 @@ def open_source(cfg: RunConfig) -> Source:
     """The source a `RunConfig` names, opened and checked (raises ConfigError on bad setup)."""
     s, f = cfg.source, cfg.data_format
     if s.source_type == "directory":
-        from shardcook.sources.caption_index import CaptionIndexSource, find_index
-        from shardcook.sources.directory import DirectorySource, input_folder
+        from shardcook.sources.caption_index import (
+            INDEX_FILES,
+            VIDEO_INDEX_FILES,
+            CaptionIndexSource,
+            find_index,
+        )
+        from shardcook.sources.directory import IMAGES, VIDEOS, DirectorySource, input_folder
 
+        videos = cfg.video is not None  # the run's model encodes video
         input_dir = input_folder(s.input_location())
-        index = find_index(input_dir)
+        index = find_index(input_dir, VIDEO_INDEX_FILES if videos else INDEX_FILES)
         if index is not None:
             return CaptionIndexSource(input_dir, index, s.max_samples, f.caption_column)
-        return DirectorySource(input_dir, s.max_samples)
+        return DirectorySource(input_dir, s.max_samples, VIDEOS if videos else IMAGES)
     if s.source_type == "huggingface":
         from shardcook.hftoken import resolve_token
         from shardcook.sources.huggingface import HuggingFaceSource

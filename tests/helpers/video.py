@@ -31,13 +31,15 @@ def frames(n: int, h: int = H, w: int = W, *, seed: int = 0) -> np.ndarray:
 
 def write_clip(path: Path, n: int, codec: str = "libx264", h: int = H, w: int = W, *,
                seed: int = 0) -> Path:
-    """A clip of `n` generated frames at 8 fps (`n = 0`: a container holding no frame)."""
+    """A clip of `n` generated frames at 8 fps (`n = 0`: a container holding no frame, which
+    FFmpeg reads as holding no video stream)."""
     import av
 
     pix = {"ffv1": "yuv444p", "mjpeg": "yuvj420p"}.get(codec, "yuv420p")
     with av.open(str(path), mode="w") as container:
         stream = container.add_stream(codec, rate=8)
         stream.width, stream.height, stream.pix_fmt = w, h, pix
+        container.start_encoding()  # the header, even with no frame to follow
         for f in frames(n, h, w, seed=seed):
             for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
                 container.mux(packet)

@@ -332,7 +332,12 @@ class EncodeJob(JobBasics):
             torch.set_num_threads(callers_threads)
 
     def units(self, source: Source) -> list[WorkUnit]:
-        return ratio_units(self.cfg, source)
+        units = ratio_units(self.cfg, source)
+        if self.cfg.video is None:
+            return units
+        from shardcook.jobs.encode.video import clip_units
+
+        return clip_units(units)
 
     def load_encoders(self, folder: OutputFolder) -> FluxEncoders:
         """The encoders (rank 0 also writes empty_encodings into the run's `folder`)."""

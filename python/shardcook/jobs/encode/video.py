@@ -21,6 +21,7 @@ from shardcook.jobs.encode.sample import ClipPartBuilder, EncodedClip
 from shardcook.layouts import registry_function
 from shardcook.media import MediaError
 from shardcook.media.clips import Framing, clips_of
+from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
 
 if TYPE_CHECKING:
@@ -80,6 +81,19 @@ def load_video_encoders(cfg: RunConfig, token_file: str | None, device: str) -> 
         model_path=m.model_path, revision=m.revision, token_file=token_file,
         precision=m.precision, device=device, latent_mode=m.latent_mode, seed=m.seed)
     return encoders
+
+
+class ClipUnit(WorkUnit):
+    """A unit of --shard-size videos: every clip of them goes in the unit's one shard."""
+
+    @property
+    def capacity(self) -> int:
+        return 1 << 62
+
+
+def clip_units(units: list[WorkUnit]) -> list[WorkUnit]:
+    """The engine's units of a video run, as `ClipUnit`s."""
+    return [ClipUnit(u.unit, u.start, u.stop) for u in units]
 
 
 def sample_key(index: int, frame: int | None) -> str:

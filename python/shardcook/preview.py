@@ -103,6 +103,19 @@ def bridge_flux_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor
     return latent, str(meta.get("caption", "")) if isinstance(meta, dict) else ""
 
 
+def wan_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
+    """A `wan` sample's first latent frame [C, h, w] and the caption its json records."""
+    from shardcook.energon.cookers import load_tensor
+    from shardcook.layouts.wan import LATENT_PART, META_PART
+
+    latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
+    try:
+        meta = json.loads(parts.get(META_PART, b"{}"))
+    except ValueError:
+        return latent[:, 0], f"(the {META_PART} part is not valid JSON)"
+    return latent[:, 0], str(meta.get("caption", "")) if isinstance(meta, dict) else ""
+
+
 def preencoded_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
     """A `primus` sample's latent and caption."""
     from shardcook.energon.cookers import load_tensor

@@ -11,8 +11,8 @@ from typing import Any
 
 from shardcook.config.sections import (
     CHATML_IMAGE_FORMATS,
-    VIDEO_RESIZE_MODES,
     MAX_WORKERS_PER_CPU,
+    VIDEO_RESIZE_MODES,
     ChatmlConfig,
     ImageConfig,
     RunConfig,

@@ -144,7 +144,7 @@ def build_tiny_wan(root: str | Path, *, seed: int = 0) -> Path:
     config), text_encoder/ (UMT5EncoderModel, d_model 32) + tokenizer/.
     """
     import torch
-    from diffusers import AutoencoderKLWan
+    from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
     from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
 
     root = Path(root)

@@ -22,7 +22,7 @@ from shardcook.errors import ConfigError
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from diffusers import AutoencoderKLWan
+    from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
     from transformers import PreTrainedTokenizerBase, UMT5EncoderModel
 
 DEFAULT_MODEL = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
@@ -36,7 +36,7 @@ def prompt_clean(text: str) -> str:
     """WanPipeline's (and Bridge's) prompt cleaning: ftfy when installed, HTML entities
     unescaped twice, whitespace collapsed."""
     try:
-        import ftfy
+        import ftfy  # type: ignore[import-not-found]  # optional, as in diffusers' WanPipeline
     except ImportError:
         pass
     else:
@@ -92,7 +92,7 @@ def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
             folder = Path(src.source) / (src.subfolder or "")
             config: dict[str, Any] = json.loads((folder / "config.json").read_text("utf-8"))
             return config
-        from diffusers import AutoencoderKLWan
+        from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
 
         return dict(AutoencoderKLWan.load_config(src.source, **_kwargs(src, token,
                                                                        src.subfolder)))
@@ -104,23 +104,27 @@ def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
 
 def _load(sources: dict[str, EncoderSource], token: str | None, dtype: torch.dtype,
           device: str) -> tuple[AutoencoderKLWan, UMT5EncoderModel, PreTrainedTokenizerBase]:
-    from diffusers import AutoencoderKLWan
-    from transformers import AutoTokenizer, UMT5EncoderModel
+    # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
+    from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
+    from transformers import AutoTokenizer, PreTrainedModel, UMT5EncoderModel
 
+    text_class: type[PreTrainedModel] = UMT5EncoderModel
     src = sources["vae"]
     try:
         vae = AutoencoderKLWan.from_pretrained(src.source, torch_dtype=dtype,
                                                **_kwargs(src, token, src.subfolder))
         src = sources["umt5"]
-        umt5 = UMT5EncoderModel.from_pretrained(src.source, dtype=dtype,
-                                                **_kwargs(src, token, src.subfolder))
+        umt5 = text_class.from_pretrained(src.source, dtype=dtype,
+                                          **_kwargs(src, token, src.subfolder))
         tok = AutoTokenizer.from_pretrained(src.source,
                                             **_kwargs(src, token, src.tokenizer_subfolder))
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
         raise _failed(src, e, token) from None
-    for model in (vae, umt5):
+    assert isinstance(umt5, UMT5EncoderModel)  # the class loads itself
+    models: tuple[torch.nn.Module, ...] = (vae, umt5)
+    for model in models:
         model.to(device).eval().requires_grad_(False)
     return vae, umt5, tok
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from shardcook.encoders.flux import FluxEncoders
+    from shardcook.encoders.wan import WanEncoders
 
 log = logging.getLogger(__name__)
 
@@ -357,6 +358,18 @@ class EncodeJob(JobBasics):
             write_empty_encodings(folder, encoders)
         return encoders
 
+    def load_video_encoders(self) -> WanEncoders:
+        """The encoders of the layout's video model family (its registry entry's class)."""
+        from shardcook.encoders.models import MODELS
+
+        quiet_model_libraries()
+        m = self.cfg.model
+        assert m.precision is not None and m.latent_mode is not None  # checked in __init__
+        encoders: WanEncoders = MODELS[self.spec.model].function("encoders").load(
+            model_path=m.model_path, revision=m.revision, token_file=self.token_file,
+            precision=m.precision, device=self.device, latent_mode=m.latent_mode, seed=m.seed)
+        return encoders
+
     def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:
         from shardcook.encoders.flux import torch_dtype
 
@@ -364,11 +377,9 @@ class EncodeJob(JobBasics):
         assert m.precision is not None  # checked in __init__
         dtype = torch_dtype(m.stored_dtype or m.precision)
         if cfg.video is not None:  # the layout's model encodes video
-            from shardcook.jobs.encode.video import VideoEncodeProcessor, load_video_encoders
+            from shardcook.jobs.encode.video import VideoEncodeProcessor
 
-            return VideoEncodeProcessor(
-                cfg, lambda: load_video_encoders(cfg, self.token_file, self.device), dtype,
-                self.workers)
+            return VideoEncodeProcessor(cfg, self.load_video_encoders, dtype, self.workers)
         return EncodeProcessor(cfg, lambda: self.load_encoders(folder), dtype, self.workers)
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:

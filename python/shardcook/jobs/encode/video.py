@@ -68,21 +68,6 @@ def prefetch_clips(cfg: RunConfig) -> int:
     return max(1, min(16, PREPARED_BYTES // (cfg.model.batch_size * frames * side * 3)))
 
 
-def load_video_encoders(cfg: RunConfig, token_file: str | None, device: str) -> WanEncoders:
-    """The encoders of the layout's model family, loaded for this run."""
-    from shardcook.encoders.models import MODELS
-    from shardcook.jobs.encode.job import quiet_model_libraries
-
-    assert cfg.layout is not None and cfg.layout.encode is not None
-    m = cfg.model
-    assert m.precision is not None and m.latent_mode is not None
-    quiet_model_libraries()
-    encoders: WanEncoders = MODELS[cfg.layout.encode.model].function("encoders").load(
-        model_path=m.model_path, revision=m.revision, token_file=token_file,
-        precision=m.precision, device=device, latent_mode=m.latent_mode, seed=m.seed)
-    return encoders
-
-
 class ClipUnit(WorkUnit):
     """A unit of --shard-size videos: every clip of them goes in the unit's one shard."""
 
@@ -186,7 +171,8 @@ class VideoEncodeProcessor(Processor):
         for group in groups.values():
             for k in range(0, len(group), self.batch_size):
                 chunk = group[k:k + self.batch_size]
-                z = enc.encode_videos(np.stack([p for *_, p in chunk]), [key for _, _, key, _ in chunk])
+                pixels = np.stack([p for *_, p in chunk])
+                z = enc.encode_videos(pixels, [key for _, _, key, _ in chunk])
                 for (n, c, _, _), lat in zip(chunk, z.to("cpu", dtype=self.stored_dtype),
                                              strict=True):
                     latents[(n, c)] = lat

@@ -69,9 +69,8 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
     except ConfigError as e:
         raise ConfigError(f"--split: {e}") from None
     i.workers = cap_workers(i.workers)
-    if i.resize_mode in VIDEO_RESIZE_MODES and cfg.video is None:
-        raise ConfigError(f"--resize-mode {i.resize_mode} is for video inputs (encode --layout "
-                          "wan); images take crop, stretch, variable or bucket.")
+    if cfg.video is None:
+        check_image_resize(i)
     if cfg.chatml is not None:
         check_chatml(cfg.chatml, s, i)
         check_split_choice(cfg.chatml, chosen)
@@ -85,6 +84,13 @@ def encode_layout(name: str) -> tuple[Layout, EncodeSpec]:
     if spec is None:
         raise ConfigError(f"--layout must be one of {', '.join(writable)}, not {name!r}.")
     return LAYOUTS[name], spec
+
+
+def check_image_resize(i: ImageConfig) -> None:
+    """Refuses a video interpolation as an image run's --resize-mode."""
+    if i.resize_mode in VIDEO_RESIZE_MODES:
+        raise ConfigError(f"--resize-mode {i.resize_mode} is for video inputs (encode --layout "
+                          "wan); images take crop, stretch, variable or bucket.")
 
 
 def encodes_video(layout: str) -> bool:
@@ -112,6 +118,7 @@ def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset(
             raise ConfigError(f"--{given[0].replace('_', '-')} is for video inputs (--layout "
                               f"wan), not --layout {cfg.layout.name}.")
         cfg.video = None
+        check_image_resize(i)
     for name, value in spec.defaults:
         if getattr(m, name) is None:
             setattr(m, name, value)

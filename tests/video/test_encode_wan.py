@@ -131,3 +131,21 @@ def _walk(obj):
     if isinstance(obj, dict):
         for v in obj.values():
             yield from _walk(v)
+
+
+def test_validate_refuses_a_normalisation_that_is_not_wans(video_run, tmp_path):
+    import shutil
+
+    import shardcook
+
+    assert shardcook.validate(video_run, deep=True).ok
+    other = tmp_path / "other"
+    shutil.copytree(video_run, other)
+    manifest = other / ".shardcook" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["normalisation"] = {"kind": "scaling_shift", "scaling_factor": 0.36,
+                             "shift_factor": 0.11}
+    manifest.write_text(json.dumps(data))
+    report = shardcook.validate(other)
+    assert not report.ok
+    assert any("normalisation scaling_shift" in p for p in report.problems), report.problems

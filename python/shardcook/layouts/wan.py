@@ -17,7 +17,8 @@ WAN = Layout(
     encoding="wan",
     parts=(LATENT_PART, EMBEDDING_PART, META_PART),
     required=(LATENT_PART, EMBEDDING_PART, META_PART),
-    reading=Reading(preview="shardcook.preview:wan_picture"),
+    reading=Reading(checker="shardcook.dataset.samplecheck:check_wan",
+                    preview="shardcook.preview:wan_picture"),
     encode=EncodeSpec(
         part_builder="shardcook.jobs.encode.wan_parts:encoded_wan_parts",
         summary="Megatron-Bridge's Wan recipe: normalised video latent pth, pickled UMT5 "

@@ -149,3 +149,32 @@ def test_validate_refuses_a_normalisation_that_is_not_wans(video_run, tmp_path):
     report = shardcook.validate(other)
     assert not report.ok
     assert any("normalisation scaling_shift" in p for p in report.problems), report.problems
+
+
+def test_sigkill_then_resume_writes_the_same_bytes(video_run, clips, tiny_wan, tmp_path):
+    """A run killed after its first unit, then run again, ends with the shards of the run that
+    was never interrupted."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    args = _command(clips[0], out, tiny_wan, "video")
+    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    progress = out / ".shardcook" / "progress"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.is_dir() and list(progress.glob("*.json")):
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert 1 <= len(list(progress.glob("*.json"))) < 3
+    run_in_process(args)
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert report["units"]["resumed"] >= 1
+    assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == {
+        p.name: p.read_bytes() for p in video_run.glob("*.tar")}

@@ -221,6 +221,21 @@ def _pickled(parts: Mapping[str, bytes], part: str) -> tuple[object, list[str]]:
                       + (f": {detail})" if detail else ")")]
 
 
+def _latent_fits_json(parts: Mapping[str, bytes], part: str, hw: tuple[int, ...],
+                      meta_part: str) -> list[str]:
+    """The problem when a latent's height x width `hw` is not the json's processed size / 8
+    (Megatron-Bridge's `processed_height` / `processed_width`); none when json lacks them."""
+    try:
+        meta = json.loads(parts[meta_part])
+        size = (int(meta["processed_height"]), int(meta["processed_width"]))
+    except (KeyError, ValueError, TypeError, RecursionError):
+        return []
+    if tuple(hw) == (size[0] // 8, size[1] // 8):
+        return []
+    return [f"part {part} is {hw[0]}x{hw[1]} but {meta_part}'s processed size "
+            f"{size[0]}x{size[1]} needs {size[0] // 8}x{size[1] // 8}"]
+
+
 def check_wan(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: bool) -> list[str]:
     """`pickle` holds one tensor [226, D] (read without running anything); `pth` is
     [C, T', H/8, W/8] for json's processed size; and a dataset whose manifest records its
@@ -245,16 +260,7 @@ def check_wan(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: boo
     if isinstance(norm, dict) and len(norm.get("latents_mean") or []) != latent.shape[0]:
         problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the manifest's "
                         "normalisation has one mean per channel of another VAE")
-    try:
-        meta = json.loads(parts[META_PART])
-        size = (int(meta["processed_height"]), int(meta["processed_width"]))
-    except (KeyError, ValueError, TypeError, RecursionError):
-        size = None
-    if size is not None and latent.shape[2:] != (size[0] // 8, size[1] // 8):
-        problems.append(f"part {LATENT_PART} is {latent.shape[2]}x{latent.shape[3]} but "
-                        f"{META_PART}'s processed size {size[0]}x{size[1]} needs "
-                        f"{size[0] // 8}x{size[1] // 8}")
-    return problems
+    return problems + _latent_fits_json(parts, LATENT_PART, latent.shape[2:], META_PART)
 
 
 def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
@@ -297,13 +303,5 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         if channels is not None and latent.shape[0] != channels:
             problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the "
                             f"manifest says {channels}")
-        try:
-            meta = json.loads(parts[META_PART])
-            size = (int(meta["processed_height"]), int(meta["processed_width"]))
-        except (KeyError, ValueError, TypeError, RecursionError):
-            size = None
-        if size is not None and latent.shape[1:] != (size[0] // 8, size[1] // 8):
-            problems.append(f"part {LATENT_PART} is {latent.shape[1]}x{latent.shape[2]} but "
-                            f"{META_PART}'s processed size {size[0]}x{size[1]} needs "
-                            f"{size[0] // 8}x{size[1] // 8}")
+        problems += _latent_fits_json(parts, LATENT_PART, latent.shape[1:], META_PART)
     return problems

@@ -139,7 +139,8 @@ def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str,
 
 
 def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
-    """The VAE's config.json (scaling_factor, shift_factor, latent_channels, ...)."""
+    """The VAE's config.json (FLUX's scaling_factor, shift_factor, latent_channels; Wan's
+    latents_mean, latents_std, z_dim; ...): read as it is, whatever the VAE's class."""
     try:
         if src.local:
             folder = Path(src.source) / (src.subfolder or "")

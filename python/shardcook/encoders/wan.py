@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import EncoderSource, _failed, _kwargs, _where
+from shardcook.encoders.loading import EncoderSource, _failed, _kwargs, _where, vae_config
 from shardcook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -81,25 +81,6 @@ def resolve_sources(model_path: str | None, revision: str | None = None
         out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
                                   "--model-path")
     return out
-
-
-def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
-    """The Wan VAE's config.json."""
-    try:
-        if src.local:
-            import json
-
-            folder = Path(src.source) / (src.subfolder or "")
-            config: dict[str, Any] = json.loads((folder / "config.json").read_text("utf-8"))
-            return config
-        from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
-
-        return dict(AutoencoderKLWan.load_config(src.source, **_kwargs(src, token,
-                                                                       src.subfolder)))
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
-        raise _failed(src, e, token) from None
 
 
 def _load(sources: dict[str, EncoderSource], token: str | None, dtype: torch.dtype,

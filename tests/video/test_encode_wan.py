@@ -178,3 +178,18 @@ def test_sigkill_then_resume_writes_the_same_bytes(video_run, clips, tiny_wan, t
     assert report["units"]["resumed"] >= 1
     assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == {
         p.name: p.read_bytes() for p in video_run.glob("*.tar")}
+
+
+def test_into_a_bucket_the_same_shards_finalized_there(video_run, clips, tiny_wan, s3_store,
+                                                       tmp_path):
+    import shardcook
+
+    run_in_process([*_command(clips[0], s3_store.url("wan"), tiny_wan, "video"),
+                    "--scratch-dir", str(tmp_path / "scratch")])
+    copy = tmp_path / "copy"
+    s3_store.download_folder("wan", copy)
+    assert {p.name: p.read_bytes() for p in copy.glob("*.tar")} == {
+        p.name: p.read_bytes() for p in video_run.glob("*.tar")}
+    assert (copy / ".nv-meta" / "dataset.yaml").read_text() == (
+        video_run / ".nv-meta" / "dataset.yaml").read_text()
+    assert shardcook.validate(s3_store.url("wan")).ok

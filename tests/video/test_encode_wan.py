@@ -193,3 +193,28 @@ def test_into_a_bucket_the_same_shards_finalized_there(video_run, clips, tiny_wa
     assert (copy / ".nv-meta" / "dataset.yaml").read_text() == (
         video_run / ".nv-meta" / "dataset.yaml").read_text()
     assert shardcook.validate(s3_store.url("wan")).ok
+
+
+def test_mp4_members_of_webdataset_tars_give_the_folders_tensors(video_run, clips, tiny_wan,
+                                                                  tmp_path):
+    import io
+    import tarfile
+
+    tar = tmp_path / "clips.tar"
+    with tarfile.open(tar, "w") as t:
+        for path, caption in clips[1]:
+            stem = Path(path).stem
+            for name, data in ((f"{stem}.{Path(path).suffix[1:]}", Path(path).read_bytes()),
+                               (f"{stem}.json", json.dumps({"caption": caption}).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    out = tmp_path / "out"
+    args = _command(clips[0], out, tiny_wan, "video")
+    at = args.index("--input-dir")
+    args[at:at + 2] = ["--source-type", "webdataset", "--input-path", str(tar)]
+    run_in_process(args)
+    ours, folder = samples(out), samples(video_run)
+    assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]
+    for key, parts in ours.items():
+        assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]

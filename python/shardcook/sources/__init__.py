@@ -51,8 +51,9 @@ def open_source(cfg: RunConfig) -> Source:
                                  f.image_column, f.caption_column, image_columns=f.image_columns,
                                  caption_columns=f.caption_columns, token=token,
                                  streaming=s.hf_streaming)
-    from shardcook.sources.webdataset import WebDatasetSource
+    from shardcook.sources.webdataset import IMAGE_PARTS, VIDEO_PARTS, WebDatasetSource
 
     return WebDatasetSource(s.input_location(), s.max_samples,
                             _single("image column", f.image_column, f.image_columns),
-                            _single("caption column", f.caption_column, f.caption_columns))
+                            _single("caption column", f.caption_column, f.caption_columns),
+                            VIDEO_PARTS if cfg.video is not None else IMAGE_PARTS)

@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -175,8 +176,22 @@ TILE_ERRORS: tuple[type[Exception], ...] = (ShardcookError, OSError, ValueError,
                                             IndexError)
 
 
+def _decoder(layout: Layout, model_path: str, manifest: dict[str, Any],
+             token_file: str | None) -> Callable[[torch.Tensor], np.ndarray]:
+    """What decodes the layout's latents: its model family's decoder, else FLUX's VAE."""
+    from shardcook.encoders.models import MODELS
+
+    family = MODELS[layout.encode.model] if layout.encode else None
+    if family is not None and family.decoder is not None:
+        decoder: Callable[[torch.Tensor], np.ndarray] = family.function("decoder")(
+            model_path, manifest, token_file)
+        return decoder
+    return _Decoder(model_path, manifest, scaled=bool(_latents_scaled(layout)),
+                    token_file=token_file)
+
+
 def _tile(layout: Layout, key: str, parts: dict[str, bytes],
-          decode: _Decoder | None) -> tuple[PILImage.Image, str]:
+          decode: Callable[[torch.Tensor], np.ndarray] | None) -> tuple[PILImage.Image, str]:
     """One sample's picture and caption, a latent shown decoded or in false colour."""
     from PIL import Image
 
@@ -239,7 +254,7 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         rows = _first_samples(view, count)
         manifest = metadata.read_manifest(root) or {}
     scaled = _latents_scaled(layout)
-    decode = (_Decoder(model_path, manifest, scaled=bool(scaled), token_file=hf_token_file)
+    decode = (_decoder(layout, model_path, manifest, hf_token_file)
               if (model_path and scaled is not None) else None)
     tiles = []
     unreadable = 0

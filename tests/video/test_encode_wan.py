@@ -218,3 +218,20 @@ def test_mp4_members_of_webdataset_tars_give_the_folders_tensors(video_run, clip
     assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]
     for key, parts in ours.items():
         assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]
+
+
+def test_preview_shows_each_clips_first_frame_decoded_by_the_wan_vae(video_run, tiny_wan,
+                                                                     tmp_path):
+    import numpy as np
+    from PIL import Image
+    from shardcook.encoders.wan import WanDecoder
+    from shardcook.preview import preview
+
+    plain = preview(video_run, tmp_path / "plain.png", count=1)
+    decoded = preview(video_run, tmp_path / "decoded.png", count=1, model_path=str(tiny_wan))
+    a, b = (np.asarray(Image.open(p).convert("RGB")) for p in (plain, decoded))
+    assert a.shape == b.shape and not np.array_equal(a, b)  # false colour vs decoded pixels
+    latent = load_tensor(samples(video_run)["000000"]["pth"])
+    manifest = json.loads((video_run / ".shardcook" / "manifest.json").read_text())
+    frame = WanDecoder(str(tiny_wan), manifest)(latent[:, 0])
+    assert frame.shape == (48, 80, 3) and frame.dtype == np.uint8

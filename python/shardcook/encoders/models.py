@@ -24,6 +24,9 @@ class ModelFamily:
             is the run's `config.ModelConfig`.
         normalisation: `module:function(vae_config)` giving the normalisation a dataset
             records, which `validate` compares with the layout's model.
+        decoder: `module:Class` made as `Class(model_path, manifest, token_file)`, turning what
+            a layout's `preview` gives into RGB pixels for `preview --model-path`; None: the
+            FLUX VAE decoder `preview` has.
     """
 
     name: str
@@ -31,6 +34,7 @@ class ModelFamily:
     encoders: str
     manifest: str
     normalisation: str
+    decoder: str | None = None
 
     def function(self, what: str) -> Any:
         """The object one of this entry's `module:name` fields names."""
@@ -43,7 +47,7 @@ FLUX = ModelFamily("flux", "image", "shardcook.encoders.flux:FluxEncoders",
                    "shardcook.encoders.flux:flux_normalisation")
 WAN = ModelFamily("wan", "video", "shardcook.encoders.wan:WanEncoders",
                   "shardcook.encoders.wan:wan_manifest",
-                  "shardcook.encoders.wan:wan_normalisation")
+                  "shardcook.encoders.wan:wan_normalisation", "shardcook.encoders.wan:WanDecoder")
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, WAN)}

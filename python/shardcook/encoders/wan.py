@@ -83,31 +83,44 @@ def resolve_sources(model_path: str | None, revision: str | None = None
     return out
 
 
-def _load(sources: dict[str, EncoderSource], token: str | None, dtype: torch.dtype,
-          device: str) -> tuple[AutoencoderKLWan, UMT5EncoderModel, PreTrainedTokenizerBase]:
-    # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
-    from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
-    from transformers import AutoTokenizer, PreTrainedModel, UMT5EncoderModel
-
-    text_class: type[PreTrainedModel] = UMT5EncoderModel
-    src = sources["vae"]
+def _loaded(src: EncoderSource, token: str | None, load: Any) -> Any:
+    """`load()`'s model, a failure turned into one sentence naming the encoder."""
     try:
-        vae = AutoencoderKLWan.from_pretrained(src.source, torch_dtype=dtype,
-                                               **_kwargs(src, token, src.subfolder))
-        src = sources["umt5"]
-        umt5 = text_class.from_pretrained(src.source, dtype=dtype,
-                                          **_kwargs(src, token, src.subfolder))
-        tok = AutoTokenizer.from_pretrained(src.source,
-                                            **_kwargs(src, token, src.tokenizer_subfolder))
+        return load()
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
         raise _failed(src, e, token) from None
+
+
+def _ready(model: torch.nn.Module, device: str) -> None:
+    model.to(device).eval().requires_grad_(False)
+
+
+def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
+             ) -> AutoencoderKLWan:
+    """The Wan VAE in eval mode on `device`."""
+    # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
+    from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
+
+    vae: AutoencoderKLWan = _loaded(src, token, lambda: AutoencoderKLWan.from_pretrained(
+        src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
+    _ready(vae, device)
+    return vae
+
+
+def load_umt5(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
+              ) -> tuple[UMT5EncoderModel, PreTrainedTokenizerBase]:
+    """UMT5 in eval mode on `device`, and its tokenizer."""
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    umt5 = _loaded(src, token, lambda: UMT5EncoderModel.from_pretrained(
+        src.source, dtype=dtype, **_kwargs(src, token, src.subfolder)))
+    tok = _loaded(src, token, lambda: AutoTokenizer.from_pretrained(
+        src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
     assert isinstance(umt5, UMT5EncoderModel)  # the class loads itself
-    models: tuple[torch.nn.Module, ...] = (vae, umt5)
-    for model in models:
-        model.to(device).eval().requires_grad_(False)
-    return vae, umt5, tok
+    _ready(umt5, device)
+    return umt5, tok
 
 
 class WanEncoders:
@@ -133,7 +146,9 @@ class WanEncoders:
 
         token, _ = resolve_token(token_file)
         dtype = torch_dtype(precision)
-        vae, umt5, tok = _load(resolve_sources(model_path, revision), token, dtype, device)
+        sources = resolve_sources(model_path, revision)
+        vae = load_vae(sources["vae"], token, dtype, device)
+        umt5, tok = load_umt5(sources["umt5"], token, dtype, device)
         del token
         return cls(vae, tok, umt5, device=device, dtype=dtype, latent_mode=latent_mode,
                    seed=seed)
@@ -207,3 +222,34 @@ def wan_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
         "latent_mode": model.latent_mode,
         "latent_seed": model.seed if model.latent_mode == "sample" else None,
     }
+
+
+class WanDecoder:
+    """The first frame of a stored `wan` latent, decoded by the Wan VAE of `model_path` (for
+    `preview`): the latent is un-normalised with the manifest's recorded normalisation (else
+    the VAE config's), and its first latent frame, which Wan's causal VAE encodes from the
+    clip's first frame alone, is decoded."""
+
+    def __init__(self, model_path: str, manifest: Mapping[str, Any],
+                 token_file: str | None = None) -> None:
+        import torch
+
+        from shardcook.hftoken import resolve_token
+
+        token, _ = resolve_token(token_file)
+        self.vae = load_vae(resolve_sources(model_path)["vae"], token, torch.float32, "cpu")
+        del token
+        recorded = manifest.get("normalisation")
+        norm = normalisation(recorded if isinstance(recorded, dict) and recorded.get(
+            "kind") == "latents_mean_std" else dict(self.vae.config))
+        self.mean = torch.tensor(norm.latents_mean).view(-1, 1, 1, 1)
+        self.std = torch.tensor(norm.latents_std).view(-1, 1, 1, 1)
+
+    def __call__(self, latent: torch.Tensor) -> np.ndarray:
+        """A latent frame [C, h, w] -> the RGB frame [8h, 8w, 3] uint8."""
+        import torch
+
+        with torch.inference_mode():
+            z = latent.float()[:, None] * self.std + self.mean
+            x: torch.Tensor = self.vae.decode(z[None]).sample[0, :, 0]
+        return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).numpy()

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources
+from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources, run_facts
 from shardcook.errors import ConfigError
 from shardcook.hftoken import resolve_token
 
@@ -90,10 +90,7 @@ def flux_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
         "latent_channels": factors.latent_channels,
         "t5_max_length": m.t5_max_length,
         "clip_max_length": CLIP_MAX_LENGTH,
-        "precision": m.precision,
-        "stored_dtype": m.stored_dtype or m.precision,
-        "latent_mode": m.latent_mode,
-        "latent_seed": m.seed if m.latent_mode == "sample" else None,
+        **run_facts(m),
     }
 
 

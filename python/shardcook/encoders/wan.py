@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import EncoderSource, _failed, _kwargs, _where, vae_config
+from shardcook.encoders.loading import (
+    EncoderSource,
+    _failed,
+    _kwargs,
+    _where,
+    run_facts,
+    vae_config,
+)
 from shardcook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -217,10 +224,7 @@ def wan_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
         "normalisation": wan_normalisation(config),
         "latent_channels": int(config.get("z_dim", 16)),
         "text_max_length": TEXT_LENGTH,
-        "precision": model.precision,
-        "stored_dtype": model.stored_dtype or model.precision,
-        "latent_mode": model.latent_mode,
-        "latent_seed": model.seed if model.latent_mode == "sample" else None,
+        **run_facts(model),
     }
 
 

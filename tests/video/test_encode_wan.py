@@ -235,3 +235,22 @@ def test_preview_shows_each_clips_first_frame_decoded_by_the_wan_vae(video_run, 
     manifest = json.loads((video_run / ".shardcook" / "manifest.json").read_text())
     frame = WanDecoder(str(tiny_wan), manifest)(latent[:, 0])
     assert frame.shape == (48, 80, 3) and frame.dtype == np.uint8
+
+
+def test_a_hugging_face_video_column_gives_the_folders_tensors(video_run, clips, tiny_wan,
+                                                              tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"video": [Path(p).read_bytes() for p, _ in clips[1]],
+                                     "caption": [c for _, c in clips[1]]})
+    ds.save_to_disk(str(tmp_path / "ds"))
+    out = tmp_path / "out"
+    args = _command(clips[0], out, tiny_wan, "video")
+    at = args.index("--input-dir")
+    args[at:at + 2] = ["--source-type", "huggingface", "--hf-dataset", str(tmp_path / "ds"),
+                       "--image-column", "video"]
+    run_in_process(args)
+    ours, folder = samples(out), samples(video_run)
+    assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]
+    for key, parts in ours.items():
+        assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]

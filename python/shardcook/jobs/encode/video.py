@@ -38,10 +38,6 @@ class Clips:
     frames: list[np.ndarray]
     picks: list[list[int]]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(f.nbytes for f in self.frames)
-
 
 def framing(cfg: RunConfig) -> Framing:
     """The run's `Framing`, from its video section and --resize-mode."""

@@ -254,3 +254,17 @@ def test_a_hugging_face_video_column_gives_the_folders_tensors(video_run, clips,
     assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]
     for key, parts in ours.items():
         assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]
+
+
+def test_two_torchrun_workers_write_one_process_bytes(video_run, clips, tiny_wan, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "shardcook", "--nproc-per-node", "2",
+                        *_command(clips[0], out, tiny_wan, "video")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / ".shardcook" / "report.json").read_text())["world_size"] == 2
+    assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == {
+        p.name: p.read_bytes() for p in video_run.glob("*.tar")}

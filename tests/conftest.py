@@ -32,6 +32,17 @@ def tiny_flux(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_wan(tmp_path_factory) -> Path:
+    """Tiny random-weight Wan encoders (vae/, text_encoder/, tokenizer/), built once."""
+    from shardcook.encoders.tiny import build_tiny_wan
+
+    root = tmp_path_factory.getbasetemp() / "tiny_wan"
+    if not (root / "DEMO_WEIGHTS.txt").is_file():
+        build_tiny_wan(root)
+    return root
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """One S3-compatible server over HTTP on 127.0.0.1 for the whole session."""
     from tests.helpers.s3server import S3Server

@@ -105,6 +105,19 @@ def bridge_flux_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor
     return latent, str(meta.get("caption", "")) if isinstance(meta, dict) else ""
 
 
+def wan_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
+    """A `wan` sample's first latent frame [C, h, w] and the caption its json records."""
+    from shardcook.energon.cookers import load_tensor
+    from shardcook.layouts.wan import LATENT_PART, META_PART
+
+    latent = load_tensor(parts[LATENT_PART], key=key, part=LATENT_PART)
+    try:
+        meta = json.loads(parts.get(META_PART, b"{}"))
+    except ValueError:
+        return latent[:, 0], f"(the {META_PART} part is not valid JSON)"
+    return latent[:, 0], str(meta.get("caption", "")) if isinstance(meta, dict) else ""
+
+
 def preencoded_picture(key: str, parts: dict[str, bytes]) -> tuple[torch.Tensor, str]:
     """A `primus` sample's latent and caption."""
     from shardcook.energon.cookers import load_tensor
@@ -164,8 +177,22 @@ TILE_ERRORS: tuple[type[Exception], ...] = (ShardcookError, OSError, ValueError,
                                             IndexError)
 
 
+def _decoder(layout: Layout, model_path: str, manifest: dict[str, Any],
+             token_file: str | None) -> Callable[[torch.Tensor], np.ndarray]:
+    """What decodes the layout's latents: its model family's decoder, else FLUX's VAE."""
+    from shardcook.encoders.models import MODELS
+
+    family = MODELS[layout.encode.model] if layout.encode else None
+    if family is not None and family.decoder is not None:
+        decoder: Callable[[torch.Tensor], np.ndarray] = family.function("decoder")(
+            model_path, manifest, token_file)
+        return decoder
+    return _Decoder(model_path, manifest, scaled=bool(_latents_scaled(layout)),
+                    token_file=token_file)
+
+
 def _tile(layout: Layout, key: str, parts: dict[str, bytes],
-          decode: _Decoder | None) -> tuple[PILImage.Image, str]:
+          decode: Callable[[torch.Tensor], np.ndarray] | None) -> tuple[PILImage.Image, str]:
     """One sample's picture and caption, a latent shown decoded or in false colour."""
     from PIL import Image
 
@@ -211,7 +238,7 @@ def _folder_samples(location: Location, count: int, model_path: str | None,
         rows = _first_samples(view, count)
         manifest = metadata.read_manifest(root) or {}
     scaled = _latents_scaled(layout)
-    decode = (_Decoder(model_path, manifest, scaled=bool(scaled), token_file=hf_token_file)
+    decode = (_decoder(layout, model_path, manifest, hf_token_file)
               if (model_path and scaled is not None) else None)
     return (root.resolve().name, rows,
             lambda key, parts: _tile(layout, key, parts, decode))

@@ -38,7 +38,19 @@ def test_every_kind_of_spec_is_covered() -> None:
     assert {field for _, field, _ in specs()} == named
     for cls, names in SPEC_FIELDS.items():  # a new module:name field is added here too
         strings = {f.name for f in fields(cls) if f.type in ("str | None", "str")}
-        assert strings - {"summary", "refusal"} == set(names), cls.__name__
+        assert strings - {"summary", "refusal", "model"} == set(names), cls.__name__
+
+
+@pytest.mark.parametrize("layout", [lay for lay in LAYOUTS.values() if lay.encode],
+                         ids=lambda lay: lay.name)
+def test_every_encoded_layout_names_a_registered_model(layout: Layout) -> None:
+    """`EncodeSpec.model` is a key of the model registry, whose `module:name`s import."""
+    from shardcook.encoders.models import MODELS
+
+    assert layout.encode is not None
+    model = MODELS[layout.encode.model]
+    for what in ("encoders", "manifest", "normalisation"):
+        assert callable(model.function(what)), (model.name, what)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=lambda lay: lay.name)

@@ -25,6 +25,7 @@ from shardcook.energon import (
 )
 from shardcook.errors import ShardcookError
 from shardcook.layouts import LAYOUTS, Layout, Reading
+from shardcook.layouts.base import PARTS_COOKER
 from shardcook.preview import preview
 
 TOY = Layout(
@@ -84,9 +85,12 @@ def test_toy_layout_from_its_registry_line_alone(tmp_path, monkeypatch):
 def test_the_default_reading_cooks_only_its_own_layouts(tmp_path, monkeypatch):
     """The default task encoder's cookers come from the registry: one per layout that takes the
     default reading, each for its own encoding."""
-    assert PartsTaskEncoder().cookers == []  # no registered layout reads by default
+    default = [{"encoding": lay.encoding} for lay in LAYOUTS.values()
+               if lay.reading.cooker == PARTS_COOKER]
+    assert [c.has_subflavors for c in PartsTaskEncoder().cookers] == default
     monkeypatch.setitem(LAYOUTS, TOY.name, TOY)
-    (cooker,) = PartsTaskEncoder().cookers
+    *_, cooker = PartsTaskEncoder().cookers
+    assert len(PartsTaskEncoder().cookers) == len(default) + 1
     assert cooker.has_subflavors == {"encoding": TOY.encoding}
     assert not cooker.is_match({}) and not cooker.is_match({"encoding": "raw"})
 

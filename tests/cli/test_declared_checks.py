@@ -41,8 +41,10 @@ def test_every_ruled_field_refuses_in_one_sentence(tmp_path, section, name, bad)
     values = {"input_dir": str(tmp_path / "in"), "output_dir": str(tmp_path / "out"), name: bad}
     if section == "chatml":
         values |= {"source_type": "jsonl", "input_path": str(tmp_path / "d.jsonl")}
+    if section == "video":  # a video model's encode run has the section
+        values |= {"layout": "wan"}
     with pytest.raises(ConfigError) as caught:
-        resolve(values, set(values), encode=section == "model")
+        resolve(values, set(values), encode=section in ("model", "video"))
     option = f"--{name.rpartition('.')[2].replace('_', '-')}"
     assert str(caught.value).startswith(f"{option} must be "), str(caught.value)
     assert re.search(r", not (-1(\.0)?|'nope')\.$", str(caught.value)), str(caught.value)

@@ -42,8 +42,11 @@ MODEL_FIELDS = ("layout", "model_path", "vae_path", "clip_path", "t5_path", "rev
                 "device")
 RAW_OPTIONS = (*SOURCE_FIELDS, "image_column", "caption_column", *OUTPUT_FIELDS, *RESIZE_FIELDS,
                "image_format", "image_quality", "min_size", "workers", "hf_token_file")
+VIDEO_FIELDS = ("height", "width", "video_mode", "num_frames", "video.max_frames",
+                "frame_stride", "aspect_ratio")
 ENCODE_OPTIONS = ("hf_token_file", *MODEL_FIELDS, *SOURCE_FIELDS, "image_column",
-                  "caption_column", *OUTPUT_FIELDS, *RESIZE_FIELDS, "min_size", "workers")
+                  "caption_column", *OUTPUT_FIELDS, *RESIZE_FIELDS, "min_size", "workers",
+                  *VIDEO_FIELDS)
 CHATML_OPTIONS = (
     "hf_dataset", "hf_split", "hf_data_files", "max_samples", "image_column",
     "conversation_column", "question_column", "answer_column", "system_prompt", "output_dir",
@@ -117,11 +120,13 @@ def chatml(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConf
                                              "vae_latent_mode", "compress"))
 def encode(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConfigOpt = False,
            **options: Any) -> None:
-    """Images and captions into FLUX latents, T5 and CLIP embeddings in finalized Energon
-    shards. Resumable; one GPU or many under torchrun. Alias: diffusion-encoded."""
+    """Images and captions into FLUX latents, T5 and CLIP embeddings (or videos into Wan latents
+    and UMT5 embeddings: --layout wan) in finalized Energon shards. Resumable; one GPU or many
+    under torchrun. Alias: diffusion-encoded."""
     from shardcook.jobs.encode.job import EncodeJob
 
-    _run_job(ctx, config, print_config, EncodeJob, encode=True)
+    _run_job(ctx, config, print_config, EncodeJob, encode=True,
+             renamed=config_names(ENCODE_OPTIONS))
 
 
 OutputArg = Annotated[str, typer.Argument(

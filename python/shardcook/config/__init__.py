@@ -19,7 +19,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from shardcook.config.checks import check, check_encode, output_affecting
+from shardcook.config.checks import check, check_encode, encodes_video, output_affecting
 from shardcook.config.primus import (
     PRIMUS_FLAGS,
     PRIMUS_KEYS,
@@ -34,6 +34,7 @@ from shardcook.config.sections import (
     ChatmlConfig,
     ImageConfig,
     RunConfig,
+    VideoConfig,
     option_key,
 )
 from shardcook.errors import ConfigError
@@ -42,9 +43,12 @@ from shardcook.paths import check_local_path
 
 
 def _section(cfg: RunConfig, name: str) -> Any:
-    """The section object `name` of `cfg`, creating the optional chatml section on first use."""
+    """The section object `name` of `cfg`, creating the optional chatml and video sections on
+    first use (`check_encode` drops the video section of a run that encodes images)."""
     if name == "chatml" and cfg.chatml is None:
         cfg.chatml = ChatmlConfig()
+    if name == "video" and cfg.video is None:
+        cfg.video = VideoConfig()
     return getattr(cfg, name)
 
 
@@ -175,7 +179,11 @@ def resolve(
             if name in explicit:
                 given[(section, key)] = (checked, where)
             setattr(_section(cfg, section), key, checked)
-    primus = {PRIMUS_FLAGS[n]: (v, _flag(n, v)) for n, v in (primus_flags or {}).items()}
+    flags = dict(primus_flags or {})
+    if encode and cfg.video is not None and "center_crop" in flags and encodes_video(
+            cfg.model.layout):  # a video run's --center-crop is Bridge's, not Primus's
+        cfg.video.center_crop = bool(flags.pop("center_crop"))
+    primus = {PRIMUS_FLAGS[n]: (v, _flag(n, v)) for n, v in flags.items()}
     for (section, name), (value, _) in merge_settings(given, primus).items():
         setattr(getattr(cfg, section), name, value)
     cfg.image.image_format = IMAGE_FORMAT_ALIASES.get(cfg.image.image_format,
@@ -183,7 +191,7 @@ def resolve(
     chosen = {(section, key) for section, values in yaml_values.items() for key in values}
     check(cfg, frozenset(chosen | set(given)))
     if encode:
-        check_encode(cfg)
+        check_encode(cfg, frozenset(chosen | set(given)))
     return cfg
 
 

@@ -12,10 +12,12 @@ from typing import Any
 from shardcook.config.sections import (
     CHATML_IMAGE_FORMATS,
     MAX_WORKERS_PER_CPU,
+    VIDEO_RESIZE_MODES,
     ChatmlConfig,
     ImageConfig,
     RunConfig,
     SourceConfig,
+    VideoConfig,
 )
 from shardcook.dataset.splits import parse_ratio
 from shardcook.errors import ConfigError
@@ -67,6 +69,8 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
     except ConfigError as e:
         raise ConfigError(f"--split: {e}") from None
     i.workers = cap_workers(i.workers)
+    if cfg.video is None:
+        check_image_resize(i)
     if cfg.chatml is not None:
         check_chatml(cfg.chatml, s, i)
         check_split_choice(cfg.chatml, chosen)
@@ -82,12 +86,39 @@ def encode_layout(name: str) -> tuple[Layout, EncodeSpec]:
     return LAYOUTS[name], spec
 
 
-def check_encode(cfg: RunConfig) -> None:
+def check_image_resize(i: ImageConfig) -> None:
+    """Refuses a video interpolation as an image run's --resize-mode."""
+    if i.resize_mode in VIDEO_RESIZE_MODES:
+        raise ConfigError(f"--resize-mode {i.resize_mode} is for video inputs (encode --layout "
+                          "wan); images take crop, stretch, variable or bucket.")
+
+
+def encodes_video(layout: str) -> bool:
+    """Whether `--layout layout` is written by a model that encodes video."""
+    from shardcook.encoders.models import MODELS
+
+    spec = LAYOUTS[layout].encode if layout in LAYOUTS else None
+    return spec is not None and MODELS[spec.model].input_kind == "video"
+
+
+def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> None:
     """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
     take the layout's defaults (its `EncodeSpec.defaults`), then ConfigError names the first
-    `model`/image option `encode` cannot work with. `cfg.layout` is then the layout itself."""
+    `model`/image option `encode` cannot work with. `cfg.layout` is then the layout itself;
+    `cfg.video` is kept only for a model that encodes video (`check_video`)."""
+    from shardcook.encoders.models import MODELS
+
     cfg.layout, spec = encode_layout(cfg.model.layout)
     m, i = cfg.model, cfg.image
+    if MODELS[spec.model].input_kind == "video":
+        check_video(cfg, chosen)
+    else:
+        given = sorted(key for section, key in chosen if section == "video")
+        if given:
+            raise ConfigError(f"--{given[0].replace('_', '-')} is for video inputs (--layout "
+                              f"wan), not --layout {cfg.layout.name}.")
+        cfg.video = None
+        check_image_resize(i)
     for name, value in spec.defaults:
         if getattr(m, name) is None:
             setattr(m, name, value)
@@ -98,6 +129,34 @@ def check_encode(cfg: RunConfig) -> None:
     if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
         raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
                           f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
+
+
+def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]]) -> None:
+    """A video run's checks: `--resize-mode` is an interpolation (bilinear when not given),
+    --height and --width come together, multiples of 8 (the VAE's downsampling)."""
+    from shardcook.encoders.wan import DEFAULT_MODEL
+
+    if cfg.video is None:
+        cfg.video = VideoConfig()
+    v, i = cfg.video, cfg.image
+    if ("model", "model_path") not in chosen:
+        cfg.model.model_path = DEFAULT_MODEL
+    check_fields(v)
+    if i.resize_mode not in VIDEO_RESIZE_MODES:
+        if ("image", "resize_mode") in chosen:
+            raise ConfigError(f"--resize-mode must be one of {', '.join(VIDEO_RESIZE_MODES)} for "
+                              f"video inputs, not {i.resize_mode!r}.")
+        i.resize_mode = VIDEO_RESIZE_MODES[0]
+    if (v.height is None) != (v.width is None):
+        raise ConfigError("--height and --width go together; give both, or neither to keep "
+                          "each video's own size.")
+    for name, side in (("--height", v.height), ("--width", v.width)):
+        if side is not None and side % 8:
+            raise ConfigError(f"{name} must be a multiple of 8 (the VAE downsamples by 8), "
+                              f"not {side}.")
+    if v.video_mode == "frames" and ("video", "max_frames") in chosen:
+        raise ConfigError("--max-frames is for --video-mode video; frames mode takes "
+                          "--num-frames frames.")
 
 
 def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:

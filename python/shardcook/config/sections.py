@@ -44,9 +44,14 @@ MAX_VIDEO_FPS = 1000.0
 CHATML_IMAGE_FORMATS = ("jpg", "png")
 
 
+#: `encode`'s video modes: each clip whole, or N frames of it as 1-frame samples.
+VIDEO_MODES = ("video", "frames")
+#: `--resize-mode` for video inputs: the interpolation of Bridge's Wan prep script.
+VIDEO_RESIZE_MODES = ("bilinear", "bicubic", "nearest", "area", "lanczos")
+
 # The --help panels the run commands' options are grouped in.
-SOURCE, OUTPUT, IMAGE, DATA_FORMAT, MODEL, CHATML = (
-    "Source", "Output", "Image", "Data format", "Model", "ChatML")
+SOURCE, OUTPUT, IMAGE, DATA_FORMAT, MODEL, CHATML, VIDEO = (
+    "Source", "Output", "Image", "Data format", "Model", "ChatML", "Video")
 AT_LEAST_1, AT_LEAST_0 = bounded(1), bounded(0)
 #: An image side: WebP's limit is the upper bound (said on its own, as it is the one users meet).
 IMAGE_SIDE = (AT_LEAST_1, bounded(high=MAX_IMAGE_SIDE, why="WebP's largest side"))
@@ -204,8 +209,10 @@ class ImageConfig(Section):
     image_size: int = option(1024, "Target side (crop, stretch).", IMAGE,
                              help_for={"encode": "Target side (crop, stretch); a multiple of 16."},
                              rules=IMAGE_SIDE)
-    resize_mode: str = option("crop", "crop, stretch, variable or bucket.", IMAGE,
-                              rules=[one_of(RESIZE_MODES)])
+    resize_mode: str = option(
+        "crop", "crop, stretch, variable or bucket; for video (--layout wan): bilinear "
+                "(default), bicubic, nearest, area or lanczos.", IMAGE,
+        rules=[one_of(RESIZE_MODES + VIDEO_RESIZE_MODES)])
     max_size: int = option(1024, "Longest side (variable, bucket).", IMAGE, rules=IMAGE_SIDE)
     image_format: str = option(
         "jpg", "jpg, png or webp (also Primus's JPEG, PNG, WEBP).", IMAGE,
@@ -339,6 +346,30 @@ class ChatmlConfig(Section):
 
 
 @dataclass
+class VideoConfig(Section):
+    """How `encode` turns videos into clips for a video model (`--layout wan`); the section
+    exists only in such runs, so image runs' manifests do not change."""
+
+    height: int | None = option(None, "Frame height (with --width; default: the video's own).",
+                                VIDEO, rules=IMAGE_SIDE)
+    width: int | None = option(None, "Frame width (with --height).", VIDEO, rules=IMAGE_SIDE)
+    video_mode: str = option(
+        "video", "video: each clip whole (the VAE keeps 1 + (T-1)//4 latent frames); frames: "
+                 "--num-frames frames of each, evenly spread, as 1-frame samples.", VIDEO,
+        rules=[one_of(VIDEO_MODES)])
+    num_frames: int = option(10, "frames: frames taken per video.", VIDEO, rules=[AT_LEAST_1])
+    max_frames: int | None = option(
+        None, "video: keep at most this many frames of each clip (Bridge keeps them all).",
+        VIDEO, rules=[AT_LEAST_1])
+    frame_stride: int = option(1, "video: keep every Nth frame.", VIDEO, rules=[AT_LEAST_1])
+    aspect_ratio: bool = option(
+        True, "Keep the aspect ratio (fit inside --height x --width); --no-aspect-ratio "
+              "stretches.", VIDEO, flags=("--aspect-ratio/--no-aspect-ratio",))
+    #: Resize the short side, then crop the middle (`--center-crop` in a video run).
+    center_crop: bool = setting(False)
+
+
+@dataclass
 class RunConfig:
     """The whole resolved configuration of one run."""
 
@@ -350,6 +381,8 @@ class RunConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     #: Only `chatml` runs have this section (so other commands' manifests do not change).
     chatml: ChatmlConfig | None = None
+    #: Only runs of a video model have this section.
+    video: VideoConfig | None = None
     #: The layout `model.layout` names, resolved once by `resolve(..., encode=True)`; not a
     #: section: the config records the name.
     layout: Layout | None = field(default=None, repr=False, compare=False)
@@ -374,6 +407,7 @@ _SECTION_CLASSES = {
     "data_format": DataFormatConfig,
     "auth": AuthConfig,
     "chatml": ChatmlConfig,
+    "video": VideoConfig,
 }
 # option name -> section name; a name two sections share goes to the first (chatml's
 # `max_pixels` is addressed as `chatml.max_pixels`)

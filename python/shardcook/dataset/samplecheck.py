@@ -205,15 +205,70 @@ def check_chatml(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: 
     return problems
 
 
+def _pickled(parts: Mapping[str, bytes], part: str) -> tuple[object, list[str]]:
+    """What pickle part `part` holds (tensors as `TensorInfo`, nothing run), or the problem."""
+    import pickle
+
+    from shardcook.dataset.tensorinfo import pickled_tensors_info
+
+    try:
+        return pickled_tensors_info(parts[part]), []
+    except pickle.UnpicklingError as e:
+        return None, [f"part {part} holds more than tensors and plain types ({e}); it was not run"]
+    except Exception as e:  # noqa: BLE001 (arbitrary bytes can fail anywhere in a pickle)
+        detail = str(e).partition("\n")[0]
+        return None, [f"part {part} is not a readable pickle ({type(e).__name__}"
+                      + (f": {detail})" if detail else ")")]
+
+
+def _latent_fits_json(parts: Mapping[str, bytes], part: str, hw: tuple[int, ...],
+                      meta_part: str) -> list[str]:
+    """The problem when a latent's height x width `hw` is not the json's processed size / 8
+    (Megatron-Bridge's `processed_height` / `processed_width`); none when json lacks them."""
+    try:
+        meta = json.loads(parts[meta_part])
+        size = (int(meta["processed_height"]), int(meta["processed_width"]))
+    except (KeyError, ValueError, TypeError, RecursionError):
+        return []
+    if tuple(hw) == (size[0] // 8, size[1] // 8):
+        return []
+    return [f"part {part} is {hw[0]}x{hw[1]} but {meta_part}'s processed size "
+            f"{size[0]}x{size[1]} needs {size[0] // 8}x{size[1] // 8}"]
+
+
+def check_wan(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: bool) -> list[str]:
+    """`pickle` holds one tensor [226, D] (read without running anything); `pth` is
+    [C, T', H/8, W/8] for json's processed size; and a dataset whose manifest records its
+    normalisation recorded the Wan VAE's (`latents_mean` / `latents_std`, one per channel)."""
+    from shardcook.layouts.wan import EMBEDDING_PART, LATENT_PART, META_PART
+
+    text, problems = _pickled(parts, EMBEDDING_PART)
+    if not problems and (not isinstance(text, TensorInfo) or len(text.shape) != 2):
+        problems.append(f"part {EMBEDDING_PART} is not one tensor [L, D]")
+    latent = _tensor(parts, LATENT_PART)
+    if latent is not None and len(latent.shape) != 4:
+        problems.append(f"part {LATENT_PART} has shape {list(latent.shape)}, not "
+                        "[C, T', H/8, W/8]")
+    norm = manifest.get("normalisation")
+    if manifest and (not isinstance(norm, dict) or norm.get("kind") != "latents_mean_std"):
+        kind = norm.get("kind") if isinstance(norm, dict) else None
+        problems.append(f"the manifest records the normalisation {kind or 'none'}, but the wan "
+                        "layout holds latents normalised by the Wan VAE's latents_mean and "
+                        "latents_std")
+    if problems or latent is None:
+        return problems
+    if isinstance(norm, dict) and len(norm.get("latents_mean") or []) != latent.shape[0]:
+        problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the manifest's "
+                        "normalisation has one mean per channel of another VAE")
+    return problems + _latent_fits_json(parts, LATENT_PART, latent.shape[2:], META_PART)
+
+
 def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
                       deep: bool) -> list[str]:
     """`pickle` holds only tensors and plain types (read without loading any class, so a
     payload is refused, never run): a dict of `prompt_embeds` `[L, D]` and
     `pooled_prompt_embeds` `[D]`; `pth` is `[C, H/8, W/8]` for json's processed size; channels
     and T5 length agree with the manifest."""
-    import pickle
-
-    from shardcook.dataset.tensorinfo import pickled_tensors_info
     from shardcook.layouts.bridge_flux import (
         EMBEDDINGS_PART,
         LATENT_PART,
@@ -222,16 +277,9 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         PROMPT_EMBEDS,
     )
 
-    try:
-        embeddings = pickled_tensors_info(parts[EMBEDDINGS_PART])
-    except pickle.UnpicklingError as e:
-        return [(f"part {EMBEDDINGS_PART} holds more than tensors and plain types ({e}); it was "
-                "not run")]
-    except Exception as e:  # noqa: BLE001 (arbitrary bytes can fail anywhere in a pickle)
-        detail = str(e).partition("\n")[0]
-        return [f"part {EMBEDDINGS_PART} is not a readable pickle ({type(e).__name__}"
-                + (f": {detail})" if detail else ")")]
-    problems = []
+    embeddings, problems = _pickled(parts, EMBEDDINGS_PART)
+    if problems:
+        return problems
     wanted = ((PROMPT_EMBEDS, 2, "[L, D]"), (POOLED_PROMPT_EMBEDS, 1, "[D]"))
     if not isinstance(embeddings, dict):
         return [(f"part {EMBEDDINGS_PART} holds a {type(embeddings).__name__}, not a dict of "
@@ -255,13 +303,5 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         if channels is not None and latent.shape[0] != channels:
             problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the "
                             f"manifest says {channels}")
-        try:
-            meta = json.loads(parts[META_PART])
-            size = (int(meta["processed_height"]), int(meta["processed_width"]))
-        except (KeyError, ValueError, TypeError, RecursionError):
-            size = None
-        if size is not None and latent.shape[1:] != (size[0] // 8, size[1] // 8):
-            problems.append(f"part {LATENT_PART} is {latent.shape[1]}x{latent.shape[2]} but "
-                            f"{META_PART}'s processed size {size[0]}x{size[1]} needs "
-                            f"{size[0] // 8}x{size[1] // 8}")
+        problems += _latent_fits_json(parts, LATENT_PART, latent.shape[1:], META_PART)
     return problems

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources
+from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources, run_facts
 from shardcook.errors import ConfigError
 from shardcook.hftoken import resolve_token
 
@@ -64,6 +64,34 @@ def latent_factors(config: Mapping[str, Any]) -> LatentFactors:
     return LatentFactors(float(config.get("scaling_factor", 1.0)),
                          float(config.get("shift_factor") or 0.0),
                          int(config.get("latent_channels", 16)))
+
+
+def flux_normalisation(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a dataset records of the VAE's normalisation (the model registry's entry)."""
+    factors = latent_factors(config)
+    return {"kind": "scaling_shift", "scaling_factor": factors.scaling_factor,
+            "shift_factor": factors.shift_factor}
+
+
+def flux_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
+    """The manifest's encoder facts for a FLUX run (`model`: the run's `ModelConfig`); reads only
+    the VAE config. No token is recorded."""
+    from shardcook.encoders.loading import vae_config
+
+    m = model
+    sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)
+    token, _ = resolve_token(token_file)
+    factors = latent_factors(vae_config(sources["vae"], token))
+    del token
+    return {
+        "encoders": {name: src.describe() for name, src in sources.items()},
+        "scaling_factor": factors.scaling_factor,
+        "shift_factor": factors.shift_factor,
+        "latent_channels": factors.latent_channels,
+        "t5_max_length": m.t5_max_length,
+        "clip_max_length": CLIP_MAX_LENGTH,
+        **run_facts(m),
+    }
 
 
 class FluxEncoders:

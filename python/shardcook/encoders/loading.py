@@ -51,6 +51,14 @@ class EncoderSource:
                 "tokenizer_subfolder": self.tokenizer_subfolder, "revision": self.revision}
 
 
+def run_facts(model: Any) -> dict[str, Any]:
+    """The manifest's last encoder facts, every model's (`model`: the run's `ModelConfig`):
+    precision, stored dtype, latent mode and its seed."""
+    return {"precision": model.precision, "stored_dtype": model.stored_dtype or model.precision,
+            "latent_mode": model.latent_mode,
+            "latent_seed": model.seed if model.latent_mode == "sample" else None}
+
+
 def offline() -> bool:
     """True when HF_HUB_OFFLINE asks for no network access."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
@@ -139,7 +147,8 @@ def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str,
 
 
 def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
-    """The VAE's config.json (scaling_factor, shift_factor, latent_channels, ...)."""
+    """The VAE's config.json (FLUX's scaling_factor, shift_factor, latent_channels; Wan's
+    latents_mean, latents_std, z_dim; ...): read as it is, whatever the VAE's class."""
     try:
         if src.local:
             folder = Path(src.source) / (src.subfolder or "")

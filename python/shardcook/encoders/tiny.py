@@ -130,3 +130,41 @@ def build_tiny_flux(root: str | Path, *, seed: int = 0) -> Path:
     (root / "model_index.json").write_text(json.dumps(
         {"_class_name": "FluxPipeline", "_shardcook_note": LABEL}, indent=2), encoding="utf-8")
     return root
+
+
+WAN_LABEL = "DEMO WEIGHTS: tiny random-weight encoders built by shardcook; not a real Wan model."
+TINY_UMT5_DIM = 32
+
+
+def build_tiny_wan(root: str | Path, *, seed: int = 0) -> Path:
+    """Writes tiny Wan-layout encoders with random weights (seeded) under `root`; returns it.
+
+    Layout: vae/ (AutoencoderKLWan, base dim 8, 16 latent channels, downsampling 8 in space and
+    4 in time, latents_mean/std of its own: not Wan's, so tests see they are read from the
+    config), text_encoder/ (UMT5EncoderModel, d_model 32) + tokenizer/.
+    """
+    import torch
+    from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
+    from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    channels = 16
+    vae = AutoencoderKLWan(
+        base_dim=8, z_dim=channels, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[round(0.05 * (c - channels / 2), 4) for c in range(channels)],
+        latents_std=[round(0.5 + 0.1 * c, 4) for c in range(channels)])
+    vae.save_pretrained(root / "vae")
+    _t5_tokenizer(root / "tokenizer")
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    umt5 = UMT5EncoderModel(UMT5Config(
+        vocab_size=len(tok), d_model=TINY_UMT5_DIM, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, is_encoder_decoder=False, use_cache=False,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
+    umt5.save_pretrained(root / "text_encoder")
+    (root / "DEMO_WEIGHTS.txt").write_text(WAN_LABEL + "\n", encoding="utf-8")
+    (root / "model_index.json").write_text(json.dumps(
+        {"_class_name": "WanPipeline", "_shardcook_note": WAN_LABEL}, indent=2), encoding="utf-8")
+    return root

@@ -10,10 +10,11 @@ from shardcook.layouts.generic import GENERIC
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.preencoded import PREENCODED
 from shardcook.layouts.raw import IMAGE_PARTS, RAW
+from shardcook.layouts.wan import WAN
 
 #: Every layout, by registry name.
 LAYOUTS: dict[str, Layout] = {
-    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC)}
+    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC, WAN)}
 
 #: The layout `encode` writes when `--layout` is not given.
 DEFAULT_ENCODE_LAYOUT = PREENCODED.name

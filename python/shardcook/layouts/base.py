@@ -92,6 +92,8 @@ class EncodeSpec:
             factor applied).
         encoder_facts: (key, value) pairs the manifest records for this layout's encoders;
             `latents_scaled` and `t5_attention_mask` there also set the encoders.
+        model: The model family whose encoders write it (`jobs.encode.models.MODELS`: its
+            encoders, how they load, its normalisation and its input kind).
     """
 
     part_builder: str
@@ -102,6 +104,7 @@ class EncodeSpec:
     stored_dtypes: tuple[str, ...] = ()
     refusal: str = ""
     encoder_facts: tuple[tuple[str, object], ...] = ()
+    model: str = "flux"
 
     def encoder_fact(self, key: str, default: object) -> object:
         """The value this layout's `encoder_facts` give `key`, else `default`."""

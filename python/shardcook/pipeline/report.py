@@ -117,7 +117,7 @@ def build_report(records: list[JsonObject], *, encoding: str, num_inputs: int, w
         "encoding": encoding,
         "num_inputs": num_inputs,
         "num_written": written,
-        "num_skipped": num_inputs - written,
+        "num_skipped": sum(1 for s in skipped if s["key"] is not None),
         "num_ignored_files": sum(1 for s in skipped if s["key"] is None),
         "skipped_by_reason": dict(sorted(by_reason.items())),
         "empty_captions": sum(r["empty_captions"] for r in records),

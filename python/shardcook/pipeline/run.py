@@ -43,6 +43,8 @@ class Loaded:
     media: dict[str, list[bytes]] | None = None
     #: The decoded and resized image, when the processor's `prepare` did that (encode).
     decoded: ImageResult | None = None
+    #: What the processor's `prepare` made of a video input (encode of videos: its clips).
+    clips: Any = None
 
 
 @dataclass
@@ -336,7 +338,8 @@ class _UnitWriter:
         s.units_written += 1
         s.inputs += record["inputs"]
         s.written += record["written"]
-        s.skipped += record["inputs"] - record["written"]
+        # an input may give several samples (video frames, an Arrow file's rows): count skips
+        s.skipped += sum(1 for skip in record["skipped"] if skip["key"] is not None)
 
 
 def run_units(

@@ -35,6 +35,8 @@ class Item:
         extras: files belonging to this input's stem that were not used, reported as skipped.
         reader: reads `image_path` (and a chat record's media paths): a local file by default,
             the folder's `read` for a source in object storage.
+        span: a video input's first and last frame (inclusive), when its caption index
+            gives them (`start_frame`, `end_frame`); None: the whole video.
     """
 
     index: int
@@ -46,6 +48,7 @@ class Item:
     extras: tuple[Extra, ...] = field(default_factory=tuple)
     skip_detail: str | None = None
     reader: Callable[[str], bytes] = field(default=read_regular_file, repr=False, compare=False)
+    span: tuple[int, int] | None = None
 
     @property
     def key(self) -> str:

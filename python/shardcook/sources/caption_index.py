@@ -3,7 +3,8 @@
 imagefolder convention
 (`metadata.jsonl` / `metadata.csv` with `file_name` and a caption column). File names are
 relative to the folder, nested folders allowed; a row whose image is missing is skipped with its
-reason. Inputs are the rows in file order."""
+reason. Inputs are the rows in file order. A video folder may also hold Primus's Wan convention,
+`meta.jsonl`, whose rows may carry `start_frame` / `end_frame` (inclusive)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from shardcook.sources.folder import Folder, read_ahead
 
 #: Index files looked for in an input folder, first found wins.
 INDEX_FILES = ("meta.json", "metadata.jsonl", "metadata.csv")
+#: The same for a folder of videos.
+VIDEO_INDEX_FILES = ("meta.json", "meta.jsonl", "metadata.jsonl", "metadata.csv")
 FILE_NAME = "file_name"
 #: Caption columns looked for when --caption-column is not given (Bridge's, then Hugging Face's).
 CAPTION_COLUMNS = ("caption", "text")
@@ -34,11 +37,12 @@ class IndexRow:
     file_name: str | None
     caption: str | None
     problem: SkipReason | None = None
+    span: tuple[int, int] | None = None
 
 
-def find_index(folder: Folder) -> str | None:
-    """The name of the caption index inside `folder`, or None."""
-    return next((n for n in INDEX_FILES if folder.is_file(n)), None)
+def find_index(folder: Folder, names: tuple[str, ...] = INDEX_FILES) -> str | None:
+    """The name of the caption index inside `folder` (the first of `names` there), or None."""
+    return next((n for n in names if folder.is_file(n)), None)
 
 
 def _json_rows(text: str, path: str) -> list[Any]:
@@ -78,7 +82,13 @@ def _row(obj: Any, caption_column: str) -> IndexRow:
     name, caption = obj.get(FILE_NAME), obj.get(caption_column)
     if not isinstance(name, str) or not name:
         return IndexRow(None, None, "bad_index_row")
-    return IndexRow(name, None if caption is None else clean_caption(str(caption)))
+    start, end = obj.get("start_frame"), obj.get("end_frame")
+    span = None
+    if start is not None or end is not None:
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end):
+            return IndexRow(None, None, "bad_index_row")
+        span = (start, end)
+    return IndexRow(name, None if caption is None else clean_caption(str(caption)), span=span)
 
 
 def read_index(folder: Folder, name: str, caption_column: str | None = None) -> list[IndexRow]:
@@ -146,4 +156,4 @@ class CaptionIndexSource:
         skip: SkipReason | None = "missing_caption" if row.caption is None else None
         image = None if skip else self.folder.preload(source)
         return Item(index, source, image=image, image_path=source, caption=row.caption,
-                    skip=skip, reader=self.folder.read)
+                    skip=skip, reader=self.folder.read, span=row.span)

@@ -1,19 +1,53 @@
 """A folder (local or in object storage): `images/` + `captions/` paired by stem, or a flat
-folder of images with same-stem `.txt` captions next to them."""
+folder of images with same-stem `.txt` captions next to them. For a video model the inputs are
+videos (`videos/` + `captions/`, or flat), each captioned by a same-stem `.json` holding
+`caption` (Megatron-Bridge's convention) or `.txt`."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from shardcook.errors import ConfigError, SkipReason
-from shardcook.sources.base import Extra, Item, decode_caption
+from shardcook.sources.base import Extra, Item, clean_caption, decode_caption
 from shardcook.sources.folder import Folder, open_folder, read_ahead
 from shardcook.storage.location import Location
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 CAPTION_EXTENSIONS = frozenset({".txt"})
+#: What PyAV (FFmpeg) decodes that people keep clips in.
+VIDEO_EXTENSIONS = frozenset({".mp4", ".webm", ".mov", ".mkv", ".avi", ".m4v"})
+
+
+@dataclass(frozen=True)
+class Media:
+    """What a folder's inputs are: their subfolder beside `captions/`, file and caption
+    extensions."""
+
+    kind: str
+    folder: str
+    extensions: frozenset[str]
+    captions: frozenset[str]
+
+
+IMAGES = Media("images", "images", IMAGE_EXTENSIONS, CAPTION_EXTENSIONS)
+VIDEOS = Media("videos", "videos", VIDEO_EXTENSIONS, frozenset({".json", ".txt"}))
+
+
+def read_caption(name: str, raw: bytes) -> tuple[str | None, SkipReason | None, str | None]:
+    """(caption, skip reason, detail) of a caption file: text, or a `.json` holding `caption`."""
+    if not name.lower().endswith(".json"):
+        return (*decode_caption(raw), None)
+    try:
+        caption = json.loads(raw).get("caption")
+    except (ValueError, AttributeError):
+        return None, "missing_caption", f"{name} is not a JSON object"
+    if not isinstance(caption, str):
+        return None, "missing_caption", f"{name} has no string `caption`"
+    return clean_caption(caption), None, None
 
 
 def _group(names: list[str], extensions: frozenset[str]) -> dict[str, list[str]]:
@@ -38,29 +72,31 @@ def input_folder(input_dir: str | os.PathLike[str] | Location | Folder) -> Folde
 
 
 class DirectorySource:
-    """Inputs = image stems in sorted order; each stem's first image and first caption are used."""
+    """Inputs = image (or video) stems in sorted order; each stem's first image and first
+    caption are used."""
 
-    def __init__(self, input_dir: str | os.PathLike[str] | Folder, max_samples: int | None = None):
+    def __init__(self, input_dir: str | os.PathLike[str] | Folder, max_samples: int | None = None,
+                 media: Media = IMAGES):
         folder = input_folder(input_dir)
         self.folder = folder
-        if folder.is_dir("images"):
-            self.layout = "images+captions"
-            self.image_dir = "images/"
-            caption_dirs = ["captions/", "images/"]
+        if folder.is_dir(media.folder):
+            self.layout = f"{media.folder}+captions"
+            self.image_dir = f"{media.folder}/"
+            caption_dirs = ["captions/", self.image_dir]
         else:
             self.layout = "flat"
             self.image_dir = ""
             caption_dirs = [""]
-        self._images = _group(folder.files(self.image_dir), IMAGE_EXTENSIONS)
+        self._images = _group(folder.files(self.image_dir), media.extensions)
         self._captions: list[tuple[str, dict[str, list[str]]]] = [
-            (d, _group(folder.files(d), CAPTION_EXTENSIONS)) for d in caption_dirs
+            (d, _group(folder.files(d), media.captions)) for d in caption_dirs
             if not d or folder.is_dir(d)
         ]
         stems = sorted(self._images)
         if not stems:
             raise ConfigError(
-                f"No images found in {folder.where(self.image_dir)!r} (looked for "
-                f"{', '.join(sorted(IMAGE_EXTENSIONS))}); check --input-dir."
+                f"No {media.kind} found in {folder.where(self.image_dir)!r} (looked for "
+                f"{', '.join(sorted(media.extensions))}); check --input-dir."
             )
         self.num_found = len(stems)
         self._stems = stems[:max_samples] if max_samples is not None else stems
@@ -92,7 +128,7 @@ class DirectorySource:
         if captions:
             extras += [Extra(c, "duplicate_caption", captions[0]) for c in captions[1:]]
             try:
-                caption, skip = decode_caption(self.folder.read(captions[0]))
+                caption, skip, detail = read_caption(captions[0], self.folder.read(captions[0]))
             except OSError as e:  # gone since the folder was listed
                 detail = f"{captions[0]}: {e.strerror or e}"
         image = None if skip else self.folder.preload(image_path)

@@ -30,6 +30,8 @@ from shardcook.storage import Remote, bad_segment, segment_named
 from shardcook.storage.location import Location, locate
 
 IMAGE_PARTS = ("jpg", "jpeg", "png", "webp")
+#: The video parts looked for in a video model's run.
+VIDEO_PARTS = ("mp4", "webm", "mov", "mkv", "avi")
 JSON_CAPTION_FIELDS = ("caption", "text", "prompt", "txt")
 #: Tars whose headers are counted at once (each count waits on the store, not on the CPU).
 COUNT_THREADS = 8
@@ -217,6 +219,7 @@ class WebDatasetSource:
         max_samples: int | None = None,
         image_part: str | None = None,
         caption_field: str | None = None,
+        media_parts: tuple[str, ...] = IMAGE_PARTS,
     ):
         tars = expand_tars(input_path)
         input_path = str(input_path)
@@ -225,6 +228,7 @@ class WebDatasetSource:
         self.pattern = input_path
         self.tars = tars
         self.image_part = image_part
+        self.media_parts = media_parts
         self.caption_field = caption_field
         self._starts: list[int] = []
         total = 0
@@ -259,7 +263,7 @@ class WebDatasetSource:
             t += 1
 
     def _item(self, index: int, source: str, parts: dict[str, bytes]) -> Item:
-        image_part = self.image_part or next((p for p in IMAGE_PARTS if p in parts), None)
+        image_part = self.image_part or next((p for p in self.media_parts if p in parts), None)
         if image_part is None or image_part not in parts:
             return Item(index, source, skip="missing_image")
         caption, skip = self._caption(parts)

@@ -110,8 +110,8 @@ def _reduce_storage(storage: Any) -> tuple[Any, tuple[bytes]]:
     return torch.storage._load_from_bytes, (_storage_bytes(storage),)
 
 
-def pickle_tensors(tensors: dict[str, torch.Tensor]) -> bytes:
-    """`pickle.dumps(tensors)` as Bridge's script writes it (each tensor
+def pickle_tensors(tensors: dict[str, torch.Tensor] | torch.Tensor) -> bytes:
+    """`pickle.dumps(tensors)` (a dict of tensors, or one) as Bridge's scripts write it (each tensor
     `torch._utils._rebuild_tensor_v2` over `torch.storage._load_from_bytes`), byte-reproducible."""
     import torch
 

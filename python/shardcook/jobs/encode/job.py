@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from shardcook.encoders.flux import FluxEncoders
+    from shardcook.encoders.wan import WanEncoders
 
 log = logging.getLogger(__name__)
 
@@ -99,29 +100,13 @@ def pick_device(requested: str | None) -> str:
 
 
 def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
-    """The manifest's encoder facts (docs/FORMAT.md §6); reads only the VAE config. No token."""
-    from shardcook.encoders.flux import latent_factors
-    from shardcook.encoders.loading import resolve_sources, vae_config
-    from shardcook.hftoken import resolve_token
+    """The manifest's encoder facts (docs/FORMAT.md §6), from the layout's model family; reads
+    only the VAE config. No token."""
+    from shardcook.encoders.models import MODELS
 
-    m, spec = cfg.model, encode_spec(cfg)
-    sources = resolve_sources(m.model_path, m.vae_path, m.clip_path, m.t5_path, m.revision)
-    token, _ = resolve_token(token_file)
-    factors = latent_factors(vae_config(sources["vae"], token))
-    del token
-    return {
-        "encoders": {name: src.describe() for name, src in sources.items()},
-        "scaling_factor": factors.scaling_factor,
-        "shift_factor": factors.shift_factor,
-        "latent_channels": factors.latent_channels,
-        "t5_max_length": m.t5_max_length,
-        "clip_max_length": 77,
-        "precision": m.precision,
-        "stored_dtype": m.stored_dtype or m.precision,
-        "latent_mode": m.latent_mode,
-        "latent_seed": m.seed if m.latent_mode == "sample" else None,
-        **dict(spec.encoder_facts),
-    }
+    spec = encode_spec(cfg)
+    facts: JsonObject = MODELS[spec.model].function("manifest")(cfg.model, token_file)
+    return {**facts, **dict(spec.encoder_facts)}
 
 
 def encode_spec(cfg: RunConfig) -> EncodeSpec:
@@ -325,9 +310,15 @@ class EncodeJob(JobBasics):
             self.workers = cfg.image.workers or os.cpu_count() or 1
         else:  # fixed for the whole run: float32 CPU kernels round differently with other counts
             self.threads, self.workers = cpu_threads(cfg.image.workers)
-        check_image_options(cfg.image, self.workers)
         self.batch_size = max(4 * cfg.model.batch_size, 8)
-        self.prefetch = prefetch_batches(cfg, self.batch_size)
+        if cfg.video is None:
+            check_image_options(cfg.image, self.workers)
+            self.prefetch = prefetch_batches(cfg, self.batch_size)
+        else:
+            from shardcook.jobs.encode.video import prefetch_clips
+
+            self.batch_size = cfg.model.batch_size
+            self.prefetch = prefetch_clips(cfg)
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -342,7 +333,12 @@ class EncodeJob(JobBasics):
             torch.set_num_threads(callers_threads)
 
     def units(self, source: Source) -> list[WorkUnit]:
-        return ratio_units(self.cfg, source)
+        units = ratio_units(self.cfg, source)
+        if self.cfg.video is None:
+            return units
+        from shardcook.jobs.encode.video import clip_units
+
+        return clip_units(units)
 
     def load_encoders(self, folder: OutputFolder) -> FluxEncoders:
         """The encoders (rank 0 also writes empty_encodings into the run's `folder`)."""
@@ -362,13 +358,29 @@ class EncodeJob(JobBasics):
             write_empty_encodings(folder, encoders)
         return encoders
 
-    def processor(self, cfg: RunConfig, folder: OutputFolder) -> EncodeProcessor:
+    def load_video_encoders(self) -> WanEncoders:
+        """The encoders of the layout's video model family (its registry entry's class)."""
+        from shardcook.encoders.models import MODELS
+
+        quiet_model_libraries()
+        m = self.cfg.model
+        assert m.precision is not None and m.latent_mode is not None  # checked in __init__
+        encoders: WanEncoders = MODELS[self.spec.model].function("encoders").load(
+            model_path=m.model_path, revision=m.revision, token_file=self.token_file,
+            precision=m.precision, device=self.device, latent_mode=m.latent_mode, seed=m.seed)
+        return encoders
+
+    def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:
         from shardcook.encoders.flux import torch_dtype
 
         m = cfg.model
         assert m.precision is not None  # checked in __init__
-        return EncodeProcessor(cfg, lambda: self.load_encoders(folder),
-                               torch_dtype(m.stored_dtype or m.precision), self.workers)
+        dtype = torch_dtype(m.stored_dtype or m.precision)
+        if cfg.video is not None:  # the layout's model encodes video
+            from shardcook.jobs.encode.video import VideoEncodeProcessor
+
+            return VideoEncodeProcessor(cfg, self.load_video_encoders, dtype, self.workers)
+        return EncodeProcessor(cfg, lambda: self.load_encoders(folder), dtype, self.workers)
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         finalize_by_ratio(self.cfg, self.encoding, folder)

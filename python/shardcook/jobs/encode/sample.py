@@ -42,5 +42,32 @@ class EncodedSample:
     facts: dict[str, object]
 
 
+@dataclass(frozen=True)
+class EncodedClip:
+    """One clip of a video input after the encoders (a video model's part builders get these).
+
+    Attributes:
+        item: The input (key, caption, source).
+        key: The sample's key: Bridge's `{video:06}`, or `{video:06}_{frame:02}` for frames.
+        latent: The normalised latent [C, T', h, w], on the CPU in the stored dtype.
+        text: The text embedding [L, D].
+        frames: (frames encoded, height, width) of the clip's pixels.
+        frame: (1-based index, clips of the video) in `--video-mode frames`, else None.
+        settings: Bridge's `resize_settings`.
+        facts: The run's facts the json records (latent_mode, processing_mode, ...).
+    """
+
+    item: Item
+    key: str
+    latent: torch.Tensor
+    text: torch.Tensor
+    frames: tuple[int, int, int]
+    frame: tuple[int, int] | None
+    settings: dict[str, object]
+    facts: dict[str, object]
+
+
 #: A layout's `part_builder`: one sample's (part, bytes), in the layout's order.
 PartBuilder = Callable[[EncodedSample], list[tuple[str, bytes]]]
+#: A video layout's `part_builder`.
+ClipPartBuilder = Callable[[EncodedClip], list[tuple[str, bytes]]]

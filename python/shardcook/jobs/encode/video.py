@@ -1,0 +1,190 @@
+"""`encode` for a model that encodes video (the model registry's `input_kind: video`, e.g. Wan):
+each input video becomes one clip (`--video-mode video`) or N 1-frame clips (`frames`).
+
+The shared loop's reader thread decodes and resizes the next batches' videos in `--workers`
+threads (PyAV and Pillow release the GIL: `prepare`); the main thread runs the encoders
+(`process`): clips of one shape are batched through the VAE together, whatever input they come
+from, and each distinct caption of the batch goes through the text encoder once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from shardcook.config import RunConfig
+from shardcook.jobs.encode.sample import ClipPartBuilder, EncodedClip
+from shardcook.layouts import registry_function
+from shardcook.media import MediaError
+from shardcook.media.clips import Framing, clips_of
+from shardcook.pipeline.plan import WorkUnit
+from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from shardcook.encoders.wan import WanEncoders
+
+
+@dataclass(frozen=True)
+class Clips:
+    """A video input's clips: the resized frames they use and each clip's frame indices."""
+
+    frames: list[np.ndarray]
+    picks: list[list[int]]
+
+
+def framing(cfg: RunConfig) -> Framing:
+    """The run's `Framing`, from its video section and --resize-mode."""
+    v = cfg.video
+    assert v is not None  # a video model's run has the section (`check_encode`)
+    target = (v.height, v.width) if v.height is not None and v.width is not None else None
+    return Framing(target, cfg.image.resize_mode, v.aspect_ratio, v.center_crop, v.video_mode,
+                   v.num_frames, v.max_frames, v.frame_stride)
+
+
+#: The most memory decoded clips waiting for the encoders may take, as for images.
+PREPARED_BYTES = 512 << 20
+#: The frames a clip is taken to hold when nothing bounds it (Wan's 81 at 16 fps).
+TYPICAL_FRAMES = 81
+
+
+def prefetch_clips(cfg: RunConfig) -> int:
+    """How many decoded reader batches may wait for the encoders: PREPARED_BYTES' worth of
+    clips at the run's size, 1-16 (a video of unknown size counts as 480 x 832)."""
+    v = cfg.video
+    assert v is not None
+    frames = v.num_frames if v.video_mode == "frames" else (v.max_frames or TYPICAL_FRAMES)
+    side = (v.height or 480) * (v.width or 832)
+    return max(1, min(16, PREPARED_BYTES // (cfg.model.batch_size * frames * side * 3)))
+
+
+class ClipUnit(WorkUnit):
+    """A unit of --shard-size videos: every clip of them goes in the unit's one shard."""
+
+    @property
+    def capacity(self) -> int:
+        return 1 << 62
+
+
+def clip_units(units: list[WorkUnit]) -> list[WorkUnit]:
+    """The engine's units of a video run, as `ClipUnit`s."""
+    return [ClipUnit(u.unit, u.start, u.stop) for u in units]
+
+
+def sample_key(index: int, frame: int | None) -> str:
+    """Bridge's keys: `{video:06}`, or `{video:06}_{frame:02}` (1-based) for frames."""
+    return f"{index:06}" if frame is None else f"{index:06}_{frame:02}"
+
+
+class VideoEncodeProcessor(Processor):
+    """Turns loaded videos into the run's layout's samples, one outcome per input (its clips as
+    rows), in order."""
+
+    def __init__(self, cfg: RunConfig, load_encoders: Callable[[], WanEncoders],
+                 stored_dtype: torch.dtype, workers: int) -> None:
+        assert cfg.layout is not None and cfg.layout.encode is not None
+        self.model = cfg.model
+        self.framing = framing(cfg)
+        self.build_parts: ClipPartBuilder = registry_function(cfg.layout.encode.part_builder)
+        self.batch_size = cfg.model.batch_size
+        self.stored_dtype = stored_dtype
+        self.stage_seconds = {"preprocess": 0.0, "load_encoders": 0.0, "encode": 0.0,
+                              "serialize": 0.0}
+        self._load_encoders = load_encoders
+        self._enc: WanEncoders | None = None
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="shardcook-video")
+
+    @property
+    def enc(self) -> WanEncoders:
+        if self._enc is None:
+            t0 = time.perf_counter()
+            self._enc = self._load_encoders()
+            self.stage_seconds["load_encoders"] += time.perf_counter() - t0
+        return self._enc
+
+    def start(self) -> None:
+        self.enc  # noqa: B018 - loads the encoders while the reader decodes
+
+    def _decode(self, loaded: Loaded) -> Loaded:
+        assert loaded.image is not None  # the loop read every input it did not skip
+        try:
+            frames, picks = clips_of(loaded.image, self.framing, loaded.item.span)
+        except MediaError as e:
+            return replace(loaded, image=None, skip=e.reason, detail=str(e))
+        return replace(loaded, image=None, clips=Clips(frames, picks))
+
+    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+        """The batch with each video decoded and resized into its clips, or skipped with the
+        reason."""
+        t0 = time.perf_counter()
+        _, todo = split_skipped(batch)
+        prepared = list(batch)
+        for n, loaded in zip(todo, self._pool.map(self._decode, [batch[n] for n in todo]),
+                             strict=True):
+            prepared[n] = loaded
+        self.stage_seconds["preprocess"] += time.perf_counter() - t0
+        return prepared
+
+    @cached_property
+    def _facts(self) -> dict[str, object]:
+        m = self.model
+        return {"latent_mode": m.latent_mode,
+                "latent_seed": m.seed if m.latent_mode == "sample" else None}
+
+    def _texts(self, captions: list[str]) -> dict[str, torch.Tensor]:
+        """Each distinct caption's embedding, on the CPU in the stored dtype."""
+        distinct = list(dict.fromkeys(captions))
+        out: dict[str, torch.Tensor] = {}
+        for k in range(0, len(distinct), self.batch_size):
+            chunk = distinct[k:k + self.batch_size]
+            emb = self.enc.encode_text(chunk).to("cpu", dtype=self.stored_dtype)
+            out.update(zip(chunk, emb, strict=True))
+        return out
+
+    def process(self, batch: list[Loaded]) -> list[Outcome]:
+        import numpy as np
+
+        outcomes, todo = split_skipped(batch)
+        enc = self.enc
+        t0 = time.perf_counter()
+        # (input, clip number, key, frames [T, H, W, 3]) of every clip, grouped by shape
+        groups: dict[tuple[int, ...], list[tuple[int, int, str, np.ndarray]]] = {}
+        for n in todo:
+            clips: Clips = batch[n].clips
+            single = self.framing.mode == "frames"
+            for c, pick in enumerate(clips.picks):
+                pixels = np.stack([clips.frames[i] for i in pick])
+                key = sample_key(batch[n].item.index, c + 1 if single else None)
+                groups.setdefault(pixels.shape, []).append((n, c, key, pixels))
+        texts = self._texts([batch[n].item.caption or "" for n in todo])
+        latents: dict[tuple[int, int], torch.Tensor] = {}
+        for group in groups.values():
+            for k in range(0, len(group), self.batch_size):
+                chunk = group[k:k + self.batch_size]
+                pixels = np.stack([p for *_, p in chunk])
+                z = enc.encode_videos(pixels, [key for _, _, key, _ in chunk])
+                for (n, c, _, _), lat in zip(chunk, z.to("cpu", dtype=self.stored_dtype),
+                                             strict=True):
+                    latents[(n, c)] = lat
+        self.stage_seconds["encode"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for n in todo:
+            item, clips = batch[n].item, batch[n].clips
+            rows = []
+            for c, pick in enumerate(clips.picks):
+                h, w = clips.frames[pick[0]].shape[:2]
+                frame = (c + 1, len(clips.picks)) if self.framing.mode == "frames" else None
+                key = sample_key(item.index, None if frame is None else frame[0])
+                clip = EncodedClip(item, key, latents[(n, c)], texts[item.caption or ""],
+                                   (len(pick), h, w), frame, self.framing.settings(),
+                                   self._facts)
+                rows.append((key, list(self.build_parts(clip))))
+            outcomes[n] = Outcome(item, rows=rows)
+        self.stage_seconds["serialize"] += time.perf_counter() - t0
+        return completed(outcomes)

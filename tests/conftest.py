@@ -20,26 +20,27 @@ def twin(tmp_path):
     return copy
 
 
+def _tiny_models(tmp_path_factory, name: str) -> Path:
+    """The tiny random-weight encoders `shardcook.encoders.tiny.build_<name>` makes, built once
+    per session (per worker) under its base folder."""
+    from shardcook.encoders import tiny
+
+    root = tmp_path_factory.getbasetemp() / name
+    if not (root / "DEMO_WEIGHTS.txt").is_file():
+        getattr(tiny, f"build_{name}")(root)
+    return root
+
+
 @pytest.fixture(scope="session")
 def tiny_flux(tmp_path_factory) -> Path:
     """Tiny random-weight FLUX-layout encoders (the module shared with `shardcook demo`)."""
-    from shardcook.encoders.tiny import build_tiny_flux
-
-    root = tmp_path_factory.getbasetemp() / "tiny_flux"
-    if not (root / "DEMO_WEIGHTS.txt").is_file():
-        build_tiny_flux(root)
-    return root
+    return _tiny_models(tmp_path_factory, "tiny_flux")
 
 
 @pytest.fixture(scope="session")
 def tiny_wan(tmp_path_factory) -> Path:
-    """Tiny random-weight Wan encoders (vae/, text_encoder/, tokenizer/), built once."""
-    from shardcook.encoders.tiny import build_tiny_wan
-
-    root = tmp_path_factory.getbasetemp() / "tiny_wan"
-    if not (root / "DEMO_WEIGHTS.txt").is_file():
-        build_tiny_wan(root)
-    return root
+    """Tiny random-weight Wan encoders (vae/, text_encoder/, tokenizer/)."""
+    return _tiny_models(tmp_path_factory, "tiny_wan")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ from shardcook.config import RunConfig
 from shardcook.distributed import env_int
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
+from shardcook.jobs.encode.loadonce import LoadedOnce
 from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
 from shardcook.jobs.images import check_image_options, decode_images, result_pixels
 from shardcook.layouts import EncodeSpec, registry_function
@@ -135,17 +136,12 @@ class EncodeProcessor(Processor):
         self.workers = workers
         self.stage_seconds = {"preprocess": 0.0, "load_encoders": 0.0, "encode": 0.0,
                               "serialize": 0.0}
-        self._load_encoders = load_encoders
-        self._enc: FluxEncoders | None = None
+        self._encoders = LoadedOnce(load_encoders, self.stage_seconds)
         self._ser = ThreadPoolExecutor(1, thread_name_prefix="shardcook-serialize")
 
     @property
     def enc(self) -> FluxEncoders:
-        if self._enc is None:
-            t0 = time.perf_counter()
-            self._enc = self._load_encoders()
-            self.stage_seconds["load_encoders"] += time.perf_counter() - t0
-        return self._enc
+        return self._encoders.get()
 
     def prepare(self, batch: list[Loaded]) -> list[Loaded]:
         """The batch with each image decoded and resized, or skipped with the reason."""

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
+from shardcook.jobs.encode.loadonce import LoadedOnce
 from shardcook.jobs.encode.sample import ClipPartBuilder, EncodedClip
 from shardcook.layouts import registry_function
 from shardcook.media import MediaError
@@ -96,17 +97,12 @@ class VideoEncodeProcessor(Processor):
         self.stored_dtype = stored_dtype
         self.stage_seconds = {"preprocess": 0.0, "load_encoders": 0.0, "encode": 0.0,
                               "serialize": 0.0}
-        self._load_encoders = load_encoders
-        self._enc: WanEncoders | None = None
+        self._encoders = LoadedOnce(load_encoders, self.stage_seconds)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="shardcook-video")
 
     @property
     def enc(self) -> WanEncoders:
-        if self._enc is None:
-            t0 = time.perf_counter()
-            self._enc = self._load_encoders()
-            self.stage_seconds["load_encoders"] += time.perf_counter() - t0
-        return self._enc
+        return self._encoders.get()
 
     def start(self) -> None:
         self.enc  # noqa: B018 - loads the encoders while the reader decodes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from shardcook.config import RunConfig
 
@@ -13,19 +14,16 @@ from shardcook.config import RunConfig
 CLIPS = 3
 
 
-def make_videos(folder: Path, colours: dict[str, tuple[int, int, int]]) -> list[str]:
-    """CLIPS clips of a moving square with captions naming its colour; the captions."""
+def make_videos(folder: Path, colours: dict[str, tuple[int, int, int]]) -> None:
+    """CLIPS clips of a moving square, each with a same-stem `.json` caption naming its colour."""
     from shardcook.demo.chatml import make_clip
 
     folder.mkdir(parents=True, exist_ok=True)
-    captions = []
     for i, (colour, rgb) in enumerate(list(colours.items())[:CLIPS]):
         clip = folder / f"{colour}.mp4"
         make_clip(clip, rgb, 2 + i)
-        captions.append(f"a {colour} square moving right")
-        clip.with_suffix(".json").write_text(json.dumps({"caption": captions[-1]}),
-                                             encoding="utf-8")
-    return captions
+        caption = {"caption": f"a {colour} square moving right"}
+        clip.with_suffix(".json").write_text(json.dumps(caption), encoding="utf-8")
 
 
 def config(videos: Path, out: Path, model: Path) -> RunConfig:
@@ -38,7 +36,7 @@ def config(videos: Path, out: Path, model: Path) -> RunConfig:
     return resolve(values, set(values), encode=True)
 
 
-def first_sample(out: Path) -> dict:
+def first_sample(out: Path) -> dict[str, Any]:
     """The first sample of `out` through Energon as a CrudeWebdataset, its parts decoded."""
     from megatron.energon import (
         Cooker,
@@ -51,7 +49,7 @@ def first_sample(out: Path) -> dict:
     )
 
     @stateless
-    def cook(sample: dict) -> dict:
+    def cook(sample: dict[str, Any]) -> dict[str, Any]:
         return dict(**basic_sample_keys(sample), json=sample["json"], pth=sample["pth"],
                     pickle=sample["pickle"])
 
@@ -59,7 +57,7 @@ def first_sample(out: Path) -> dict:
         cookers = [Cooker(cook)]  # noqa: RUF012 - Energon reads the class attribute
 
         @stateless
-        def batch(self, samples: list[dict]) -> dict:
+        def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
             return samples[0]
 
     ds = get_train_dataset(out, batch_size=1, shuffle_buffer_size=None,
@@ -86,7 +84,7 @@ def run_wan_demo(root: Path, model: Path) -> list[str]:
     if not (model / "DEMO_WEIGHTS.txt").is_file():
         build_tiny_wan(model)
     videos, out = root / "videos", root / "wan"
-    captions = make_videos(videos, COLOURS)
+    make_videos(videos, COLOURS)
     cfg = config(videos, out, model)
     rep = run_pipeline(cfg, EncodeJob(cfg))
     assert rep is not None  # one process: rank 0 reports
@@ -98,5 +96,4 @@ def run_wan_demo(root: Path, model: Path) -> list[str]:
              f"tiny Wan encoders ({model.name}), finalized and validated "
              f"({rep['wall_seconds']:.1f} s)"),
             (f"            energon: {s['__key__']}: latents {list(s['pth'].shape)}, text "
-             f"{list(s['pickle'].shape)}, caption \"{s['json']['caption']}\""
-             f" (of {len(captions)})")]
+             f"{list(s['pickle'].shape)}, caption \"{s['json']['caption']}\"")]

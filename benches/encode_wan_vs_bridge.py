@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -106,14 +105,6 @@ def shardcook_cmd(model: Path, src: Path, out: Path, h: int, w: int, mode: list[
             str(batch), "--shard-size", "8", "--overwrite", "--quiet"]
 
 
-def count(out: Path, suffix: str) -> int:
-    n = 0
-    for shard in out.glob("*.tar"):
-        with tarfile.open(shard) as tar:
-            n += sum(1 for m in tar.getmembers() if m.name.endswith(suffix))
-    return n
-
-
 def subset(videos: list[tuple[str, str]], n: int, dest: Path) -> Path:
     """dest: hard links to the first n clips and their captions."""
     dest.mkdir(parents=True)
@@ -125,6 +116,9 @@ def subset(videos: list[tuple[str, str]], n: int, dest: Path) -> Path:
 
 def compare(args: argparse.Namespace, model: Path, videos: list[tuple[str, str]],
             bridge: bool) -> None:
+    sys.path.insert(0, str(ROOT / "benches"))
+    from encode_vs_bridge import count_samples
+
     sizes = (args.n, 2 * args.n)
     src = {sizes[1]: WORK / f"clips-{sizes[1]}"}
     src[sizes[0]] = subset(videos, sizes[0], WORK / f"clips-{sizes[0]}")
@@ -138,7 +132,7 @@ def compare(args: argparse.Namespace, model: Path, videos: list[tuple[str, str]]
             out = WORK / f"sc-{mode}-{n}"
             t["shardcook encode", n], rss["shardcook encode"] = timed(shardcook_cmd(
                 model, src[n], out, args.height, args.width, flags, args.batch_size))
-            assert count(out, ".pth") == n * per, "shardcook skipped clips"
+            assert count_samples(out, ".pth") == n * per, "shardcook skipped clips"
             shutil.rmtree(out)
             if bridge:
                 out = WORK / f"bridge-{mode}-{n}"
@@ -146,7 +140,7 @@ def compare(args: argparse.Namespace, model: Path, videos: list[tuple[str, str]]
                 t["Bridge's script", n], rss["Bridge's script"] = timed(
                     [sys.executable, "-c", BRIDGE, str(ROOT), json.dumps(listed), str(out), mode,
                      str(args.num_frames), str(model)])
-                assert count(out, ".pth") == n * per, "Bridge's script skipped clips"
+                assert count_samples(out, ".pth") == n * per, "Bridge's script skipped clips"
                 shutil.rmtree(out)
         print(f"--video-mode {' '.join(flags)}: {sizes[1]} clips of {args.frames} frames at "
               f"{args.height} x {args.width} ({sizes[1] * per} samples), tiny Wan encoders, fp32, "

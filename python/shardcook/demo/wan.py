@@ -1,6 +1,6 @@
 """`shardcook demo`'s video part: a few generated clips (same-stem `.json` captions, Bridge's
 convention) through tiny random-weight Wan encoders, `encode --layout wan`, finalized, validated
-sample by sample and loaded through Energon."""
+sample by sample and loaded through Energon (shardcook.energon's safe parts reader)."""
 
 from __future__ import annotations
 
@@ -37,34 +37,25 @@ def config(videos: Path, out: Path, model: Path) -> RunConfig:
 
 
 def first_sample(out: Path) -> dict[str, Any]:
-    """The first sample of `out` through Energon as a CrudeWebdataset, its parts decoded."""
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        WorkerConfig,
-        basic_sample_keys,
-        get_loader,
-        get_train_dataset,
-        stateless,
+    """The first sample of `out` through shardcook.energon's loader with `PartsTaskEncoder`
+    (the layout's parts; pickle-based ones stay bytes), its tensors then read safely."""
+    import warnings
+
+    from shardcook.energon import (
+        PartsTaskEncoder,
+        get_diffusion_loader,
+        load_pickled_tensors,
+        load_tensor,
     )
 
-    @stateless
-    def cook(sample: dict[str, Any]) -> dict[str, Any]:
-        return dict(**basic_sample_keys(sample), json=sample["json"], pth=sample["pth"],
-                    pickle=sample["pickle"])
-
-    class Encoder(DefaultTaskEncoder):  # type: ignore[type-arg]
-        cookers = [Cooker(cook)]  # noqa: RUF012 - Energon reads the class attribute
-
-        @stateless
-        def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-            return samples[0]
-
-    ds = get_train_dataset(out, batch_size=1, shuffle_buffer_size=None,
-                           max_samples_per_sequence=None, repeat=False,
-                           worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-                           task_encoder=Encoder())
-    return dict(next(iter(get_loader(ds))))
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    loader = get_diffusion_loader(out, batch_size=1, num_workers=0, shuffle_buffer_size=None,
+                                  max_samples_per_sequence=None, task_encoder=PartsTaskEncoder())
+    batch = next(iter(loader))
+    key, parts = batch.__key__[0], batch.parts  # a json part is batched as a dict of lists
+    return {"__key__": key, "caption": parts["json"]["caption"][0],
+            "pth": load_tensor(parts["pth"][0], key=key, part="pth"),
+            "pickle": load_pickled_tensors(parts["pickle"][0], key=key, part="pickle")}
 
 
 def run_wan_demo(root: Path, model: Path) -> list[str]:
@@ -96,4 +87,4 @@ def run_wan_demo(root: Path, model: Path) -> list[str]:
              f"tiny Wan encoders ({model.name}), finalized and validated "
              f"({rep['wall_seconds']:.1f} s)"),
             (f"            energon: {s['__key__']}: latents {list(s['pth'].shape)}, text "
-             f"{list(s['pickle'].shape)}, caption \"{s['json']['caption']}\"")]
+             f"{list(s['pickle'].shape)}, caption \"{s['caption']}\"")]

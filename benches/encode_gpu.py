@@ -10,8 +10,15 @@ CLIP-L text: 768, 12 layers), no download, saved in the FLUX layout in bf16; the
   3. with --bridge-script (a local copy of Megatron-Bridge's prepare_energon_dataset_flux.py,
      see benches/encode_vs_bridge.py): `encode --layout megatron-bridge` against Bridge's script
      on the GPU, both fp32 as Bridge's script is, at the first size, samples/s and the ratio.
+With --wan, instead: Wan 2.1's encoders with random weights (AutoencoderKLWan at its default
+config: base dim 96, 16 latent channels; UMT5-XXL encoder: d_model 4096, 24 layers), and
+`encode --layout wan --video-mode video` on --n generated clips of 81 frames at 480 x 832: clips/s
+and the share of encoder time not spent waiting for decoded clips (goal: busy >= 90%), per
+batch size of --batches.
 
     python benches/encode_gpu.py                 # on a GPU machine (about 5-8 minutes)
+    python benches/encode_gpu.py --wan --n 16 --batches 1 4   # Wan at 480 x 832, 81 frames
+    python benches/encode_gpu.py --wan --tiny --device cpu --n 2 --wan-shape 9 48 80  # CPU smoke
     python benches/encode_gpu.py --sizes 512 --bridge-script /tmp/prepare_energon_dataset_flux.py
     python benches/encode_gpu.py --tiny --device cpu --n 16 --sizes 64   # smoke test on CPU
 """
@@ -57,6 +64,70 @@ def build(root: Path, tiny: bool, device: str) -> Path:
     _clip_tokenizer(root / "tokenizer")  # small vocabularies; ids fit the real embedding tables
     _t5_tokenizer(root / "tokenizer_2")
     return root
+
+
+def build_wan(root: Path, tiny: bool, device: str) -> Path:
+    """Wan 2.1's encoders with random weights (or the tiny ones), saved in the diffusers layout."""
+    import torch
+    from diffusers import AutoencoderKLWan
+    from shardcook.encoders.tiny import _t5_tokenizer, build_tiny_wan
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    if tiny:
+        return build_tiny_wan(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with torch.device(device):
+        AutoencoderKLWan().to(torch.bfloat16).save_pretrained(root / "vae")  # Wan 2.1's config
+        UMT5EncoderModel(UMT5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240,
+                                    num_layers=24, num_heads=64, feed_forward_proj="gated-gelu",
+                                    relative_attention_num_buckets=32, is_encoder_decoder=False,
+                                    use_cache=False)
+                         ).to(torch.bfloat16).save_pretrained(root / "text_encoder")
+    _t5_tokenizer(root / "tokenizer")  # a small vocabulary; ids fit the real embedding table
+    return root
+
+
+def wan_run(model: Path, src: Path, out: Path, shape: list[int], batch: int, device: str,
+            precision: str) -> dict:
+    """`encode --layout wan --video-mode video` in this process: clips/s and the encoders'
+    busy share (1 - input_wait / (encode + input_wait))."""
+    from shardcook.config import resolve
+    from shardcook.jobs.encode.job import EncodeJob
+    from shardcook.pipeline.driver import run_pipeline
+
+    v = {"input_dir": str(src), "output_dir": str(out), "layout": "wan", "height": shape[1],
+         "width": shape[2], "video_mode": "video", "resize_mode": "bilinear",
+         "batch_size": batch, "model_path": str(model), "precision": precision,
+         "device": device, "overwrite": True, "quiet": True, "finalize": False}
+    cfg = resolve(v, set(v), encode=True)
+    rep = run_pipeline(cfg, EncodeJob(cfg))
+    st = rep["stage_seconds"]
+    busy = st["encode"] / (st["encode"] + st["input_wait"])
+    return {"shape": shape, "batch": batch, "clips": rep["num_written"],
+            "wall_s": rep["wall_seconds"], "clips_per_s_wall": rep["inputs_per_second"],
+            "encode_s": st["encode"], "input_wait_s": st["input_wait"],
+            "busy_share": round(busy, 4)}
+
+
+def wan_main(args: argparse.Namespace) -> dict:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benches"))
+    from encode_wan_vs_bridge import make_clips
+
+    t0 = time.perf_counter()
+    model = build_wan(WORK / "wan-random", args.tiny, args.device)
+    print(f"built encoders in {time.perf_counter() - t0:.1f} s")
+    frames, h, w = args.wan_shape
+    src = WORK / "clips"
+    make_clips(src, args.n, frames, h, w)
+    rows = []
+    for batch in args.batches:
+        r = wan_run(model, src, WORK / f"wan-b{batch}", args.wan_shape, batch, args.device,
+                    args.precision)
+        rows.append(r)
+        print("wan", json.dumps(r))
+    return {"wan": rows}
 
 
 def photos(folder: Path, n: int) -> Path:
@@ -170,12 +241,19 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--t5-len", type=int, default=512)
     ap.add_argument("--bridge-script", type=Path, default=None)
+    ap.add_argument("--wan", action="store_true", help="the Wan case instead of FLUX's")
+    ap.add_argument("--wan-shape", type=int, nargs=3, default=[81, 480, 832],
+                    metavar=("FRAMES", "HEIGHT", "WIDTH"))
     args = ap.parse_args()
     from shardcook.jobs.encode.job import quiet_model_libraries
 
     quiet_model_libraries()
     if WORK.exists():
         shutil.rmtree(WORK)
+    if args.wan:
+        (WORK / "results.json").write_text(json.dumps(wan_main(args), indent=2))
+        print(f"wrote {WORK / 'results.json'}")
+        return
     t0 = time.perf_counter()
     model = build(WORK / "flux-random", args.tiny, args.device)
     print(f"built encoders in {time.perf_counter() - t0:.1f} s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -32,6 +33,12 @@ def test_demo_runs_and_leaves_valid_datasets(tmp_path):
                                            shuffle_buffer_size=None,
                                            max_samples_per_sequence=None)))
     assert all(c in captions for c in batch.captions)
+    # the video part: generated clips through tiny Wan encoders, loaded through Energon
+    assert validate(root / "wan", deep=True).ok
+    assert json.loads((root / "wan" / ".shardcook" / "manifest.json").read_text())[
+        "num_samples"] == 3
+    assert re.search(r"energon: 00000\d: latents \[16, 3, 8, 12\], text \[226, \d+\], caption "
+                     r"\"a (red|green|blue) square moving right\"", r.output)
     # its own earlier output: replaced
     r = run_in_process(["demo", "--output-dir", str(root)])
     assert "finalized and validated" in r.output

@@ -24,6 +24,7 @@ __all__ = [
     "ROWS_DIR",
     "append_rows",
     "compact",
+    "local_object",
     "part_summary",
     "record_object",
     "rows_match",
@@ -45,6 +46,13 @@ ROWS_PAGE_SIZE = 4096
 def rows_name(shard: str) -> str:
     """The rows file of `shard`, relative to the dataset folder."""
     return f"{ROWS_DIR}/{shard}.sqlite"
+
+
+def local_object(path: Path) -> tuple[int, str]:
+    """What `shard_object` names for a shard in a local folder: its size, and its modification
+    time in place of an ETag (the writer's rename keeps it; rewriting the shard changes it)."""
+    found = path.stat()
+    return found.st_size, f"mtime:{found.st_mtime_ns}"
 
 
 def compact(rows: Path) -> None:

@@ -285,7 +285,7 @@ def finalize(
         view.check_writable()
         finish_interrupted(view.root)
         if media is None and sqlite and not tar_index_only:
-            media = _media_of_run(view.root, force)
+            media = _media_of_run(view.root)
         plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                           exclude=exclude, sqlite=sqlite, sample_tables=sample_tables,
                           tar_index_only=tar_index_only, fix_duplicates=fix_duplicates,
@@ -295,12 +295,12 @@ def finalize(
         return result
 
 
-def _media_of_run(root: Path, force: bool) -> MediaFilter | None:
+def _media_of_run(root: Path) -> MediaFilter | None:
     """Without a media flag: the filter the run that wrote `root` recorded media rows with,
     while index.sqlite holds no media tables (those there are kept, as Energon keeps them)."""
     if mediatables.entry_count(root / META_DIR / INDEX_SQLITE) is not None:
         return None
-    return mediarecords.run_filter(root, skip_damaged=force)
+    return mediarecords.run_filter(root)
 
 
 def _refuse_folder_options(dataset: jsonl.JsonlFile, **given: object) -> None:

@@ -25,7 +25,7 @@ from shardcook.dataset.mediameta import MediaFilter
 from shardcook.dataset.mediascan import MediaRow
 from shardcook.dataset.sqlitedb import open_read_only
 from shardcook.errors import ConfigError, DatasetError
-from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR
+from shardcook.layouts.names import OURS_DIR
 
 if TYPE_CHECKING:
     from shardcook.dataset.view import DatasetView
@@ -53,22 +53,26 @@ class UnitMedia:
     def add(self, key: str, parts: Iterable[tuple[str, Any]]) -> None:
         self.rows += mediascan.sample_rows(self.media_filter, key, parts)
 
-    def write(self, path: Path, shard: tuple[int, str] | None = None) -> None:
+    def write(self, path: Path, shard: tuple[int, str] | None = None, *,
+              durable: bool = True) -> None:
         """`write_record` of these rows."""
-        write_record(path, self.rows, self.media_filter, shard)
+        write_record(path, self.rows, self.media_filter, shard, durable=durable)
 
 
 def write_record(path: Path, rows: Iterable[MediaRow], media_filter: MediaFilter,
-                 shard: tuple[int, str] | None = None) -> None:
-    """Writes the record at `path` (replacing one there, through a file renamed over it): the
-    rows, the filter and, when known now, the shard object (`shard`: size and identity; a
-    bucket's is added once uploaded, `shardrows.record_object`)."""
+                 shard: tuple[int, str] | None = None, *, durable: bool = True) -> None:
+    """Writes the record at `path` whole (a new file, without SQLite's journal and its syncs,
+    renamed over any there; flushed to the disk once when `durable`): the rows, the filter and,
+    when known now, the shard object (`shard`: size and identity; a bucket's is added once
+    uploaded, `shardrows.record_object`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    building = path.with_name(f".{path.name}.tmp")
+    building = path.with_name(f".{path.name}.tmp{os.getpid()}")
     building.unlink(missing_ok=True)
     try:
         with contextlib.closing(sqlite3.connect(building)) as db:
-            db.execute(f"PRAGMA page_size = {shardrows.ROWS_PAGE_SIZE}")
+            for pragma in (f"page_size = {shardrows.ROWS_PAGE_SIZE}", "journal_mode = OFF",
+                           "synchronous = OFF"):
+                db.execute(f"PRAGMA {pragma}")
             with db:
                 db.execute("CREATE TABLE media_metadata (entry_key TEXT NOT NULL, "
                            "metadata_type TEXT NOT NULL, metadata_json TEXT NOT NULL)")
@@ -76,8 +80,11 @@ def write_record(path: Path, rows: Iterable[MediaRow], media_filter: MediaFilter
                 db.execute(f"CREATE TABLE {_FILTER} (strategy TEXT NOT NULL, patterns TEXT)")
                 db.execute(f"INSERT INTO {_FILTER} VALUES (?, ?)",
                            (media_filter.strategy, media_filter.patterns_text))
-        if shard is not None:
-            shardrows.record_object(building, *shard)
+                if shard is not None:
+                    shardrows.name_object(db, *shard)
+        if durable:
+            with open(building, "rb") as f:
+                os.fsync(f.fileno())
         os.replace(building, path)
     finally:
         building.unlink(missing_ok=True)
@@ -127,29 +134,24 @@ def dataset_rows(view: DatasetView, shards: Sequence[str], media_filter: MediaFi
     yield from read()
 
 
-def run_filter(root: Path, *, skip_damaged: bool = False) -> MediaFilter | None:
+def run_filter(root: Path) -> MediaFilter | None:
     """The media filter the run that wrote `root` recorded rows with (its manifest's
-    `--media-metadata-by-*` options); None for none, or no run. A damaged manifest raises its
-    DatasetError, or is passed over with `skip_damaged`."""
+    `--media-metadata-by-*` options); None for none, no run, or a manifest that does not say
+    (damaged: finalize's other steps name that)."""
     try:
         manifest = metadata.read_manifest(root)
     except DatasetError:
-        if skip_damaged:
-            return None
-        raise
+        return None
     config: Any = (manifest or {}).get("config")
     output: Any = config.get("output") if isinstance(config, dict) else None
     if not isinstance(output, dict):
         return None
     glob, header, extension = (output.get(f"media_metadata_by_{name}")
                                for name in ("glob", "header", "extension"))
+    if (glob is not None and not isinstance(glob, str)) or not all(
+            flag is None or isinstance(flag, bool) for flag in (header, extension)):
+        return None
     try:
-        if (glob is not None and not isinstance(glob, str)) or not all(
-                flag is None or isinstance(flag, bool) for flag in (header, extension)):
-            raise ConfigError("its media options are not flags")
         return MediaFilter.from_flags(glob, bool(header), bool(extension))
-    except ConfigError as e:
-        if skip_damaged:
-            return None
-        raise DatasetError(f"{metadata.ours_path(root, MANIFEST_JSON)} is damaged: {e}; pass "
-                           "--force to rebuild the index without it") from None
+    except ConfigError:
+        return None

@@ -275,7 +275,7 @@ class BucketRunFolder:
             staged = [rows]
             if media is not None:
                 staged.append(staging / f"{shard}.media.sqlite")
-                media.write(staged[-1])
+                media.write(staged[-1], durable=False)  # scratch: uploaded, then deleted
             then = partial(self._after_upload, shard, staged, files[0].stat().st_size, then)
         named = f" ({shard})" if isinstance(shard, str) else ""
         uploader.submit(files, then, f"writing the index rows and the marker of unit {unit}"

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -177,6 +181,31 @@ def test_resume_after_an_interrupted_run_keeps_the_rows_complete(raw_runs, tmp_p
         ok(*args)
     assert records(out) == records(raw_runs["outs"]["header"])
     assert media_rows(out) == raw_runs["theirs"]["header"]
+
+
+def test_a_run_killed_and_resumed_has_every_row(tmp_path):
+    """SIGKILL mid-run (its units' records and markers as they were), then the same command."""
+    src = make_folder(tmp_path / "in", 16, photos=16)
+    out = tmp_path / "out"
+    args = [str(a) for a in raw_args(src, out, "jpg", "--media-metadata-by-extension",
+                                     "--max-size", "640")]
+    progress = out / ".shardcook" / "progress"
+    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.is_dir() and len(list(progress.glob("*.json"))) >= 2:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert 2 <= len(list(progress.glob("*.json"))) < 8
+    with no_shard_read():
+        ok(*args)
+    assert records(out) == [f"00000{u}.tar.sqlite" for u in range(8)]
+    theirs = energon_rows(out, tmp_path / "energon", "--media-metadata-by-extension")
+    assert media_rows(out) == theirs and len(theirs["media_metadata"]) == 16
 
 
 def test_a_bucket_run_records_and_a_later_finalize_reads_no_shard(raw_runs, s3_store, tmp_path):

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -27,7 +23,7 @@ from tests.helpers.chatml_media import write_audio, write_clip
 from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.encode import encode_args
 from tests.helpers.media import energon, media_rows
-from tests.helpers.raw import make_folder
+from tests.helpers.raw import killed_after, make_folder
 
 #: The flags of each strategy, and the image format raw writes under it.
 STRATEGIES = {
@@ -189,18 +185,7 @@ def test_a_run_killed_and_resumed_has_every_row(tmp_path):
     out = tmp_path / "out"
     args = [str(a) for a in raw_args(src, out, "jpg", "--media-metadata-by-extension",
                                      "--max-size", "640")]
-    progress = out / ".shardcook" / "progress"
-    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.is_dir() and len(list(progress.glob("*.json"))) >= 2:
-            break
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    assert 2 <= len(list(progress.glob("*.json"))) < 8
+    assert 2 <= len(killed_after(args, out, 2)) < 8
     with no_shard_read():
         ok(*args)
     assert records(out) == [f"00000{u}.tar.sqlite" for u in range(8)]

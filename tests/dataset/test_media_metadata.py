@@ -8,40 +8,24 @@ start-up per run."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import sqlite3
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from megatron.energon.cache.file_store import WebdatasetFileStore
-from megatron.energon.cli.main import main as energon_main
 from megatron.energon.epathlib import EPath
 from megatron.energon.media.metadata import AVMetadata, ImageMetadata
 
 from tests.helpers.dataset import cli, one_error_line
 from tests.helpers.files import tree_state
-from tests.helpers.media import media_files
+from tests.helpers.media import energon, media_files, media_rows
 from tests.helpers.shards import tarfile_shard
 
 SPLIT = ("--encoding", "generic", "--split", "0.5,0.25,0.25")
 ENERGON_SPLIT = ("--split-ratio", "0.5,0.25,0.25")
 #: Glob patterns that match no member (the issue's example), and some that match members.
 NO_MATCH, SOME = "*.heic,*.avif", "*.png,*.WEBP,*tone*"
-
-
-def media_rows(root: Path) -> dict[str, list[tuple]]:
-    """Each media table's rows (media_filters' without created_at_utc)."""
-    with contextlib.closing(sqlite3.connect(root / ".nv-meta" / "index.sqlite")) as db:
-        return {
-            "media_metadata": db.execute(
-                "SELECT * FROM media_metadata ORDER BY entry_key").fetchall(),
-            "media_filters": db.execute(
-                "SELECT filter_id, strategy, patterns FROM media_filters ORDER BY filter_id"
-            ).fetchall(),
-        }
 
 
 def write_shards(root: Path) -> None:
@@ -69,12 +53,6 @@ def write_folder(root: Path) -> None:
         (root / folder / name).write_bytes(data)
     (root / "a" / ".nv-meta").mkdir()
     (root / "a" / ".nv-meta" / "skipped.png").write_bytes(media_files()["photo.png"])
-
-
-def energon(*args: object) -> None:
-    """The real `energon ARGS`, in this process."""
-    r = CliRunner().invoke(energon_main, [str(a) for a in args], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
 
 
 def energon_prepare(root: Path, *args: str) -> None:

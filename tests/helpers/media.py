@@ -1,11 +1,15 @@
 """Small media files of every kind Energon records media metadata for: images (JPEG, PNG, WebP
 of several sizes and modes, EXIF-rotated, a PNG named .jpg, a garbage .jpg), video (mp4 with
-audio, webm, mkv) and audio (wav, flac, mp3, ogg), written with Pillow and PyAV."""
+audio, webm, mkv) and audio (wav, flac, mp3, ogg), written with Pillow and PyAV; the real
+`energon` command run in this process, and the media tables' rows it or finalize wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import sqlite3
 from fractions import Fraction
+from pathlib import Path
 
 import av
 import numpy as np
@@ -101,3 +105,24 @@ def media_files() -> dict[str, bytes]:
         "jpg-named.bin": image((8, 8), "JPEG"),
         "UPPER.JPG": image((9, 7), "JPEG"),
     }
+
+
+def energon(*args: object) -> None:
+    """The real `energon ARGS`, in this process."""
+    from click.testing import CliRunner
+    from megatron.energon.cli.main import main as energon_main
+
+    r = CliRunner().invoke(energon_main, [str(a) for a in args], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+
+
+def media_rows(root: Path) -> dict[str, list[tuple]]:
+    """Each media table's rows (media_filters' without created_at_utc)."""
+    with contextlib.closing(sqlite3.connect(root / ".nv-meta" / "index.sqlite")) as db:
+        return {
+            "media_metadata": db.execute(
+                "SELECT * FROM media_metadata ORDER BY entry_key").fetchall(),
+            "media_filters": db.execute(
+                "SELECT filter_id, strategy, patterns FROM media_filters ORDER BY filter_id"
+            ).fetchall(),
+        }

@@ -75,6 +75,26 @@ def run_cli(*args: str, env_extra: dict | None = None, check: bool = True,
     return r
 
 
+def killed_after(args: list[str], out: Path, units: int) -> list[Path]:
+    """Runs `python -m shardcook ARGS` writing into `out` and SIGKILLs it as soon as `units` of
+    its units are recorded; returns the markers left (asserting it was killed mid-run)."""
+    import signal
+    import time
+
+    progress = out / ".shardcook" / "progress"
+    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.is_dir() and len(list(progress.glob("*.json"))) >= units:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    return sorted(progress.glob("*.json"))
+
+
 def report(out: Path) -> dict:
     return json.loads((out / ".shardcook" / "report.json").read_text())
 

@@ -4,14 +4,10 @@ is refused (naming the options) unless --overwrite."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 
-from tests.helpers.raw import encode, photo, report, run_cli, shard_hashes
+from tests.helpers.raw import encode, killed_after, photo, report, run_cli, shard_hashes
 
 UNITS = 20
 
@@ -42,18 +38,7 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path):
     run_cli(*_args(src, ref))
     assert len(list(ref.glob("*.tar"))) == UNITS
 
-    progress = out / ".shardcook" / "progress"
-    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *_args(src, out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.is_dir() and len(list(progress.glob("*.json"))) >= 3:
-            break
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    done = sorted(progress.glob("*.json"))
+    done = killed_after(_args(src, out), out, 3)
     assert 3 <= len(done) < UNITS, f"killed after {len(done)} of {UNITS} units"
     assert not (out / ".nv-meta").exists()
     # every shard with a final name is complete; simulate the worst moment for one unit too:

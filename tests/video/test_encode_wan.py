@@ -154,25 +154,11 @@ def test_validate_refuses_a_normalisation_that_is_not_wans(video_run, tmp_path):
 def test_sigkill_then_resume_writes_the_same_bytes(video_run, clips, tiny_wan, tmp_path):
     """A run killed after its first unit, then run again, ends with the shards of the run that
     was never interrupted."""
-    import signal
-    import subprocess
-    import sys
-    import time
+    from tests.helpers.raw import killed_after
 
     out = tmp_path / "out"
     args = _command(clips[0], out, tiny_wan, "video")
-    proc = subprocess.Popen([sys.executable, "-m", "shardcook", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    progress = out / ".shardcook" / "progress"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.is_dir() and list(progress.glob("*.json")):
-            break
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    assert 1 <= len(list(progress.glob("*.json"))) < 3
+    assert 1 <= len(killed_after(args, out, 1)) < 3
     run_in_process(args)
     report = json.loads((out / ".shardcook" / "report.json").read_text())
     assert report["units"]["resumed"] >= 1

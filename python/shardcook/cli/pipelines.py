@@ -34,8 +34,11 @@ if TYPE_CHECKING:
 # The config fields each command takes as options, in --help's order within each panel.
 SOURCE_FIELDS = ("source_type", "input_dir", "hf_dataset", "hf_split", "hf_data_files",
                  "hf_streaming", "input_path", "max_samples")
+#: The media metadata options, recorded while writing (raw, encode and chatml alike).
+MEDIA_FIELDS = ("media_metadata_by_extension", "media_metadata_by_glob",
+                "media_metadata_by_header")
 OUTPUT_FIELDS = ("output_dir", "shard_size", "split", "finalize", "report_html", "overwrite",
-                 "quiet", "scratch_dir", "upload_queue")
+                 "quiet", "scratch_dir", "upload_queue", *MEDIA_FIELDS)
 RESIZE_FIELDS = ("image_size", "resize_mode", "max_size")
 MODEL_FIELDS = ("layout", "model_path", "vae_path", "clip_path", "t5_path", "revision",
                 "precision", "stored_dtype", "batch_size", "t5_max_length", "latent_mode", "seed",
@@ -52,7 +55,7 @@ CHATML_OPTIONS = (
     "conversation_column", "question_column", "answer_column", "system_prompt", "output_dir",
     "shard_size", "val_fraction", "hf_val_split", "train_rows", "val_rows", "test_fraction",
     "test_rows", "finalize", "report_html", "overwrite", "quiet", "scratch_dir", "upload_queue",
-    "image_format", "image_quality", "chatml.max_pixels", "workers", "hf_token_file",
+    *MEDIA_FIELDS, "image_format", "image_quality", "chatml.max_pixels", "workers", "hf_token_file",
     "video_layout", "video_frames_part", "video_fps", "max_frames")
 
 

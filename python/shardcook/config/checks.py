@@ -64,6 +64,7 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
     if o.report_html and not o.finalize:
         raise ConfigError("--report-html shows a finalized dataset; drop --no-finalize, or "
                           "run `shardcook report` after finalizing.")
+    o.media_filter  # noqa: B018 - raises ConfigError for several --media-metadata-by-* flags
     try:
         parse_ratio(o.split)
     except ConfigError as e:

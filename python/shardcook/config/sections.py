@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from shardcook.dataset.mediameta import MediaFilter
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
 from shardcook.fields import LOCAL, PLACE, URL, Place, bounded, matching, one_of, option, setting
@@ -185,6 +186,30 @@ class OutputConfig(Section):
         4, "Object storage: at most this many shards staged for upload; writing waits when full "
            "(scratch space: about this many shards plus the one being written).", OUTPUT,
         rules=[AT_LEAST_1])
+    #: Energon's media metadata of the parts written, recorded per shard as each is written
+    #: (`dataset/mediarecords.py`), for finalize's index.sqlite (at most one of the three).
+    media_metadata_by_extension: bool = option(
+        False, "Record the media metadata (size, format, duration) of the image, video and "
+               "audio parts as they are written, for finalize's index.sqlite, taking them by "
+               "their extension, as `energon prepare --media-metadata-by-extension` does.",
+        OUTPUT)
+    media_metadata_by_glob: str | None = option(
+        None, "As --media-metadata-by-extension, taking the parts whose lowercased member name "
+              "matches one of these comma-separated glob patterns (e.g. '*.jpg,*.png').", OUTPUT)
+    media_metadata_by_header: bool = option(
+        False, "As --media-metadata-by-extension, taking parts by their content's header (then "
+               "their extension).", OUTPUT)
+
+    @property
+    def media_filter(self) -> MediaFilter | None:
+        """The filter the `media_metadata_by_*` options ask for; None when none is given.
+
+        Raises:
+            ConfigError: more than one of them, or an empty pattern list.
+        """
+        return MediaFilter.from_flags(self.media_metadata_by_glob,
+                                      self.media_metadata_by_header,
+                                      self.media_metadata_by_extension)
 
     @property
     def path(self) -> Path:

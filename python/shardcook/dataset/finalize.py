@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import jsonl, metadata, trust
+from shardcook.dataset import jsonl, mediarecords, mediatables, metadata, trust
 from shardcook.dataset.arguments import check_finalize_arguments, media_filter
 from shardcook.dataset.index import IndexPlan, IndexResult, plan_index, write_index
 from shardcook.dataset.location import dataset_view
+from shardcook.dataset.mediameta import MediaFilter
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.summary import jsonl_summary
 from shardcook.dataset.undo import finish_interrupted, undone_on_failure
@@ -22,7 +23,7 @@ from shardcook.dataset.validate import ValidationReport, validate_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout, registry_function
-from shardcook.layouts.names import DATASET_YAML, META_DIR
+from shardcook.layouts.names import DATASET_YAML, INDEX_SQLITE, META_DIR
 from shardcook.storage.location import Location
 
 log = logging.getLogger(__name__)
@@ -247,8 +248,11 @@ def finalize(
         media_metadata_by_extension, media_metadata_by_glob, media_metadata_by_header: Record
             the media metadata of the members (images, video, audio) in index.sqlite, as
             `energon prepare --media-metadata-by-*` does, taking members by their extension,
-            by these comma-separated glob patterns, or by their content (at most one). Without
-            any, the media tables index.sqlite has are kept.
+            by these comma-separated glob patterns, or by their content (at most one). A shard
+            whose run recorded its rows with the same filter is not read again. Without any,
+            the media tables index.sqlite has are kept; where it has none, those of the filter
+            the run that wrote the folder recorded rows with (`raw`, `encode` or `chatml` with
+            a `--media-metadata-by-*` flag) are written, from its records.
 
     Raises:
         DatasetError: as `build_index`, or when validation fails (the metadata is then as it was).
@@ -280,6 +284,8 @@ def finalize(
     with dataset_view(location, scratch_dir=scratch_dir) as view:
         view.check_writable()
         finish_interrupted(view.root)
+        if media is None and sqlite and not tar_index_only:
+            media = _media_of_run(view.root)
         plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
                           exclude=exclude, sqlite=sqlite, sample_tables=sample_tables,
                           tar_index_only=tar_index_only, fix_duplicates=fix_duplicates,
@@ -287,6 +293,14 @@ def finalize(
         result = _finalize(view, plan, encoding, config, force=force, validate=validate)
         view.publish()
         return result
+
+
+def _media_of_run(root: Path) -> MediaFilter | None:
+    """Without a media flag: the filter the run that wrote `root` recorded media rows with,
+    while index.sqlite holds no media tables (those there are kept, as Energon keeps them)."""
+    if mediatables.entry_count(root / META_DIR / INDEX_SQLITE) is not None:
+        return None
+    return mediarecords.run_filter(root)
 
 
 def _refuse_folder_options(dataset: jsonl.JsonlFile, **given: object) -> None:

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from shardcook.dataset import duplicates, mediatables, metadata
+from shardcook.dataset import duplicates, mediarecords, mediatables, metadata
 from shardcook.dataset.arguments import check_index_arguments
 from shardcook.dataset.braces import BRACE_CHARS
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.mediameta import MediaFilter
-from shardcook.dataset.mediascan import shard_rows
 from shardcook.dataset.splits import (
     Splits,
     check_parts,
@@ -393,8 +392,9 @@ def _write_media(view: DatasetView, shards: Sequence[str], sqlite_path: Path,
                  media: MediaFilter) -> int:
     """Records the media metadata of the members of `shards` in the new index at
     `sqlite_path`, in place of any the old one had, as `energon prepare --media-metadata-by-*`
-    does; returns how many."""
-    rows = (row for group in view.windows(shards) for row in shard_rows(view.root, group, media))
+    does (a shard's rows from the record of the run that wrote it, where it has one: no shard
+    read); returns how many."""
+    rows = mediarecords.dataset_rows(view, shards, media)
     return mediatables.write(sqlite_path, rows, media.strategy, media.patterns_text, reset=True)
 
 

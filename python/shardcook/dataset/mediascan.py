@@ -6,17 +6,19 @@ included, `.nv-meta` folders skipped, links to folders followed)."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from shardcook.dataset.mediameta import MediaFilter, media_row
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import META_DIR
 
-__all__ = ["MediaRow", "folder_files", "folder_rows", "shard_rows"]
+__all__ = ["MediaRow", "entry_key", "folder_files", "folder_rows", "sample_rows", "shard_rows"]
 
 #: (entry_key, metadata_type, metadata_json): one `media_metadata` row.
 MediaRow = tuple[str, str, str]
@@ -26,14 +28,35 @@ _SPLIT_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 
 
+def entry_key(name: str) -> str | None:
+    """The entry key of the member `name` (a regular file) as Energon keys it; None for a
+    member Energon takes as no sample part."""
+    if _SKIP_META.match(name):
+        return None
+    found = _SPLIT_NAME.match(name)
+    return None if found is None else f"{found.group(1)}.{found.group(2)}"
+
+
 def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, str]]:
     """The members Energon indexes as sample parts, with their entry keys."""
     for member in tar:
-        if not member.isreg() or _SKIP_META.match(member.name):
+        key = entry_key(member.name) if member.isreg() else None
+        if key is not None:
+            yield member, key
+
+
+def sample_rows(media_filter: MediaFilter, key: str, parts: Iterable[tuple[str, Any]]
+                ) -> Iterator[MediaRow]:
+    """The rows of one sample's members (`<key>.<part>`, the bytes-like `data` the writer writes
+    for each part) that the filter takes: what reading its shard back would give."""
+    for part, data in parts:
+        entry = entry_key(f"{key}.{part}")
+        if entry is None or not media_filter.considers(entry):
             continue
-        found = _SPLIT_NAME.match(member.name)
-        if found is not None:
-            yield member, f"{found.group(1)}.{found.group(2)}"
+        stream = io.BytesIO(data if isinstance(data, bytes) else memoryview(data).tobytes())
+        row = media_row(media_filter, entry, stream)
+        if row is not None:
+            yield entry, *row
 
 
 def shard_rows(root: Path, shards: Sequence[str], media_filter: MediaFilter

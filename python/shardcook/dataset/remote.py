@@ -241,6 +241,11 @@ class RemoteView(DatasetView):
         path = self.root / f"{name}.idx"
         return tarindex.idx_offsets(path.read_bytes()) if path.is_file() else None
 
+    def shard_object(self, shard: str) -> tuple[int, str] | None:
+        """The shard object's size and ETag in the listing; None when the store gave none."""
+        etag = self.etags.get(shard)
+        return None if etag is None or shard not in self.sizes else (self.sizes[shard], etag)
+
     def verify_shards(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
         """Shards whose bytes are here (in a window) get the fresh scan; the others are checked
         against their `.tar.idx` and their size in the listing, nothing downloaded: as many

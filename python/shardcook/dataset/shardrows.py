@@ -24,6 +24,8 @@ __all__ = [
     "ROWS_DIR",
     "append_rows",
     "compact",
+    "local_object",
+    "name_object",
     "part_summary",
     "record_object",
     "rows_match",
@@ -47,6 +49,13 @@ def rows_name(shard: str) -> str:
     return f"{ROWS_DIR}/{shard}.sqlite"
 
 
+def local_object(path: Path) -> tuple[int, str]:
+    """What `shard_object` names for a shard in a local folder: its size, and its modification
+    time in place of an ETag (the writer's rename keeps it; rewriting the shard changes it)."""
+    found = path.stat()
+    return found.st_size, f"mtime:{found.st_mtime_ns}"
+
+
 def compact(rows: Path) -> None:
     """Rewrites `rows` (the indexer's sqlite of one shard) with small pages."""
     with contextlib.closing(sqlite3.connect(rows)) as db:
@@ -57,10 +66,15 @@ def compact(rows: Path) -> None:
 def record_object(rows: Path, size: int, etag: str) -> None:
     """Names, in `rows`, the object the rows describe: `size` bytes, ETag `etag`."""
     with contextlib.closing(sqlite3.connect(rows)) as db, db:
-        db.execute(f"CREATE TABLE IF NOT EXISTS {_IDENTITY} "
-                   "(size INTEGER NOT NULL, etag TEXT NOT NULL)")
-        db.execute(f"DELETE FROM {_IDENTITY}")
-        db.execute(f"INSERT INTO {_IDENTITY} VALUES (?, ?)", (size, etag))
+        name_object(db, size, etag)
+
+
+def name_object(db: sqlite3.Connection, size: int, etag: str) -> None:
+    """`record_object` in the open database `db` (its transaction)."""
+    db.execute(f"CREATE TABLE IF NOT EXISTS {_IDENTITY} "
+               "(size INTEGER NOT NULL, etag TEXT NOT NULL)")
+    db.execute(f"DELETE FROM {_IDENTITY}")
+    db.execute(f"INSERT INTO {_IDENTITY} VALUES (?, ?)", (size, etag))
 
 
 def rows_match(rows: Path, size: int, etag: str | None, idx_offsets: Sequence[int] | None

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from shardcook import _native
-from shardcook.dataset import checks
+from shardcook.dataset import checks, shardrows
 
 __all__ = ["DatasetView"]
 
@@ -45,6 +45,14 @@ class DatasetView:
         being handled (until the next one is asked for)."""
         if shards:
             yield list(shards)
+
+    def shard_object(self, shard: str) -> tuple[int, str] | None:
+        """The shard as a run's records name it (`shardrows.local_object`: its size and what
+        tells a rewritten copy); None when there is none to name."""
+        try:
+            return shardrows.local_object(self.root / shard)
+        except OSError:
+            return None
 
     def verify_shards(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
         """Problems of the shards (with the sample counts `.info.json` gives) against their

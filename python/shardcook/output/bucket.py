@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shardcook import _native
-from shardcook.dataset import shardrows
+from shardcook.dataset import mediarecords, shardrows
 from shardcook.dataset.metadata import parse_manifest
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import (
@@ -217,7 +217,8 @@ class BucketRunFolder:
         uploaded after it are this run's."""
         if self._before is None:
             self._before = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
-        for one in (name, f"{name}.idx", shardrows.rows_name(name)):
+        for one in (name, f"{name}.idx", shardrows.rows_name(name),
+                    mediarecords.record_name(name)):
             if one in self._before:
                 retried(f"deleting {one} in {self.url}", partial(self._delete, one))
                 self._before.discard(one)
@@ -246,11 +247,12 @@ class BucketRunFolder:
             self._uploader = Uploader(self.store, self._upload_queue, self._staging)
         return self._staging
 
-    def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
+    def finish_unit(self, unit: int, record: dict[str, Any],
+                    media: mediarecords.UnitMedia | None = None) -> None:
         """Indexes the unit's staged shard, and hands shard and index to the uploader; once
-        both are in the bucket, the shard's index rows (named by the object's ETag: see
-        `dataset/shardrows.py`) and then the unit's marker are written. Waits while the upload
-        queue is full.
+        both are in the bucket, the shard's index rows and its media record, when `media` holds
+        one (named by the object's ETag: see `dataset/shardrows.py`), and then the unit's marker
+        are written. Waits while the upload queue is full.
 
         Raises:
             ShardcookIOError: an earlier upload failed for good.
@@ -271,19 +273,24 @@ class BucketRunFolder:
             shardrows.compact(rows)
             files = [staging / shard, staging / f"{shard}.idx"]
             staged = [rows]
-            then = partial(self._after_upload, shard, rows, files[0].stat().st_size, then)
+            if media is not None:
+                staged.append(staging / f"{shard}.media.sqlite")
+                media.write(staged[-1], durable=False)  # scratch: uploaded, then deleted
+            then = partial(self._after_upload, shard, staged, files[0].stat().st_size, then)
         named = f" ({shard})" if isinstance(shard, str) else ""
         uploader.submit(files, then, f"writing the index rows and the marker of unit {unit}"
                         f"{named} to {self.url}", staged=staged)
 
-    def _after_upload(self, shard: str, rows: Path, size: int, write_marker: Callable[[], None]
-                      ) -> None:
-        """Uploads `rows` naming the shard object as the store now holds it, then writes the
-        marker."""
+    def _after_upload(self, shard: str, records: list[Path], size: int,
+                      write_marker: Callable[[], None]) -> None:
+        """Uploads the shard's records (its index rows, and its media record when there is one)
+        naming the shard object as the store now holds it, then writes the marker."""
         etag = self.store.stat(shard).etag
         if etag is not None:
-            shardrows.record_object(rows, size, etag)
-            self.store.upload(rows, shardrows.rows_name(shard))
+            names = (shardrows.rows_name(shard), mediarecords.record_name(shard))
+            for path, name in zip(records, names, strict=False):
+                shardrows.record_object(path, size, etag)
+                self.store.upload(path, name)
         write_marker()
 
     def flush(self) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardcook.config.sections import OutputConfig
+from shardcook.dataset.mediarecords import UnitMedia
 from shardcook.output.bucket import BucketRunFolder
 from shardcook.output.local import RunFolder
 from shardcook.output.lock import Holder
@@ -65,8 +66,10 @@ class OutputFolder(Protocol):
     def shard_dir(self) -> Path:
         """The local folder the native writer writes this process's shards into."""
 
-    def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
-        """The unit's shard (if any) is closed in `shard_dir`: make it final and record it."""
+    def finish_unit(self, unit: int, record: dict[str, Any],
+                    media: UnitMedia | None = None) -> None:
+        """The unit's shard (if any) is closed in `shard_dir`: make it final and record it,
+        with its media metadata rows when `media` holds them (recorded before the marker)."""
 
     def flush(self) -> None:
         """Returns once every finished unit is recorded; raises what stopped one."""

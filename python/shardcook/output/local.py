@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import metadata
+from shardcook.dataset import mediarecords, metadata, shardrows
 from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
     MANIFEST_JSON,
@@ -198,9 +198,10 @@ class RunFolder:
         return plan.keep
 
     def discard_shard(self, name: str) -> None:
-        """Removes shard `name` and its `.tar.idx`, where there (a unit cut off before its
-        marker is redone)."""
-        for path in (self.root / name, self.root / f"{name}.idx"):
+        """Removes shard `name`, its `.tar.idx` and its media record, where there (a unit cut
+        off before its marker is redone)."""
+        for path in (self.root / name, self.root / f"{name}.idx",
+                     self.root / mediarecords.record_name(name)):
             path.unlink(missing_ok=True)
 
     def remove_partial_shards(self) -> None:
@@ -221,8 +222,14 @@ class RunFolder:
         """Where the native writer writes shards: the folder itself."""
         return self.root
 
-    def finish_unit(self, unit: int, record: dict[str, Any]) -> None:
-        """Records a unit once the writer closed its shard (already under its final name)."""
+    def finish_unit(self, unit: int, record: dict[str, Any],
+                    media: mediarecords.UnitMedia | None = None) -> None:
+        """Records a unit once the writer closed its shard (already under its final name): its
+        media record (naming the shard as it is now), then its marker."""
+        shard = record.get("shard")
+        if media is not None and isinstance(shard, str):
+            media.write(self.root / mediarecords.record_name(shard),
+                        shardrows.local_object(self.root / shard))
         self.write_marker(unit, record)
 
     def flush(self) -> None:

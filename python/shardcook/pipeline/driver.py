@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -111,12 +111,20 @@ def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
     return units
 
 
+def media_arguments(cfg: RunConfig) -> dict[str, Any]:
+    """finalize's `media_metadata_by_*` arguments: the run's own, whose rows it recorded."""
+    o = cfg.output
+    return {"media_metadata_by_extension": o.media_metadata_by_extension,
+            "media_metadata_by_glob": o.media_metadata_by_glob,
+            "media_metadata_by_header": o.media_metadata_by_header}
+
+
 def finalize_by_ratio(cfg: RunConfig, encoding: str, folder: OutputFolder) -> None:
     """`finalize` of a job with one shard sequence, cut into splits by --split's ratios."""
     from shardcook.dataset import finalize
 
     finalize(folder.location, encoding=encoding, split=tuple(cfg.output.split), force=True,
-             scratch_dir=folder.scratch)
+             scratch_dir=folder.scratch, **media_arguments(cfg))
 
 
 @contextmanager
@@ -278,7 +286,8 @@ def _run_share(cfg: RunConfig, job: Job, folder: OutputFolder, source: Source,
     show = show and not cfg.output.quiet and sys.stderr.isatty()
     with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
         return run_units(folder, source, mine, processor, batch_size=job.batch_size,
-                         prefetch=job.prefetch, on_progress=on_progress)
+                         prefetch=job.prefetch, on_progress=on_progress,
+                         media=cfg.output.media_filter)
 
 
 def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonObject | None:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from shardcook._native import ShardWriter
+from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.mediarecords import UnitMedia
 from shardcook.errors import SkipReason
 from shardcook.imaging import ImageResult
 from shardcook.output.folder import OutputFolder
@@ -221,12 +223,16 @@ class _UnitWriter:
     The main thread hands it ("batch", unit, outcomes) and ("end", unit, None) through a bounded
     queue, so writing the previous batch overlaps processing the next one. An error on this
     thread is re-raised in the main thread at its next `put`, or by `run_units` after `close`.
+    With a `media` filter, it also computes each written part's media metadata row from the
+    bytes it writes, handed to `finish_unit` with the unit's record.
     """
 
     def __init__(self, folder: OutputFolder, stats: RunStats,
-                 on_progress: Callable[[str, int], None] | None, depth: int = 2) -> None:
+                 on_progress: Callable[[str, int], None] | None, depth: int = 2,
+                 media: MediaFilter | None = None) -> None:
         self.folder, self.stats, self.on_progress = folder, stats, on_progress
-        self.seconds = 0.0
+        self.media = media
+        self.seconds = self.media_seconds = 0.0
         self.error: BaseException | None = None
         self._q: queue.Queue[_WriterMessage] = queue.Queue(maxsize=depth)
         self._thread = threading.Thread(target=self._run, name="shardcook-writer", daemon=True)
@@ -256,6 +262,7 @@ class _UnitWriter:
     def _run(self) -> None:
         writer: ShardWriter | None = None
         record: JsonObject = {}
+        media: UnitMedia | None = None
         failed: int | None = None  # the unit whose input failed: the rest of it is dropped
         try:
             while True:
@@ -269,8 +276,9 @@ class _UnitWriter:
                     continue
                 if writer is None:
                     writer, record = self._open(unit)
+                    media = UnitMedia(self.media) if self.media is not None else None
                 if outcomes is not None:  # a batch
-                    failure = self._write(writer, record, outcomes)
+                    failure = self._write(writer, record, outcomes, media)
                     if failure is not None:
                         writer.abort()
                         writer, failed = None, unit.unit
@@ -280,7 +288,7 @@ class _UnitWriter:
                     writer = None
                     if shards:
                         record["shard"] = posixpath.join(unit.folder, shards[0][0])
-                    self.folder.finish_unit(unit.unit, record)
+                    self.folder.finish_unit(unit.unit, record, media)
                     self._count(record)
                 self.seconds += time.perf_counter() - t0
                 if self.on_progress:
@@ -304,11 +312,10 @@ class _UnitWriter:
                               "skipped": []}
         return writer, record
 
-    @staticmethod
-    def _write(writer: ShardWriter, record: JsonObject, outcomes: list[Outcome],
-               ) -> JsonObject | None:
-        """Writes the outcomes into the unit's shard; returns the first failed input's stage
-        and reason, writing nothing more, when one failed."""
+    def _write(self, writer: ShardWriter, record: JsonObject, outcomes: list[Outcome],
+               media: UnitMedia | None) -> JsonObject | None:
+        """Writes the outcomes into the unit's shard (and their rows into `media`); returns the
+        first failed input's stage and reason, writing nothing more, when one failed."""
         for o in outcomes:
             if o.failed is not None:
                 return {"stage": o.failed, "reason": o.detail}
@@ -325,6 +332,10 @@ class _UnitWriter:
             for key, parts in rows:
                 writer.write(key, parts)
                 record["written"] += 1
+                if media is not None:
+                    t0 = time.perf_counter()
+                    media.add(key, parts)
+                    self.media_seconds += time.perf_counter() - t0
             if o.totals:
                 sums = record.setdefault("media_totals", {})
                 for name, value in o.totals.items():
@@ -351,6 +362,7 @@ def run_units(
     batch_size: int = 32,
     prefetch: int = 2,
     on_progress: Callable[[str, int], None] | None = None,
+    media: MediaFilter | None = None,
 ) -> RunStats:
     """Processes and writes every unit in `units` that is not already done.
 
@@ -360,6 +372,8 @@ def run_units(
 
     Args:
         on_progress: called with ("unit", 1) per finished unit and ("samples", n) per batch.
+        media: record the media metadata rows of the parts this filter takes, per unit, as
+            they are written (stage `media_rows`: the writer thread's time on them).
     """
     stats = RunStats(units_total=len(units))
     pending = []
@@ -373,7 +387,7 @@ def run_units(
         else:
             pending.append(unit)
     reader_seconds = [0.0, 0.0]  # reading, and waiting for the reader
-    writer = _UnitWriter(folder, stats, on_progress, depth=max(prefetch, 1))
+    writer = _UnitWriter(folder, stats, on_progress, depth=max(prefetch, 1), media=media)
     try:
         for kind, unit, payload in _batches(source, pending, batch_size, processor, prefetch,
                                             reader_seconds):
@@ -389,7 +403,8 @@ def run_units(
     folder.flush()  # every unit written is recorded (object storage: uploaded) by now
     stats.scratch_peak_bytes = folder.scratch_peak_bytes()
     stage = Counter({"read": reader_seconds[0], "input_wait": reader_seconds[1],
-                     "write": writer.seconds})
+                     "write": writer.seconds - writer.media_seconds,
+                     **({"media_rows": writer.media_seconds} if media is not None else {})})
     stage.update(processor.stage_seconds)
     stats.stage_seconds = dict(stage)
     return stats

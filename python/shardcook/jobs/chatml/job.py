@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from shardcook.config import RunConfig
 from shardcook.errors import ConfigError, DatasetError
@@ -15,7 +16,7 @@ from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
 from shardcook.output.folder import OutputFolder
-from shardcook.pipeline.driver import JobBasics
+from shardcook.pipeline.driver import JobBasics, media_arguments
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Source
@@ -41,10 +42,11 @@ def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[Split
 
 
 def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[str, str], *,
-                    sqlite: bool = True) -> list[str]:
+                    sqlite: bool = True, media: Mapping[str, Any] | None = None) -> list[str]:
     """`finalize` of the run's `folder` with split parts train/val by the names of the run's
     `shards` and Megatron-Bridge's dataset.yaml; its validation reads each split's first sample
-    with the ChatML checker. Returns the warnings (also logged).
+    with the ChatML checker; `media` are its `media_metadata_by_*` arguments. Returns the
+    warnings (also logged).
 
     Raises:
         DatasetError: no shards, or validation found problems.
@@ -62,7 +64,7 @@ def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[
     result = finalize(folder.location, encoding=CHATML.encoding, split_parts=patterns,
                       sample_type=CHATML.sample_type, field_map=fields, subflavors={},
                       sqlite=sqlite, force=True, validate=True,
-                      scratch_dir=folder.scratch)
+                      scratch_dir=folder.scratch, **(media or {}))
     new = ["no sample went to val (see --val-fraction); split.yaml has no val part"] if (
         "val" not in patterns) else []
     new += result.validation.warnings if result.validation else []
@@ -85,6 +87,7 @@ class ChatmlJob(JobBasics):
         config: `config.check_chatml`)."""
         if cfg.chatml is None:
             raise ConfigError("chatml needs the chatml section of the config.")
+        self.cfg = cfg
         self.shard_size = cfg.output.shard_size
         self.batch_size = max(16, 4 * (cfg.image.workers or os.cpu_count() or 1))
         self.found: ChatmlSource | None = None
@@ -108,4 +111,5 @@ class ChatmlJob(JobBasics):
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         assert self.found is not None
-        finalize_chatml(folder, report["shards"], self.found.field_map())
+        finalize_chatml(folder, report["shards"], self.found.field_map(),
+                        media=media_arguments(self.cfg))

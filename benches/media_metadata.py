@@ -16,12 +16,12 @@ import io
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+from object_storage import timed
 from raw_vs_peers import make_photos
 from shardcook import _native
 
@@ -49,15 +49,6 @@ def pack(photos: Path, out: Path, per_shard: int) -> list[bytes]:
                     info.size = len(body)
                     tar.addfile(info, io.BytesIO(body))
     return datas
-
-
-def timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - start
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return seconds
 
 
 def media_rows(dataset: Path) -> set[tuple[str, str, str]]:

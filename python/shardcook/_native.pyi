@@ -203,6 +203,10 @@ def encode_image(
 ) -> bytes:
     """Encodes an HxWx3 uint8 array as jpg, png or (lossy) webp."""
 
+def pillow_header(data: bytes) -> tuple[int, int, str, str] | None:
+    """Pillow's (width, height, format, mode) of a JPEG, PNG or WebP file from its header;
+    None when the header does not settle them."""
+
 def build_info() -> dict[str, Any]:
     """The native core's build: version, profile, opt_level, target, rustc, pyo3, jpeg {library,
     simd_compiled, simd_active, nasm}, webp, png, resize {library, cpu_extensions}."""

@@ -10,6 +10,7 @@ pub mod decode;
 pub mod encode;
 pub mod geometry;
 pub mod orient;
+pub mod pillow;
 pub mod resize;
 
 use std::collections::HashMap;

@@ -261,6 +261,13 @@ fn encode_image<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// Pillow's (width, height, format, mode) of a JPEG, PNG or WebP file, from its header alone;
+/// None when the header does not settle them (the caller asks Pillow).
+#[pyfunction]
+fn pillow_header(data: &[u8]) -> Option<(u32, u32, &'static str, &'static str)> {
+    image::pillow::pillow_header(data).map(|h| (h.width, h.height, h.format, h.mode))
+}
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PreprocessedImage>()?;
     m.add_class::<ImageGeometry>()?;
@@ -268,5 +275,6 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(image_geometry, m)?)?;
     m.add_function(wrap_pyfunction!(default_buckets, m)?)?;
     m.add_function(wrap_pyfunction!(encode_image, m)?)?;
+    m.add_function(wrap_pyfunction!(pillow_header, m)?)?;
     Ok(())
 }

@@ -4,7 +4,8 @@ GLOB, HEADER) and the `media_metadata` row it records for one (`metadata_type`, 
 
 Images are read as Energon reads them, with Pillow (the size, format and mode before any EXIF
 orientation); JPEG, PNG and WebP from their header alone, where Energon decodes the whole image
-to learn the same four values. Video and audio: `avmeta`.
+to learn the same four values, and by the native core where the header settles them
+(`rust/image/pillow.rs`). Video and audio: `avmeta`.
 
 Pillow, PyAV and `filetype` are imported when a file is read, not with this module (which every
 finalize imports, before `python -m shardcook` takes the working folder off `sys.path`).
@@ -16,6 +17,7 @@ does (Energon fails on it with an AssertionError).
 
 from __future__ import annotations
 
+import io
 import json
 import warnings
 from dataclasses import dataclass
@@ -114,9 +116,22 @@ def _by_content(head: bytes) -> str | None:
 
 
 def _image_metadata(stream: IO[bytes]) -> dict[str, Any] | None:
-    """Pillow's width, height, format and mode of the image; None when it is none."""
+    """Pillow's width, height, format and mode of the image; None when it is none. The native
+    core answers from the header of the JPEG, PNG and WebP files whose header settles them;
+    Pillow opens the rest."""
     from PIL import Image
 
+    from shardcook import _native
+
+    data = stream.read()
+    found = _native.pillow_header(data)
+    if found is not None:
+        width, height, image_format, mode = found
+        limit = Image.MAX_IMAGE_PIXELS
+        if limit is not None and width * height > 2 * limit:
+            return None  # Pillow's DecompressionBombError: no row
+        return {"width": width, "height": height, "format": image_format, "mode": mode}
+    stream = io.BytesIO(data)
     try:
         with warnings.catch_warnings():  # a decompression-bomb warning is Pillow's, not ours
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

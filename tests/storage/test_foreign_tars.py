@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import ShardError, finalize
+from shardcook.dataset.remote import RemoteView
+from shardcook.errors import DatasetError
 from shardcook.storage import Remote
 
 from tests.helpers.s3server import add_profile, make_store
@@ -113,3 +115,20 @@ def test_a_truncated_foreign_tar_is_named_with_its_url_and_the_bucket_is_left_as
     assert str(e.value).startswith(f"{store.url('broken')}/gnu-00.tar: member data of ")
     assert "runs past the end of the file (250000 bytes; truncated?)" in str(e.value)
     assert store.keys("broken/") == ["broken/gnu-00.tar"]
+
+
+@pytest.mark.parametrize("client", ["boto3", "rust"])
+def test_a_tar_gone_before_its_walk_is_named_with_its_url(foreign, client):
+    """A read that fails mid-walk (the object deleted after the listing) is one sentence naming
+    the object, on either client, and no walk is left running."""
+    store, local, tmp = foreign
+    options = {"rust_client": {"allow_http": True}} if client == "rust" else {}
+    profile = add_profile(store, f"gone{client}", **options)
+    store.upload_folder(local, f"gone-{client}")
+    with RemoteView.open(Remote(f"{profile}/gone-{client}"), scratch_dir=tmp) as view:
+        store.server.client().delete_object(Bucket=store.bucket,
+                                            Key=f"gone-{client}/pax-01.tar")
+        with pytest.raises(DatasetError) as e:
+            view.index_shards(sorted(SHARDS), None)
+    assert str(e.value).startswith(f"cannot read {profile}/gone-{client}/pax-01.tar ("), e.value
+    assert "pax-01.tar does not exist" in str(e.value) and "Traceback" not in str(e.value)

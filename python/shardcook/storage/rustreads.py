@@ -1,7 +1,7 @@
 """Many ranged reads at once on the Multi-Storage Client's Rust client, for a profile that turns
 it on (`rust_client` in its storage provider's options): each chain of reads (a tar's header walk)
 is a task on one event loop in a thread of its own, awaiting the client the profile configured
-(its credentials, endpoint, retries). MSC's own `read` on that client starts an event loop per
+(its credentials, endpoint, retries), its errors translated as MSC's own read translates them. MSC's own `read` on that client starts an event loop per
 call in the calling thread; awaiting it directly costs a fraction of the CPU per read, which is
 what a walk of one small read per sample spends its time on."""
 
@@ -20,11 +20,14 @@ _T = TypeVar("_T")
 
 class RustReads:
     """Tasks on one event loop, at most `at_once` running, reading through `rust` (MSC's
-    `RustClient`) the objects `key_of` names."""
+    `RustClient`) the objects `key_of` names (bucket, key); `failed` is the client's error as
+    MSC says it."""
 
-    def __init__(self, rust: Any, key_of: Callable[[str], str], at_once: int) -> None:
+    def __init__(self, rust: Any, key_of: Callable[[str], tuple[str, str]],
+                 failed: Callable[[Exception, str, str], Exception], at_once: int) -> None:
         self._rust = rust
         self._key_of = key_of
+        self._failed = failed
         self._at_once = at_once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -51,17 +54,37 @@ class RustReads:
         except ImportError:
             return None
 
-        def key_of(name: str) -> str:
-            # as the provider's own GET: its base path, then the key inside the bucket
-            return str(split_path(provider._prepend_base_path(path_of(name)))[1])
+        def key_of(name: str) -> tuple[str, str]:
+            # as the provider's own GET: its base path, then the bucket and the key inside it
+            bucket, key = split_path(provider._prepend_base_path(path_of(name)))
+            return str(bucket), str(key)
 
-        return cls(rust, key_of, at_once)
+        def failed(error: Exception, bucket: str, key: str) -> Exception:
+            # MSC's own translation (404: FileNotFoundError, 403: PermissionError ...)
+            def again() -> None:
+                raise error
+            try:
+                provider._translate_errors(again, operation="GET", bucket=bucket, key=key)
+            except Exception as translated:  # noqa: BLE001 - what MSC raises is the answer
+                return translated
+            return error
+
+        return cls(rust, key_of, failed, at_once)
 
     async def read_range(self, name: str, offset: int, size: int) -> bytes:
-        """`size` bytes of object `name` from `offset` (one ranged GET)."""
+        """`size` bytes of object `name` from `offset` (one ranged GET).
+
+        Raises:
+            Exception: what MSC's own read raises for the client's error (FileNotFoundError
+                for no such object, PermissionError for a refusal, ...).
+        """
         from multistorageclient.types import Range
 
-        return bytes(await self._rust.get(self._key_of(name), Range(offset=offset, size=size)))
+        bucket, key = self._key_of(name)
+        try:
+            return bytes(await self._rust.get(key, Range(offset=offset, size=size)))
+        except Exception as e:  # noqa: BLE001 - said as MSC says it
+            raise self._failed(e, bucket, key) from None
 
     def submit(self, work: Callable[[], Awaitable[_T]]) -> Future[_T]:
         """Runs `work()` on the loop once fewer than `at_once` tasks run."""

@@ -1,9 +1,10 @@
 """Many ranged reads at once on the Multi-Storage Client's Rust client, for a profile that turns
 it on (`rust_client` in its storage provider's options): each chain of reads (a tar's header walk)
 is a task on one event loop in a thread of its own, awaiting the client the profile configured
-(its credentials, endpoint, retries), its errors translated as MSC's own read translates them. MSC's own `read` on that client starts an event loop per
-call in the calling thread; awaiting it directly costs a fraction of the CPU per read, which is
-what a walk of one small read per sample spends its time on."""
+(its credentials, endpoint, retries), its errors translated as MSC's own read translates them.
+MSC's own `read` on that client starts an event loop per call in the calling thread; awaiting it
+directly costs a fraction of the CPU per read, which is what a walk of one small read per sample
+spends its time on."""
 
 from __future__ import annotations
 

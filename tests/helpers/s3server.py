@@ -111,7 +111,7 @@ def make_store(server: S3Server, tmp: Path, bucket: str, profile: str) -> Store:
     return Store(server, bucket, profile, config, env)
 
 
-def add_profile(store, name: str, **options: str) -> str:
+def add_profile(store, name: str, **options: object) -> str:
     """A new MSC profile `name` like the store's with its storage options changed, in the
     store's config file; returns `msc://name`."""
     config = yaml.safe_load(store.config.read_text())

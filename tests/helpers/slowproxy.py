@@ -1,6 +1,11 @@
 """A TCP proxy on 127.0.0.1 that forwards to the test S3 server at a limited rate from client to
 server: a slow store (slow uploads) for the real client, nothing of it patched. It counts the
-bytes the server sent (`downloaded`): what a client read from the store, HTTP and all."""
+bytes the server sent (`downloaded`): what a client read from the store, HTTP and all.
+
+It forwards each piece at once (TCP_NODELAY both ways, and on Linux TCP_QUICKACK towards the
+server, re-armed before each read): a server that writes a response's head and body separately
+without TCP_NODELAY, as s3s-fs's binary does, would otherwise wait for a delayed ACK (40 ms)
+on some requests, a stall no real store has."""
 
 from __future__ import annotations
 
@@ -52,17 +57,23 @@ class SlowProxy:
             threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
+        quick_ack = None if slow else getattr(socket, "TCP_QUICKACK", None)
+        # small pieces up, for the rate; large ones down, so a streamed object costs few calls
+        buffer = memoryview(bytearray(16384 if slow else 1 << 18))
         try:
+            dst.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             while True:
-                data = src.recv(16384)
-                if not data:
+                if quick_ack is not None:
+                    src.setsockopt(socket.IPPROTO_TCP, quick_ack, 1)
+                size = src.recv_into(buffer)
+                if not size:
                     break
                 if slow:
-                    time.sleep(len(data) / self._rate)
+                    time.sleep(size / self._rate)
                 else:
                     with self._lock:
-                        self.downloaded += len(data)
-                dst.sendall(data)
+                        self.downloaded += size
+                dst.sendall(buffer[:size])
         except OSError:
             pass
         finally:

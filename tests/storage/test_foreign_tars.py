@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import ShardError, finalize
+from shardcook.dataset.remote import RemoteView
+from shardcook.errors import DatasetError
+from shardcook.storage import Remote
 
 from tests.helpers.s3server import add_profile, make_store
 from tests.helpers.shards import assert_same_index, energon_prepare
@@ -57,7 +60,7 @@ def foreign(s3_server, tmp_path_factory):
     local.mkdir()
     for seed, (name, (fmt, samples, big)) in enumerate(SHARDS.items()):
         foreign_tar(local / name, fmt, samples, big, seed)
-    for prefix in ("ours", "theirs"):
+    for prefix in ("boto3", "rust", "theirs"):
         store.upload_folder(local, prefix)
     with pytest.MonkeyPatch.context() as env:
         for key, value in store.env.items():
@@ -65,23 +68,32 @@ def foreign(s3_server, tmp_path_factory):
         yield store, local, tmp
 
 
+@pytest.mark.parametrize("client", ["boto3", "rust"])
 def test_foreign_tars_are_indexed_from_ranged_header_reads_as_energon_indexes_them(
-        foreign, s3_server):
+        foreign, s3_server, client):
+    """With MSC's boto3 client (a thread per walk) and with its Rust client, which a profile
+    turns on (the walks as tasks awaiting it)."""
     store, local, tmp = foreign
+    options = {"rust_client": {"allow_http": True}} if client == "rust" else {}
     proxy = SlowProxy(s3_server.port, bytes_per_second=1 << 40)
     try:  # the same bucket through a proxy that counts the bytes the store sends
-        counted = add_profile(store, "counted" + store.profile, endpoint_url=proxy.endpoint)
-        result = finalize(f"{counted}/ours", encoding="generic", split=SPLIT,
+        counted = add_profile(store, f"counted{client}", endpoint_url=proxy.endpoint, **options)
+        reads = Remote(f"{counted}/{client}").rust_reads(4)
+        assert (reads is not None) == (client == "rust")
+        if reads is not None:
+            reads.close()
+        result = finalize(f"{counted}/{client}", encoding="generic", split=SPLIT,
                           scratch_dir=tmp)
     finally:
         proxy.stop()
     assert result.index.num_samples == 96 and result.validation is not None
-    ref = energon_prepare(store.url("theirs"), "--split-ratio", SPLIT)
-    assert ref.returncode == 0, ref.stdout + ref.stderr
-    ours, theirs = tmp / "copy-ours", tmp / "copy-theirs"
-    store.download_folder("ours", ours)
-    store.download_folder("theirs", theirs)
-    assert_same_index(ours, theirs)
+    if not (tmp / "copy-theirs").is_dir():
+        ref = energon_prepare(store.url("theirs"), "--split-ratio", SPLIT)
+        assert ref.returncode == 0, ref.stdout + ref.stderr
+        store.download_folder("theirs", tmp / "copy-theirs")
+    ours = tmp / f"copy-{client}"
+    store.download_folder(client, ours)
+    assert_same_index(ours, tmp / "copy-theirs")
     # the shards with big members were walked with ranged reads, the tiny one read whole; besides,
     # finalize read the first sample of the first shard (to check the encoding) and validate
     # each split's: a tenth of the big shards is room for those walks and HTTP, where
@@ -103,3 +115,20 @@ def test_a_truncated_foreign_tar_is_named_with_its_url_and_the_bucket_is_left_as
     assert str(e.value).startswith(f"{store.url('broken')}/gnu-00.tar: member data of ")
     assert "runs past the end of the file (250000 bytes; truncated?)" in str(e.value)
     assert store.keys("broken/") == ["broken/gnu-00.tar"]
+
+
+@pytest.mark.parametrize("client", ["boto3", "rust"])
+def test_a_tar_gone_before_its_walk_is_named_with_its_url(foreign, client):
+    """A read that fails mid-walk (the object deleted after the listing) is one sentence naming
+    the object, on either client, and no walk is left running."""
+    store, local, tmp = foreign
+    options = {"rust_client": {"allow_http": True}} if client == "rust" else {}
+    profile = add_profile(store, f"gone{client}", **options)
+    store.upload_folder(local, f"gone-{client}")
+    with RemoteView.open(Remote(f"{profile}/gone-{client}"), scratch_dir=tmp) as view:
+        store.server.client().delete_object(Bucket=store.bucket,
+                                            Key=f"gone-{client}/pax-01.tar")
+        with pytest.raises(DatasetError) as e:
+            view.index_shards(sorted(SHARDS), None)
+    assert str(e.value).startswith(f"cannot read {profile}/gone-{client}/pax-01.tar ("), e.value
+    assert "pax-01.tar does not exist" in str(e.value) and "Traceback" not in str(e.value)

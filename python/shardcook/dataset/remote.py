@@ -25,8 +25,9 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from shardcook import _native
@@ -37,6 +38,7 @@ from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.storage import (
     Listed,
     Remote,
+    RustReads,
     access_problem,
     bad_segment,
     credentials_of,
@@ -51,8 +53,11 @@ WINDOW = 4
 #: Small files (metadata, `.tar.idx`) copied at once.
 SMALL_FILES_AT_ONCE = 16
 
-#: Tars whose headers are walked at once, each a chain of ranged reads.
+#: Tars whose headers are walked at once, each a chain of ranged reads: a thread each through
+#: MSC's client (more threads contend for the interpreter more than they add reads), or tasks on
+#: MSC's Rust client, which cost little while they wait (enough in flight for a store's latency).
 WALKS_AT_ONCE = 32
+RUST_WALKS_AT_ONCE = 64
 
 #: The least a ranged read of a header walk asks for: the 512-byte header and, where the member
 #: is small, the members after it, up to the next big member's header.
@@ -227,8 +232,10 @@ class RemoteView(DatasetView):
         try:
             return self.folder.read_range(shard, start, end - start)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise DatasetError(f"cannot read {self.folder.child(shard)} "
-                               f"({describe_error(e)})") from None
+            raise self._unreadable(shard, e) from None
+
+    def _unreadable(self, shard: str, error: Exception) -> DatasetError:
+        return DatasetError(f"cannot read {self.folder.child(shard)} ({describe_error(error)})")
 
     def windows(self, shards: Sequence[str]) -> Iterator[list[str]]:
         for start in range(0, len(shards), self.window):
@@ -289,14 +296,11 @@ class RemoteView(DatasetView):
     def _index_parts(self, shards: Sequence[str], part: Path
                      ) -> Iterator[tuple[list[str], Path]]:
         """The shards in order, as (shards, the sqlite of their rows): a recorded shard alone,
-        the others walked (`_walked`, many at once) and merged in runs of consecutive shards whose
-        walks are done, so the index grows while later walks are still reading."""
+        the others walked (`_walks_of`, many at once) and merged in runs of consecutive shards
+        whose walks are done, so the index grows while later walks are still reading."""
         recorded = {name: self._recorded_rows(name) for name in shards}
         self._stop_walks.clear()
-        pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
-        try:
-            walks = {name: pool.submit(self._walked, name)
-                     for name, rows in recorded.items() if rows is None}
+        with self._walks_of([name for name, rows in recorded.items() if rows is None]) as walks:
             done: list[tuple[str, _native.TarWalk]] = []
             for at, name in enumerate(shards):
                 rows = recorded[name]
@@ -312,33 +316,57 @@ class RemoteView(DatasetView):
                     done = []
                 if rows is not None:
                     yield [name], rows
+
+    @contextmanager
+    def _walks_of(self, names: Sequence[str]) -> Iterator[dict[str, Future[_native.TarWalk]]]:
+        """Each shard's header walk, started at once: tasks on MSC's Rust client when the profile
+        turns it on (`storage.rustreads`), `RUST_WALKS_AT_ONCE` reading at a time, else a thread
+        each through MSC's client, `WALKS_AT_ONCE` at a time. When the block ends, walks still
+        reading stop."""
+        walks: dict[str, Future[_native.TarWalk]] = {}
+        for name in names:
+            if name in self._walks:  # walked already, for the first sample
+                walks[name] = Future()
+                walks[name].set_result(self._walks.pop(name))
+        rest = [name for name in names if name not in walks]
+        rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE) if rest else None
+        pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
+        try:
+            for name in rest:
+                walks[name] = (pool.submit(self._walked, name) if rust is None else
+                               rust.submit(partial(self._walked_on, rust, name)))
+            yield walks
         finally:
             self._stop_walks.set()
             pool.shutdown(cancel_futures=True)
+            if rust is not None:
+                rust.close()
 
     def _walked(self, name: str) -> _native.TarWalk:
-        """Shard `name`'s complete header walk: ranged reads from the 512-byte headers on,
-        skipping each member's data by its size, until the end block (see `PROBE_READS` for
-        the tars that are read whole instead)."""
-        if name in self._walks:
-            return self._walks.pop(name)
-        size = self.sizes[name]
-        walk = _native.TarWalk(self.folder.child(name), size)
-        reads, ahead = 0, READ_AHEAD
-        while (needed := walk.needed()) is not None and not self._stop_walks.is_set():
-            start, length = needed
-            if reads == PROBE_READS and walk.position < PROBE_READS * WHOLE_BELOW:
-                ahead = WHOLE_PIECE
-            walk.feed(start, self.read_range(name, start, min(size, start + max(length, ahead))))
-            reads += 1
-        return walk
+        """Shard `name`'s header walk (`_Walk`), read through MSC's client."""
+        walk = _Walk(self.folder.child(name), self.sizes[name], self._stop_walks)
+        while (span := walk.span()) is not None:
+            walk.feed(span[0], self.read_range(name, *span))
+        return walk.walk
+
+    async def _walked_on(self, rust: RustReads, name: str) -> _native.TarWalk:
+        """`_walked` with each read awaited on MSC's Rust client."""
+        walk = _Walk(self.folder.child(name), self.sizes[name], self._stop_walks)
+        while (span := walk.span()) is not None:
+            try:
+                data = await rust.read_range(name, span[0], span[1] - span[0])
+            except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+                raise self._unreadable(name, e) from None
+            walk.feed(span[0], data)
+        return walk.walk
 
     def _first_offsets(self, name: str) -> list[int] | None:
         """Shard `name`'s `.tar.idx` offsets, from its header walk (kept for indexing) when it
         has no `.tar.idx` yet."""
         offsets = self._idx_offsets(name)
         if offsets is None:
-            self._walks[name] = self._walked(name)
+            if name not in self._walks:
+                self._walks[name] = self._walked(name)
             offsets = self._walks[name].offsets
         return offsets
 
@@ -395,3 +423,30 @@ class RemoteView(DatasetView):
 
     def shown(self, text: str) -> str:
         return text.replace(str(self.root), self.name)
+
+
+class _Walk:
+    """A shard's header walk as the ranged reads it makes: from the 512-byte headers on,
+    skipping each member's data by its size, until the end block, or until `stop` is set (see
+    `PROBE_READS` for the tars that are read whole instead)."""
+
+    def __init__(self, url: str, size: int, stop: threading.Event) -> None:
+        self.walk = _native.TarWalk(url, size)
+        self.size = size
+        self.stop = stop
+        self.reads = 0
+        self.ahead = READ_AHEAD
+
+    def span(self) -> tuple[int, int] | None:
+        """`(start, end)` of the next read; None once the walk is complete or stopped."""
+        needed = self.walk.needed()
+        if needed is None or self.stop.is_set():
+            return None
+        start, length = needed
+        if self.reads == PROBE_READS and self.walk.position < PROBE_READS * WHOLE_BELOW:
+            self.ahead = WHOLE_PIECE
+        return start, min(self.size, start + max(length, self.ahead))
+
+    def feed(self, start: int, data: bytes) -> None:
+        self.walk.feed(start, data)
+        self.reads += 1

@@ -6,9 +6,10 @@ location is a URL."""
 from shardcook.storage.bucket import Remote, check_url, remote
 from shardcook.storage.local import check_local_path
 from shardcook.storage.messages import access_problem, credentials_of, describe_error
+from shardcook.storage.rustreads import RustReads
 from shardcook.storage.store import Listed, Store
 from shardcook.storage.urls import SCHEMES, bad_segment, is_url, redact, segment_named, url_scheme
 
-__all__ = ["SCHEMES", "Listed", "Remote", "Store", "access_problem", "bad_segment",
+__all__ = ["SCHEMES", "Listed", "Remote", "RustReads", "Store", "access_problem", "bad_segment",
            "check_local_path", "check_url", "credentials_of", "describe_error", "is_url",
            "redact", "remote", "segment_named", "url_scheme"]

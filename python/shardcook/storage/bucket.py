@@ -19,6 +19,7 @@ from typing import Any
 
 from shardcook.errors import ConfigError
 from shardcook.storage.messages import access_problem, describe_error, profile_problem
+from shardcook.storage.rustreads import RustReads
 from shardcook.storage.store import Listed, normalized
 from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
 
@@ -177,6 +178,11 @@ class Remote:
         if self._resolved is None:
             self._resolved = _client(self.url, "The URL")
         return self._resolved
+
+    def rust_reads(self, at_once: int) -> RustReads | None:
+        """Ranged reads of this folder's objects on MSC's Rust client, many at once, when the
+        profile turns that client on (see `rustreads`); None otherwise."""
+        return RustReads.of(self._root()[0], lambda name: self._resolve(name)[1], at_once)
 
     def _resolve(self, name: str) -> tuple[Any, str]:
         client, root = self._root()

@@ -268,3 +268,29 @@ def test_two_torchrun_workers_write_one_process_bytes(video_run, clips, tiny_wan
     assert json.loads((out / ".shardcook" / "report.json").read_text())["world_size"] == 2
     assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == {
         p.name: p.read_bytes() for p in video_run.glob("*.tar")}
+
+
+def test_clips_kept_at_their_own_size_wait_within_the_byte_budget(tiny_wan, tmp_path,
+                                                                   monkeypatch):
+    """Without --height/--width the queue's count of batches assumes 480 x 832 clips; the
+    decoded frames' bytes bound it whatever their size (the budget lowered to 2 clips here)."""
+    from shardcook.jobs.encode.video import VideoEncodeProcessor
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(5):
+        write_clip(videos / f"big_{i}.mp4", 9, h=96, w=160, seed=i)
+        (videos / f"big_{i}.json").write_text(json.dumps({"caption": f"clip {i}"}))
+    clip_bytes = 9 * 96 * 160 * 3
+    monkeypatch.setattr(VideoEncodeProcessor, "prepared_budget", 2 * clip_bytes + 1)
+    out = tmp_path / "out"
+    args = _command(videos, out, tiny_wan, "video")
+    at = args.index("--height")
+    del args[at:at + 4]  # each clip at its own size
+    args[args.index("--batch-size") + 1] = "1"
+    run_in_process(args)
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert report["num_written"] == 5
+    assert clip_bytes <= report["prepared_peak_bytes"] <= 2 * clip_bytes
+    latent = load_tensor(samples(out)["000000"]["pth"])
+    assert latent.shape == (16, 3, 12, 20)  # 96 x 160 through the VAE's 8x

@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
 
+#: The most memory decoded pixels waiting for the encoders may take: enough to keep the image
+#: threads busy while the encoders load (a few seconds) without holding a whole shard.
+PREPARED_BYTES = 512 << 20
+
 
 def local_env() -> tuple[int, int]:
     """(this worker's GPU index on its machine, the workers sharing the machine): torchrun's
@@ -126,6 +130,8 @@ class EncodeProcessor(Processor):
     encoders are loaded by `start`, once the reader runs, so the first batches decode meanwhile.
     """
 
+    prepared_budget = PREPARED_BYTES
+
     def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
         self.image, self.model = cfg.image, cfg.model
@@ -155,6 +161,11 @@ class EncodeProcessor(Processor):
             prepared[n] = replace(batch[n], image=None, skip=o.skip, detail=o.detail)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
+
+    def prepared_bytes(self, batch: list[Loaded]) -> int:
+        """The decoded pixels' bytes."""
+        return sum(loaded.decoded.pixels.nbytes for loaded in batch
+                   if loaded.decoded is not None and loaded.decoded.pixels is not None)
 
     def _encode(self, batch: list[Loaded], group: Decoded) -> tuple[torch.Tensor, ...]:
         """One shape group on the encoders; returns CPU tensors in the stored dtype."""
@@ -242,11 +253,6 @@ def quiet_model_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
     diffusers.utils.logging.set_verbosity_error()
     diffusers.utils.logging.disable_progress_bar()
-
-
-#: The most memory decoded pixels waiting for the encoders may take: enough to keep the image
-#: threads busy while the encoders load (a few seconds) without holding a whole shard.
-PREPARED_BYTES = 512 << 20
 
 
 def prefetch_batches(cfg: RunConfig, batch_size: int) -> int:

@@ -126,6 +126,15 @@ def test_the_manifest_records_the_vae_and_its_normalisation(video_run, tiny_wan)
     assert found[0]["latents_std"] == config["latents_std"]
 
 
+def test_info_shows_the_latent_and_the_embedding_shapes(video_run):
+    import pickle
+
+    text = pickle.loads(samples(video_run)["000000"]["pickle"])  # our own run's embedding
+    r = run_in_process(["info", str(video_run)])
+    assert "float32[16, 3, 6, 10]" in r.output  # pth: the first clip's latent
+    assert f"float32{list(text.shape)}" in r.output, r.output  # pickle: the UMT5 embedding
+
+
 def _walk(obj):
     yield obj
     if isinstance(obj, dict):
@@ -249,6 +258,38 @@ def test_a_hugging_face_video_column_gives_the_folders_tensors(video_run, clips,
     at = args.index("--input-dir")
     args[at:at + 2] = ["--source-type", "huggingface", "--hf-dataset", str(tmp_path / "ds"),
                        "--image-column", "video"]
+    run_in_process(args)
+    ours, folder = samples(out), samples(video_run)
+    assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]
+    for key, parts in ours.items():
+        assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]
+
+
+@pytest.mark.parametrize("stored", ["saved", "parquet"])
+def test_a_hugging_face_video_feature_is_read_undecoded(video_run, clips, tiny_wan, tmp_path,
+                                                        stored):
+    """A `datasets.Video` column (decoding it needs torchcodec, which is not installed) is read
+    as the `{"bytes", "path"}` it stores, found without --image-column; saved to disk, and as
+    parquet files read with --hf-streaming."""
+    import datasets
+
+    features = datasets.Features({"clip": datasets.Video(), "caption": datasets.Value("string")})
+    # the first row by path (embedded when stored), the rest as bytes
+    videos = [clips[1][0][0], *(Path(p).read_bytes() for p, _ in clips[1][1:])]
+    ds = datasets.Dataset.from_dict({"clip": videos, "caption": [c for _, c in clips[1]]},
+                                    features=features)
+    with pytest.raises(ImportError, match="torchcodec"):
+        ds[0]["clip"]  # noqa: B018 - what decoding would need
+    where, extra = tmp_path / "ds", []
+    if stored == "saved":
+        ds.save_to_disk(str(where))
+    else:
+        ds.to_parquet(str(where / "data" / "train-00000-of-00001.parquet"))
+        extra = ["--hf-streaming"]
+    out = tmp_path / "out"
+    args = _command(clips[0], out, tiny_wan, "video")
+    at = args.index("--input-dir")
+    args[at:at + 2] = ["--source-type", "huggingface", "--hf-dataset", str(where), *extra]
     run_in_process(args)
     ours, folder = samples(out), samples(video_run)
     assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]

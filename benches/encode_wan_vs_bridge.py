@@ -4,7 +4,8 @@ UMT5, webdataset ShardWriter) on the same generated clips with the same tiny ran
 encoders (shardcook.encoders.tiny.build_tiny_wan) on the CPU, in both --video-mode's.
 
     python benches/encode_wan_vs_bridge.py [--n 12] [--frames 17] [--height 48] [--width 80]
-                                           [--num-frames 4] [--rss-clips 2]
+                                           [--num-frames 4] [--rss-clips 1 6]
+                                           [--rss-batch-sizes 1 2] [--rss-only]
 
 Bridge's side is the re-typed copy of its script in tests/helpers/bridge_wan.py (sources and
 commits named there; Bridge is not installable here, and the copy is what the tests hold
@@ -17,9 +18,11 @@ whole-process rate at 2n, and the steady-state rate n / (time(2n) - time(n)), in
 loading cancel out (as benches/encode_vs_bridge.py measures it). The peak RSS is each process's own
 (`os.wait4`).
 
---rss-clips K: also the peak RSS of `shardcook encode --layout wan` on K clips of 81 frames at
-480 x 832 (`--video-mode video`, tiny encoders, batch size 1), against the bytes one such decoded
-clip takes: the decode -> encode queue holds a bounded number of bytes, not of clips.
+--rss-clips K [K ...]: also the peak RSS of `shardcook encode --layout wan` on K clips of 81
+frames at 480 x 832 (`--video-mode video`, tiny encoders, each --rss-batch-sizes), against the
+bytes one such decoded clip takes, and the most decoded bytes that waited for the encoders
+(report.json's `prepared_peak_bytes`): the decode -> encode queue is bounded in bytes, so the
+peak stops growing once it is full, whatever the number of clips. --rss-only: only that part.
 Work files go under bench-out/encode_wan_vs_bridge (git-ignored).
 """
 
@@ -158,15 +161,24 @@ def compare(args: argparse.Namespace, model: Path, videos: list[tuple[str, str]]
                   f"steady state {steady[a] / steady[b]:.2f}x")
 
 
-def rss_480p(model: Path, k: int) -> None:
+def rss_480p(model: Path, counts: list[int], batch_sizes: list[int]) -> None:
     h, w, frames = 480, 832, 81
-    src = WORK / "clips-480p"
-    make_clips(src, k, frames, h, w)
-    wall, rss = timed(shardcook_cmd(model, src, WORK / "sc-480p", h, w, ["video"], 1))
+    videos = make_clips(WORK / "clips-480p", max(counts), frames, h, w)
     clip_mib = frames * h * w * 3 / 2**20
-    print(f"{k} clips of {frames} frames at {h} x {w} (one decoded: {clip_mib:.0f} MiB uint8, "
-          f"{4 * clip_mib:.0f} MiB as the fp32 VAE input), --video-mode video, batch size 1, "
-          f"tiny encoders: peak RSS {rss} MiB, {wall:.1f} s")
+    print(f"clips of {frames} frames at {h} x {w} (one decoded: {clip_mib:.0f} MiB uint8, "
+          f"{4 * clip_mib:.0f} MiB as the fp32 VAE input), --video-mode video, tiny encoders, "
+          f"fp32, CPU ({os.cpu_count()} cores)")
+    for k in counts:
+        src = subset(videos, k, WORK / f"clips-480p-{k}")
+        for batch in batch_sizes:
+            out = WORK / "sc-480p"
+            wall, rss = timed(shardcook_cmd(model, src, out, h, w, ["video"], batch))
+            report = json.loads((out / ".shardcook" / "report.json").read_text())
+            assert report["num_written"] == k, "shardcook skipped clips"
+            queued = report.get("prepared_peak_bytes", 0) / 2**20
+            print(f"  {k:3} clips, --batch-size {batch}: peak RSS {rss} MiB, at most "
+                  f"{queued:.0f} MiB decoded waiting for the encoders, {wall:.1f} s")
+            shutil.rmtree(out)
 
 
 def main() -> None:
@@ -177,22 +189,27 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=80)
     ap.add_argument("--num-frames", type=int, default=4, help="--video-mode frames' N")
     ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--rss-clips", type=int, default=0,
-                    help="also the peak RSS on this many 81-frame 480 x 832 clips")
+    ap.add_argument("--rss-clips", type=int, nargs="*", default=[],
+                    help="also the peak RSS on this many 81-frame 480 x 832 clips (each count)")
+    ap.add_argument("--rss-batch-sizes", type=int, nargs="+", default=[1],
+                    help="the --batch-size values of the peak RSS runs")
+    ap.add_argument("--rss-only", action="store_true", help="only the peak RSS runs")
     args = ap.parse_args()
     from shardcook.encoders.tiny import build_tiny_wan
 
     if WORK.exists():
         shutil.rmtree(WORK)
     model = build_tiny_wan(WORK / "tiny-wan-DEMO-WEIGHTS")
-    videos = make_clips(WORK / f"clips-{2 * args.n}", 2 * args.n, args.frames, args.height,
-                        args.width)
-    bridge = importlib.util.find_spec("webdataset") is not None
-    if not bridge:
-        print("Bridge row skipped: its script writes with webdataset (pip install webdataset).")
-    compare(args, model, videos, bridge)
+    if not args.rss_only:
+        videos = make_clips(WORK / f"clips-{2 * args.n}", 2 * args.n, args.frames, args.height,
+                            args.width)
+        bridge = importlib.util.find_spec("webdataset") is not None
+        if not bridge:
+            print("Bridge row skipped: its script writes with webdataset "
+                  "(pip install webdataset).")
+        compare(args, model, videos, bridge)
     if args.rss_clips:
-        rss_480p(model, args.rss_clips)
+        rss_480p(model, args.rss_clips, args.rss_batch_sizes)
 
 
 if __name__ == "__main__":

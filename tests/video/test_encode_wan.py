@@ -126,6 +126,15 @@ def test_the_manifest_records_the_vae_and_its_normalisation(video_run, tiny_wan)
     assert found[0]["latents_std"] == config["latents_std"]
 
 
+def test_info_shows_the_latent_and_the_embedding_shapes(video_run):
+    import pickle
+
+    text = pickle.loads(samples(video_run)["000000"]["pickle"])  # our own run's embedding
+    r = run_in_process(["info", str(video_run)])
+    assert "float32[16, 3, 6, 10]" in r.output  # pth: the first clip's latent
+    assert f"float32{list(text.shape)}" in r.output, r.output  # pickle: the UMT5 embedding
+
+
 def _walk(obj):
     yield obj
     if isinstance(obj, dict):
@@ -242,6 +251,41 @@ def test_a_hugging_face_video_column_gives_the_folders_tensors(video_run, clips,
         assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]
 
 
+@pytest.mark.parametrize("stored", ["saved", "parquet"])
+def test_a_hugging_face_video_feature_is_read_undecoded(video_run, clips, tiny_wan, tmp_path,
+                                                        stored):
+    """A `datasets.Video` column (decoding it needs torchcodec, not installed here) is read
+    as the `{"bytes", "path"}` it stores, found without --image-column; saved to disk, and as
+    parquet files read with --hf-streaming."""
+    import importlib.util
+
+    import datasets
+
+    features = datasets.Features({"clip": datasets.Video(), "caption": datasets.Value("string")})
+    # the first row by path (embedded when stored), the rest as bytes
+    videos = [clips[1][0][0], *(Path(p).read_bytes() for p, _ in clips[1][1:])]
+    ds = datasets.Dataset.from_dict({"clip": videos, "caption": [c for _, c in clips[1]]},
+                                    features=features)
+    if importlib.util.find_spec("torchcodec") is None:  # decoding would need it
+        with pytest.raises(ImportError, match="torchcodec"):
+            _ = ds[0]["clip"]
+    where, extra = tmp_path / "ds", []
+    if stored == "saved":
+        ds.save_to_disk(str(where))
+    else:
+        ds.to_parquet(str(where / "data" / "train-00000-of-00001.parquet"))
+        extra = ["--hf-streaming"]
+    out = tmp_path / "out"
+    args = _command(clips[0], out, tiny_wan, "video")
+    at = args.index("--input-dir")
+    args[at:at + 2] = ["--source-type", "huggingface", "--hf-dataset", str(where), *extra]
+    run_in_process(args)
+    ours, folder = samples(out), samples(video_run)
+    assert sorted(ours) == [f"{i:06}" for i in range(len(clips[1]))]
+    for key, parts in ours.items():
+        assert parts["pth"] == folder[key]["pth"] and parts["pickle"] == folder[key]["pickle"]
+
+
 def test_two_torchrun_workers_write_one_process_bytes(video_run, clips, tiny_wan, tmp_path):
     import subprocess
     import sys
@@ -254,3 +298,29 @@ def test_two_torchrun_workers_write_one_process_bytes(video_run, clips, tiny_wan
     assert json.loads((out / ".shardcook" / "report.json").read_text())["world_size"] == 2
     assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == {
         p.name: p.read_bytes() for p in video_run.glob("*.tar")}
+
+
+def test_clips_kept_at_their_own_size_wait_within_the_byte_budget(tiny_wan, tmp_path,
+                                                                   monkeypatch):
+    """Without --height/--width the queue's count of batches assumes 480 x 832 clips; the
+    decoded frames' bytes bound it whatever their size (the budget lowered to 2 clips here)."""
+    from shardcook.jobs.encode.video import VideoEncodeProcessor
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(5):
+        write_clip(videos / f"big_{i}.mp4", 9, h=96, w=160, seed=i)
+        (videos / f"big_{i}.json").write_text(json.dumps({"caption": f"clip {i}"}))
+    clip_bytes = 9 * 96 * 160 * 3
+    monkeypatch.setattr(VideoEncodeProcessor, "prepared_budget", 2 * clip_bytes + 1)
+    out = tmp_path / "out"
+    args = _command(videos, out, tiny_wan, "video")
+    at = args.index("--height")
+    del args[at:at + 4]  # each clip at its own size
+    args[args.index("--batch-size") + 1] = "1"
+    run_in_process(args)
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert report["num_written"] == 5
+    assert clip_bytes <= report["prepared_peak_bytes"] <= 2 * clip_bytes
+    latent = load_tensor(samples(out)["000000"]["pth"])
+    assert latent.shape == (16, 3, 12, 20)  # 96 x 160 through the VAE's 8x

@@ -223,14 +223,17 @@ def pickled_tensors_info(data: bytes) -> object:
 
 
 def pickled_summary(data: bytes, part: str) -> str | None:
-    """`name dtype[shape], ...` for a pickle part holding a dict of tensors (Megatron-Bridge's
-    embeddings); None for another part or content (never an error: parts may be anything)."""
+    """`dtype[shape]` for a pickle part holding one tensor (Bridge's Wan text embedding), `name
+    dtype[shape], ...` for one holding a dict of tensors (its FLUX embeddings); None for another
+    part or content (never an error: parts may be anything)."""
     if not _named(part, PICKLE_PARTS):
         return None
     try:
         obj = pickled_tensors_info(data)
     except Exception:  # noqa: BLE001 (arbitrary bytes can fail anywhere in a pickle)
         return None
+    if isinstance(obj, TensorInfo):
+        return str(obj)
     if not isinstance(obj, dict):
         return None
     return ", ".join(f"{k} {v}" for k, v in obj.items() if isinstance(v, TensorInfo)) or None

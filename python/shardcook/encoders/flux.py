@@ -145,6 +145,21 @@ class FluxEncoders:
                    t5_max_length=t5_max_length, latent_mode=latent_mode, seed=seed,
                    t5_attention_mask=t5_attention_mask, scale_latents=scale_latents)
 
+    @classmethod
+    def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
+                ) -> FluxEncoders:
+        """The encoders of an `encode` run (`model`: its `ModelConfig`, resolved for encode;
+        `spec`: its layout's `EncodeSpec`, whose encoder facts say whether T5 sees an attention
+        mask and whether latents are stored scaled)."""
+        m = model
+        return cls.load(
+            model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
+            t5_path=m.t5_path, revision=m.revision, token_file=token_file,
+            precision=m.precision, device=device, t5_max_length=m.t5_max_length,
+            latent_mode=m.latent_mode, seed=m.seed,
+            t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
+            scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
+
     def _posterior(self, pixels: np.ndarray | torch.Tensor) -> DiagonalGaussianDistribution:
         """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
         import torch

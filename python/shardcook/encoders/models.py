@@ -18,12 +18,17 @@ class ModelFamily:
     Attributes:
         name: The registry name (what `EncodeSpec.model` says).
         input_kind: What its VAE encodes: `image` (one picture) or `video` (a clip of frames).
-        encoders: `module:Class` of its encoders, loaded with `Class.load(...)`.
+        encoders: `module:Class` of its encoders, which `encode` loads with
+            `Class.for_run(model, spec, device, token_file)` (`model`: the run's
+            `config.ModelConfig`; `spec`: its layout's `EncodeSpec`).
         manifest: `module:function(model, token_file)` giving the manifest's encoder facts
             (sources, normalisation read from the VAE config, precision, latent mode); `model`
             is the run's `config.ModelConfig`.
         normalisation: `module:function(vae_config)` giving the normalisation a dataset
             records, which `validate` compares with the layout's model.
+        empty_encodings: Whether `encode` writes `empty_encodings/`: the text encoders' outputs
+            for the empty caption (FLUX trainers' caption dropout), from its encoders'
+            `encode_text([""])` pair (T5, pooled CLIP).
         decoder: `module:Class` made as `Class(model_path, manifest, token_file)`, turning what
             a layout's `preview` gives into RGB pixels for `preview --model-path`; None: the
             FLUX VAE decoder `preview` has.
@@ -34,6 +39,7 @@ class ModelFamily:
     encoders: str
     manifest: str
     normalisation: str
+    empty_encodings: bool = False
     decoder: str | None = None
 
     def function(self, what: str) -> Any:
@@ -44,10 +50,11 @@ class ModelFamily:
 
 FLUX = ModelFamily("flux", "image", "shardcook.encoders.flux:FluxEncoders",
                    "shardcook.encoders.flux:flux_manifest",
-                   "shardcook.encoders.flux:flux_normalisation")
+                   "shardcook.encoders.flux:flux_normalisation", empty_encodings=True)
 WAN = ModelFamily("wan", "video", "shardcook.encoders.wan:WanEncoders",
                   "shardcook.encoders.wan:wan_manifest",
-                  "shardcook.encoders.wan:wan_normalisation", "shardcook.encoders.wan:WanDecoder")
+                  "shardcook.encoders.wan:wan_normalisation",
+                  decoder="shardcook.encoders.wan:WanDecoder")
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, WAN)}

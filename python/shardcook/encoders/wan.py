@@ -160,6 +160,15 @@ class WanEncoders:
         return cls(vae, tok, umt5, device=device, dtype=dtype, latent_mode=latent_mode,
                    seed=seed)
 
+    @classmethod
+    def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
+                ) -> WanEncoders:
+        """The encoders of an `encode` run (`model`: its `ModelConfig`, resolved for encode;
+        `spec`: its layout's `EncodeSpec`, which sets nothing for Wan)."""
+        return cls.load(model_path=model.model_path, revision=model.revision,
+                        token_file=token_file, precision=model.precision, device=device,
+                        latent_mode=model.latent_mode, seed=model.seed)
+
     def encode_videos(self, clips: np.ndarray | torch.Tensor, keys: Sequence[str]
                       ) -> torch.Tensor:
         """[B, T, H, W, 3] uint8 RGB clips of one shape -> normalised latents

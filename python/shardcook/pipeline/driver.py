@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
@@ -349,6 +349,12 @@ def _write_report_html(folder: OutputFolder) -> str:
     return f"{folder.location}/{name}"
 
 
+def _most(values: Iterable[int | None]) -> int | None:
+    """The largest of the workers' figures that are not None; None when all are."""
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit],
             manifest: JsonObject, all_stats: list[RunStats], world_size: int,
             t_start: float, records: list[JsonObject] | None = None) -> JsonObject:
@@ -370,7 +376,6 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
         for k, v in s.stage_seconds.items():
             stages[k] = stages.get(k, 0.0) + v
     inputs_this_run = sum(s.inputs for s in all_stats)
-    scratch = [s.scratch_peak_bytes for s in all_stats if s.scratch_peak_bytes is not None]
     extra = job.finish_units(folder, records, failed)
 
     def report(finalize_seconds: float | None) -> JsonObject:
@@ -379,7 +384,8 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
             wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,
             world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
-            scratch_peak_bytes=max(scratch) if scratch else None),
+            scratch_peak_bytes=_most(s.scratch_peak_bytes for s in all_stats),
+            prepared_peak_bytes=_most(s.prepared_peak_bytes for s in all_stats)),
             **extra}
 
     folder.check_held()  # no other run took the folder over meanwhile

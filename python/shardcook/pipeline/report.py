@@ -102,9 +102,12 @@ def collect(folder: OutputFolder, units: list[WorkUnit]) -> tuple[list[JsonObjec
 def build_report(records: list[JsonObject], *, encoding: str, num_inputs: int, wall_seconds: float,
                  stage_seconds: dict[str, float], world_size: int, units_resumed: int,
                  inputs_this_run: int, finalize_seconds: float | None,
-                 scratch_peak_bytes: int | None = None) -> JsonObject:
-    """report.json: counts, every skip with its reason, shards, timings, and for an output in
-    object storage the most scratch space one process used at once (`scratch_peak_bytes`)."""
+                 scratch_peak_bytes: int | None = None,
+                 prepared_peak_bytes: int | None = None) -> JsonObject:
+    """report.json: counts, every skip with its reason, shards, timings, for an output in
+    object storage the most scratch space one process used at once (`scratch_peak_bytes`), and
+    where the processor counts them the most bytes of prepared inputs one process held waiting
+    for it (`prepared_peak_bytes`)."""
     skipped = [s for r in records for s in r["skipped"]]
     by_reason = Counter(s["reason"] for s in skipped)
     written = sum(r["written"] for r in records)
@@ -133,6 +136,8 @@ def build_report(records: list[JsonObject], *, encoding: str, num_inputs: int, w
         "skipped": skipped,
         **({"media_totals": media} if media else {}),
         **({"scratch_peak_bytes": scratch_peak_bytes} if scratch_peak_bytes is not None else {}),
+        **({"prepared_peak_bytes": prepared_peak_bytes}
+           if prepared_peak_bytes is not None else {}),
     }
 
 

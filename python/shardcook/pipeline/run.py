@@ -7,7 +7,8 @@ thread hands the batches to the processor's `process` (raw: decode/resize/encode
 models); a writer thread writes the results in input order with one `ShardWriter` per unit. After
 a unit's shard has its final name (in object storage: once uploaded), a progress marker records
 the unit; a unit with a marker is skipped on the next run. Memory is bounded by `prefetch`
-batches of `batch_size` items on each side of the processor.
+batches of `batch_size` items on each side of the processor, and the prepared batches waiting
+for it by the processor's `prepared_budget` bytes as well (`bytesqueue.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from shardcook.dataset.mediarecords import UnitMedia
 from shardcook.errors import SkipReason
 from shardcook.imaging import ImageResult
 from shardcook.output.folder import OutputFolder
+from shardcook.pipeline.bytesqueue import BytesQueue
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source
@@ -96,6 +98,10 @@ class Processor:
     """
 
     stage_seconds: dict[str, float]
+    #: The most bytes of prepared batches (`prepared_bytes`) that may wait for `process`; 0:
+    #: only the loop's count of batches bounds them. A batch larger than this still passes,
+    #: alone.
+    prepared_budget: int = 0
 
     def start(self) -> None:
         """Loads what `process` needs (the encoders) while the first batches are prepared."""
@@ -103,6 +109,11 @@ class Processor:
     def prepare(self, batch: list[Loaded]) -> list[Loaded]:
         """The CPU work that needs no model, ahead of `process`."""
         return batch
+
+    def prepared_bytes(self, batch: list[Loaded]) -> int:
+        """The memory a batch `prepare` returned holds (encode: its decoded pixels), which the
+        loop counts against `prepared_budget`; 0 when not counted."""
+        return 0
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         raise NotImplementedError
@@ -126,6 +137,9 @@ class RunStats:
     #: The most scratch space used at once (object storage's staged shards); None for a local
     #: output folder.
     scratch_peak_bytes: int | None = None
+    #: The most bytes of prepared batches waiting for the processor at once, as its
+    #: `prepared_bytes` counts them; None when it counts none.
+    prepared_peak_bytes: int | None = None
     #: The units left unfinished by a failed input: {"unit", "stage", "reason"} each.
     failed: list[JsonObject] = field(default_factory=list)
 
@@ -161,10 +175,15 @@ _WriterMessage = tuple[str, "WorkUnit | None", "list[Outcome] | None"]
 
 
 def _reader(source: Source, units: list[WorkUnit], batch_size: int,
-            processor: Processor, q: queue.Queue[_ReaderMessage],
+            processor: Processor, q: BytesQueue[_ReaderMessage],
             stop: threading.Event, seconds: list[float]) -> None:
     """Puts ("batch", unit, prepared [Loaded]) and ("end", unit, None) on `q`; exceptions are
     forwarded."""
+
+    def put_prepared(unit: WorkUnit, batch: list[Loaded]) -> None:
+        prepared = processor.prepare(batch)
+        q.put(("batch", unit, prepared), processor.prepared_bytes(prepared))
+
     try:
         for unit in units:
             batch: list[Loaded] = []
@@ -173,13 +192,13 @@ def _reader(source: Source, units: list[WorkUnit], batch_size: int,
                 batch.append(load(item))
                 if len(batch) == batch_size:
                     seconds[0] += time.perf_counter() - t0
-                    q.put(("batch", unit, processor.prepare(batch)))
+                    put_prepared(unit, batch)
                     if stop.is_set():
                         return
                     batch, t0 = [], time.perf_counter()
             seconds[0] += time.perf_counter() - t0
             if batch:
-                q.put(("batch", unit, processor.prepare(batch)))
+                put_prepared(unit, batch)
             q.put(("end", unit, None))
             if stop.is_set():
                 return
@@ -189,10 +208,10 @@ def _reader(source: Source, units: list[WorkUnit], batch_size: int,
 
 
 def _batches(source: Source, units: list[WorkUnit], batch_size: int,
-             processor: Processor, prefetch: int, seconds: list[float]
+             processor: Processor, q: BytesQueue[_ReaderMessage], seconds: list[float]
              ) -> Iterator[tuple[str, WorkUnit, list[Loaded] | None]]:
-    """The reader's messages in order; seconds[0] += reading, seconds[1] += waiting for them."""
-    q: queue.Queue[_ReaderMessage] = queue.Queue(maxsize=max(prefetch, 1))
+    """The reader's messages, through `q`, in order; seconds[0] += reading, seconds[1] +=
+    waiting for them."""
     stop = threading.Event()
     t = threading.Thread(target=_reader,
                          args=(source, units, batch_size, processor, q, stop, seconds),
@@ -387,9 +406,10 @@ def run_units(
         else:
             pending.append(unit)
     reader_seconds = [0.0, 0.0]  # reading, and waiting for the reader
+    prepared: BytesQueue[_ReaderMessage] = BytesQueue(prefetch, processor.prepared_budget)
     writer = _UnitWriter(folder, stats, on_progress, depth=max(prefetch, 1), media=media)
     try:
-        for kind, unit, payload in _batches(source, pending, batch_size, processor, prefetch,
+        for kind, unit, payload in _batches(source, pending, batch_size, processor, prepared,
                                             reader_seconds):
             if payload is not None:  # a batch
                 writer.put(kind, unit, processor.process(payload))
@@ -402,6 +422,7 @@ def run_units(
         raise writer.error
     folder.flush()  # every unit written is recorded (object storage: uploaded) by now
     stats.scratch_peak_bytes = folder.scratch_peak_bytes()
+    stats.prepared_peak_bytes = prepared.peak_bytes or None
     stage = Counter({"read": reader_seconds[0], "input_wait": reader_seconds[1],
                      "write": writer.seconds - writer.media_seconds,
                      **({"media_rows": writer.media_seconds} if media is not None else {})})

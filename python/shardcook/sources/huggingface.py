@@ -149,7 +149,8 @@ def detect_columns(features: dict[str, Any], image_column: str | None,
 
     names = list(features)
     if image_column is None:
-        typed = [n for n in names if isinstance(features[n], datasets.Image)]
+        kinds = [getattr(datasets, k) for k in ("Image", "Video") if hasattr(datasets, k)]
+        typed = [n for kind in kinds for n in names if isinstance(features[n], kind)]
         named = [n for n in IMAGE_NAMES if n in features]
         image_column = next(iter(typed or named), None)
         if image_column is None:
@@ -186,7 +187,8 @@ def candidate_columns(features: dict[str, Any], option: str, columns: list[str])
 
 
 class HuggingFaceSource:
-    """Inputs = the rows of one split, in row order; images stay encoded (decode=False).
+    """Inputs = the rows of one split, in row order; images and videos stay encoded (an `Image`
+    or `Video` feature cast to decode=False: the `{"bytes", "path"}` it stores).
     `streaming` reads the split's parquet files a row group at a time (`sources/hfstream.py`)
     instead of loading the dataset; the items are the same.
 
@@ -200,8 +202,6 @@ class HuggingFaceSource:
                  caption_column: str | None = None, *, image_columns: list[str] | None = None,
                  caption_columns: list[str] | None = None, token: str | None = None,
                  streaming: bool = False):
-        import datasets
-
         ds: Any = (stream if streaming else load)(name, split, data_files, token=token)
         self.image_column, self.caption_column = detect_columns(
             ds.features, None if image_columns else image_column,
@@ -219,8 +219,7 @@ class HuggingFaceSource:
         roots = list(dict.fromkeys(_root(c) for c in (*self.image_paths, *self.caption_paths)))
         ds = ds.select_columns(roots)
         for img_root in dict.fromkeys(_root(c) for c in self.image_paths):
-            if isinstance(ds.features[img_root], datasets.Image):
-                ds = ds.cast_column(img_root, datasets.Image(decode=False))
+            ds = undecoded(ds, img_root)  # a Video column too: decoding needs torchcodec
         if len(ds) == 0:
             raise ConfigError(f"Hugging Face dataset {name!r} split {split!r} has no rows.")
         self.ds = ds

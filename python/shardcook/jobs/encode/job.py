@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import cached_property
-from typing import TYPE_CHECKING
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Any
 
 from shardcook.config import RunConfig
 from shardcook.distributed import env_int
@@ -45,12 +45,15 @@ if TYPE_CHECKING:
     import torch
 
     from shardcook.encoders.flux import FluxEncoders
-    from shardcook.encoders.wan import WanEncoders
 
 log = logging.getLogger(__name__)
 
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
+
+#: The most memory decoded pixels waiting for the encoders may take: enough to keep the image
+#: threads busy while the encoders load (a few seconds) without holding a whole shard.
+PREPARED_BYTES = 512 << 20
 
 
 def local_env() -> tuple[int, int]:
@@ -126,6 +129,8 @@ class EncodeProcessor(Processor):
     encoders are loaded by `start`, once the reader runs, so the first batches decode meanwhile.
     """
 
+    prepared_budget = PREPARED_BYTES
+
     def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
         self.image, self.model = cfg.image, cfg.model
@@ -155,6 +160,11 @@ class EncodeProcessor(Processor):
             prepared[n] = replace(batch[n], image=None, skip=o.skip, detail=o.detail)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
+
+    def prepared_bytes(self, batch: list[Loaded]) -> int:
+        """The decoded pixels' bytes."""
+        return sum(loaded.decoded.pixels.nbytes for loaded in batch
+                   if loaded.decoded is not None and loaded.decoded.pixels is not None)
 
     def _encode(self, batch: list[Loaded], group: Decoded) -> tuple[torch.Tensor, ...]:
         """One shape group on the encoders; returns CPU tensors in the stored dtype."""
@@ -244,11 +254,6 @@ def quiet_model_libraries() -> None:
     diffusers.utils.logging.disable_progress_bar()
 
 
-#: The most memory decoded pixels waiting for the encoders may take: enough to keep the image
-#: threads busy while the encoders load (a few seconds) without holding a whole shard.
-PREPARED_BYTES = 512 << 20
-
-
 def prefetch_batches(cfg: RunConfig, batch_size: int) -> int:
     """How many decoded reader batches may wait for the encoders: PREPARED_BYTES' worth, 2-16."""
     i = cfg.image
@@ -273,7 +278,8 @@ def cpu_threads(workers: int | None) -> tuple[int, int]:
 
 class EncodeJob(JobBasics):
     """`shardcook encode` as a job: `open_source`'s inputs in units of --shard-size, the image core
-    and the FLUX encoders, finalize by --split's ratios with the layout's encoding."""
+    (or the clips of a video model), the encoders of the layout's model family (loaded through
+    its registry entry), finalize by --split's ratios with the layout's encoding."""
 
     prefetch: int
 
@@ -336,34 +342,17 @@ class EncodeJob(JobBasics):
 
         return clip_units(units)
 
-    def load_encoders(self, folder: OutputFolder) -> FluxEncoders:
-        """The encoders (rank 0 also writes empty_encodings into the run's `folder`)."""
-        quiet_model_libraries()
-        from shardcook.encoders.flux import FluxEncoders
-
-        m, spec = self.cfg.model, self.spec
-        assert m.precision is not None and m.latent_mode is not None  # checked in __init__
-        encoders = FluxEncoders.load(
-            model_path=m.model_path, vae_path=m.vae_path, clip_path=m.clip_path,
-            t5_path=m.t5_path, revision=m.revision, token_file=self.token_file,
-            precision=m.precision, device=self.device, t5_max_length=m.t5_max_length,
-            latent_mode=m.latent_mode, seed=m.seed,
-            t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
-            scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
-        if where().leads:  # the first worker of each launch: a resubmitted one's too
-            write_empty_encodings(folder, encoders)
-        return encoders
-
-    def load_video_encoders(self) -> WanEncoders:
-        """The encoders of the layout's video model family (its registry entry's class)."""
+    def load_encoders(self, folder: OutputFolder) -> Any:
+        """The encoders of the layout's model family, through its registry entry's class (and
+        for a family with empty encodings, rank 0 writes them into the run's `folder`)."""
         from shardcook.encoders.models import MODELS
 
         quiet_model_libraries()
-        m = self.cfg.model
-        assert m.precision is not None and m.latent_mode is not None  # checked in __init__
-        encoders: WanEncoders = MODELS[self.spec.model].function("encoders").load(
-            model_path=m.model_path, revision=m.revision, token_file=self.token_file,
-            precision=m.precision, device=self.device, latent_mode=m.latent_mode, seed=m.seed)
+        family = MODELS[self.spec.model]
+        encoders = family.function("encoders").for_run(self.cfg.model, self.spec, self.device,
+                                                       self.token_file)
+        if family.empty_encodings and where().leads:  # each launch's first worker
+            write_empty_encodings(folder, encoders)
         return encoders
 
     def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:
@@ -372,11 +361,12 @@ class EncodeJob(JobBasics):
         m = cfg.model
         assert m.precision is not None  # checked in __init__
         dtype = torch_dtype(m.stored_dtype or m.precision)
+        load = partial(self.load_encoders, folder)
         if cfg.video is not None:  # the layout's model encodes video
             from shardcook.jobs.encode.video import VideoEncodeProcessor
 
-            return VideoEncodeProcessor(cfg, self.load_video_encoders, dtype, self.workers)
-        return EncodeProcessor(cfg, lambda: self.load_encoders(folder), dtype, self.workers)
+            return VideoEncodeProcessor(cfg, load, dtype, self.workers)
+        return EncodeProcessor(cfg, load, dtype, self.workers)
 
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         finalize_by_ratio(self.cfg, self.encoding, folder)

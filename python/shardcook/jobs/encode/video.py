@@ -57,7 +57,9 @@ TYPICAL_FRAMES = 81
 
 def prefetch_clips(cfg: RunConfig) -> int:
     """How many decoded reader batches may wait for the encoders: PREPARED_BYTES' worth of
-    clips at the run's size, 1-16 (a video of unknown size counts as 480 x 832)."""
+    clips at the run's size, 1-16 (a video of unknown size counts as 480 x 832). The loop also
+    counts the decoded frames' bytes against PREPARED_BYTES (`prepared_bytes`), so videos kept
+    at a larger native size hold no more."""
     v = cfg.video
     assert v is not None
     frames = v.num_frames if v.video_mode == "frames" else (v.max_frames or TYPICAL_FRAMES)
@@ -86,6 +88,8 @@ def sample_key(index: int, frame: int | None) -> str:
 class VideoEncodeProcessor(Processor):
     """Turns loaded videos into the run's layout's samples, one outcome per input (its clips as
     rows), in order."""
+
+    prepared_budget = PREPARED_BYTES
 
     def __init__(self, cfg: RunConfig, load_encoders: Callable[[], WanEncoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
@@ -126,6 +130,11 @@ class VideoEncodeProcessor(Processor):
             prepared[n] = loaded
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
+
+    def prepared_bytes(self, batch: list[Loaded]) -> int:
+        """The decoded frames' bytes."""
+        return sum(f.nbytes for loaded in batch if loaded.clips is not None
+                   for f in loaded.clips.frames)
 
     @cached_property
     def _facts(self) -> dict[str, object]:

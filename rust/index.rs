@@ -529,4 +529,34 @@ mod tests {
         assert!(!dir.path().join("000000.tar.idx").exists());
         assert!(!dir.path().join("000000.tar.idx.tmp").exists());
     }
+
+    /// A shard of empty members `names`, as a writer that interleaves them would leave it.
+    fn raw_shard(path: &Path, names: &[&str]) {
+        let mut bytes = Vec::new();
+        for name in names {
+            bytes.extend_from_slice(&crate::tar::header::build(name.as_bytes(), 0, b'0'));
+        }
+        bytes.extend_from_slice(&[0; 1024]);
+        fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn sample_tables_report_duplicates_as_the_registry_does() {
+        let dir = tempfile::tempdir().unwrap();
+        raw_shard(&dir.path().join("a.tar"), &["k0.txt", "k1.txt", "k2.txt"]);
+        raw_shard(&dir.path().join("b.tar"), &["k3.txt", "k2.txt", "k1.txt"]);
+        raw_shard(&dir.path().join("c.tar"), &["k4.txt", "k5.txt", "k4.jpg"]);
+        let sqlite = dir.path().join("index.sqlite");
+        for (shards, expected) in [
+            (vec!["a.tar", "b.tar"], "\"k2\": in a.tar and in b.tar;"),
+            (vec!["c.tar"], "\"k4\": in c.tar and in c.tar again (its members are not contiguous);"),
+        ] {
+            let shards: Vec<String> = shards.into_iter().map(String::from).collect();
+            let without = build_index(dir.path(), &shards, None).err().unwrap();
+            let with = build_index(dir.path(), &shards, Some(&sqlite)).err().unwrap();
+            assert!(with.to_string().contains(expected), "{with}");
+            assert_eq!(with.to_string(), without.to_string());
+            assert!(!sqlite.exists() && !tmp_name(&sqlite).exists());
+        }
+    }
 }

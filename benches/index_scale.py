@@ -11,12 +11,15 @@ the headers are all the indexer reads: 100 M samples are 51 GB, 8 M are 4 GB. Ke
 over the whole dataset, as a writer numbering its samples makes them. The index is then built
 twice, in-process through `build_index` (the `.tar.idx` files, `.info.json`, split.yaml and
 index.uuid; first with index.sqlite's sample tables, then with `sample_tables=False`), and each
-time is reported with samples/s and the time that rate gives for 1,000,000,000 samples.
+time is reported with samples/s and the time that rate gives for 1,000,000,000 samples, the load
+average and the process's peak RSS so far (the run with the tables comes first).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import time
 from pathlib import Path
@@ -95,7 +98,9 @@ def main() -> None:
             size = sqlite.stat().st_size / 1e9 if sqlite.exists() else 0.0
             print(f"{label}: {result.num_samples:,} samples in {result.seconds:.1f} s "
                   f"({rate:,.0f} samples/s; index.sqlite {size:.2f} GB); "
-                  f"1 B samples: {BILLION / rate / 60:.0f} min")
+                  f"1 B samples: {BILLION / rate / 60:.0f} min; "
+                  f"load average {os.getloadavg()[0]:.1f}; peak RSS so far "
+                  f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB")
     finally:
         if not args.keep:
             shutil.rmtree(args.out, ignore_errors=True)

@@ -6,14 +6,16 @@
 //! temporary name and renamed only when every shard was read and every key is unique, so a
 //! failure leaves no index behind.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use rayon::prelude::*;
-use rusqlite::Connection;
+use rusqlite::{Connection, ErrorCode, OptionalExtension};
+use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{io, Error, Result};
 use crate::tar::reader::Part;
@@ -112,21 +114,39 @@ pub fn scan_shard(path: &Path) -> Result<ShardScan> {
     Ok(scan.finish(end))
 }
 
-/// A 128-bit fingerprint of a key: collisions are out of reach even for billions of keys, and
-/// it costs far less memory than the keys.
-fn fingerprint(key: &str) -> u128 {
-    let mut a = DefaultHasher::new();
-    key.hash(&mut a);
-    let mut b = DefaultHasher::new();
-    (0x5eed_u32, key).hash(&mut b);
-    ((a.finish() as u128) << 64) | b.finish() as u128
+/// A 128-bit fingerprint of a key (XXH3-128): collisions are out of reach even for billions of
+/// keys, and it costs far less memory than the keys.
+pub fn fingerprint(key: &str) -> u128 {
+    xxh3_128(key.as_bytes())
 }
 
-/// Hashes a fingerprint by taking its low bits: it is already a hash.
-#[derive(Default)]
-pub struct FingerprintHasher(u64);
+/// The 96 top bits of a fingerprint, the registry's key: 12 bytes, so an entry with its shard
+/// number takes 16. The chance that two of a billion distinct keys share them is about 1e-11.
+#[derive(PartialEq, Eq, Clone, Copy)]
+struct Print([u32; 3]);
 
-impl Hasher for FingerprintHasher {
+impl Print {
+    fn of(fingerprint: u128) -> Self {
+        Self([
+            (fingerprint >> 96) as u32,
+            (fingerprint >> 64) as u32,
+            (fingerprint >> 32) as u32,
+        ])
+    }
+}
+
+impl Hash for Print {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Already a hash: its bits are the table's hash.
+        state.write_u64(((self.0[0] as u64) << 32) | self.0[1] as u64);
+    }
+}
+
+/// Hands on the u64 a `Print` writes: it is already a hash.
+#[derive(Default)]
+pub struct PrintHasher(u64);
+
+impl Hasher for PrintHasher {
     fn finish(&self) -> u64 {
         self.0
     }
@@ -135,35 +155,47 @@ impl Hasher for FingerprintHasher {
             self.0 = (self.0 << 8) | b as u64;
         }
     }
-    fn write_u128(&mut self, n: u128) {
-        self.0 = n as u64;
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
 
-/// Finds keys seen in more than one place, naming both shards.
+/// Finds keys seen in more than one place, naming both shards. Holds 16 bytes per key in a
+/// hash table (17 per slot; slots are 1.14 to 2.3 times the keys), so it is only used where no
+/// sample table's UNIQUE index does the check.
 #[derive(Default)]
 pub struct KeyRegistry {
-    seen: HashMap<u128, u32, BuildHasherDefault<FingerprintHasher>>,
+    seen: HashMap<Print, u32, BuildHasherDefault<PrintHasher>>,
 }
 
 impl KeyRegistry {
     pub fn add(&mut self, key: &str, shard: u32, names: &[String]) -> Result<()> {
-        let print = fingerprint(key);
-        if let Some(&first) = self.seen.get(&print) {
-            let second = &names[shard as usize];
-            let first = &names[first as usize];
-            return Err(Error::DuplicateKey {
-                key: key.to_string(),
-                first: first.clone(),
-                second: if first == second {
-                    format!("{second} again (its members are not contiguous)")
-                } else {
-                    second.clone()
-                },
-            });
+        self.add_print(fingerprint(key), key, shard, names)
+    }
+
+    /// As `add`, with the key's `fingerprint` already computed.
+    pub fn add_print(&mut self, print: u128, key: &str, shard: u32, names: &[String]) -> Result<()> {
+        match self.seen.entry(Print::of(print)) {
+            Entry::Occupied(first) => Err(duplicate_key(key, *first.get(), shard, names)),
+            Entry::Vacant(slot) => {
+                slot.insert(shard);
+                Ok(())
+            }
         }
-        self.seen.insert(print, shard);
-        Ok(())
+    }
+}
+
+/// The error for `key`, first seen in shard `first`, found again in shard `second`.
+fn duplicate_key(key: &str, first: u32, second: u32, names: &[String]) -> Error {
+    let (first, second) = (&names[first as usize], &names[second as usize]);
+    Error::DuplicateKey {
+        key: key.to_string(),
+        first: first.clone(),
+        second: if first == second {
+            format!("{second} again (its members are not contiguous)")
+        } else {
+            second.clone()
+        },
     }
 }
 
@@ -221,11 +253,17 @@ impl SqliteSink {
         Ok(Self { db })
     }
 
-    fn insert(&mut self, tar_file_id: u32, scan: &ShardScan) -> Result<()> {
+    /// Inserts shard `tar_file_id`'s rows. `samples`' UNIQUE index on `sample_key` is the
+    /// dataset's duplicate check: a key held twice fails the insert, reported naming both
+    /// shards (`names`, by `tar_file_id`).
+    fn insert(&mut self, tar_file_id: u32, scan: &ShardScan, names: &[String]) -> Result<()> {
         let id = tar_file_id as i64;
-        insert_rows(
+        // OR FAIL, not the default ABORT: a failed statement keeps the rows before the failing
+        // one instead of undoing them, so SQLite keeps no statement journal (the database is
+        // thrown away on any failure).
+        let samples = insert_rows(
             &self.db,
-            "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size)",
+            "INSERT OR FAIL INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size)",
             &scan.samples.iter().enumerate().collect::<Vec<_>>(),
             |st, at, &(i, s)| {
                 st.raw_bind_parameter(at, id)?;
@@ -234,7 +272,13 @@ impl SqliteSink {
                 st.raw_bind_parameter(at + 3, s.offset as i64)?;
                 st.raw_bind_parameter(at + 4, s.size as i64)
             },
-        )?;
+        );
+        match samples {
+            Err(Error::Sqlite(e)) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                return Err(self.duplicate(tar_file_id, scan, names)?.unwrap_or(Error::Sqlite(e)));
+            }
+            other => other?,
+        }
         insert_rows(
             &self.db,
             "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size)",
@@ -247,6 +291,26 @@ impl SqliteSink {
                 st.raw_bind_parameter(at + 4, p.size as i64)
             },
         )
+    }
+
+    /// The duplicate that failed the insert of shard `id`'s samples: its first sample whose key
+    /// another row holds (its rows before that one are in the table, the rest are not).
+    fn duplicate(&self, id: u32, scan: &ShardScan, names: &[String]) -> Result<Option<Error>> {
+        let mut find = self
+            .db
+            .prepare("SELECT tar_file_id, sample_index FROM samples WHERE sample_key = ?")?;
+        for (i, s) in scan.samples.iter().enumerate() {
+            let held: Option<(i64, i64)> = find
+                .query_row([s.key.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            match held {
+                Some((tar, index)) if (tar, index) != (id as i64, i as i64) => {
+                    return Ok(Some(duplicate_key(&s.key, tar as u32, id, names)));
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
     }
 
     fn finish(self) -> Result<()> {
@@ -338,21 +402,23 @@ fn build_into_tmp(
 ) -> Result<IndexSummary> {
     let chunk = (rayon::current_num_threads() * 4).max(4);
     let ids: Vec<usize> = (0..shards.len()).collect();
-    let (send, receive) = mpsc::sync_channel::<Vec<(usize, ShardScan)>>(2);
+    // Each shard's scan, with its keys' fingerprints when the registry needs them.
+    let (send, receive) = mpsc::sync_channel::<Vec<(usize, ShardScan, Vec<u128>)>>(2);
 
     std::thread::scope(|scope| {
         // The consumer: key checks and sqlite rows, strictly in shard order.
         let consumer = scope.spawn(move || -> Result<IndexSummary> {
             let mut sink = sqlite_tmp.map(SqliteSink::create).transpose()?;
+            // Without the sample tables, the registry checks the keys.
             let mut keys = KeyRegistry::default();
             let mut summary = IndexSummary {
                 shards: Vec::with_capacity(shards.len()),
                 part_names: BTreeSet::new(),
             };
             for batch in receive {
-                for (id, scan) in batch {
-                    for s in &scan.samples {
-                        keys.add(&s.key, id as u32, shards)?;
+                for (id, scan, prints) in batch {
+                    for (s, &print) in scan.samples.iter().zip(&prints) {
+                        keys.add_print(print, &s.key, id as u32, shards)?;
                     }
                     if summary.part_names.len() < MAX_PART_NAMES {
                         for p in &scan.parts {
@@ -362,7 +428,7 @@ fn build_into_tmp(
                         }
                     }
                     if let Some(sink) = sink.as_mut() {
-                        sink.insert(id as u32, &scan)?;
+                        sink.insert(id as u32, &scan, shards)?;
                     }
                     summary
                         .shards
@@ -378,13 +444,17 @@ fn build_into_tmp(
         // The producer: parallel header scans, each writing its own `.tar.idx.tmp`.
         let produced = (|| -> Result<()> {
             for group in ids.chunks(chunk) {
-                let scans: Vec<(usize, ShardScan)> = group
+                let scans: Vec<_> = group
                     .par_iter()
                     .map(|&id| {
                         let scan = scan_shard(&root.join(&shards[id]))?;
                         let tmp = tmp_name(&idx_paths[id]);
                         fs::write(&tmp, scan.idx_bytes()).map_err(io(&tmp))?;
-                        Ok((id, scan))
+                        let prints = match sqlite_tmp {
+                            Some(_) => Vec::new(),
+                            None => scan.samples.iter().map(|s| fingerprint(&s.key)).collect(),
+                        };
+                        Ok((id, scan, prints))
                     })
                     .collect::<Result<_>>()?;
                 if send.send(scans).is_err() {
@@ -405,15 +475,11 @@ fn build_into_tmp(
 /// found twice among them.
 pub fn write_scans(root: &Path, scans: &[(String, &ShardScan)], sqlite: &Path) -> Result<()> {
     let names: Vec<String> = scans.iter().map(|(name, _)| name.clone()).collect();
-    let mut keys = KeyRegistry::default();
     let mut sink = SqliteSink::create(sqlite)?;
     for (id, (name, scan)) in scans.iter().enumerate() {
-        for s in &scan.samples {
-            keys.add(&s.key, id as u32, &names)?;
-        }
+        sink.insert(id as u32, scan, &names)?;
         let idx = root.join(format!("{name}.idx"));
         fs::write(&idx, scan.idx_bytes()).map_err(io(&idx))?;
-        sink.insert(id as u32, scan)?;
     }
     sink.finish()
 }
@@ -462,5 +528,35 @@ mod tests {
         );
         assert!(!dir.path().join("000000.tar.idx").exists());
         assert!(!dir.path().join("000000.tar.idx.tmp").exists());
+    }
+
+    /// A shard of empty members `names`, as a writer that interleaves them would leave it.
+    fn raw_shard(path: &Path, names: &[&str]) {
+        let mut bytes = Vec::new();
+        for name in names {
+            bytes.extend_from_slice(&crate::tar::header::build(name.as_bytes(), 0, b'0'));
+        }
+        bytes.extend_from_slice(&[0; 1024]);
+        fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn sample_tables_report_duplicates_as_the_registry_does() {
+        let dir = tempfile::tempdir().unwrap();
+        raw_shard(&dir.path().join("a.tar"), &["k0.txt", "k1.txt", "k2.txt"]);
+        raw_shard(&dir.path().join("b.tar"), &["k3.txt", "k2.txt", "k1.txt"]);
+        raw_shard(&dir.path().join("c.tar"), &["k4.txt", "k5.txt", "k4.jpg"]);
+        let sqlite = dir.path().join("index.sqlite");
+        for (shards, expected) in [
+            (vec!["a.tar", "b.tar"], "\"k2\": in a.tar and in b.tar;"),
+            (vec!["c.tar"], "\"k4\": in c.tar and in c.tar again (its members are not contiguous);"),
+        ] {
+            let shards: Vec<String> = shards.into_iter().map(String::from).collect();
+            let without = build_index(dir.path(), &shards, None).err().unwrap();
+            let with = build_index(dir.path(), &shards, Some(&sqlite)).err().unwrap();
+            assert!(with.to_string().contains(expected), "{with}");
+            assert_eq!(with.to_string(), without.to_string());
+            assert!(!sqlite.exists() && !tmp_name(&sqlite).exists());
+        }
     }
 }

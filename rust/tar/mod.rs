@@ -1,7 +1,7 @@
 //! WebDataset tar shards: a deterministic writer, a streaming reader, and Energon's rules for
 //! turning member names into samples.
 
-mod header;
+pub(crate) mod header;
 pub mod names;
 pub mod reader;
 pub mod writer;

@@ -124,6 +124,7 @@ def test_the_common_files_are_answered_natively() -> None:
     assert not answered & {"mpo", "apng", "webp animated", "gif", "png 16-bit type 0"}
 
 
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")  # Pillow's on the damaged EXIF it reads
 def test_damaged_files_are_pillows_answer_or_none() -> None:
     checked = 0
     for name, data in CASES:

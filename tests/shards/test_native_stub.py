@@ -142,6 +142,8 @@ def test_real_results_have_the_declared_types(tmp_path, called):
     assert [r.error_kind for r in rows] == [None] * 4 + ["unsupported_format", "bad_input"]
     check("image_geometry", _native.image_geometry(400, 300, size=64, mode_name="bucket"))
     check("default_buckets", _native.default_buckets(256))
+    assert check("pillow_header", _native.pillow_header(jpg)) == (
+        photo.shape[1], photo.shape[0], "JPEG", "RGB")
 
     writer = _native.ShardWriter(tmp_path, shard_size=2, prefix="t-")
     assert check("ShardWriter.__enter__", writer.__enter__()) is writer

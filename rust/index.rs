@@ -174,7 +174,13 @@ impl KeyRegistry {
     }
 
     /// As `add`, with the key's `fingerprint` already computed.
-    pub fn add_print(&mut self, print: u128, key: &str, shard: u32, names: &[String]) -> Result<()> {
+    pub fn add_print(
+        &mut self,
+        print: u128,
+        key: &str,
+        shard: u32,
+        names: &[String],
+    ) -> Result<()> {
         match self.seen.entry(Print::of(print)) {
             Entry::Occupied(first) => Err(duplicate_key(key, *first.get(), shard, names)),
             Entry::Vacant(slot) => {
@@ -274,8 +280,12 @@ impl SqliteSink {
             },
         );
         match samples {
-            Err(Error::Sqlite(e)) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                return Err(self.duplicate(tar_file_id, scan, names)?.unwrap_or(Error::Sqlite(e)));
+            Err(Error::Sqlite(e))
+                if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) =>
+            {
+                return Err(self
+                    .duplicate(tar_file_id, scan, names)?
+                    .unwrap_or(Error::Sqlite(e)));
             }
             other => other?,
         }
@@ -549,11 +559,16 @@ mod tests {
         let sqlite = dir.path().join("index.sqlite");
         for (shards, expected) in [
             (vec!["a.tar", "b.tar"], "\"k2\": in a.tar and in b.tar;"),
-            (vec!["c.tar"], "\"k4\": in c.tar and in c.tar again (its members are not contiguous);"),
+            (
+                vec!["c.tar"],
+                "\"k4\": in c.tar and in c.tar again (its members are not contiguous);",
+            ),
         ] {
             let shards: Vec<String> = shards.into_iter().map(String::from).collect();
             let without = build_index(dir.path(), &shards, None).err().unwrap();
-            let with = build_index(dir.path(), &shards, Some(&sqlite)).err().unwrap();
+            let with = build_index(dir.path(), &shards, Some(&sqlite))
+                .err()
+                .unwrap();
             assert!(with.to_string().contains(expected), "{with}");
             assert_eq!(with.to_string(), without.to_string());
             assert!(!sqlite.exists() && !tmp_name(&sqlite).exists());

@@ -29,7 +29,9 @@ pub fn pillow_header(data: &[u8]) -> Option<PillowHeader> {
 }
 
 fn be16(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from(u16::from_be_bytes(data.get(at..at + 2)?.try_into().ok()?)))
+    Some(u32::from(u16::from_be_bytes(
+        data.get(at..at + 2)?.try_into().ok()?,
+    )))
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -45,8 +47,18 @@ fn le24(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16)
 }
 
-fn header(width: u32, height: u32, format: &'static str, mode: &'static str) -> Option<PillowHeader> {
-    (width > 0 && height > 0).then_some(PillowHeader { width, height, format, mode })
+fn header(
+    width: u32,
+    height: u32,
+    format: &'static str,
+    mode: &'static str,
+) -> Option<PillowHeader> {
+    (width > 0 && height > 0).then_some(PillowHeader {
+        width,
+        height,
+        format,
+        mode,
+    })
 }
 
 /// JpegImagePlugin: the segments up to the start of scan, one 8-bit frame of 1, 3 or 4
@@ -74,8 +86,7 @@ fn jpeg(data: &[u8]) -> Option<PillowHeader> {
         match marker {
             0xc0..=0xc3 | 0xc5..=0xc7 | 0xc9..=0xcb | 0xcd..=0xcf => {
                 // Pillow reads each component as 3 bytes and refuses other precisions
-                if frame.is_some() || body.len() < 6 || (body.len() - 6) % 3 != 0 || body[0] != 8
-                {
+                if frame.is_some() || body.len() < 6 || (body.len() - 6) % 3 != 0 || body[0] != 8 {
                     return None;
                 }
                 let mode = match body[5] {
@@ -180,7 +191,11 @@ fn vp8l(body: &[u8]) -> Option<(u32, u32, bool)> {
     if bits >> 29 != 0 {
         return None; // a version libwebp does not read
     }
-    Some(((bits & 0x3fff) + 1, (bits >> 14 & 0x3fff) + 1, bits >> 28 & 1 == 1))
+    Some((
+        (bits & 0x3fff) + 1,
+        (bits >> 14 & 0x3fff) + 1,
+        bits >> 28 & 1 == 1,
+    ))
 }
 
 /// A VP8 key frame header: (width, height), with libwebp's `VP8GetInfo` checks of the frame
@@ -191,7 +206,10 @@ fn vp8(body: &[u8]) -> Option<(u32, u32)> {
     if !known || (tag >> 5) as usize >= body.len() || body.get(3..6)? != b"\x9d\x01\x2a" {
         return None;
     }
-    Some((be16(&[body[7], body[6]], 0)? & 0x3fff, be16(&[body[9], body[8]], 0)? & 0x3fff))
+    Some((
+        be16(&[body[7], body[6]], 0)? & 0x3fff,
+        be16(&[body[9], body[8]], 0)? & 0x3fff,
+    ))
 }
 
 /// WebPImagePlugin: the WebPAnimDecoder's canvas, and RGBA when `WebPGetFeatures` says the
@@ -230,8 +248,10 @@ fn webp(data: &[u8]) -> Option<PillowHeader> {
                 return None;
             }
             let canvas = (le24(body, 4)? + 1, le24(body, 7)? + 1);
-            let images: Vec<_> =
-                rest.iter().filter(|(k, _)| *k == b"VP8 " || *k == b"VP8L").collect();
+            let images: Vec<_> = rest
+                .iter()
+                .filter(|(k, _)| *k == b"VP8 " || *k == b"VP8L")
+                .collect();
             let [&(kind, image)] = images.as_slice() else {
                 return None;
             };
@@ -262,7 +282,10 @@ mod tests {
         assert_eq!(pillow_header(b""), None);
         assert_eq!(pillow_header(b"GIF89a"), None);
         assert_eq!(pillow_header(b"\xff\xd8\xff\xe0\x00"), None);
-        assert_eq!(pillow_header(b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR"), None);
+        assert_eq!(
+            pillow_header(b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR"),
+            None
+        );
         assert_eq!(pillow_header(b"RIFF\x04\x00\x00\x00WEBP"), None);
     }
 
@@ -273,7 +296,10 @@ mod tests {
         jpeg.extend_from_slice(b"\xff\xc0\x00\x0b\x08\x00\x03\x00\x05\x01\x01\x11\x00");
         jpeg.extend_from_slice(b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00");
         let found = pillow_header(&jpeg).unwrap();
-        assert_eq!((found.width, found.height, found.format, found.mode), (5, 3, "JPEG", "L"));
+        assert_eq!(
+            (found.width, found.height, found.format, found.mode),
+            (5, 3, "JPEG", "L")
+        );
         jpeg[6] = 12; // 12-bit samples: Pillow refuses them
         assert_eq!(pillow_header(&jpeg), None);
     }

@@ -38,6 +38,12 @@ fn be32(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
 }
 
+fn le16(data: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from(u16::from_le_bytes(
+        data.get(at..at + 2)?.try_into().ok()?,
+    )))
+}
+
 fn le32(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
 }
@@ -206,10 +212,7 @@ fn vp8(body: &[u8]) -> Option<(u32, u32)> {
     if !known || (tag >> 5) as usize >= body.len() || body.get(3..6)? != b"\x9d\x01\x2a" {
         return None;
     }
-    Some((
-        be16(&[body[7], body[6]], 0)? & 0x3fff,
-        be16(&[body[9], body[8]], 0)? & 0x3fff,
-    ))
+    Some((le16(body, 6)? & 0x3fff, le16(body, 8)? & 0x3fff))
 }
 
 /// WebPImagePlugin: the WebPAnimDecoder's canvas, and RGBA when `WebPGetFeatures` says the
@@ -302,5 +305,18 @@ mod tests {
         );
         jpeg[6] = 12; // 12-bit samples: Pillow refuses them
         assert_eq!(pillow_header(&jpeg), None);
+    }
+
+    #[test]
+    fn a_vp8_chunk_cut_inside_its_size_answers_none() {
+        // key frame tag (shown, first partition 0 bytes), start code, then one byte of the width
+        let body = b"\x10\x00\x00\x9d\x01\x2a\x05";
+        let mut webp = b"RIFF".to_vec();
+        webp.extend_from_slice(&(4 + 8 + 8u32).to_le_bytes());
+        webp.extend_from_slice(b"WEBPVP8 ");
+        webp.extend_from_slice(&7u32.to_le_bytes());
+        webp.extend_from_slice(body);
+        webp.push(0); // the odd chunk's padding
+        assert_eq!(pillow_header(&webp), None);
     }
 }

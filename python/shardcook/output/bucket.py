@@ -272,23 +272,25 @@ class BucketRunFolder:
             _native.index_shards(staging, [shard], rows)
             shardrows.compact(rows)
             files = [staging / shard, staging / f"{shard}.idx"]
-            staged = [rows]
+            records = {rows: shardrows.rows_name(shard)}
             if media is not None:
-                staged.append(staging / f"{shard}.media.sqlite")
-                media.write(staged[-1], durable=False)  # scratch: uploaded, then deleted
-            then = partial(self._after_upload, shard, staged, files[0].stat().st_size, then)
+                media_record = staging / f"{shard}.media.sqlite"
+                media.write(media_record, durable=False)  # scratch: uploaded, then deleted
+                records[media_record] = mediarecords.record_name(shard)
+            staged = list(records)
+            then = partial(self._after_upload, shard, records, files[0].stat().st_size, then)
         named = f" ({shard})" if isinstance(shard, str) else ""
         uploader.submit(files, then, f"writing the index rows and the marker of unit {unit}"
                         f"{named} to {self.url}", staged=staged)
 
-    def _after_upload(self, shard: str, records: list[Path], size: int,
+    def _after_upload(self, shard: str, records: dict[Path, str], size: int,
                       write_marker: Callable[[], None]) -> None:
-        """Uploads the shard's records (its index rows, and its media record when there is one)
-        naming the shard object as the store now holds it, then writes the marker."""
+        """Uploads the shard's records (staged file: its name in the bucket; its index rows, and
+        its media record when there is one) naming the shard object as the store now holds it,
+        then writes the marker."""
         etag = self.store.stat(shard).etag
         if etag is not None:
-            names = (shardrows.rows_name(shard), mediarecords.record_name(shard))
-            for path, name in zip(records, names, strict=False):
+            for path, name in records.items():
                 shardrows.record_object(path, size, etag)
                 self.store.upload(path, name)
         write_marker()

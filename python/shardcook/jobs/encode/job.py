@@ -28,6 +28,7 @@ from shardcook.config import RunConfig
 from shardcook.distributed import env_int
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
+from shardcook.jobs.encode import PREPARED_BYTES
 from shardcook.jobs.encode.loadonce import LoadedOnce
 from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
 from shardcook.jobs.images import check_image_options, decode_images, result_pixels
@@ -50,10 +51,6 @@ log = logging.getLogger(__name__)
 
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
-
-#: The most memory decoded pixels waiting for the encoders may take: enough to keep the image
-#: threads busy while the encoders load (a few seconds) without holding a whole shard.
-PREPARED_BYTES = 512 << 20
 
 
 def local_env() -> tuple[int, int]:

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
+from shardcook.jobs.encode import PREPARED_BYTES
 from shardcook.jobs.encode.loadonce import LoadedOnce
 from shardcook.jobs.encode.sample import ClipPartBuilder, EncodedClip
 from shardcook.layouts import registry_function
@@ -49,8 +50,6 @@ def framing(cfg: RunConfig) -> Framing:
                    v.num_frames, v.max_frames, v.frame_stride)
 
 
-#: The most memory decoded clips waiting for the encoders may take, as for images.
-PREPARED_BYTES = 512 << 20
 #: The frames a clip is taken to hold when nothing bounds it (Wan's 81 at 16 fps).
 TYPICAL_FRAMES = 81
 

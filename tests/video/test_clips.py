@@ -5,6 +5,7 @@ refusals of video options. No encoder runs here."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from shardcook.media.clips import (
     resize_dimensions,
     resize_frame,
 )
+from shardcook.media.video import rgb
 
 from tests.helpers import bridge_wan
 from tests.helpers.encode import run_in_process
@@ -67,13 +69,31 @@ def test_video_mode_keeps_every_frame_unless_stride_or_max_frames_say():
 
 def test_a_span_decodes_only_its_frames_and_each_used_frame_once(tmp_path):
     data = write_clip(tmp_path / "c.mkv", 9, "ffv1").read_bytes()
-    want = decode_frames(data)
+    want = [rgb(f) for f in decode_frames(data)]
     assert len(want) == 9
     used, picks = clips_of(data, Framing(None), span=(2, 5))
     assert picks == [[0, 1, 2, 3]] and all(
         np.array_equal(f, want[2 + i]) for i, f in enumerate(used))
     used, picks = clips_of(data, Framing(None, mode="frames", num_frames=3))
     assert picks == [[0], [1], [2]] and np.array_equal(used[1], want[4])
+
+
+@pytest.mark.parametrize("codec", ["libx264", "ffv1", "mjpeg", "libvpx-vp9"])
+def test_rgb_is_pyavs_own_conversion_in_every_thread_and_size(tmp_path, codec):
+    """The kept reformatter gives the pixels `to_ndarray(format="rgb24")` gives, for clips of
+    two sizes decoded alternately in two threads (each thread's context re-made on a size
+    change)."""
+    clips = [write_clip(tmp_path / f"{codec}-{h}.mkv", 5, codec, h=h, w=w).read_bytes()
+             for h, w in [(48, 80), (64, 32)]]
+
+    def both(data: bytes) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(rgb(f), f.to_ndarray(format="rgb24")) for f in decode_frames(data)]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(both, clips * 3))
+    assert all(len(r) == 5 for r in results)
+    assert all(np.array_equal(a, b) for r in results for a, b in r)
+    assert {r[0][0].shape for r in results} == {(48, 80, 3), (64, 32, 3)}
 
 
 def test_prompt_clean_is_bridges():

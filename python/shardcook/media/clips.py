@@ -17,11 +17,12 @@ each a 1-frame clip. `--video-mode video` keeps every frame, or every `stride`-t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from shardcook.media import MediaError
-from shardcook.media.video import _open
+from shardcook.media.video import _open, rgb, video_stream
 
 #: `--resize-mode` for video: Bridge's interpolation names.
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "area", "lanczos")
@@ -103,9 +104,10 @@ def frame_picks(total: int, framing: Framing) -> list[list[int]]:
     return [[int(i)] for i in np.linspace(0, total - 1, framing.num_frames, dtype=int)]
 
 
-def decode_frames(data: bytes, span: tuple[int, int] | None = None) -> list[np.ndarray]:
+def decode_frames(data: bytes, span: tuple[int, int] | None = None) -> list[Any]:
     """Every frame of the video's first video stream (from `span`'s first to its last frame,
-    inclusive, when given) as H x W x 3 uint8 RGB, in decode order.
+    inclusive, when given) as PyAV decoded frames, in decode order: `rgb` turns the ones a run
+    keeps into pixels (in `frames` mode, a few of many).
 
     Raises:
         MediaError: not a readable video.
@@ -113,16 +115,15 @@ def decode_frames(data: bytes, span: tuple[int, int] | None = None) -> list[np.n
     import av
 
     first, last = span if span is not None else (0, None)
-    frames: list[np.ndarray] = []
+    frames: list[Any] = []
     container = _open(data)
     try:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
+        stream = video_stream(container)
         for n, frame in enumerate(container.decode(stream)):
             if last is not None and n > last:
                 break
             if n >= first:
-                frames.append(frame.to_ndarray(format="rgb24"))
+                frames.append(frame)
     except av.error.FFmpegError as e:
         raise MediaError("video_decode_error", f"the video cannot be decoded ({e})") from None
     finally:
@@ -141,6 +142,6 @@ def clips_of(data: bytes, framing: Framing, span: tuple[int, int] | None = None
     frames = decode_frames(data, span)
     picks = frame_picks(len(frames), framing)
     used = sorted({i for clip in picks for i in clip})
-    resized = {i: resize_frame(frames[i], framing) for i in used}
+    resized = {i: resize_frame(rgb(frames[i]), framing) for i in used}
     order = {i: n for n, i in enumerate(used)}
     return [resized[i] for i in used], [[order[i] for i in clip] for clip in picks]

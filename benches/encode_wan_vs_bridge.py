@@ -3,7 +3,7 @@
 UMT5, webdataset ShardWriter) on the same generated clips with the same tiny random-weight Wan
 encoders (shardcook.encoders.tiny.build_tiny_wan) on the CPU, in both --video-mode's.
 
-    python benches/encode_wan_vs_bridge.py [--n 12] [--frames 17] [--height 48] [--width 80]
+    python benches/encode_wan_vs_bridge.py [--n 192] [--frames 17] [--height 48] [--width 80]
                                            [--num-frames 4] [--rss-clips 1 6]
                                            [--rss-batch-sizes 1 2] [--rss-only]
 
@@ -183,7 +183,7 @@ def rss_480p(model: Path, counts: list[int], batch_sizes: list[int]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=12, help="clips of the smaller run (the other: 2n)")
+    ap.add_argument("--n", type=int, default=192, help="clips of the smaller run (the other: 2n)")
     ap.add_argument("--frames", type=int, default=17)
     ap.add_argument("--height", type=int, default=48)
     ap.add_argument("--width", type=int, default=80)

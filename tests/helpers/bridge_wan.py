@@ -6,8 +6,9 @@
   `_calculate_resize_dimensions`, `_encode_text`, `_encode_video_latents`, the frame pick of
   `_extract_evenly_spaced_frames`, and the sample dicts of `main` for `--output_format energon`.
   One substitution: it reads frames with OpenCV (`cv2.VideoCapture`, BGR -> RGB), which is not
-  installed here; `read_frames` reads them with PyAV as RGB24, and the tests use clips already at
-  the target size, so its `cv2.resize` would return the frame unchanged.
+  installed here; `read_frames` reads them with PyAV as RGB24 at about OpenCV's cost, and the
+  tests use clips already at the target size, so its `cv2.resize` would return the frame
+  unchanged.
 - The task encoder: NVIDIA-NeMo/Megatron-Bridge
   `src/megatron/bridge/diffusion/data/wan/wan_taskencoder.py` at commit
   0c89948203ff524204a8609d9b8130312afc607c (`cook`, `WanTaskEncoder.encode_sample`), with
@@ -59,11 +60,19 @@ def calculate_resize_dimensions(original_height, original_width, target_size,
 
 
 def read_frames(video_path: str) -> list[np.ndarray]:
-    """Every frame as H x W x 3 uint8 RGB (PyAV in place of OpenCV, see the module docstring)."""
+    """Every frame as H x W x 3 uint8 RGB (PyAV in place of OpenCV, see the module docstring),
+    at OpenCV's cost: a `cv2.VideoCapture` decodes with FFmpeg's threads (as `AUTO` here) and
+    keeps one swscale context for the clip (one reformatter here; PyAV's `to_ndarray(format=)`
+    would build one per frame, which OpenCV does not)."""
     import av
+    from av.video.reformatter import VideoReformatter
 
+    reformatter = VideoReformatter()
     with av.open(video_path) as container:
-        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        return [reformatter.reformat(f, format="rgb24").to_ndarray()
+                for f in container.decode(stream)]
 
 
 def load_models(model_id: Path):

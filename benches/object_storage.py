@@ -14,9 +14,10 @@ prepare`, both on the same dataset in a bucket.
 3. validate, validate --deep and info on the bucket dataset against its local copy.
 4. Tars another tool wrote (Python's tarfile: --foreign-shards shards of --foreign-per-shard
    samples, each a ~100 KB `.bin` and a small `.json`), put straight into the bucket: `shardcook
-   finalize` (header walks with ranged reads) against `energon prepare` on a copy, each a new
-   process reaching the store through a proxy on 127.0.0.1 that counts the bytes the store sent
-   (`--rust-client`: finalize's profile turns on MSC's Rust client).
+   finalize` (header walks with ranged reads) against `energon prepare`, each a new process
+   timed against the store directly, then run on another copy through a proxy on 127.0.0.1
+   that counts the bytes the store sent (`--rust-client`: finalize's profile turns on MSC's
+   Rust client).
    `--foreign-only` runs this part alone.
 
 The store is an S3 server started on 127.0.0.1 with an MSC profile pointing at it, as the tests
@@ -27,6 +28,13 @@ the cost, not the server's (`bash benches/install_s3s_fs.sh` builds it, from cra
 fixes that make it answer as S3 does). `--server moto`: moto's server (the test extra's
 `moto[server]`), the tests' store, a Python server that serves about 200 ranged GETs a second
 on two shared cores, far fewer than any real store. Work files go under bench-out/storage/.
+
+`energon prepare` runs with boto3's response checksums unchecked
+(`AWS_RESPONSE_CHECKSUM_VALIDATION=when_required`): with them checked, on s3s-fs, the
+download of its first shard fails their CRC32 check (the body it got is not the object,
+which boto3 alone, reading the same object, gets right) and it stops with "Shard ... has no
+samples". Unchecked, it goes on, so the part 4 summary says how many samples each command
+indexed per copy.
 """
 
 from __future__ import annotations
@@ -225,9 +233,12 @@ def foreign_tar(shard: int, samples: int, member: int) -> bytes:
 
 
 def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: bool) -> None:
-    """finalize on tars no shardcook run wrote against energon prepare, bytes read counted; with
-    `rust_client`, finalize's profile turns on MSC's Rust client (energon prepare keeps boto3:
-    under that profile it fails on s3s-fs, not finding the index.sqlite it wrote)."""
+    """finalize on tars no shardcook run wrote against energon prepare: each command timed
+    against the store directly, then run again on another copy through the counting proxy for
+    the bytes it read (the proxy is Python on the same cores: forwarding thousands of small
+    responses costs CPU no real store takes from its clients, so it is never in a timed run).
+    With `rust_client`, finalize's profile turns on MSC's Rust client (energon prepare keeps
+    boto3: under that profile it fails on s3s-fs, not finding the index.sqlite it wrote)."""
     from tests.helpers.s3server import add_profile
     from tests.helpers.slowproxy import SlowProxy
 
@@ -237,49 +248,72 @@ def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: b
         data = foreign_tar(shard, per_shard, 100_000)
         size += len(data)
         store.put(f"foreign/shard-{shard:06d}.tar", data)
-    copy_objects(store, "foreign", "foreign-energon", skip=".nv-meta")
+    for copy in ("foreign-counted", "foreign-energon", "foreign-energon-counted"):
+        copy_objects(store, "foreign", copy, skip=".nv-meta")
     proxy = SlowProxy(store.server.port, bytes_per_second=1 << 40)
+    direct = f"msc://{store.profile}"
     counted = add_profile(store, "counted" + store.profile, endpoint_url=proxy.endpoint)
-    ours = counted if not rust_client else add_profile(
-        store, "countedrust" + store.profile, endpoint_url=proxy.endpoint,
-        rust_client={"allow_http": True})
+    ours, ours_counted = direct, counted
+    if rust_client:
+        ours = add_profile(store, "rust" + store.profile, rust_client={"allow_http": True})
+        ours_counted = add_profile(store, "countedrust" + store.profile,
+                                   endpoint_url=proxy.endpoint, rust_client={"allow_http": True})
+
+    def finalize(url: str) -> list[str]:
+        return [sys.executable, "-m", "shardcook", "finalize", url, "--encoding", "generic",
+                "--scratch-dir", str(work / "scratch")]
+
+    def prepare(url: str) -> list[str]:
+        # boto3 checks no response's CRC32 for energon (see the module docstring: it would
+        # fail on the first shard, every time)
+        return ["env", "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required", sys.executable, "-m",
+                "megatron.energon.cli.main", "prepare", "--non-interactive", "--sample-type",
+                "CrudeWebdataset", "--split-ratio", "1,0,0", url]
+
     try:
-        seconds, read = {}, {}
-        for label, cmd in (
-                ("shardcook finalize", [sys.executable, "-m", "shardcook", "finalize",
-                                        f"{ours}/foreign", "--encoding", "generic",
-                                        "--scratch-dir", str(work / "scratch")]),
-                ("energon prepare", [sys.executable, "-m", "megatron.energon.cli.main", "prepare",
-                                     "--non-interactive", "--sample-type", "CrudeWebdataset",
-                                     "--split-ratio", "1,0,0", f"{counted}/foreign-energon"])):
-            seconds[label], read[label] = counted_run(proxy, label, cmd)
+        seconds, read, proxied = {}, {}, {}
+        for label, timed_cmd, counted_cmd in (
+                ("shardcook finalize", finalize(f"{ours}/foreign"),
+                 finalize(f"{ours_counted}/foreign-counted")),
+                ("energon prepare", prepare(f"{direct}/foreign-energon"),
+                 prepare(f"{counted}/foreign-energon-counted"))):
+            seconds[label] = counted_run(label, timed_cmd)
+            before = proxy.downloaded
+            proxied[label] = counted_run(label, counted_cmd)
+            read[label] = proxy.downloaded - before
     finally:
         proxy.stop()
     print(f"finalize, tars another tool wrote: {shards} shards, {shards * per_shard:,} samples "
           f"(a ~100 KB .bin and a .json each), {size / 2**20:,.0f} MiB, each command a new "
-          f"process, {RUST_NOTE if rust_client else ''}bytes the store sent, HTTP included")
+          f"process, {RUST_NOTE if rust_client else ''}timed against the store directly; bytes "
+          "the store sent (HTTP included) counted in a second run through the counting proxy")
     for label, took in seconds.items():
         print(f"  {label:18} {took or float('nan'):7.2f} s  read {read[label] / 2**20:8.1f} MiB "
-              f"({100 * read[label] / size:5.1f}% of the dataset)")
+              f"({100 * read[label] / size:5.1f}% of the dataset; "
+              f"{proxied[label] or float('nan'):.2f} s through the proxy)")
     if seconds["energon prepare"] and seconds["shardcook finalize"]:
         ratio = seconds["energon prepare"] / seconds["shardcook finalize"]
         print(f"  shardcook finalize is {ratio:.1f}x energon prepare (goal >= 10x); bytes read "
               "goal < 5%")
+    for prefix in ("foreign", "foreign-counted", "foreign-energon", "foreign-energon-counted"):
+        counts = json.loads(store.get(f"{prefix}/.nv-meta/.info.json"))["shard_counts"]
+        short = {name: n for name, n in counts.items() if n != per_shard}
+        print(f"  {prefix}: {sum(counts.values()):,} samples indexed"
+              + (f"; short: {short}" if short else ""))
 
 
-def counted_run(proxy, label: str, cmd: list[str]) -> tuple[float | None, int]:
-    """Seconds `cmd` took and the bytes the store sent it. energon prepare on s3s-fs can fail
-    one shard's download (its CRC32 check), then assert the shard has no samples: it is run
-    again, at most three times in all, each failure said; None when all failed."""
+def counted_run(label: str, cmd: list[str]) -> float | None:
+    """Seconds `cmd` took. energon prepare on s3s-fs can fail one shard's download (its CRC32
+    check), then assert the shard has no samples: it is run again, at most three times in all,
+    each failure said; None when all failed."""
     for attempt in range(3 if label == "energon prepare" else 1):
-        before = proxy.downloaded
         try:
-            return timed(cmd), proxy.downloaded - before
+            return timed(cmd)
         except SystemExit as e:
             if label != "energon prepare":
                 raise
             print(f"  {label} failed, attempt {attempt + 1}: {str(e).strip().splitlines()[-1]}")
-    return None, proxy.downloaded - before
+    return None
 
 
 def main() -> None:

@@ -73,9 +73,10 @@ def test_a_bad_stall_timeout_is_one_sentence(tmp_path, stall):
 def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path):
     with silent_server() as (base, accepted):
         manifest = _manifest(tmp_path, base, {f"{n}.arrow": "0" * 32 for n in range(3)})
+        # faulthandler: a process that outlives the wait below is made to say where it is
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shardcook", "ingest", "--manifest", manifest, "--base-url",
-             base, "--output-dir", str(tmp_path / "out")],
+            [sys.executable, "-X", "faulthandler", "-m", "shardcook", "ingest", "--manifest",
+             manifest, "--base-url", base, "--output-dir", str(tmp_path / "out")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not accepted and time.monotonic() < deadline:
@@ -86,6 +87,10 @@ def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path):
         start = time.monotonic()
         try:
             _, stderr = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            _, stderr = proc.communicate(timeout=30)
+            pytest.fail(f"still running 15 s after Ctrl-C; its threads:\n{stderr[-6000:]}")
         finally:
             proc.kill()
         took = time.monotonic() - start

@@ -4,8 +4,10 @@ recorded as failed; Ctrl-C ends the command within seconds with exit 130."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -70,7 +72,28 @@ def test_a_bad_stall_timeout_is_one_sentence(tmp_path, stall):
     assert not (tmp_path / "out").exists()
 
 
-def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path):
+#: Linux's tgkill, to signal one thread of another process.
+TGKILL = {"x86_64": 234, "aarch64": 131}.get(platform.machine())
+
+
+def _sigint(pid: int, to: str) -> None:
+    """SIGINT to process `pid`, or (`to="a worker thread"`) to one of its threads other than
+    the main one, as the kernel may deliver a Ctrl-C."""
+    if to == "the process":
+        os.kill(pid, signal.SIGINT)
+        return
+    workers = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert workers, "no thread but the main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(TGKILL, pid, workers[-1], signal.SIGINT) == 0, ctypes.get_errno()
+
+
+@pytest.mark.parametrize("to", [
+    "the process",
+    pytest.param("a worker thread", marks=pytest.mark.skipif(
+        TGKILL is None or not os.path.isdir("/proc/self/task"), reason="Linux's tgkill")),
+])
+def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path, to):
     with silent_server() as (base, accepted):
         manifest = _manifest(tmp_path, base, {f"{n}.arrow": "0" * 32 for n in range(3)})
         # faulthandler: a process that outlives the wait below is made to say where it is
@@ -83,7 +106,7 @@ def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path):
             time.sleep(0.05)
         assert accepted, "no download started"
         time.sleep(0.5)
-        os.kill(proc.pid, signal.SIGINT)
+        _sigint(proc.pid, to)
         start = time.monotonic()
         try:
             _, stderr = proc.communicate(timeout=15)

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
-from shardcook import _native
+from shardcook import _native, waits
 from shardcook.dataset import shardrows, tarindex
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
@@ -305,7 +305,7 @@ class RemoteView(DatasetView):
             for at, name in enumerate(shards):
                 rows = recorded[name]
                 if rows is None:
-                    done.append((name, walks[name].result()))
+                    done.append((name, waits.result(walks[name])))
                     later = walks.get(shards[at + 1]) if at + 1 < len(shards) else None
                     if later is not None and later.done() and len(done) < MERGED_AT_ONCE:
                         continue

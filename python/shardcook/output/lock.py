@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from shardcook import waits
 from shardcook.envvars import env_seconds
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.storage import Remote
@@ -352,7 +353,7 @@ class BucketLease:
             return
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            waits.join(self._thread)
         try:
             record = self._read()
             if record is not None and record.holder == self._me:

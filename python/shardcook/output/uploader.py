@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
+from shardcook import waits
 from shardcook.errors import ShardcookError, ShardcookIOError
 from shardcook.storage import Remote, describe_error
 
@@ -80,7 +81,7 @@ class Uploader:
             ShardcookIOError: one failed for good.
         """
         for future in self._futures:
-            future.result()
+            waits.result(future)
         self._futures.clear()
         self._raise()
 

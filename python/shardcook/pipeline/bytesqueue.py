@@ -9,6 +9,8 @@ import threading
 from collections import deque
 from typing import Generic, TypeVar
 
+from shardcook import waits
+
 T = TypeVar("T")
 
 
@@ -36,7 +38,7 @@ class BytesQueue(Generic[T]):
     def put(self, entry: T, nbytes: int = 0) -> None:
         """Adds `entry`, which holds `nbytes`, once there is room for it."""
         with self._changed:
-            self._changed.wait_for(lambda: self._has_room(nbytes))
+            waits.wait_for(self._changed, lambda: self._has_room(nbytes))
             self._entries.append((entry, nbytes))
             self._bytes += nbytes
             self.peak_bytes = max(self.peak_bytes, self._bytes)
@@ -49,7 +51,7 @@ class BytesQueue(Generic[T]):
             queue.Empty: none came within `timeout` seconds.
         """
         with self._changed:
-            if not self._changed.wait_for(lambda: self._entries, timeout):
+            if not waits.wait_for(self._changed, lambda: self._entries, timeout):
                 raise queue.Empty
             entry, nbytes = self._entries.popleft()
             self._bytes -= nbytes

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from shardcook import waits
 from shardcook._native import ShardWriter
 from shardcook.dataset.mediameta import MediaFilter
 from shardcook.dataset.mediarecords import UnitMedia
@@ -276,7 +277,7 @@ class _UnitWriter:
                 break
             except queue.Full:
                 continue
-        self._thread.join()
+        waits.join(self._thread)
 
     def _run(self) -> None:
         writer: ShardWriter | None = None

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from shardcook import waits
+
 __all__ = ["RustReads"]
 
 _T = TypeVar("_T")
@@ -34,7 +36,7 @@ class RustReads:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="shardcook-rust-reads")
         self._thread.start()
-        self._slots = asyncio.run_coroutine_threadsafe(self._semaphore(), self._loop).result()
+        self._slots = waits.result(asyncio.run_coroutine_threadsafe(self._semaphore(), self._loop))
         self._futures: list[Future[Any]] = []
 
     async def _semaphore(self) -> asyncio.Semaphore:
@@ -106,7 +108,7 @@ class RustReads:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             await asyncio.gather(*tasks, return_exceptions=True)
 
-        asyncio.run_coroutine_threadsafe(settle(), self._loop).result()
+        waits.result(asyncio.run_coroutine_threadsafe(settle(), self._loop))
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
+        waits.join(self._thread)
         self._loop.close()

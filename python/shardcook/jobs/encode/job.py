@@ -24,6 +24,7 @@ from dataclasses import replace
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
+from shardcook import waits
 from shardcook.config import RunConfig
 from shardcook.distributed import env_int
 from shardcook.errors import ConfigError
@@ -209,7 +210,7 @@ class EncodeProcessor(Processor):
         serialized: deque[Future[list[tuple[int, Outcome]]]] = deque()
 
         def collect(f: Future[list[tuple[int, Outcome]]]) -> None:
-            for n, o in f.result():
+            for n, o in waits.result(f):
                 outcomes[n] = o
 
         for k in range(0, len(todo), self.batch_size):

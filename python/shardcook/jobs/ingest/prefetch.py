@@ -11,6 +11,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
+from shardcook import waits
 from shardcook.config.ingest import IngestConfig
 from shardcook.jobs.ingest.download import download, safe_name
 from shardcook.jobs.ingest.plan import Input
@@ -89,8 +90,8 @@ class Prefetch:
     def take(self, one: Input) -> Path:
         """The downloaded file of `one`, once whole (DownloadError when it could not be)."""
         with self.submitted:
-            self.submitted.wait_for(lambda: (one.split, one.index) in self.futures)
-        return self.futures[(one.split, one.index)].result()
+            waits.wait_for(self.submitted, lambda: (one.split, one.index) in self.futures)
+        return waits.result(self.futures[(one.split, one.index)])
 
     def done_with(self, one: Input) -> None:
         """`one`'s download is no longer needed: delete it and free its slot."""

@@ -88,6 +88,15 @@ def _sigint(pid: int, to: str) -> None:
     assert libc.syscall(TGKILL, pid, workers[-1], signal.SIGINT) == 0, ctypes.get_errno()
 
 
+def _as_from_a_terminal() -> None:
+    """The child's Ctrl-C as a terminal gives it: SIGINT neither blocked nor ignored. A pytest
+    worker may have either left to its children by an earlier test's library (a signal mask
+    and an ignored signal both pass through fork and exec), and a child that inherits them
+    never sees the SIGINT."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("to", [
     "the process",
     pytest.param("a worker thread", marks=pytest.mark.skipif(
@@ -100,12 +109,15 @@ def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path, to):
         proc = subprocess.Popen(
             [sys.executable, "-X", "faulthandler", "-m", "shardcook", "ingest", "--manifest",
              manifest, "--base-url", base, "--output-dir", str(tmp_path / "out")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_as_from_a_terminal)
         deadline = time.monotonic() + 60
         while not accepted and time.monotonic() < deadline:
             time.sleep(0.05)
         assert accepted, "no download started"
         time.sleep(0.5)
+        with open(f"/proc/{proc.pid}/status") as status:  # for the message below
+            signals = [line.strip() for line in status if line.startswith(("SigBlk", "SigIgn"))]
         _sigint(proc.pid, to)
         start = time.monotonic()
         try:
@@ -113,7 +125,8 @@ def test_ctrl_c_stops_a_download_waiting_on_a_silent_server(tmp_path, to):
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
             _, stderr = proc.communicate(timeout=30)
-            pytest.fail(f"still running 15 s after Ctrl-C; its threads:\n{stderr[-6000:]}")
+            pytest.fail(f"still running 15 s after Ctrl-C ({signals}); its threads:\n"
+                        f"{stderr[-6000:]}")
         finally:
             proc.kill()
         took = time.monotonic() - start

@@ -9,6 +9,7 @@ spends its time on."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -57,6 +58,7 @@ class RustReads:
         except ImportError:
             return None
 
+        @functools.cache  # a walk reads its object once per sample: resolve its name once
         def key_of(name: str) -> tuple[str, str]:
             # as the provider's own GET: its base path, then the bucket and the key inside it
             bucket, key = split_path(provider._prepend_base_path(path_of(name)))

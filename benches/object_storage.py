@@ -24,7 +24,7 @@ The store is an S3 server started on 127.0.0.1 with an MSC profile pointing at i
 do, on the same cores as the commands; a real store's latency and bandwidth replace its costs.
 `--server s3s` (the default): s3s-fs, a compiled S3 server over a folder, which answers a ranged
 GET in well under a millisecond of its own CPU, so, as on a real store, the client's requests are
-the cost, not the server's (`bash benches/install_s3s_fs.sh` builds it, from crates.io with two
+the cost, not the server's (`bash benches/install_s3s_fs.sh` builds it, from crates.io with three
 fixes that make it answer as S3 does). `--server moto`: moto's server (the test extra's
 `moto[server]`), the tests' store, a Python server that serves about 200 ranged GETs a second
 on two shared cores, far fewer than any real store. Work files go under bench-out/storage/.
@@ -277,9 +277,9 @@ def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: b
                  finalize(f"{ours_counted}/foreign-counted")),
                 ("energon prepare", prepare(f"{direct}/foreign-energon"),
                  prepare(f"{counted}/foreign-energon-counted"))):
-            seconds[label] = counted_run(label, timed_cmd)
+            seconds[label] = timed_retried(label, timed_cmd)
             before = proxy.downloaded
-            proxied[label] = counted_run(label, counted_cmd)
+            proxied[label] = timed_retried(label, counted_cmd)
             read[label] = proxy.downloaded - before
     finally:
         proxy.stop()
@@ -302,7 +302,7 @@ def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: b
               + (f"; short: {short}" if short else ""))
 
 
-def counted_run(label: str, cmd: list[str]) -> float | None:
+def timed_retried(label: str, cmd: list[str]) -> float | None:
     """Seconds `cmd` took. energon prepare on s3s-fs can fail one shard's download (its CRC32
     check), then assert the shard has no samples: it is run again, at most three times in all,
     each failure said; None when all failed."""

@@ -37,11 +37,15 @@ T5_LEN = 512
 
 
 def with_tokenizer(model: Path, encoder: str, tokenizer: str, dest: Path) -> Path:
-    """One folder holding an encoder and its tokenizer (how Bridge's script loads each)."""
+    """One folder holding an encoder and its tokenizer (how Bridge's script loads each), as hard
+    links where the file system has them (T5-XXL's weights are 10 GB)."""
     dest.mkdir(parents=True, exist_ok=True)
     for sub in (encoder, tokenizer):
         for f in (model / sub).iterdir():
-            shutil.copy(f, dest / f.name)
+            try:
+                os.link(f, dest / f.name)
+            except OSError:
+                shutil.copy(f, dest / f.name)
     return dest
 
 

@@ -16,7 +16,7 @@ size, bilinear, UMT5 padded to 226. shardcook also finalizes (Energon's index), 
 to a later `energon prepare`. Each side runs as a fresh process on n clips and on 2n: the
 whole-process rate at 2n, and the steady-state rate n / (time(2n) - time(n)), in which start-up and
 loading cancel out (as benches/encode_vs_bridge.py measures it). The peak RSS is each process's own
-(`os.wait4`).
+(its `VmHWM`).
 
 --rss-clips K [K ...]: also the peak RSS of `shardcook encode --layout wan` on K clips of 81
 frames at 480 x 832 (`--video-mode video`, tiny encoders, each --rss-batch-sizes), against the
@@ -35,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,16 +88,34 @@ def make_clips(folder: Path, n: int, frames: int, h: int, w: int) -> list[tuple[
 
 
 def timed(cmd: list[str]) -> tuple[float, int]:
-    """Runs cmd; (wall seconds, its peak RSS in MiB)."""
+    """Runs cmd; (wall seconds, its peak RSS in MiB).
+
+    The peak is the process's own high-water mark (`VmHWM`), read every 0.1 s while it runs.
+    wait4's `ru_maxrss` is not used: the kernel carries the parent's high-water mark across the
+    child's exec, so a parent holding models (encode_gpu.py's) would be reported for each child.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode != 0:
-        sys.exit(f"{cmd[:4]} failed ({proc.returncode}): {err[-2000:]}")
-    return wall, usage.ru_maxrss // 1024
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        peak_kib = 0
+        while proc.poll() is None:
+            peak_kib = max(peak_kib, vm_hwm_kib(proc.pid))
+            time.sleep(0.1)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            err.seek(0)
+            sys.exit(f"{cmd[:4]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
+    return wall, peak_kib // 1024
+
+
+def vm_hwm_kib(pid: int) -> int:
+    """The process's peak resident set so far (kB), 0 once it has gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines()
+                 if line.startswith("VmHWM:")), 0)
 
 
 def shardcook_cmd(model: Path, src: Path, out: Path, h: int, w: int, mode: list[str],

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources, run_facts
+from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
 from shardcook.hftoken import resolve_token
 
@@ -164,7 +165,7 @@ class FluxEncoders:
         """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
         import torch
 
-        x = torch.as_tensor(pixels).to(self.device, non_blocking=True)
+        x = to_device(torch.as_tensor(pixels), self.device)
         x = x.permute(0, 3, 1, 2).to(torch.float32).div_(127.5).sub_(1.0).to(self.dtype)
         dist: DiagonalGaussianDistribution = self.vae.encode(x).latent_dist
         return dist
@@ -219,7 +220,8 @@ class FluxEncoders:
         reach = int(getattr(self.t5.config, "relative_attention_max_distance", total))
         keep = min(total, int(mask.sum(dim=1).max()) + reach)
         out: torch.Tensor = self.t5(
-            ids[:, :keep].to(self.device), attention_mask=mask[:, :keep].to(self.device),
+            to_device(ids[:, :keep], self.device),
+            attention_mask=to_device(mask[:, :keep], self.device),
             output_hidden_states=False).last_hidden_state
         if keep == total:
             return out
@@ -236,9 +238,10 @@ class FluxEncoders:
             if self.t5_attention_mask:
                 t5 = self._masked_t5(tokens.input_ids, tokens.attention_mask)
             else:
-                t5 = self.t5(tokens.input_ids.to(self.device),
+                t5 = self.t5(to_device(tokens.input_ids, self.device),
                              output_hidden_states=False).last_hidden_state
             cids = self.clip_tokenizer(captions, padding="max_length", max_length=CLIP_MAX_LENGTH,
                                        truncation=True, return_tensors="pt").input_ids
-            pooled = self.clip(cids.to(self.device), output_hidden_states=False).pooler_output
+            pooled = self.clip(to_device(cids, self.device),
+                               output_hidden_states=False).pooler_output
         return t5, pooled

@@ -24,6 +24,7 @@ from shardcook.encoders.loading import (
     run_facts,
     vae_config,
 )
+from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -169,18 +170,19 @@ class WanEncoders:
                         token_file=token_file, precision=model.precision, device=device,
                         latent_mode=model.latent_mode, seed=model.seed)
 
-    def encode_videos(self, clips: np.ndarray | torch.Tensor, keys: Sequence[str]
+    def encode_videos(self, clips: Sequence[np.ndarray] | np.ndarray, keys: Sequence[str]
                       ) -> torch.Tensor:
-        """[B, T, H, W, 3] uint8 RGB clips of one shape -> normalised latents
+        """B [T, H, W, 3] uint8 RGB clips of one shape -> normalised latents
         [B, 16, 1 + (T-1)//4, H/8, W/8] on the device."""
         import torch
 
         from shardcook.encoders.flux import sample_seed
 
         with torch.inference_mode():
-            x = torch.as_tensor(clips).permute(0, 4, 1, 2, 3)
-            # Bridge's arithmetic, step by step: [0, 1] in float32, the model's dtype, [-1, 1]
-            x = (x.to(torch.float32) / 255.0).to(self.dtype).to(self.device) * 2.0 - 1.0
+            x = self._uploaded(clips).permute(0, 4, 1, 2, 3)
+            # Bridge's arithmetic, step by step: [0, 1] in float32, the model's dtype, [-1, 1];
+            # each step is exact or correctly rounded, so the device it runs on does not matter
+            x = ((x.to(torch.float32) / 255.0).to(self.dtype) * 2.0 - 1.0).contiguous()
             dist = self.vae.encode(x).latent_dist
             z = dist.mean
             if self.latent_mode == "sample":
@@ -196,6 +198,18 @@ class WanEncoders:
             latents: torch.Tensor = (z - mean.view(view)) / std.view(view)
             return latents
 
+    def _uploaded(self, clips: Sequence[np.ndarray] | np.ndarray) -> torch.Tensor:
+        """The clips as one uint8 [B, T, H, W, 3] tensor on the device: each copied into place
+        (a quarter of the bytes of the float input the VAE takes, and no stacked copy made on
+        the host), without waiting for the kernels queued there."""
+        import torch
+
+        first = clips[0]
+        x = torch.empty((len(clips), *first.shape), dtype=torch.uint8, device=self.device)
+        for i, clip in enumerate(clips):
+            x[i] = to_device(torch.from_numpy(clip), self.device)
+        return x
+
     def encode_text(self, captions: Sequence[str]) -> torch.Tensor:
         """Captions -> UMT5 embeddings [B, 226, D] on the device, each cleaned by
         `prompt_clean`, encoded with the attention mask, rows past its length zero."""
@@ -205,8 +219,8 @@ class WanEncoders:
             tokens = self.tokenizer([prompt_clean(c) for c in captions], max_length=TEXT_LENGTH,
                                     padding="max_length", truncation=True, return_tensors="pt",
                                     return_attention_mask=True)
-            mask = tokens.attention_mask.to(self.device)
-            out: torch.Tensor = self.umt5(input_ids=tokens.input_ids.to(self.device),
+            mask = to_device(tokens.attention_mask, self.device)
+            out: torch.Tensor = self.umt5(input_ids=to_device(tokens.input_ids, self.device),
                                           attention_mask=mask).last_hidden_state
             zeroed: torch.Tensor = out.masked_fill(~mask.gt(0).unsqueeze(-1), 0.0)
             return zeroed

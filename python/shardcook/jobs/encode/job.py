@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from shardcook import waits
 from shardcook.config import RunConfig
 from shardcook.distributed import env_int
+from shardcook.encoders.transfer import HostCopy
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
 from shardcook.jobs.encode import PREPARED_BYTES
@@ -164,8 +165,9 @@ class EncodeProcessor(Processor):
         return sum(loaded.decoded.pixels.nbytes for loaded in batch
                    if loaded.decoded is not None and loaded.decoded.pixels is not None)
 
-    def _encode(self, batch: list[Loaded], group: Decoded) -> tuple[torch.Tensor, ...]:
-        """One shape group on the encoders; returns CPU tensors in the stored dtype."""
+    def _encode(self, batch: list[Loaded], group: Decoded) -> HostCopy:
+        """One shape group on the encoders; returns its tensors on their way to the CPU in the
+        stored dtype (the GPU's queue is not waited for: the next group is queued meanwhile)."""
         import numpy as np
 
         enc = self.enc
@@ -177,14 +179,14 @@ class EncodeProcessor(Processor):
         else:
             lat, posterior = enc.encode_images(pixels, [it.key for it in items]), []
         t5, pooled = enc.encode_text([it.caption or "" for it in items])
-        out = tuple(t.to("cpu", dtype=self.stored_dtype) for t in (lat, t5, pooled, *posterior))
+        out = HostCopy((lat, t5, pooled, *posterior), self.stored_dtype)
         self.stage_seconds["encode"] += time.perf_counter() - t0
         return out
 
     def _serialize(self, batch: list[Loaded], group: Decoded,
-                   tensors: tuple[torch.Tensor, ...]) -> list[tuple[int, Outcome]]:
+                   tensors: HostCopy) -> list[tuple[int, Outcome]]:
         t0 = time.perf_counter()
-        lat, t5, pooled, *posterior = tensors
+        lat, t5, pooled, *posterior = tensors.get()
         done: list[tuple[int, Outcome]] = []
         for j, (n, r) in enumerate(group):
             item = batch[n].item

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from shardcook.config import RunConfig
+from shardcook.encoders.transfer import HostCopy
 from shardcook.jobs.encode import PREPARED_BYTES
 from shardcook.jobs.encode.loadonce import LoadedOnce
 from shardcook.jobs.encode.sample import ClipPartBuilder, EncodedClip
@@ -35,10 +36,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Clips:
-    """A video input's clips: the resized frames they use and each clip's frame indices."""
+    """A video input's clips, each its resized frames stacked [T, H, W, 3] (by the decoding
+    worker, so the encoder's thread copies nothing before the upload)."""
 
-    frames: list[np.ndarray]
-    picks: list[list[int]]
+    pixels: list[np.ndarray]
 
 
 def framing(cfg: RunConfig) -> Framing:
@@ -112,11 +113,14 @@ class VideoEncodeProcessor(Processor):
 
     def _decode(self, loaded: Loaded) -> Loaded:
         assert loaded.image is not None  # the loop read every input it did not skip
+        import numpy as np
+
         try:
             frames, picks = clips_of(loaded.image, self.framing, loaded.item.span)
         except MediaError as e:
             return replace(loaded, image=None, skip=e.reason, detail=str(e))
-        return replace(loaded, image=None, clips=Clips(frames, picks))
+        pixels = [np.stack([frames[i] for i in pick]) for pick in picks]
+        return replace(loaded, image=None, clips=Clips(pixels))
 
     def prepare(self, batch: list[Loaded]) -> list[Loaded]:
         """The batch with each video decoded and resized into its clips, or skipped with the
@@ -132,8 +136,8 @@ class VideoEncodeProcessor(Processor):
 
     def prepared_bytes(self, batch: list[Loaded]) -> int:
         """The decoded frames' bytes."""
-        return sum(f.nbytes for loaded in batch if loaded.clips is not None
-                   for f in loaded.clips.frames)
+        return sum(p.nbytes for loaded in batch if loaded.clips is not None
+                   for p in loaded.clips.pixels)
 
     @cached_property
     def _facts(self) -> dict[str, object]:
@@ -141,19 +145,16 @@ class VideoEncodeProcessor(Processor):
         return {"latent_mode": m.latent_mode,
                 "latent_seed": m.seed if m.latent_mode == "sample" else None}
 
-    def _texts(self, captions: list[str]) -> dict[str, torch.Tensor]:
-        """Each distinct caption's embedding, on the CPU in the stored dtype."""
+    def _texts(self, captions: list[str]) -> list[tuple[list[str], HostCopy]]:
+        """The distinct captions, in chunks, each with its embeddings on their way to the CPU
+        in the stored dtype."""
         distinct = list(dict.fromkeys(captions))
-        out: dict[str, torch.Tensor] = {}
-        for k in range(0, len(distinct), self.batch_size):
-            chunk = distinct[k:k + self.batch_size]
-            emb = self.enc.encode_text(chunk).to("cpu", dtype=self.stored_dtype)
-            out.update(zip(chunk, emb, strict=True))
-        return out
+        return [(distinct[k:k + self.batch_size],
+                 HostCopy([self.enc.encode_text(distinct[k:k + self.batch_size])],
+                          self.stored_dtype))
+                for k in range(0, len(distinct), self.batch_size)]
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
-        import numpy as np
-
         outcomes, todo = split_skipped(batch)
         enc = self.enc
         t0 = time.perf_counter()
@@ -162,31 +163,35 @@ class VideoEncodeProcessor(Processor):
         for n in todo:
             clips: Clips = batch[n].clips
             single = self.framing.mode == "frames"
-            for c, pick in enumerate(clips.picks):
-                pixels = np.stack([clips.frames[i] for i in pick])
+            for c, pixels in enumerate(clips.pixels):
                 key = sample_key(batch[n].item.index, c + 1 if single else None)
                 groups.setdefault(pixels.shape, []).append((n, c, key, pixels))
-        texts = self._texts([batch[n].item.caption or "" for n in todo])
-        latents: dict[tuple[int, int], torch.Tensor] = {}
+        # every encoder batch is queued before the first result is waited for
+        pending_texts = self._texts([batch[n].item.caption or "" for n in todo])
+        pending: list[tuple[list[tuple[int, int]], HostCopy]] = []
         for group in groups.values():
             for k in range(0, len(group), self.batch_size):
                 chunk = group[k:k + self.batch_size]
-                pixels = np.stack([p for *_, p in chunk])
-                z = enc.encode_videos(pixels, [key for _, _, key, _ in chunk])
-                for (n, c, _, _), lat in zip(chunk, z.to("cpu", dtype=self.stored_dtype),
-                                             strict=True):
-                    latents[(n, c)] = lat
+                z = enc.encode_videos([p for *_, p in chunk], [key for _, _, key, _ in chunk])
+                pending.append(([(n, c) for n, c, _, _ in chunk],
+                                HostCopy([z], self.stored_dtype)))
+        texts: dict[str, torch.Tensor] = {}
+        for chunk_captions, copy in pending_texts:
+            texts.update(zip(chunk_captions, copy.get()[0], strict=True))
+        latents: dict[tuple[int, int], torch.Tensor] = {}
+        for where, copy in pending:
+            latents.update(zip(where, copy.get()[0], strict=True))
         self.stage_seconds["encode"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         for n in todo:
             item, clips = batch[n].item, batch[n].clips
             rows = []
-            for c, pick in enumerate(clips.picks):
-                h, w = clips.frames[pick[0]].shape[:2]
-                frame = (c + 1, len(clips.picks)) if self.framing.mode == "frames" else None
+            for c, pixels in enumerate(clips.pixels):
+                frame = (c + 1, len(clips.pixels)) if self.framing.mode == "frames" else None
                 key = sample_key(item.index, None if frame is None else frame[0])
+                t, h, w = pixels.shape[:3]
                 clip = EncodedClip(item, key, latents[(n, c)], texts[item.caption or ""],
-                                   (len(pick), h, w), frame, self.framing.settings(),
+                                   (t, h, w), frame, self.framing.settings(),
                                    self._facts)
                 rows.append((key, list(self.build_parts(clip))))
             outcomes[n] = Outcome(item, rows=rows)

@@ -1,13 +1,14 @@
 """Host <-> device copies of the encoders (shardcook.encoders.transfer): the values arrive
-whole, in the stored dtype, and the pixel arithmetic gives the same bits on the GPU as on
-the CPU (the reason it may run on the device)."""
+whole, in the stored dtype; and Wan's pixels, scaled on the device from a table, are Bridge's
+host-side division to the bit on any device."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-
 from shardcook.encoders.transfer import HostCopy, to_device
+from shardcook.encoders.wan import scaled_clips, unit_values
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
@@ -35,14 +36,27 @@ def test_gpu_copies_wait_for_the_queued_work() -> None:
     assert torch.equal(to_device(host, "cuda").cpu(), host)
 
 
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+def bridge_unit(frames: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """Bridge's Wan script: `frame.astype(np.float32) / 255.0`, then the model's dtype."""
+    return torch.from_numpy(frames.astype(np.float32) / 255.0).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unit_values_are_bridges_division(dtype: torch.dtype) -> None:
+    every = np.arange(256, dtype=np.uint8)
+    assert torch.equal(unit_values(dtype), bridge_unit(every, dtype))
+    clips = np.random.default_rng(0).integers(0, 256, (2, 3, 8, 10, 3), dtype=np.uint8)
+    got = scaled_clips(list(clips), unit_values(dtype), "cpu")
+    assert got.shape == (2, 3, 8, 10, 3) and torch.equal(got, bridge_unit(clips, dtype))
+
+
 @needs_gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_pixel_arithmetic_is_the_same_on_the_gpu(dtype: torch.dtype) -> None:
-    # every uint8 value, as Bridge's Wan script scales it: [0, 1] in float32, the model's
-    # dtype, [-1, 1]
-    px = torch.arange(256, dtype=torch.uint8).repeat(64)
-
-    def scaled(t: torch.Tensor) -> torch.Tensor:
-        return (t.to(torch.float32) / 255.0).to(dtype) * 2.0 - 1.0
-
-    assert torch.equal(scaled(px.cuda()).cpu(), scaled(px))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scaled_clips_are_the_same_on_the_gpu(dtype: torch.dtype) -> None:
+    clips = np.random.default_rng(1).integers(0, 256, (2, 5, 16, 24, 3), dtype=np.uint8)
+    table = unit_values(dtype)
+    got = scaled_clips(list(clips), table.cuda(), "cuda")
+    assert torch.equal(got.cpu(), scaled_clips(list(clips), table, "cpu"))

@@ -13,6 +13,7 @@ import html
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,11 +180,9 @@ class WanEncoders:
         from shardcook.encoders.flux import sample_seed
 
         with torch.inference_mode():
-            x = self._uploaded(clips).permute(0, 4, 1, 2, 3)
-            # Bridge's arithmetic, step by step: [0, 1] in float32, the model's dtype, [-1, 1];
-            # each step is exact or correctly rounded, so the device it runs on does not matter
-            x = ((x.to(torch.float32) / 255.0).to(self.dtype) * 2.0 - 1.0).contiguous()
-            dist = self.vae.encode(x).latent_dist
+            # Bridge's arithmetic: [0, 1] (`scaled_clips`), then [-1, 1] in the model's dtype
+            x = scaled_clips(clips, self._unit_values, self.device) * 2.0 - 1.0
+            dist = self.vae.encode(x.permute(0, 4, 1, 2, 3).contiguous()).latent_dist
             z = dist.mean
             if self.latent_mode == "sample":
                 noise = torch.stack([
@@ -198,17 +197,9 @@ class WanEncoders:
             latents: torch.Tensor = (z - mean.view(view)) / std.view(view)
             return latents
 
-    def _uploaded(self, clips: Sequence[np.ndarray] | np.ndarray) -> torch.Tensor:
-        """The clips as one uint8 [B, T, H, W, 3] tensor on the device: each copied into place
-        (a quarter of the bytes of the float input the VAE takes, and no stacked copy made on
-        the host), without waiting for the kernels queued there."""
-        import torch
-
-        first = clips[0]
-        x = torch.empty((len(clips), *first.shape), dtype=torch.uint8, device=self.device)
-        for i, clip in enumerate(clips):
-            x[i] = to_device(torch.from_numpy(clip), self.device)
-        return x
+    @cached_property
+    def _unit_values(self) -> torch.Tensor:
+        return unit_values(self.dtype).to(self.device)
 
     def encode_text(self, captions: Sequence[str]) -> torch.Tensor:
         """Captions -> UMT5 embeddings [B, 226, D] on the device, each cleaned by
@@ -224,6 +215,31 @@ class WanEncoders:
                                           attention_mask=mask).last_hidden_state
             zeroed: torch.Tensor = out.masked_fill(~mask.gt(0).unsqueeze(-1), 0.0)
             return zeroed
+
+
+def unit_values(dtype: torch.dtype) -> torch.Tensor:
+    """Each uint8 value v as Bridge's Wan script scales it: v / 255 in float32 on the host (numpy's
+    division), then `dtype`; a table of 256 on the CPU."""
+    import torch
+
+    return (torch.arange(256, dtype=torch.float32) / 255.0).to(dtype)
+
+
+def scaled_clips(clips: Sequence[np.ndarray] | np.ndarray, table: torch.Tensor, device: str
+                 ) -> torch.Tensor:
+    """B [T, H, W, 3] uint8 clips of one shape as one [B, T, H, W, 3] tensor on `device`, each
+    value looked up in `table` (`unit_values`, on `device`). The clips travel as uint8, a quarter
+    of the float bytes, and the table keeps the device's own division out: CUDA divides by a
+    constant as a multiplication by its reciprocal, which differs from the host's in the last bit
+    of float32. One frame at a time, so the lookup's indices stay small."""
+    import torch
+
+    x = torch.empty((len(clips), *clips[0].shape), dtype=table.dtype, device=device)
+    for i, clip in enumerate(clips):
+        frames = to_device(torch.from_numpy(clip), device)
+        for t in range(frames.shape[0]):
+            x[i, t] = table[frames[t].int()]
+    return x
 
 
 def wan_normalisation(config: Mapping[str, Any]) -> dict[str, Any]:

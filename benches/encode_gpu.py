@@ -98,6 +98,22 @@ def timed_process(cmd: list[str]) -> dict:
     return {"wall_s": round(wall, 2), "peak_rss_mib": rss, "gpu_busy_whole": gpu.mean()}
 
 
+def side_by_side(label: str, runs: dict[str, tuple[Path, list[str]]], n: int, unit: str
+                 ) -> dict:
+    """Each run (name -> (its output folder, its command)) as a fresh process over the same n
+    inputs: `timed_process`'s figures, the samples it wrote and its rate in `unit`s/s."""
+    from encode_vs_bridge import count_samples
+
+    rows = {}
+    for name, (out, cmd) in runs.items():
+        row = timed_process(cmd)
+        row[f"{unit}_written"] = count_samples(out, ".pth")
+        row[f"{unit}_per_s"] = round(n / row["wall_s"], 3)
+        rows[name] = row
+        print(label, name, json.dumps(row), flush=True)
+    return rows
+
+
 def in_process(cfg_values: dict) -> tuple[dict, float | None]:
     """`encode` in this process: its report, and the GPU's busy share from the moment the
     encoders were loaded (the run's start plus its `load_encoders` seconds) to the end."""
@@ -188,20 +204,20 @@ def wan_vs_bridge(model: Path, src: Path, shape: list[int], batch: int, device: 
     """Bridge's Wan script (its defaults, then --no-memory-optimization) and
     `encode --layout wan` (--batch-size batch), fresh processes on the same clips, both in
     Bridge's dtype (fp16 on CUDA, else fp32)."""
-    from encode_vs_bridge import count_samples
-
     _, h, w = shape
     n = sum(1 for p in src.iterdir() if p.suffix == ".mp4")
     common = ["--height", str(h), "--width", str(w)]
     bridge = [sys.executable, str(script), "--video_folder", str(src), "--model", str(model),
-              "--mode", "video", "--resize_mode", "bilinear", "--device", device, *common,
-              "--output_dir"]
+              "--mode", "video", "--resize_mode", "bilinear", "--device", device, *common]
+    outs = {name: WORK / name for name in
+            ("bridge_script", "bridge_script_no_memory_optimization", "shardcook")}
     runs = {
-        "bridge_script": [*bridge, str(WORK / "bridge-wan")],
-        "bridge_script_no_memory_optimization": [*bridge, str(WORK / "bridge-wan-nomem"),
-                                                 "--no-memory-optimization"],
+        "bridge_script": [*bridge, "--output_dir", str(outs["bridge_script"])],
+        "bridge_script_no_memory_optimization": [
+            *bridge, "--output_dir", str(outs["bridge_script_no_memory_optimization"]),
+            "--no-memory-optimization"],
         "shardcook": [sys.executable, "-m", "shardcook", "encode", "--layout", "wan",
-                      "--input-dir", str(src), "--output-dir", str(WORK / "sc-wan"),
+                      "--input-dir", str(src), "--output-dir", str(outs["shardcook"]),
                       "--model-path", str(model), "--video-mode", "video", "--resize-mode",
                       "bilinear", "--latent-mode", "mode", "--precision",
                       "fp16" if device.startswith("cuda") else "fp32", *common,
@@ -209,13 +225,8 @@ def wan_vs_bridge(model: Path, src: Path, shape: list[int], batch: int, device: 
                       "--overwrite", "--quiet"],
     }
     out: dict = {"shape": shape, "clips": n, "shardcook_batch": batch}
-    for name, cmd in runs.items():
-        row = timed_process(cmd)
-        row["clips_written"] = count_samples(Path(cmd[cmd.index("--output_dir" if name.startswith(
-            "bridge") else "--output-dir") + 1]), ".pth")
-        row["clips_per_s"] = round(n / row["wall_s"], 3)
-        out[name] = row
-        print("wan_vs_bridge", name, json.dumps(row), flush=True)
+    out.update(side_by_side("wan_vs_bridge", {k: (outs[k], cmd) for k, cmd in runs.items()}, n,
+                            "clips"))
     for name in ("bridge_script", "bridge_script_no_memory_optimization"):
         out[f"ratio_vs_{name}"] = round(out["shardcook"]["clips_per_s"]
                                         / out[name]["clips_per_s"], 2)
@@ -288,32 +299,28 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len, reps=5)
 def bridge_vs_shardcook(model, src, size, device, t5_len, script: Path) -> dict:
     """Bridge's script (one image at a time) and `encode --layout megatron-bridge` (batches of
     8), both fp32, on the same photos listed in a `meta.json`; each a fresh process."""
-    from encode_vs_bridge import count_samples, with_tokenizer, write_meta_json
+    from encode_vs_bridge import with_tokenizer, write_meta_json
 
     write_meta_json(src)
     t5 = with_tokenizer(model, "text_encoder_2", "tokenizer_2", WORK / "t5")
     clip = with_tokenizer(model, "text_encoder", "tokenizer", WORK / "clip")
     n = sum(1 for p in src.iterdir() if p.suffix == ".jpg")
+    outs = {"bridge_script": WORK / "bridge-out", "shardcook": WORK / "sc-bridge-out"}
     runs = {
         "bridge_script": [sys.executable, str(script), "--data_folder", str(src), "--output_dir",
-                          str(WORK / "bridge-out"), "--vae_model", str(model), "--t5_model",
+                          str(outs["bridge_script"]), "--vae_model", str(model), "--t5_model",
                           str(t5), "--clip_model", str(clip), "--device", device, "--height",
                           str(size), "--width", str(size), "--center-crop",
                           "--no-memory-optimization", "--max_sequence_length", str(t5_len)],
         "shardcook": [sys.executable, "-m", "shardcook", "encode", "--layout", "megatron-bridge",
                       "--model-path", str(model), "--input-dir", str(src), "--output-dir",
-                      str(WORK / "sc-bridge-out"), "--image-size", str(size), "--t5-max-length",
+                      str(outs["shardcook"]), "--image-size", str(size), "--t5-max-length",
                       str(t5_len), "--batch-size", "8", "--device", device, "--no-finalize",
                       "--overwrite", "--quiet"],
     }
     out: dict = {"size": size, "samples": n}
-    for name, cmd in runs.items():
-        row = timed_process(cmd)
-        row["samples_written"] = count_samples(Path(cmd[cmd.index(
-            "--output_dir" if name == "bridge_script" else "--output-dir") + 1]), ".pth")
-        row["samples_per_s"] = round(n / row["wall_s"], 2)
-        out[name] = row
-        print("bridge", name, json.dumps(row), flush=True)
+    out.update(side_by_side("bridge", {k: (outs[k], cmd) for k, cmd in runs.items()}, n,
+                            "samples"))
     out["ratio"] = round(out["shardcook"]["samples_per_s"]
                          / out["bridge_script"]["samples_per_s"], 2)
     return out

@@ -149,10 +149,10 @@ class VideoEncodeProcessor(Processor):
         """The distinct captions, in chunks, each with its embeddings on their way to the CPU
         in the stored dtype."""
         distinct = list(dict.fromkeys(captions))
-        return [(distinct[k:k + self.batch_size],
-                 HostCopy([self.enc.encode_text(distinct[k:k + self.batch_size])],
-                          self.stored_dtype))
-                for k in range(0, len(distinct), self.batch_size)]
+        chunks = [distinct[k:k + self.batch_size] for k in range(0, len(distinct),
+                                                                 self.batch_size)]
+        return [(chunk, HostCopy([self.enc.encode_text(chunk)], self.stored_dtype))
+                for chunk in chunks]
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)

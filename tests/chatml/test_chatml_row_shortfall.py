@@ -35,3 +35,14 @@ def test_rows_within_the_inputs_give_no_warning(tmp_path):
     assert "rows" not in r.stderr, r.stderr
     manifest = json.loads((out / ".shardcook" / "manifest.json").read_text())
     assert "rows_shortfall" not in manifest["source"]
+
+
+def test_an_empty_val_by_rows_names_val_rows(tmp_path):
+    names = write_images(tmp_path / "imgs", 4, photos=0)
+    src = write_jsonl(tmp_path / "data.jsonl",
+                      [{"image": f"imgs/{n}", "conversation": turns(1)} for n in names])
+    out = tmp_path / "out"
+    r = run_cli("chatml", "--input", str(src), "--output-dir", str(out), "--train-rows", "4",
+                "--val-rows", "0", "--quiet")
+    assert "no sample went to val (see --val-rows)" in r.stderr, r.stderr
+    assert "--val-fraction" not in r.stderr, r.stderr

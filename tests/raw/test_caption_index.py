@@ -110,6 +110,17 @@ def test_csv_without_file_name_is_one_sentence(paired, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("text", ["[]", "  [ ]\n"])
+def test_an_empty_index_says_it_lists_no_files(paired, tmp_path, text):
+    src, _, rows = paired
+    folder = _indexed(src, tmp_path / "in", rows)
+    (folder / "meta.json").write_text(text, encoding="utf-8")
+    r = _raw(folder, tmp_path / "out", expect=2)
+    assert r.output.count("\n") == 1 and "lists no files" in r.output, r.output
+    assert "caption column" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_file_name_too_long_for_the_file_system_is_a_skipped_sample(paired, tmp_path):
     src, paired_out, rows = paired
     folder = _indexed(src, tmp_path / "in", rows)

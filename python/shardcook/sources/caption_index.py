@@ -111,6 +111,9 @@ def read_index(folder: Folder, name: str, caption_column: str | None = None) -> 
             raise ConfigError(f"{path!r} has no column {column!r} (--caption-column).")
         return [_row(r, column) for r in reader]
     objs = _json_rows(text, path)
+    if not objs:
+        raise ConfigError(f"Caption index {path!r} lists no files: add a "
+                          f'{{"{FILE_NAME}": ..., "caption": ...}} object for each input.')
     columns = {k for o in objs if isinstance(o, dict) for k in o}
     column = _caption_column(columns, caption_column, path)
     return [_row(o, column) for o in objs]

@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from shardcook.config import RunConfig
+from shardcook.config import ChatmlConfig, RunConfig
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
@@ -41,12 +41,20 @@ def plan_split_units(split_sizes: dict[str, int], shard_size: int) -> list[Split
     return units
 
 
+def val_option(opts: ChatmlConfig) -> str:
+    """The option that chose val's samples, for the sentences about an empty split."""
+    if opts.train_rows is not None:
+        return "--val-rows"
+    return "--hf-val-split" if opts.hf_val_split is not None else "--val-fraction"
+
+
 def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[str, str], *,
-                    sqlite: bool = True, media: Mapping[str, Any] | None = None) -> list[str]:
+                    sqlite: bool = True, media: Mapping[str, Any] | None = None,
+                    val_by: str = "--val-fraction") -> list[str]:
     """`finalize` of the run's `folder` with split parts train/val by the names of the run's
     `shards` and Megatron-Bridge's dataset.yaml; its validation reads each split's first sample
-    with the ChatML checker; `media` are its `media_metadata_by_*` arguments. Returns the
-    warnings (also logged).
+    with the ChatML checker; `media` are its `media_metadata_by_*` arguments; `val_by` the
+    option that chose val (`val_option`). Returns the warnings (also logged).
 
     Raises:
         DatasetError: no shards, or validation found problems.
@@ -58,14 +66,13 @@ def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[
     if "train" not in patterns:
         raise DatasetError(
             f"{folder.location} holds no train shard (every sample was skipped or went to val), "
-            "so training would find no data; see report.json for the skips, or lower "
-            "--val-fraction"
+            f"so training would find no data; see report.json for the skips, or lower {val_by}"
         )
     result = finalize(folder.location, encoding=CHATML.encoding, split_parts=patterns,
                       sample_type=CHATML.sample_type, field_map=fields, subflavors={},
                       sqlite=sqlite, force=True, validate=True,
                       scratch_dir=folder.scratch, **(media or {}))
-    new = ["no sample went to val (see --val-fraction); split.yaml has no val part"] if (
+    new = [f"no sample went to val (see {val_by}); split.yaml has no val part"] if (
         "val" not in patterns) else []
     new += result.validation.warnings if result.validation else []
     for w in new:
@@ -112,4 +119,4 @@ class ChatmlJob(JobBasics):
     def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
         assert self.found is not None
         finalize_chatml(folder, report["shards"], self.found.field_map(),
-                        media=media_arguments(self.cfg))
+                        media=media_arguments(self.cfg), val_by=val_option(self.found.opts))

@@ -23,7 +23,9 @@ class ModelFamily:
             `config.ModelConfig`; `spec`: its layout's `EncodeSpec`).
         manifest: `module:function(model, token_file)` giving the manifest's encoder facts
             (sources, normalisation read from the VAE config, precision, latent mode); `model`
-            is the run's `config.ModelConfig`.
+            is the run's `config.ModelConfig`. The normalisation recorded there is what
+            `validate` and `report`'s latent check read: FLUX's `scaling_factor` and
+            `shift_factor`, Wan's `normalisation` (this entry's `normalisation` record).
         normalisation: `module:function(vae_config)` giving the normalisation a dataset
             records, which `validate` compares with the layout's model.
         empty_encodings: Whether `encode` writes `empty_encodings/`: the text encoders' outputs

@@ -140,8 +140,9 @@ def build_tiny_wan(root: str | Path, *, seed: int = 0) -> Path:
     """Writes tiny Wan-layout encoders with random weights (seeded) under `root`; returns it.
 
     Layout: vae/ (AutoencoderKLWan, base dim 8, 16 latent channels, downsampling 8 in space and
-    4 in time, latents_mean/std of its own: not Wan's, so tests see they are read from the
-    config), text_encoder/ (UMT5EncoderModel, d_model 32) + tokenizer/.
+    4 in time, latents_mean/std of its own, measured on seeded noise clips: not Wan's, so tests
+    see they are read from the config), text_encoder/ (UMT5EncoderModel, d_model 32) +
+    tokenizer/.
     """
     import torch
     from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
@@ -153,9 +154,14 @@ def build_tiny_wan(root: str | Path, *, seed: int = 0) -> Path:
     channels = 16
     vae = AutoencoderKLWan(
         base_dim=8, z_dim=channels, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-        temperal_downsample=[False, True, True],
-        latents_mean=[round(0.05 * (c - channels / 2), 4) for c in range(channels)],
-        latents_std=[round(0.5 + 0.1 * c, 4) for c in range(channels)])
+        temperal_downsample=[False, True, True])
+    # A real Wan VAE's latents_mean/std are its latents' statistics, which a latent check (the
+    # report's) relies on; these random weights' are measured on seeded noise clips.
+    clips = torch.rand(2, 3, 9, 64, 96, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    with torch.inference_mode():
+        z = vae.encode(clips).latent_dist.mean.transpose(0, 1).reshape(channels, -1)
+    vae.register_to_config(latents_mean=[round(float(v), 4) for v in z.mean(dim=1)],
+                           latents_std=[round(float(v), 4) for v in z.std(dim=1)])
     vae.save_pretrained(root / "vae")
     _t5_tokenizer(root / "tokenizer")
     tok = AutoTokenizer.from_pretrained(root / "tokenizer")

@@ -75,8 +75,8 @@ def _content(view: DatasetView, samples: int, split: str | None) -> Content:
     n_shown = min(samples, len(wanted))
     shown = {len(wanted) * i // n_shown for i in range(n_shown)}
     tally = Tally()
-    scaled = layout.encode.latents_scaled if layout is not None and layout.encode else None
-    latents = latent_check(scaled, manifest) if scaled is not None else None
+    spec = layout.encode if layout is not None else None
+    latents = latent_check(spec.model, spec.latents_scaled, manifest) if spec else None
     cards = []
     for i, sample in enumerate(picks.read(view, wanted)):
         if sample.error is not None:

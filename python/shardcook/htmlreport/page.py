@@ -161,11 +161,10 @@ def _latents(check: LatentCheck) -> str:
         return "<p>No latent could be read.</p>"
     mean, std = check.overall()
     want_mean, want_std = check.expected
-    stored = ("scaled: (z - shift) * scale" if check.scaled else "unscaled: the VAE's z")
-    facts = (f"<p>Stored {stored}, with scaling factor {check.scaling_factor:g} and shift "
-             f"{check.shift_factor:g}: expected mean {want_mean:.3g}, standard deviation "
-             f"{want_std:.3g}. Measured over {check.samples:,} samples: mean {mean:.3g}, "
-             f"standard deviation {std:.3g}.</p>")
+    approximate = ' data-approximate' if check.norm.approximate else ''
+    facts = (f"<p{approximate}>{escape(check.norm.describe())}: expected mean {want_mean:.3g}, "
+             f"standard deviation {want_std:.3g} in every channel. Measured over "
+             f"{check.samples:,} samples: mean {mean:.3g}, standard deviation {std:.3g}.</p>")
     warnings = check.warnings()
     verdict = ("".join(f'<p class="warn" data-warning="latents">warning: {escape(w)}</p>'
                        for w in warnings) or '<p class="ok">Within what the normalisation '

@@ -102,13 +102,100 @@ def _pair(value: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
 
 
+#: The normalisation kinds a manifest records (`normalisation.kind`, the model registry's
+#: `encoders/models.py`): one scale and shift for every channel (FLUX), or a mean and standard
+#: deviation per channel from the VAE's config (Wan).
+SCALING_SHIFT, LATENTS_MEAN_STD = "scaling_shift", "latents_mean_std"
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """How a dataset's latents were normalised: as its manifest records it, or, for a manifest
+    that does not (an older shardcook's, another tool's), as its layout's model family implies
+    (`approximate`)."""
+
+    kind: str
+    scaled: bool
+    scaling_factor: float = 1.0
+    shift_factor: float = 0.0
+    channels: int | None = None  # how many channels a per-channel record has
+    approximate: bool = False
+
+    @property
+    def expected(self) -> tuple[float, float]:
+        """(mean, std) of every channel: normalised latents (`(z - shift) * scale`, or `(z -
+        latents_mean) / latents_std` per channel) have mean 0 and standard deviation 1; FLUX's
+        unscaled ones mean `shift` and standard deviation `1 / scale`."""
+        return (0.0, 1.0) if self.scaled else (self.shift_factor, 1.0 / self.scaling_factor)
+
+    @property
+    def stored(self) -> str:
+        """The stored latents in a word ("scaled latents have ...")."""
+        if self.kind == LATENTS_MEAN_STD:
+            return "normalised" if self.scaled else "unnormalised"
+        return "scaled" if self.scaled else "unscaled"
+
+    @property
+    def knobs(self) -> tuple[str, str]:
+        """What a wrong spread and a wrong mean point to."""
+        if self.kind == LATENTS_MEAN_STD:
+            return "the division by latents_std", "latents_mean"
+        return "the scaling factor", "the shift factor"
+
+    def describe(self) -> str:
+        """How the latents are stored and where the normalisation comes from, for the page."""
+        if self.kind == LATENTS_MEAN_STD:
+            how = ("normalised per channel, (z - latents_mean) / latents_std, with "
+                   + (f"the {self.channels} means and standard deviations of the VAE's config "
+                      "that manifest.json records" if not self.approximate else
+                      "the VAE config's means and standard deviations"))
+        else:
+            how = (("scaled: (z - shift) * scale" if self.scaled else "unscaled: the VAE's z")
+                   + f", with scaling factor {self.scaling_factor:g} and shift "
+                     f"{self.shift_factor:g}")
+        if self.approximate:
+            how += (" (manifest.json records no normalisation, so this is what the layout "
+                    "implies, and the check is approximate)")
+        return f"Stored {how}"
+
+
+def normalisation(family: str, scaled: bool, manifest: dict[str, Any]) -> Normalisation | None:
+    """The normalisation of latents a layout of model `family` stores `scaled` or not: the
+    manifest's `normalisation` record (every Wan run's), else its `scaling_factor` and
+    `shift_factor` (every FLUX run's), else the family's own (FLUX.1's factors; Wan's latents
+    are normalised to mean 0 and standard deviation 1 whatever its VAE), marked approximate.
+    None when nothing says what they should be (unnormalised latents of unknown statistics)."""
+    def number(value: Any) -> float | None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value
+        return float(value) if ok and math.isfinite(value) else None
+
+    record = manifest.get("normalisation")
+    kind = record.get("kind") if isinstance(record, dict) else None
+    if kind == LATENTS_MEAN_STD and isinstance(record, dict):
+        means, stds = record.get("latents_mean"), record.get("latents_std")
+        if isinstance(means, list) and isinstance(stds, list) and means and len(means) == len(
+                stds) and scaled:
+            return Normalisation(LATENTS_MEAN_STD, scaled, channels=len(means))
+    if kind == SCALING_SHIFT and isinstance(record, dict):
+        scale, shift = number(record.get("scaling_factor")), record.get("shift_factor")
+        if scale is not None:
+            return Normalisation(SCALING_SHIFT, scaled, scale, number(shift) or 0.0)
+    scale = number(manifest.get("scaling_factor"))
+    if scale is not None and family != "wan":
+        return Normalisation(SCALING_SHIFT, scaled, scale,
+                             number(manifest.get("shift_factor")) or 0.0)
+    if family == "wan":
+        return Normalisation(LATENTS_MEAN_STD, scaled, approximate=True) if scaled else None
+    return Normalisation(SCALING_SHIFT, scaled, FLUX_SCALING_FACTOR, FLUX_SHIFT_FACTOR,
+                         approximate=True)
+
+
 @dataclass
 class LatentCheck:
-    """Per-channel statistics of the stored latents against the normalisation's."""
+    """Per-channel statistics of the stored latents against what their normalisation
+    implies."""
 
-    scaled: bool
-    scaling_factor: float
-    shift_factor: float
+    norm: Normalisation
     samples: int = 0
     sums: list[float] = field(default_factory=list)
     squares: list[float] = field(default_factory=list)
@@ -116,12 +203,10 @@ class LatentCheck:
 
     @property
     def expected(self) -> tuple[float, float]:
-        """(mean, std) the layout implies: scaled latents `(z - shift) * scale` have mean 0 and
-        standard deviation 1; unscaled ones mean `shift` and standard deviation `1 / scale`."""
-        return (0.0, 1.0) if self.scaled else (self.shift_factor, 1.0 / self.scaling_factor)
+        return self.norm.expected
 
     def add(self, latent: Any) -> None:
-        """One latent [C, h, w] (a torch tensor)."""
+        """One latent [C, ...] (a torch tensor: FLUX's [C, h, w], Wan's [C, T', h, w])."""
         flat = latent.double().reshape(latent.shape[0], -1)
         sums, squares = flat.sum(dim=1).tolist(), (flat * flat).sum(dim=1).tolist()
         if not self.sums:
@@ -155,28 +240,25 @@ class LatentCheck:
             return []
         mean, std = self.overall()
         want_mean, want_std = self.expected
-        stored = "scaled" if self.scaled else "unscaled"
+        stored, (spread, centre) = self.norm.stored, self.norm.knobs
         out = []
         if not 1 / STD_RATIO <= std / want_std <= STD_RATIO:
             out.append(f"the latents' standard deviation is {std:.3g}, {std / want_std:.2g} "
-                       f"times the {want_std:.3g} that {stored} latents have: the scaling "
-                       "factor is probably left out or applied twice")
+                       f"times the {want_std:.3g} that {stored} latents have: {spread} is "
+                       "probably left out or applied twice")
         if abs(mean - want_mean) > MEAN_OFFSET * want_std:
             out.append(f"the latents' mean is {mean:.3g}, {abs(mean - want_mean) / want_std:.2g} "
                        f"standard deviations from the {want_mean:.3g} that {stored} latents "
-                       "have: the shift factor is probably wrong")
+                       f"have: {centre} is probably wrong")
         return out
 
 
-def latent_check(scaled: bool, manifest: dict[str, Any]) -> LatentCheck:
-    """The check for a layout storing latents `scaled` or not, with the VAE factors the
-    manifest records (else FLUX.1's)."""
-    def factor(name: str, default: float) -> float:
-        value = manifest.get(name)
-        return float(value) if isinstance(value, (int, float)) and value else default
-
-    return LatentCheck(scaled, factor("scaling_factor", FLUX_SCALING_FACTOR),
-                       factor("shift_factor", FLUX_SHIFT_FACTOR))
+def latent_check(family: str, scaled: bool, manifest: dict[str, Any]) -> LatentCheck | None:
+    """The check of a layout of model `family` storing latents `scaled` or not, against the
+    normalisation its manifest records (`normalisation`); None when there is nothing to check
+    them against."""
+    norm = normalisation(family, scaled, manifest)
+    return LatentCheck(norm) if norm is not None else None
 
 
 @dataclass

@@ -173,10 +173,10 @@ mod tests {
             assert_eq!(scan.idx_bytes(), local.idx_bytes());
             // exact reads: the jpg's header, then the PAX header, its record and the header
             // after it (3 reads, each asking again from the PAX header), for each of 5 samples,
-            // then the end block; reading ahead 4 KiB takes a sample's small members and the
-            // next sample's header in one read; 1 MiB takes the whole tar
+            // then the end block and the zeros after it; reading ahead 4 KiB takes a sample's
+            // small members and the next sample's header in one read; 1 MiB takes the whole tar
             let expected = match ahead {
-                512 => 21,
+                512 => 22,
                 4096 => 6,
                 _ => 1,
             };
@@ -196,5 +196,44 @@ mod tests {
         let (offset, len) = walk.needed().unwrap();
         walk.feed(offset, cut[..len as usize].to_vec()).unwrap_err();
         assert!(HeaderWalk::new("t.tar", 0).is_err());
+    }
+
+    /// Walks `bytes` as `walk` does; the error the walk stops with.
+    fn walk_error(bytes: &[u8], ahead: u64) -> String {
+        let mut walk = HeaderWalk::new("t.tar", bytes.len() as u64).unwrap();
+        while let Some((offset, len)) = walk.needed() {
+            let end = (offset + len.max(ahead)).min(bytes.len() as u64);
+            if let Err(e) = walk.feed(offset, bytes[offset as usize..end as usize].to_vec()) {
+                return e.to_string();
+            }
+        }
+        panic!("the walk ended without an error");
+    }
+
+    #[test]
+    fn a_zeroed_header_amid_members_fails_the_walk_as_a_file_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(dir.path(), 10, "", 0).unwrap();
+        for i in 0..3 {
+            w.write(&format!("{i:04}"), &[("txt", vec![1u8; 3000])])
+                .unwrap();
+        }
+        w.close().unwrap();
+        let path = dir.path().join("000000.tar");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[3584..4096].fill(0); // the second sample's header
+        std::fs::write(&path, &bytes).unwrap();
+        let local = scan_shard(&path).err().unwrap().to_string();
+        assert!(
+            local.ends_with("from byte 4096 on) at byte 3584"),
+            "{local}"
+        );
+        for ahead in [512, 4096, 1 << 20] {
+            let walked = walk_error(&bytes, ahead);
+            assert_eq!(
+                walked.replace("t.tar", ""),
+                local.replace(&*path.to_string_lossy(), "")
+            );
+        }
     }
 }

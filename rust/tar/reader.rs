@@ -14,6 +14,9 @@ use crate::error::{io, Error, Result};
 /// Largest GNU long-name or PAX header we accept; real ones are a few hundred bytes.
 const MAX_EXTENDED_HEADER: u64 = 1 << 20;
 
+/// Bytes after the first zero block read at a time to check they are zeros.
+const TAIL_PIECE: u64 = 1 << 20;
+
 /// One member as Energon sees it.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -81,6 +84,10 @@ pub struct TarReader<S = FileSource> {
     /// Where the next header starts: just past the data of the last member returned.
     next_start: u64,
     end: Option<u64>,
+    /// The first zero block where a header belongs: the end, once only zeros follow it.
+    zero_block: Option<u64>,
+    /// How far the bytes after `zero_block` are known to be zeros.
+    zeros_to: u64,
 }
 
 impl TarReader {
@@ -98,6 +105,8 @@ impl<S: Source> TarReader<S> {
             source,
             next_start: 0,
             end: None,
+            zero_block: None,
+            zeros_to: 0,
         }
     }
 
@@ -184,20 +193,54 @@ impl<S: Source> TarReader<S> {
     }
 
     /// The next member, or `None` at the end-of-archive block. A source that lacks bytes
-    /// fails with `Error::NotFetched` for every byte from the member's first header on, and
-    /// leaves the reader where it was, so the call can be repeated once they are fetched.
+    /// fails with `Error::NotFetched` for every byte from the member's first header on (past
+    /// the end block, for the bytes after it not checked yet), and leaves the reader where it
+    /// was, so the call can be repeated once they are fetched.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         if self.end.is_some() {
             return Ok(None);
         }
-        let start = self.next_start;
-        self.entry_at(start).map_err(|e| match e {
-            Error::NotFetched { offset, len } => Error::NotFetched {
-                offset: start,
-                len: offset + len - start,
-            },
-            e => e,
-        })
+        if self.zero_block.is_none() {
+            let start = self.next_start;
+            let entry = self.entry_at(start).map_err(|e| match e {
+                Error::NotFetched { offset, len } => Error::NotFetched {
+                    offset: start,
+                    len: offset + len - start,
+                },
+                e => e,
+            })?;
+            if entry.is_some() {
+                return Ok(entry);
+            }
+        }
+        self.check_tail()?;
+        Ok(None)
+    }
+
+    /// Checks that only zeros follow the first zero block (the second end block and a
+    /// writer's padding to a whole record): a header zeroed amid the members looks like the
+    /// end too, and taking it for one would drop every sample after it.
+    fn check_tail(&mut self) -> Result<()> {
+        let zero = self.zero_block.expect("called once a zero block was found");
+        let mut piece = Vec::new();
+        while self.zeros_to < self.len {
+            let n = (self.len - self.zeros_to).min(TAIL_PIECE);
+            piece.resize(n as usize, 0);
+            self.read_exact_at(self.zeros_to, &mut piece)?;
+            if let Some(i) = piece.iter().position(|&b| b != 0) {
+                let data = self.zeros_to + i as u64;
+                return self.fail(
+                    zero,
+                    format!(
+                        "zeroed or damaged tar header (a zero block, but data follows from \
+                         byte {data} on)"
+                    ),
+                );
+            }
+            self.zeros_to += n;
+        }
+        self.end = Some(zero);
+        Ok(())
     }
 
     fn entry_at(&mut self, start: u64) -> Result<Option<Entry>> {
@@ -211,7 +254,8 @@ impl<S: Source> TarReader<S> {
                     if offset != start {
                         return self.fail(offset, "extended header is not followed by a member");
                     }
-                    self.end = Some(offset);
+                    self.zero_block = Some(offset);
+                    self.zeros_to = offset + BLOCK;
                     return Ok(None);
                 }
                 Ok(Parsed::Header(raw)) => raw,
@@ -413,5 +457,70 @@ impl<S: Source> Iterator for SampleReader<S> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_sample().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tar::ShardWriter;
+
+    /// A shard of three samples of one 600-byte part each (header + 2 blocks: 1536 bytes).
+    fn shard(dir: &Path) -> Vec<u8> {
+        let mut w = ShardWriter::new(dir, 10, "", 0).unwrap();
+        for i in 0..3 {
+            w.write(&format!("{i:04}"), &[("txt", vec![b'x'; 600])])
+                .unwrap();
+        }
+        w.close().unwrap();
+        std::fs::read(dir.join("000000.tar")).unwrap()
+    }
+
+    fn keys(path: &Path) -> Result<Vec<String>> {
+        SampleReader::open(path, false)?
+            .map(|s| s.map(|s| s.key))
+            .collect()
+    }
+
+    #[test]
+    fn a_zeroed_header_amid_members_is_corruption_not_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = shard(dir.path());
+        bytes[1536..2048].fill(0); // the second sample's header
+        let path = dir.path().join("cut.tar");
+        std::fs::write(&path, &bytes).unwrap();
+        let err = keys(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("zeroed or damaged tar header")
+                && err.contains("from byte 2048 on")
+                && err.ends_with("at byte 1536"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zeros_after_the_end_block_are_padding() {
+        let dir = tempfile::tempdir().unwrap();
+        let whole = shard(dir.path());
+        let path = dir.path().join("t.tar");
+        // the end as writers leave it: one zero block, two, or two plus a record's padding
+        // (tarfile and GNU tar pad to 10240 bytes), even an odd tail of zeros
+        for cut in [512, 1024] {
+            for pad in [0, 10240 - 4608 - cut, 3] {
+                let mut bytes = whole[..4608 + cut].to_vec();
+                bytes.resize(bytes.len() + pad, 0);
+                std::fs::write(&path, &bytes).unwrap();
+                assert_eq!(keys(&path).unwrap(), ["0000", "0001", "0002"]);
+            }
+        }
+        // one stray byte anywhere after the end block is not padding
+        for at in [4608 + 512, 4608 + 1023, 4608 + 1024 + (2 << 20)] {
+            let mut bytes = whole.clone();
+            bytes.resize(bytes.len().max(at + 1), 0);
+            bytes[at] = 1;
+            std::fs::write(&path, &bytes).unwrap();
+            let err = keys(&path).unwrap_err().to_string();
+            assert!(err.contains(&format!("from byte {at} on")), "{err}");
+        }
     }
 }

@@ -17,6 +17,8 @@ __all__ = ["MAX_INPUT_FILE_BYTES", "create_new", "file_kind", "read_regular_file
 
 #: An input file larger than this is refused (no image or caption needs 1 GiB).
 MAX_INPUT_FILE_BYTES = 1 << 30
+#: What a read past a file's stat size asks for at a time.
+_READ_PIECE = 1 << 20
 
 _FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
                (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
@@ -49,7 +51,15 @@ def read_regular_file(path: str | os.PathLike[str], limit: int = MAX_INPUT_FILE_
             raise OSError(errno.EFBIG, f"the file is larger than {limit:,} bytes")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
+            # read(n) allocates n bytes up front: ask for the size fstat gave (one more shows
+            # growth), then for what a file larger than that holds (/proc reports 0) in pieces
+            chunks = [f.read(min(info.st_size, limit) + 1)]
+            size = len(chunks[0])
+            while info.st_size < size <= limit and (
+                    more := f.read(min(_READ_PIECE, limit + 1 - size))):
+                chunks.append(more)
+                size += len(more)
+        data = b"".join(chunks)
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"the file is larger than {limit:,} bytes")
         return data

@@ -8,6 +8,8 @@ start-up per run."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from fnmatch import fnmatch
 from pathlib import Path
@@ -17,9 +19,9 @@ from megatron.energon.cache.file_store import WebdatasetFileStore
 from megatron.energon.epathlib import EPath
 from megatron.energon.media.metadata import AVMetadata, ImageMetadata
 
-from tests.helpers.dataset import cli, one_error_line
+from tests.helpers.dataset import cli, one_error_line, write_dataset
 from tests.helpers.files import tree_state
-from tests.helpers.media import energon, media_files, media_rows
+from tests.helpers.media import energon, image, media_files, media_rows
 from tests.helpers.shards import tarfile_shard
 
 SPLIT = ("--encoding", "generic", "--split", "0.5,0.25,0.25")
@@ -220,3 +222,144 @@ def test_finalize_in_a_bucket_records_the_same_rows(made, s3_store, tmp_path):
     (fetched / ".nv-meta").mkdir(parents=True)
     (fetched / ".nv-meta" / "index.sqlite").write_bytes(s3_store.get("ds/.nv-meta/index.sqlite"))
     assert media_rows(fetched) == media_rows(made["by-extension"])
+
+
+# ---- bad inputs: prepare-media refuses in one sentence or skips a file with its reason ----------
+
+
+def photo_folder(root: Path) -> Path:
+    """A plain folder holding one PNG."""
+    root.mkdir(parents=True)
+    (root / "photo.png").write_bytes(image((50, 70), "PNG"))
+    return root
+
+
+def keys(root: Path) -> list[str]:
+    return [row[0] for row in media_rows(root)["media_metadata"]]
+
+
+def warnings_of(r) -> list[str]:
+    return [line for line in r.stdout.splitlines() if line.startswith("warning: skipped ")]
+
+
+def test_prepare_media_refuses_a_linked_nv_meta_of_a_folder(tmp_path):
+    folder, victim = photo_folder(tmp_path / "pm"), tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("mine")
+    (folder / ".nv-meta").symlink_to(victim, target_is_directory=True)
+    before = tree_state(tmp_path)
+    r = cli("prepare-media", folder, "--media-metadata-by-extension")
+    assert r.code == 2 and "is a symbolic link" in one_error_line(r)
+    assert tree_state(tmp_path) == before  # no index.sqlite in the folder it points to
+
+
+def test_prepare_media_refuses_a_linked_nv_meta_of_a_dataset(tmp_path):
+    """A finished dataset whose `.nv-meta` links to another dataset's: that one's index.sqlite
+    stays as it was."""
+    other = write_dataset(tmp_path / "other")
+    ds = write_dataset(tmp_path / "ds")
+    shutil.rmtree(ds / ".nv-meta")
+    (ds / ".nv-meta").symlink_to(other / ".nv-meta", target_is_directory=True)
+    before = tree_state(tmp_path)
+    r = cli("prepare-media", ds, "--media-metadata-by-extension")
+    assert r.code == 2 and "is a symbolic link" in one_error_line(r)
+    assert tree_state(tmp_path) == before
+
+
+@pytest.mark.timeout(60)  # the FIFO used to block the command forever
+@pytest.mark.parametrize("flag", ["--media-metadata-by-extension", "--media-metadata-by-header"])
+def test_prepare_media_skips_a_fifo_and_a_device_with_the_reason(tmp_path, flag):
+    folder = photo_folder(tmp_path / "d")
+    os.mkfifo(folder / "f.png")
+    (folder / "z.png").symlink_to("/dev/zero")  # used to be read until memory ran out
+    r = cli("prepare-media", folder, flag)
+    assert r.code == 0 and r.escaped is None, r.stdout + r.stderr
+    assert warnings_of(r) == [
+        "warning: skipped f.png: a FIFO, not a regular file",
+        "warning: skipped z.png: a link to /dev/zero, out of the folder",
+    ]
+    assert keys(folder) == ["photo.png"]
+    assert sorted(p.name for p in (folder / ".nv-meta").iterdir()) == ["index.sqlite"]
+
+
+@pytest.mark.timeout(60)
+def test_prepare_media_refuses_a_fifo_named_as_a_shard(tmp_path):
+    """A shard `.info.json` lists is the dataset: one that is not a file is refused, not
+    skipped (its rows would be missing), and never waited on."""
+    ds = write_dataset(tmp_path / "ds")
+    shard = next(iter(json.loads((ds / ".nv-meta" / ".info.json").read_text())["shard_counts"]))
+    (ds / shard).unlink()
+    os.mkfifo(ds / shard)
+    index = (ds / ".nv-meta" / "index.sqlite").read_bytes()
+    r = cli("prepare-media", ds, "--media-metadata-by-header")
+    assert r.code == 2
+    assert f"cannot read the members of shard {ds / shard}" in one_error_line(r)
+    assert "not a regular file" in one_error_line(r)
+    assert (ds / ".nv-meta" / "index.sqlite").read_bytes() == index
+    assert not list((ds / ".nv-meta").glob(".*media-tmp"))
+
+
+@pytest.mark.parametrize("dataset", [False, True])
+def test_prepare_media_names_an_index_that_is_not_sqlite(tmp_path, dataset):
+    root = write_dataset(tmp_path / "ds") if dataset else photo_folder(tmp_path / "d")
+    (root / ".nv-meta").mkdir(exist_ok=True)
+    index = root / ".nv-meta" / "index.sqlite"
+    index.write_bytes(b"not an SQLite file, but long enough to hold a header" * 4)
+    before = tree_state(root)
+    r = cli("prepare-media", root, "--media-metadata-by-extension")
+    assert r.code == 2
+    assert f"{index} is not a readable SQLite index" in one_error_line(r)
+    assert tree_state(root) == before
+
+
+def test_prepare_media_stays_in_the_folder(tmp_path):
+    """`up -> ..` and a file linking out are not followed (with the reason); a link to a file
+    inside the folder is recorded."""
+    folder = photo_folder(tmp_path / "d")
+    (tmp_path / "outside.png").write_bytes(image((8, 8), "PNG"))
+    (folder / "up").symlink_to("..", target_is_directory=True)
+    (folder / "out.png").symlink_to(tmp_path / "outside.png")
+    (folder / "nested").mkdir()
+    (folder / "nested" / "same.png").symlink_to("../photo.png")
+    r = cli("prepare-media", folder, "--media-metadata-by-extension")
+    assert r.code == 0 and r.escaped is None, r.stdout + r.stderr
+    assert keys(folder) == ["nested/same.png", "photo.png"]
+    assert warnings_of(r) == [
+        "warning: skipped up: a link to .., out of the folder, so not followed",
+        f"warning: skipped out.png: a link to {tmp_path / 'outside.png'}, out of the folder",
+    ]
+
+
+def test_prepare_media_skips_a_dangling_link(tmp_path):
+    folder = photo_folder(tmp_path / "d")
+    (folder / "dead.png").symlink_to("missing.png")
+    r = cli("prepare-media", folder, "--media-metadata-by-header")
+    assert r.code == 0 and r.escaped is None, r.stdout + r.stderr
+    assert keys(folder) == ["photo.png"]
+    assert warnings_of(r) == ["warning: skipped dead.png: a link to missing.png, which leads "
+                              "nowhere (No such file or directory)"]
+
+
+@pytest.mark.parametrize("glob", [",", "*.jpg,", ",*.jpg", " ", "*.jpg, ,*.png"])
+def test_prepare_media_refuses_an_empty_glob_pattern(tmp_path, glob):
+    ds = write_dataset(tmp_path / "ds")
+    before = tree_state(ds)
+    r = cli("prepare-media", ds, "--media-metadata-by-glob", glob)
+    assert r.code == 2 and "each one not empty" in one_error_line(r)
+    assert tree_state(ds) == before
+
+
+def test_prepare_media_refuses_a_glob_that_matches_no_member(tmp_path):
+    """Energon records the filter and no row; a run that found nothing says so and writes
+    nothing, as on a plain folder."""
+    ds = write_dataset(tmp_path / "ds")
+    before = tree_state(ds)
+    r = cli("prepare-media", ds, "--media-metadata-by-glob", "*.heic,*.avif")
+    assert r.code == 2
+    assert ("the media filter (--media-metadata-by-glob '*.heic,*.avif') takes no member of "
+            "the 2 shard(s) of") in one_error_line(r)
+    assert tree_state(ds) == before
+    folder = photo_folder(tmp_path / "d")
+    r = cli("prepare-media", folder, "--media-metadata-by-glob", "*.heic")
+    assert r.code == 2 and "holds no file that the media filter takes" in one_error_line(r)
+    assert not (folder / ".nv-meta").exists()

@@ -190,7 +190,12 @@ def prepare_media(directory: Annotated[Path, typer.Argument(
         if chosen is None:
             raise ConfigError("pass one of --media-metadata-by-extension, "
                               "--media-metadata-by-glob PATTERNS and --media-metadata-by-header")
-        written = run(directory, chosen)
+        prepared = run(directory, chosen)
     except ShardcookError as e:
         fail(e)
-    typer.echo(f"stored the media metadata of {written:,} files")
+    for skipped in prepared.skipped:
+        typer.echo(f"warning: skipped {skipped}")
+    others = prepared.taken - prepared.written
+    typer.echo(f"stored the media metadata of {prepared.written:,} files" + (
+        f" ({others:,} more the filter takes are no image, video or audio file Pillow or PyAV "
+        "reads)" if others > 0 else ""))

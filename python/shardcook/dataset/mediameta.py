@@ -59,16 +59,18 @@ class MediaFilter:
         """The filter the `--media-metadata-by-*` options ask for; None when none is given.
 
         Raises:
-            ConfigError: more than one strategy, or an empty pattern list.
+            ConfigError: more than one strategy, or a pattern list that is empty or holds an
+                empty pattern.
         """
         if sum((glob is not None, bool(header), bool(extension))) > 1:
             raise ConfigError("pass one of --media-metadata-by-extension, "
                               "--media-metadata-by-glob and --media-metadata-by-header, not "
                               "several (separate glob patterns by commas)")
         if glob is not None:
-            if not isinstance(glob, str) or not glob:
+            # an empty piece (',', '*.jpg,') matches no file name: the filter would take nothing
+            if not isinstance(glob, str) or not all(p.strip() for p in glob.split(",")):
                 raise ConfigError(f"--media-metadata-by-glob takes comma-separated patterns "
-                                  f"such as '*.jpg,*.png', not {glob!r}")
+                                  f"such as '*.jpg,*.png', each one not empty, not {glob!r}")
             return cls(GLOB, tuple(glob.split(",")))
         if header:
             return cls(HEADER)

@@ -140,3 +140,18 @@ def test_a_shard_cut_short(tmp_path):
     assert any("000001.tar: the shard is 1,024 bytes" in p and "cut short" in p
                for p in problems), problems
     assert page.count("unreadable:") == 3  # its samples' cards say why
+
+
+def test_a_single_value_is_said_not_drawn(tmp_path):
+    def parts(i: int) -> dict[str, bytes]:  # every picture 64x48; captions of 1 to 12 words
+        return {**raw_parts(i), "txt": " ".join(["word"] * (i + 1)).encode()}
+
+    d = write_dataset(tmp_path / "raw", parts, n_shards=3, per_shard=4)
+    page = make_report(d, samples=4)
+    said = dict(re.findall(r'data-single="([^"]+)"><b>[^<]*</b>: ([^<]*)<', page))
+    assert said == {"width": "64 pixels for all 12 samples",
+                    "height": "48 pixels for all 12 samples",
+                    "aspect ratio": "1.333 width / height for all 12 samples",
+                    "samples per shard": "4 samples for all 3 shards"}
+    assert 'alt="width"' not in page and 'alt="samples per shard"' not in page
+    assert 'alt="caption length"' in page  # values that differ are still drawn

@@ -28,7 +28,7 @@ h1{font-size:22px}.row{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-sta
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;
 vertical-align:top}
 .ok{color:#2c6e2c;font-weight:bold}.warn{color:#a33;font-weight:bold}
-.plots{display:flex;flex-wrap:wrap;gap:8px}.plots img{width:420px}
+.plots{display:flex;flex-wrap:wrap;gap:8px}.plots img{width:420px}.single{width:420px}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(200px,1fr));gap:10px}
 .card{border:1px solid #ddd;border-radius:4px;padding:6px;background:#fafafa}
 .card summary{list-style:none;cursor:pointer}.card summary::-webkit-details-marker{display:none}
@@ -217,17 +217,26 @@ def _health(c: Content) -> str:
     return "".join(out)
 
 
+def _chart(values: Sequence[float], title: str, unit: str, counted: str) -> str:
+    """A histogram of `values`; one value, which a histogram would draw as a single bar over a
+    meaningless axis, is said in words."""
+    if len(set(values)) == 1:
+        return (f'<p class="single" data-single="{escape(title)}"><b>{escape(title)}</b>: '
+                f"{values[0]:.4g} {escape(unit)} for all {len(values):,} {counted}</p>")
+    return f'<img src="{histogram(values, title, unit, counted)}" alt="{escape(title)}">'
+
+
 def _plots(c: Content) -> str:
     t = c.tally
-    charts: list[tuple[Sequence[float], str, str]] = [
-        (t.widths, "width", "pixels"), (t.heights, "height", "pixels"),
+    charts: list[tuple[Sequence[float], str, str, str]] = [
+        (t.widths, "width", "pixels", "samples"), (t.heights, "height", "pixels", "samples"),
         ([w / h for w, h in zip(t.widths, t.heights, strict=True)], "aspect ratio",
-         "width / height"),
-        (t.caption_words, "caption length", "words"),
-        (c.shard_samples, "samples per shard", "samples"),
-        (t.turns, "conversation turns", "turns")]
-    images = "".join(f'<img src="{histogram(values, title, unit)}" alt="{escape(title)}">'
-                     for values, title, unit in charts if values)
+         "width / height", "samples"),
+        (t.caption_words, "caption length", "words", "samples"),
+        (c.shard_samples, "samples per shard", "samples", "shards"),
+        (t.turns, "conversation turns", "turns", "samples")]
+    images = "".join(_chart(values, title, unit, counted)
+                     for values, title, unit, counted in charts if values)
     return (f"<h2>Plots</h2><p>Sizes and captions of the {t.read:,} samples read; samples per "
             f"shard of every shard{' of the split' if c.split else ''}.</p>"
             f'<div class="plots">{images}</div>')

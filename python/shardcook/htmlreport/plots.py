@@ -35,15 +35,15 @@ def _svg(fig: Figure) -> str:
     return bytes_uri(out.getvalue(), "image/svg+xml")
 
 
-def histogram(values: Sequence[float], title: str, xlabel: str) -> str:
-    """A histogram of `values` as an SVG data URI."""
+def histogram(values: Sequence[float], title: str, xlabel: str, ylabel: str = "samples") -> str:
+    """A histogram of `values` as an SVG data URI (`ylabel`: what the bars count)."""
     fig = _figure()
     ax = fig.add_subplot()
     distinct = len(set(values))
     ax.hist(values, bins=min(40, max(distinct, 1)), color=COLOUR)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("samples")
+    ax.set_ylabel(ylabel)
     return _svg(fig)
 
 

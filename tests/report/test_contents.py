@@ -1,6 +1,7 @@
 """What the report page says (read from its HTML, no browser): the latent check against the
-layout's normalisation, duplicates, a dataset in a bucket, `--report-html` after a run, and the
-command's refusals."""
+layout's normalisation, duplicates, single values, a dataset in a bucket, `--report-html` after a
+run, where `report` writes its page (into the dataset, as runs do), and the command's
+refusals."""
 
 from __future__ import annotations
 
@@ -110,6 +111,71 @@ def test_report_html_after_a_raw_run_into_a_bucket(tmp_path, s3_store):
     assert r.code == 0, r.stderr
     page = s3_store.get("data/set/.shardcook/report.html").decode()
     assert _counts(page)["samples"] == 4 and 'data-validate="whole"' in page
+
+
+def test_report_writes_into_the_dataset_where_runs_do(tmp_path, monkeypatch):
+    d = write_dataset(tmp_path / "raw")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    r = cli("report", d)
+    assert r.code == 0, r.stderr
+    page = d / ".shardcook" / "report.html"
+    assert r.stdout.strip() == f"wrote {page}"
+    assert _counts(page.read_text())["samples"] == 4
+    assert list(here.iterdir()) == []  # nothing in the working folder
+    out = tmp_path / "elsewhere.html"
+    assert cli("report", d, "--out", out).code == 0 and out.is_file()
+
+
+def test_report_writes_into_a_bucket_dataset(tmp_path, s3_store):
+    d = write_dataset(tmp_path / "raw", n_shards=2, per_shard=3)
+    s3_store.upload_folder(d, "data/raw")
+    r = cli("report", s3_store.url("data/raw"), "--scratch-dir", tmp_path)
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == f"wrote {s3_store.url('data/raw/.shardcook/report.html')}"
+    page = s3_store.get("data/raw/.shardcook/report.html").decode()
+    assert _counts(page)["samples"] == 6
+
+
+def test_report_on_a_bucket_it_may_only_read_says_to_give_out(tmp_path, monkeypatch):
+    import uuid
+
+    import yaml
+
+    from tests.helpers.s3server import AuthS3Server, make_auth_store
+
+    server = AuthS3Server()  # moto checking each request against IAM policies
+    try:
+        store = make_auth_store(server, tmp_path / "cfg", "report-bucket")
+        store.upload_folder(write_dataset(tmp_path / "raw"), "ds")
+        # a profile name of its own: MSC keeps one client per name for the life of a process
+        reader = f"reader{uuid.uuid4().hex[:8]}"
+        config = yaml.safe_load(store.config.read_text())
+        config["profiles"] = {reader: config["profiles"]["reader"]}
+        store.config.write_text(yaml.safe_dump(config))
+        for key, value in store.env.items():
+            monkeypatch.setenv(key, value)
+        r = cli("report", f"msc://{reader}/ds", "--scratch-dir", tmp_path)
+        assert r.code == 2
+        said = one_error_line(r)
+        assert "may not write there (AccessDenied)" in said
+        assert said.endswith("give --out FILE.html to write the page elsewhere.")
+        out = tmp_path / "page.html"
+        r = cli("report", f"msc://{reader}/ds", "--out", out, "--scratch-dir", tmp_path)
+        assert r.code == 0 and _counts(out.read_text())["samples"] == 4
+    finally:
+        server.stop()
+
+
+def test_report_that_cannot_write_into_the_dataset_says_so(tmp_path):
+    d = write_dataset(tmp_path / "raw")
+    (d / ".shardcook" / "report.html").mkdir()  # in the page's way
+    r = cli("report", d)
+    assert r.code == 2
+    said = one_error_line(r)
+    assert f"cannot write {d / '.shardcook' / 'report.html'}" in said
+    assert "give --out FILE.html to write the page elsewhere" in said
 
 
 def test_refusals(tmp_path):

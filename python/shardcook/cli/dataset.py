@@ -146,7 +146,8 @@ def preview(directory: DatasetArg, **options: Any) -> None:
 @with_config_options(("out", "samples", "split", "scratch_dir"), lookup=declared_in(ReportOptions))
 def report(directory: DatasetArg, **options: Any) -> None:
     """One self-contained HTML page of a dataset: its facts, validate's verdict, skipped inputs,
-    duplicates, latent statistics, plots and a grid of samples; no network needed to view it."""
+    duplicates, latent statistics, plots and a grid of samples; no network needed to view it.
+    Written into the dataset as .shardcook/report.html (as a run's --report-html), or to --out."""
     from shardcook.htmlreport import write_report
 
     try:

@@ -138,7 +138,8 @@ class ReportOptions:
     """The options of `report` (`htmlreport.write_report`)."""
 
     out: Path | None = option(
-        None, "The .html file to write (default: DIRNAME-report.html here).")
+        None, "The .html file to write (default: the dataset's own .shardcook/report.html, "
+              "where a run's --report-html writes it).")
     samples: int = option(DEFAULT_REPORT_SAMPLES, "How many samples the page shows.",
                           rules=[bounded(1, MAX_REPORT_SAMPLES)])
     split: str | None = option(None, "Show only this split's samples (default: all).")

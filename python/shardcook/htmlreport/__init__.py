@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook.dataset import metadata
+from shardcook.dataset import jsonl, metadata
 from shardcook.dataset.arguments import DEFAULT_REPORT_SAMPLES, ReportOptions
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import read_metadata, summarize
@@ -26,7 +26,9 @@ from shardcook.htmlreport.indexed import IndexedView
 from shardcook.htmlreport.page import Content, render
 from shardcook.htmlreport.stats import LatentCheck, Tally, latent_check
 from shardcook.layouts import Layout, by_encoding, registry_function
+from shardcook.layouts.names import OURS_DIR, REPORT_HTML
 from shardcook.paths import check_local_path
+from shardcook.storage import access_problem, describe_error
 from shardcook.storage.location import Location, locate
 
 __all__ = ["DEFAULT_SAMPLES", "make_report", "write_report"]
@@ -36,6 +38,8 @@ DEFAULT_SAMPLES = DEFAULT_REPORT_SAMPLES
 #: among them.
 STATS_SAMPLES = 512
 SEED = 0
+#: Where the page goes in a dataset without `--out`, as a run's `--report-html` writes it.
+REPORT_PAGE = f"{OURS_DIR}/{REPORT_HTML}"
 
 T = TypeVar("T")
 
@@ -106,39 +110,70 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
         scratch_dir: Where a URL's metadata is copied (default: the temporary folder).
 
     Raises:
-        ConfigError: a bad location or sample count.
+        ConfigError: a bad location or sample count, or a JSONL dataset.
         DatasetError: the dataset is not finalized, or has no such split.
     """
     dataset = locate(dataset, "The dataset folder")
+    if jsonl.jsonl_file(dataset) is not None:
+        raise ConfigError(
+            f"{dataset} is a JSONL dataset, and `shardcook report` makes the page of a folder of "
+            f"tar shards only; `shardcook info`, `validate` and `preview` take {dataset}.")
     check_rules("--samples", samples, ReportOptions.__dataclass_fields__["samples"])
     with dataset_view(dataset, scratch_dir=scratch_dir) as view:
         return render(_content(IndexedView(view), samples, split))
 
 
-def default_out(dataset: str | os.PathLike[str] | Location) -> Path:
-    """`NAME-report.html` in the working folder, NAME the dataset folder's."""
+def default_out(dataset: str | os.PathLike[str] | Location) -> str:
+    """Where `write_report` writes without `out`: the dataset's own `.shardcook/report.html`, as
+    a run's `--report-html` does (the path, or the URL)."""
     where = locate(dataset, "The dataset folder")
-    name = where.path.resolve().name if where.remote is None else where.split()[1]
-    return Path(f"{name or 'dataset'}-report.html")
+    if where.remote is not None:
+        return where.remote.where(REPORT_PAGE)
+    return str(where.path / REPORT_PAGE)
+
+
+def _write_into(dataset: Location, page: bytes) -> str:
+    """`page` written as the dataset's `.shardcook/report.html`; returns where."""
+    target = default_out(dataset)
+    rather = "; give --out FILE.html to write the page elsewhere."
+    if dataset.remote is not None:
+        try:
+            dataset.remote.write_bytes(REPORT_PAGE, page)
+        except Exception as e:  # noqa: BLE001 - the client's errors, as one sentence
+            said = access_problem("The report page", target, "write", e)
+            raise ConfigError((said or f"cannot write {target} ({describe_error(e)})."
+                               ).removesuffix(".") + rather) from None
+        return target
+    try:
+        (dataset.path / OURS_DIR).mkdir(exist_ok=True)
+        write_atomic(Path(target), page)
+    except OSError as e:
+        raise ConfigError(f"cannot write {target} ({e.strerror or e}){rather}") from None
+    return target
 
 
 def write_report(dataset: str | os.PathLike[str] | Location,
-                 out: str | os.PathLike[str] | None = None, **options: Any) -> Path:
-    """Writes `make_report(dataset, **options)` to `out` (default: `default_out`); returns
-    its path.
+                 out: str | os.PathLike[str] | None = None, **options: Any) -> str:
+    """Writes `make_report(dataset, **options)` to `out`, else into the dataset as its
+    `.shardcook/report.html` (`default_out`, where a run's `--report-html` writes it, in a
+    bucket too); returns where.
 
     Raises:
-        ConfigError: `out` is not an .html file in a folder that exists, or cannot be written.
+        ConfigError: `out` is not an .html file in a folder that exists, or the page cannot be
+            written.
     """
-    target = Path(out) if out is not None else default_out(dataset)
+    where = locate(dataset, "The dataset folder")
+    if out is None:
+        return _write_into(where, make_report(where, **options).encode("utf-8"))
+    target = Path(out)
     check_local_path(target, "--out")
     if target.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {str(target)!r} must name an .html file.")
     if not target.parent.is_dir() or target.is_dir():
         raise ConfigError(f"--out {str(target)!r} must name a file in a folder that exists.")
-    page = make_report(dataset, **options)
+    page = make_report(where, **options)
     try:
         write_atomic(target, page.encode("utf-8"))
     except OSError as e:
         raise ConfigError(f"--out {str(target)!r} cannot be written ({e.strerror or e}).") from None
-    return target
+    return str(target)

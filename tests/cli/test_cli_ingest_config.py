@@ -25,7 +25,8 @@ def test_an_empty_encodings_folder_outside_the_output_or_in_its_records_is_refus
     assert r.code == 2
     assert one_error_line(r) == (
         f"error: empty_encodings.output_subdir {subdir!r} must be one plain folder name inside "
-        "the output folder, not hidden nor a split's")
+        "the output folder, not hidden nor a split's: more than the lowercase letters a split "
+        "is named by (empty_encodings, not empty)")
     assert not out.exists()
 
 

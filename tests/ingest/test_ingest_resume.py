@@ -129,6 +129,19 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
     (tmp_path / "sub.yaml").write_text("empty_encodings: {manifest_url: http://127.0.0.1:9/e.uri, "
                                        "output_subdir: train/.shardcook}\n")
     cases.append((["--config", str(tmp_path / "sub.yaml")], "one plain folder name"))
+    # `train/` is the train split's folder
+    (tmp_path / "slash.yaml").write_text(
+        f"datasets:\n  - {{paths: [{train.folder}]}}\noutput: {{output_dir: {tmp_path / 'o'}}}\n"
+        "empty_encodings: {manifest_url: http://127.0.0.1:9/e.uri, output_subdir: train/}\n")
+    cases.append((["--config", str(tmp_path / "slash.yaml")],
+                  "empty_encodings.output_subdir 'train/' must be one plain folder name"))
+    # each download is a thread: 100,000 of them stopped Python with "can't start new thread"
+    cases.append(([str(train.folder), "--output-dir", str(tmp_path / "o"), "--max-workers",
+                   "100000"], "--max-workers must be between 1 and 64 (each is a thread), "
+                              "not 100000."))
+    (tmp_path / "threads.yaml").write_text("pipeline:\n  max_workers: 100000\n")
+    cases.append((["--config", str(tmp_path / "threads.yaml")],
+                  "`pipeline.max_workers` must be between 1 and 64"))
     for args, words in cases:
         result = _ingest(*args)
         assert result.returncode == 2, (args, result.stderr)

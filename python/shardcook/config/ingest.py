@@ -15,7 +15,7 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from shardcook.errors import ConfigError
@@ -28,6 +28,8 @@ SRC, RUN = "Inputs", "Run"
 AT_LEAST_1 = bounded(1)
 #: Split names become shard prefixes (`train-shard-000000.tar`), so lowercase letters only.
 SPLIT_NAME = matching(r"[a-z]+", "lowercase letters (train, val, ...)")
+#: More concurrent downloads only share the same bandwidth, and each is a thread.
+MAX_DOWNLOADS = 64
 #: Below a million seconds: a larger timeout would wait on a dead server for weeks.
 STALL = Rule(lambda v: 0 < v < 1e6, "a number of seconds above 0 (and under 1,000,000)")
 
@@ -59,7 +61,8 @@ class IngestOptions:
     output_dir: str | None = option(
         None, "The dataset folder to write (each split in a folder of its own there): a local "
               "path, or msc://PROFILE/path or s3://bucket/path in object storage.", RUN)
-    max_workers: int = option(4, "Concurrent downloads.", RUN, rules=[AT_LEAST_1])
+    max_workers: int = option(4, "Concurrent downloads.", RUN,
+                              rules=[bounded(1, MAX_DOWNLOADS, why="each is a thread")])
     prefetch_depth: int = option(6, "Most downloaded Arrow files on disk at once.", RUN,
                                  rules=[AT_LEAST_1])
     max_files: int | None = option(None, "Only the first N files of each split (for a trial).",
@@ -192,10 +195,7 @@ def from_yaml(path: Path) -> tuple[IngestConfig, dict[str, Any]]:
                     ("manifest_url", "output_subdir"))
     if empty:
         subdir = str(empty.get("output_subdir", "empty_encodings"))
-        if (len(PurePosixPath(subdir).parts) != 1 or "\\" in subdir or subdir.startswith(".")
-                or subdir in {d.split for d in cfg.datasets}):
-            raise ConfigError(f"empty_encodings.output_subdir {subdir!r} must be one plain folder "
-                              "name inside the output folder, not hidden nor a split's")
+        check_subdir(subdir)
         if not isinstance(empty.get("manifest_url"), str):
             raise ConfigError("empty_encodings needs manifest_url, the address of its .uri file")
         cfg.empty_encodings = EmptyEncodings(empty["manifest_url"], subdir)
@@ -204,6 +204,19 @@ def from_yaml(path: Path) -> tuple[IngestConfig, dict[str, Any]]:
         if value is not None:
             options[PIPELINE_KEYS[key]] = checked(PIPELINE_KEYS[key], value, f"pipeline.{key}")
     return cfg, options
+
+
+def check_subdir(subdir: str) -> None:
+    """`empty_encodings.output_subdir` is one plain, visible folder name (no `/` at all: `train/`
+    is the train split's folder) that no split's folder can have, this command's or a later
+    one's into the same folder: split names are lowercase letters only, so it must hold another
+    character (`empty_encodings`)."""
+    if (not subdir or "/" in subdir or "\\" in subdir or "\x00" in subdir
+            or subdir.startswith(".") or SPLIT_NAME.holds(subdir)):
+        raise ConfigError(f"empty_encodings.output_subdir {subdir!r} must be one plain folder "
+                          "name inside the output folder, not hidden nor a split's: more than "
+                          "the lowercase letters a split is named by (empty_encodings, not "
+                          "empty)")
 
 
 def ingest_config(options: IngestOptions, given: set[str], inputs: list[Path],
@@ -245,6 +258,8 @@ def check(cfg: IngestConfig) -> None:
                           "its own split_name")
     for d in cfg.datasets:
         checked("split", d.split)
+    if cfg.empty_encodings is not None:
+        check_subdir(cfg.empty_encodings.output_subdir)
     for name in ("max_workers", "prefetch_depth", "max_files"):
         checked(name, getattr(cfg, name))
     checked("stall_timeout", cfg.retry.stall_s)

@@ -9,6 +9,7 @@ holds exactly, so every expected tensor is known in advance.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import io
@@ -108,7 +109,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
     and closes the connection; each response waits `delay_s` first (a slow network), or
     `delays[name]` for the files named there; `trickle` names files whose body is sent one byte
     every `trickle_s` seconds; `hang_once` names files whose first GET sends half the body and
-    then nothing for a minute."""
+    then nothing for a minute; with `auth` (`USER:PASSWORD`), a GET without those credentials
+    is answered 401."""
 
     root: Path
     drop_once: set[str]
@@ -117,11 +119,16 @@ class _Files(http.server.BaseHTTPRequestHandler):
     delays: dict[str, float]
     trickle: set[str]
     hang_once: set[str]
+    auth: str | None
     trickle_s: float = 0.2
 
     def do_GET(self) -> None:
         name = self.path.lstrip("/")
         self.requests.append(name)
+        if self.auth is not None and self.headers.get("Authorization") != (
+                f"Basic {base64.b64encode(self.auth.encode()).decode()}"):
+            self.send_error(401)
+            return
         path = self.root / name
         if "/" in name or not path.is_file():
             self.send_error(404)
@@ -157,14 +164,16 @@ class _Files(http.server.BaseHTTPRequestHandler):
 def serve(root: Path, drop_once: set[str] | None = None, delay_s: float = 0.0,
           delays: dict[str, float] | None = None,
           trickle: set[str] | None = None,
-          hang_once: set[str] | None = None) -> Iterator[tuple[str, list[str]]]:
+          hang_once: set[str] | None = None,
+          auth: str | None = None) -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on 127.0.0.1 for `root`'s files: (base URL, list of requested names)."""
     requests: list[str] = []
     handler = type("Handler", (_Files,), {"root": root, "drop_once": set(drop_once or ()),
                                           "requests": requests, "delay_s": delay_s,
                                           "delays": dict(delays or {}),
                                           "trickle": set(trickle or ()),
-                                          "hang_once": set(hang_once or ())})
+                                          "hang_once": set(hang_once or ()),
+                                          "auth": auth})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

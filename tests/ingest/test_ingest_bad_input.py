@@ -226,3 +226,101 @@ def test_a_resumed_run_checks_shapes_against_the_earlier_runs_shards(tmp_path):
     assert [f["file"] for f in report["failed"]] == ["part-00001.arrow"]
     assert reason in report["failed"][0]["reason"], report["failed"][0]["reason"]
     assert sorted(p.name for p in (out / "train").glob("*.tar")) == ["train-shard-000000.tar"]
+
+
+@pytest.mark.parametrize("first_has_timesteps", [True, False])
+def test_a_file_unlike_the_split_in_its_timestep_column_fails_alone(tmp_path,
+                                                                   first_has_timesteps):
+    """A split's samples all carry a timestep or none do (`validate --deep` refuses a mix): the
+    odd file fails, as a file of other tensor shapes does."""
+    from shardcook.dataset import validate
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for n in range(3):
+        write_arrow(folder / f"part-{n:05d}.arrow", n, 3,
+                    timesteps=first_has_timesteps != (n == 1))
+    result = _ingest(str(folder), "--split", "val", "--output-dir", str(out))
+    assert result.returncode == 1, result.stderr
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert [(f["file"], f["stage"]) for f in report["failed"]] == [
+        ("part-00001.arrow", "conversion")]
+    here, there = ("no", "one") if first_has_timesteps else ("a", "none")
+    assert (f"the file has {here} timestep column and the split's first converted file has "
+            f"{there}") in report["failed"][0]["reason"]
+    assert sorted(p.name for p in (out / "val").glob("*.tar")) == [
+        "val-shard-000000.tar", "val-shard-000002.tar"]
+    checked = validate(out, deep=True)
+    assert checked.ok, checked.problems
+
+
+def test_a_resumed_run_checks_the_timestep_column_against_the_earlier_runs_shards(tmp_path):
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    write_arrow(folder / "part-00000.arrow", 0, 3, timesteps=True)
+    (folder / "part-00001.arrow").write_bytes(b"not yet an Arrow file")
+    assert _ingest(str(folder), "--split", "val", "--output-dir", str(out)).returncode == 1
+    write_arrow(folder / "part-00001.arrow", 1, 3, timesteps=False)
+    result = _ingest(str(folder), "--split", "val", "--output-dir", str(out))
+    assert result.returncode == 1, result.stderr
+    assert ("failed: part-00001.arrow (conversion): the file has no timestep column"
+            in result.stderr), result.stderr
+    assert sorted(p.name for p in (out / "val").glob("*.tar")) == ["val-shard-000000.tar"]
+
+
+@pytest.mark.parametrize(("key_prefix", "why"), [
+    ("x.", "it holds '.' or '/'"), ("x/", "it holds '.' or '/'"),
+    ("__x", "it starts with '__'"), ("x\x01", "it holds a control character")])
+def test_a_key_that_cannot_be_a_sample_key_fails_its_file(tmp_path, key_prefix, why):
+    """The writer would refuse it: found while converting, it fails its file (exit 1, named in
+    report.json), and the other files' shards are written."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    write_arrow(folder / "part-00000.arrow", 0, 2, timesteps=False)
+    write_arrow(folder / "part-00001.arrow", 1, 2, timesteps=False, key_prefix=key_prefix)
+    write_arrow(folder / "part-00002.arrow", 2, 2, timesteps=False)
+    result = _ingest(str(folder), "--output-dir", str(out))
+    assert result.returncode == 1, result.stderr
+    key = f"{key_prefix}001r0000"
+    assert (f"failed: part-00001.arrow (conversion): row 0: __key__ is {key!r}, which cannot "
+            f"be a sample key: {why}") in result.stderr, result.stderr
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert [(f["file"], f["stage"]) for f in report["failed"]] == [
+        ("part-00001.arrow", "conversion")]
+    assert sorted(p.name for p in (out / "train").glob("*.tar")) == [
+        "train-shard-000000.tar", "train-shard-000002.tar"]
+
+
+def test_two_files_with_the_same_bytes_are_named_by_their_input_files(tmp_path):
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    write_arrow(folder / "part-00000.arrow", 0, 2, timesteps=False)
+    copy = folder / "part-00001.arrow"
+    copy.write_bytes((folder / "part-00000.arrow").read_bytes())
+    result = _ingest(str(folder), "--output-dir", str(out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith('error: duplicate sample key "f000r0000"'), result.stderr
+    assert (f"train/train-shard-000000.tar (input {folder / 'part-00000.arrow'}) and in "
+            f"train/train-shard-000001.tar (input {copy})") in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("subdir", ["train", "extra"])
+def test_empty_encodings_in_a_folder_a_split_may_have_are_refused(tmp_path, subdir):
+    """A split's folder is its name (lowercase letters): the empty encodings there would be
+    taken for part of the split, the earlier command's (`train`) or a later one's (`extra`)."""
+    train = write_arrow_set(tmp_path / "cc12m", 1, 2, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 2, timesteps=True, key_prefix="v")
+    out = tmp_path / "out"
+    assert _ingest(str(train.folder), "--output-dir", str(out)).returncode == 0
+    config = tmp_path / "val.yaml"
+    config.write_text(f"datasets:\n  - {{split_name: val, paths: [{val.folder}]}}\n"
+                      "empty_encodings: {manifest_url: 'http://127.0.0.1:9/e.uri', "
+                      f"output_subdir: {subdir}}}\n"
+                      f"output: {{output_dir: {out}}}\n")
+    before = _hashes(out)
+    _refused(_ingest("--config", str(config)),
+             f"empty_encodings.output_subdir {subdir!r} must be one plain folder name inside the "
+             "output folder, not hidden nor a split's: more than the lowercase letters a split "
+             "is named by")
+    assert _hashes(out) == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from shardcook.layouts.mlperf import (
     TIMESTEPS,
 )
 
-#: Each tensor part's shape, as a split's first row set it.
+#: Each tensor part's shape, as a split's first row set it, and `timestep` (shape `()`) when
+#: that row carried one: a split's rows all carry a timestep or none do.
 Shapes = dict[str, tuple[int, ...]]
 
 
@@ -80,28 +82,56 @@ def _check_npy(view: memoryview, part: str, row: int) -> tuple[int, ...]:
 
 
 def shard_shapes(path: Path) -> Shapes:
-    """The tensor shapes of the first sample of a shard this module wrote (none when empty)."""
+    """The tensor shapes (and timestep) of the first sample of a shard this module wrote (none
+    when empty)."""
     from shardcook import _native
 
     for sample in _native.read_shard(str(path)):
         found = {p: npy_header(bytes(sample.parts[p][:4096])) for p in TENSOR_PARTS}
-        return {p: info.shape for p, info in found.items() if info is not None}
+        shapes = {p: info.shape for p, info in found.items() if info is not None}
+        if TIMESTEP_COLUMN in json.loads(bytes(sample.parts[JSON_PART])):
+            shapes[TIMESTEP_COLUMN] = ()
+        return shapes
     return {}
 
 
 def _check_shapes(found: Shapes, expected: Shapes, row: int) -> None:
     """logvar has mean's shape, and every part the shape of the split's first row (which
-    `expected` holds, or is filled with when empty)."""
+    `expected` holds, or is filled with when empty), the timestep too: a file with a timestep
+    column in a split without, or the other way round, would mix them (`validate --deep`
+    refuses that)."""
     if found[LOGVAR_PART] != found[MEAN_PART]:
         raise ConversionError(f"row {row}: logvar has the shape {list(found[LOGVAR_PART])}, "
                               f"mean {list(found[MEAN_PART])}; they must match")
     if not expected:
         expected.update(found)
+    if (TIMESTEP_COLUMN in found) != (TIMESTEP_COLUMN in expected):
+        here, there = ("a", "none") if TIMESTEP_COLUMN in found else ("no", "one")
+        raise ConversionError(f"the file has {here} {TIMESTEP_COLUMN} column and the split's "
+                              f"first converted file has {there}; a split's samples all carry a "
+                              f"{TIMESTEP_COLUMN} or none do")
     for part, shape in found.items():
         if shape != expected[part]:
             raise ConversionError(
                 f"row {row}: {ARROW_COLUMNS[part]} has the shape {list(shape)}, unlike the "
                 f"split's {list(expected[part])} (its first converted row's)")
+
+
+def _check_key(key: object, row: int) -> str:
+    """`key` when the shard writer takes it as a sample key (the rules of `check_key` in
+    rust/tar/names.rs), checked here so that a bad one fails its file, not the whole run."""
+    if not isinstance(key, str) or not key:
+        why = "it is not a name"
+    elif "." in key or "/" in key:
+        why = "it holds '.' or '/' (the first dot starts a part's name)"
+    elif key.startswith("__"):
+        why = "it starts with '__', which Energon skips as metadata"
+    elif any(unicodedata.category(c) == "Cc" for c in key):
+        why = "it holds a control character"
+    else:
+        return key
+    raise ConversionError(f"row {row}: {KEY_COLUMN} is {key!r}, which cannot be a sample key: "
+                          f"{why}")
 
 
 def _timesteps(batch: Any) -> list[int] | None:
@@ -123,7 +153,8 @@ def samples(path: Path, key_prefix: str, shapes: Shapes,
 
     Raises:
         ConversionError: a column is missing, of the wrong type, empty or not uint16 `.npy`, a
-            tensor's rank or shape is wrong, or a timestep is out of range.
+            tensor's rank or shape is wrong, a key cannot be a sample key, a timestep is out of
+            range or present unlike the split's first row.
     """
     import pyarrow as pa
 
@@ -148,11 +179,11 @@ def samples(path: Path, key_prefix: str, shapes: Shapes,
             for i in range(batch.num_rows):
                 parts: list[tuple[str, Any]] = [(part, values[i]) for part, values
                                                 in zip(TENSOR_PARTS, views, strict=True)]
-                _check_shapes({part: _check_npy(value, part, row0 + i) for part, value in parts},
-                              shapes, row0 + i)
-                key = keys[i]
-                if not isinstance(key, str) or not key:
-                    raise ConversionError(f"row {row0 + i}: {KEY_COLUMN} is {key!r}, not a name")
+                found = {part: _check_npy(value, part, row0 + i) for part, value in parts}
+                if steps is not None:
+                    found[TIMESTEP_COLUMN] = ()
+                _check_shapes(found, shapes, row0 + i)
+                key = _check_key(keys[i], row0 + i)
                 meta: dict[str, Any] = {"key": key}
                 if steps is not None:
                     meta[TIMESTEP_COLUMN] = steps[i]

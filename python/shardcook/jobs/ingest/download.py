@@ -2,7 +2,8 @@
 `.md5` file of `MD5 FILENAME` lines, as Primus reads them) and files fetched with requests over
 http(s) only, retried by tenacity with exponential backoff and given up when stalled. pooch
 (`retrieve`) writes each file to a temporary name beside it, checks its MD5 and gives it its name
-only when whole and right."""
+only when whole and right. A URL's password is shown as `***` (`storage.redact`) in every
+message; only the download itself uses it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tenacity import (
 
 from shardcook.config.ingest import Retry
 from shardcook.errors import ConfigError, ErrorKind, ShardcookError
+from shardcook.storage.urls import redact
 
 log = logging.getLogger(__name__)
 # pooch says every download on stderr; ingest's log and report say what matters
@@ -73,14 +75,14 @@ TRANSFER_ERRORS = (OSError, urllib3.exceptions.HTTPError)
 
 
 def _said(e: BaseException) -> str:
-    """`e` as a reason: a connection that failed says why, not requests' summary of its pool,
-    and a body cut short says so, not the tuple urllib3 raises."""
+    """`e` as a reason (redacted): a connection that failed says why, not requests' summary of
+    its pool, and a body cut short says so, not the tuple urllib3 raises."""
     cause = e.args[0] if isinstance(e, requests.ConnectionError) and e.args else None
     if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
         e = cause.reason
     if isinstance(e, urllib3.exceptions.ProtocolError) and e.args:
-        return str(e.args[0])
-    return str(e) or type(e).__name__
+        return redact(str(e.args[0]))
+    return redact(str(e) or type(e).__name__)
 
 
 def _retryable(e: BaseException) -> bool:
@@ -118,8 +120,8 @@ def http_url(url: str, what: str) -> str:
     through any other scheme (`file:`, `ftp:`, `data:`)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
-        raise ConfigError(f"{what} is {url!r}, not an http(s) address; ingest downloads only "
-                          "over http and https")
+        raise ConfigError(f"{what} is {redact(repr(url))}, not an http(s) address; ingest "
+                          "downloads only over http and https")
     return url
 
 
@@ -144,8 +146,8 @@ def fetch_text(url: str, retry: Retry) -> str:
     def keep(chunk: bytes) -> None:
         data.extend(chunk)
         if len(data) > MAX_TEXT_BYTES:
-            raise ConfigError(f"{url} is larger than {MAX_TEXT_BYTES:,} bytes, too large for a "
-                              "manifest; check the address")
+            raise ConfigError(f"{redact(url)} is larger than {MAX_TEXT_BYTES:,} bytes, too large "
+                              "for a manifest; check the address")
 
     try:
         for attempt in _attempts(retry, url):
@@ -154,7 +156,7 @@ def fetch_text(url: str, retry: Retry) -> str:
                 _get(url, retry.stall_s, threading.Event(), keep)
                 return bytes(data).decode("utf-8")
     except (*TRANSFER_ERRORS, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read {url} ({_said(e)}); check the address") from None
+        raise ConfigError(f"cannot read {redact(url)} ({_said(e)}); check the address") from None
     raise AssertionError("unreachable")
 
 
@@ -168,7 +170,7 @@ def _attempts(retry: Retry, url: str, stop: threading.Event | None = None) -> Re
 
     def say(state: RetryCallState) -> None:
         failure = state.outcome.exception() if state.outcome else None
-        log.warning("%s: %s; retry %d of %d", url, _said(failure) if failure else "failed",
+        log.warning("%s: %s; retry %d of %d", redact(url), _said(failure) if failure else "failed",
                     state.attempt_number, retry.attempts - 1)
 
     return Retrying(stop=stop_after_attempt(retry.attempts), sleep=sleep, reraise=True,
@@ -209,10 +211,12 @@ def fetch_manifest(manifest_url: str, retry: Retry) -> tuple[str, list[ManifestE
     `.uri` file holds the base URL, the `.md5` file the entries."""
     stem, dot, suffix = http_url(manifest_url, "manifest_url").rpartition(".")
     if not dot or suffix not in ("uri", "md5"):
-        raise ConfigError(f"manifest_url {manifest_url!r} must end in .uri or .md5 (MLCommons "
-                          "publishes both side by side)")
-    base = http_url(fetch_text(f"{stem}.uri", retry).strip(), f"the base URL in {stem}.uri")
-    return base.rstrip("/"), parse_md5_manifest(fetch_text(f"{stem}.md5", retry), f"{stem}.md5")
+        raise ConfigError(f"manifest_url {redact(repr(manifest_url))} must end in .uri or .md5 "
+                          "(MLCommons publishes both side by side)")
+    base = http_url(fetch_text(f"{stem}.uri", retry).strip(),
+                    f"the base URL in {redact(stem)}.uri")
+    return base.rstrip("/"), parse_md5_manifest(fetch_text(f"{stem}.md5", retry),
+                                                f"{redact(stem)}.md5")
 
 
 def md5_of(path: Path) -> str:

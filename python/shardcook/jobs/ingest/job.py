@@ -21,7 +21,7 @@ from typing import Any
 from shardcook.config import RunConfig
 from shardcook.config.ingest import IngestConfig
 from shardcook.dataset import metadata
-from shardcook.errors import ConfigError, ShardcookError
+from shardcook.errors import ConfigError, DuplicateKeyError, ShardcookError
 from shardcook.jobs.ingest.arrow import Shapes, samples, shard_shapes
 from shardcook.jobs.ingest.download import (
     ManifestEntry,
@@ -43,6 +43,7 @@ from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.sources.base import Item
+from shardcook.storage.urls import redact
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,8 @@ class IngestJob:
         self.processor_: IngestProcessor | None = None
         #: The empty-caption encodings' manifest: (base URL, entries).
         self.empty: tuple[str, list[ManifestEntry]] | None = None
+        #: Each written shard's input file, by the shard's path in the dataset.
+        self.shard_inputs: dict[str, Input] = {}
 
     def running(self) -> AbstractContextManager[object]:
         return nullcontext()
@@ -209,8 +212,15 @@ class IngestJob:
         from shardcook.dataset import finalize
 
         parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
-        finalize(folder.location, encoding=MLPERF.encoding, force=True, validate=True,
-                 split_parts=parts, scratch_dir=folder.scratch)
+        try:
+            finalize(folder.location, encoding=MLPERF.encoding, force=True, validate=True,
+                     split_parts=parts, scratch_dir=folder.scratch)
+        except DuplicateKeyError as e:
+            # the index names shards; the user knows the input files (two with the same bytes)
+            said = str(e)
+            for shard, one in self.shard_inputs.items():
+                said = said.replace(shard, f"{shard} (input {one.source})")
+            raise DuplicateKeyError(said) from None
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
         """The engine's differences but for the inputs, which `source` compared split by split
@@ -235,6 +245,7 @@ class IngestJob:
         for record in records:
             split = splits[self.inputs[record["start"]].split]
             if record["shard"] is not None:
+                self.shard_inputs[record["shard"]] = self.inputs[record["start"]]
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
         location = folder.location
@@ -279,7 +290,7 @@ class IngestJob:
                     names.append(e.name)
                 except (ShardcookError, OSError) as err:
                     failed.append({"split": None, "file": e.name, "md5": e.md5,
-                                   "source": f"{base}/{e.name}", "stage": "download",
+                                   "source": redact(f"{base}/{e.name}"), "stage": "download",
                                    "reason": str(err)})
         return names
 

@@ -21,6 +21,7 @@ from shardcook.jobs.ingest.download import (
 )
 from shardcook.layouts.names import OURS_DIR
 from shardcook.output.local import RunFolder
+from shardcook.storage.urls import redact
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,13 @@ class Input:
     local: Path | None = None
     url: str | None = None
     md5: str | None = None
+    #: An earlier run recorded `url` with its password hidden: it cannot be downloaded.
+    withheld: bool = False
 
     @property
     def source(self) -> str:
-        return str(self.local) if self.local else str(self.url)
+        """Where the file is, as recorded and shown: a URL's password hidden (`redact`)."""
+        return str(self.local) if self.local else redact(str(self.url))
 
     def describe(self) -> dict[str, Any]:
         return {"split": self.split, "file": self.name, "md5": self.md5, "source": self.source}
@@ -50,7 +54,7 @@ class Input:
         remote = source.startswith(("http://", "https://"))
         return cls(str(entry.get("split")), index, str(entry.get("file")),
                    None if remote else Path(source), source if remote else None,
-                   entry.get("md5"))
+                   entry.get("md5"), withheld=remote and "***@" in source)
 
 
 def _regular_file(path: Path) -> Path:
@@ -142,7 +146,7 @@ def _arrow_entries(split: str, base: str, listed: list[ManifestEntry],
         if not e.name.endswith(ARROW_SUFFIX):
             log.info("%s: not an Arrow file, skipped", e.name)
             skipped.append({"split": split, "file": e.name, "md5": e.md5,
-                            "source": f"{base}/{e.name}", "reason": "not an Arrow file"})
+                            "source": redact(f"{base}/{e.name}"), "reason": "not an Arrow file"})
     return arrow
 
 

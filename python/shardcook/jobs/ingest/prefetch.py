@@ -13,7 +13,7 @@ from pathlib import Path
 
 from shardcook import waits
 from shardcook.config.ingest import IngestConfig
-from shardcook.jobs.ingest.download import download, safe_name
+from shardcook.jobs.ingest.download import DownloadError, download, safe_name
 from shardcook.jobs.ingest.plan import Input
 
 #: Downloaded Arrow files wait in `SCRATCH/downloads/SPLIT/` until converted (written under a
@@ -49,7 +49,7 @@ class Prefetch:
             return
         self.threads = [threading.Thread(target=self._work, daemon=True,
                                          name=f"ingest-download-{n}")
-                        for n in range(self.cfg.max_workers)]
+                        for n in range(min(self.cfg.max_workers, len(self.remote)))]
         self.threads.append(threading.Thread(target=self._submit, daemon=True))
         for thread in self.threads:
             thread.start()
@@ -61,6 +61,9 @@ class Prefetch:
         with self.lock:
             self.on_disk += 1
             self.peak = max(self.peak, self.on_disk)
+        if one.withheld:  # an earlier run's split that this run does not name
+            raise DownloadError(f"its address was recorded without its password; name the "
+                                f"{one.split} split's inputs again to download it")
         download(one.url, dest, one.md5, self.cfg.retry, self.stop)
         return dest
 

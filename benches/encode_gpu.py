@@ -6,16 +6,18 @@ CLIP-L text: 768, 12 layers), no download, saved in the FLUX layout in bf16; the
   1. runs `shardcook encode` on real photos at 512 and 1024 px and prints images/s, the share of
      encoder time spent waiting for pixels (report.json `input_wait` / (`input_wait` + `encode`))
      and the GPU's busy share (below);
-  2. with --bridge-script (a local copy of Megatron-Bridge's prepare_energon_dataset_flux.py,
+  2. `first_batch`: `shardcook encode` as a fresh process, from its start to its first batch;
+  3. with --bridge-script (a local copy of Megatron-Bridge's prepare_energon_dataset_flux.py,
      see benches/encode_vs_bridge.py): `encode --layout megatron-bridge` against Bridge's script
      on the GPU, both fp32 as Bridge's script is, at the first size, samples/s and the ratio;
-  3. times the encoders alone on synthetic batches, before/after: channels_last VAE, larger
+  4. times the encoders alone on synthetic batches, before/after: channels_last VAE, larger
      batches, torch.compile of the VAE encoder (SDPA is transformers' default attention).
 With --wan, instead: Wan 2.1's encoders with random weights (AutoencoderKLWan at its default
 config: base dim 96, 16 latent channels; UMT5-XXL encoder: d_model 4096, 24 layers), and
 `encode --layout wan --video-mode video` on --n generated clips of 81 frames at 480 x 832: clips/s,
 the share of encoder time not spent waiting for decoded clips, and the GPU's busy share (goal:
-busy >= 90%), per batch size of --batches; with --bridge-wan-script (a local copy of Bridge's
+busy >= 90%), per batch size of --batches; `first_batch` as for FLUX; the encoders alone on
+synthetic clips of the first batch size; with --bridge-wan-script (a local copy of Bridge's
 examples/models/wan/prepare_dataset/prepare_dataset_wan.py), that script (its defaults: fp16 on
 CUDA, VAE slicing and tiling on; and with --no-memory-optimization) against
 `shardcook encode --layout wan` (fp16) on the same clips, each a fresh process: clips/s of the
@@ -24,32 +26,99 @@ whole process, its peak RSS and the GPU's busy share.
 The GPU's busy share is NVML's utilisation of GPU 0 (the share of each sample period in which a
 kernel ran), sampled every 0.1 s (needs nvidia-ml-py): for an in-process run, averaged from the
 moment the encoders are loaded to the end (`gpu_busy`); for a whole process, over its life
-(`gpu_busy_whole`). Each phase that fails is reported and the next one runs; --deadline S skips
-the phases that would start after S seconds. Results: WORK/results.json (--work, default
-bench-out/encode_gpu).
+(`gpu_busy_whole`).
+
+MFU (model FLOPs utilisation): each encoder's FLOPs per sample at the run's shapes, counted by
+shardcook.encoders.flops (FlopCounterMode on the meta device), over the device's dense bf16 peak
+(`PEAK_TFLOPS`, matched on torch.cuda.get_device_name(); --peak-tflops for another device).
+For the whole encode: the pipeline's samples/s while encoding x the FLOPs per sample of all its
+encoders; per encoder: in the encoders-alone phases, the GPU time of each encoder call, read from
+CUDA events recorded around it. Also: each in-process phase's peak GPU memory
+(torch.cuda.max_memory_allocated), and `first_batch`, a fresh `shardcook encode` process's
+seconds from its start to its first batch encoded and written (the first unit's progress marker;
+--shard-size is one batch).
+
+Each phase that fails is reported and the next one runs; --deadline S skips the phases that would
+start after S seconds. Results: WORK/results.json (--work, default bench-out/encode_gpu).
 
     python benches/encode_gpu.py                 # on a GPU machine (about 5-8 minutes)
     python benches/encode_gpu.py --wan --n 16 --batches 1 4   # Wan at 480 x 832, 81 frames
     python benches/encode_gpu.py --wan --tiny --device cpu --n 2 --wan-shape 9 48 80  # CPU smoke
     python benches/encode_gpu.py --sizes 512 --bridge-script /tmp/prepare_energon_dataset_flux.py
     python benches/encode_gpu.py --tiny --device cpu --n 16 --sizes 64   # smoke test on CPU
+    python benches/encode_gpu.py --peak-tflops 835   # a device the table lacks (here H100 NVL)
+
+On a CPU (--device cpu) MFU is left out unless --peak-tflops is given, and each encoder's time is
+the host's clock around its call.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "bench-out" / "encode_gpu"
 sys.path.insert(0, str(ROOT / "benches"))
+
+#: Dense bf16 peak TFLOP/s (no sparsity; fp16's is the same) by device: the words of
+#: torch.cuda.get_device_name(), less "NVIDIA" and a memory size such as "80GB", must be a row's
+#: words exactly, so a variant with another peak (H100 NVL, H200 NVL, GH200) is not taken for one.
+PEAK_TFLOPS: dict[frozenset[str], tuple[str, float]] = {
+    frozenset({"H100", "HBM3"}): ("H100 SXM", 989.0),  # the SXM board: "NVIDIA H100 80GB HBM3"
+    frozenset({"H100", "SXM5"}): ("H100 SXM", 989.0),
+    frozenset({"H100", "PCIE"}): ("H100 PCIe", 756.0),
+    frozenset({"H200"}): ("H200", 989.0),
+    frozenset({"B200"}): ("B200", 2250.0),
+}
+#: The peak MFU is measured against (TFLOP/s; None: no MFU), set by `main`.
+PEAK: float | None = None
+
+
+def peak_tflops(device_name: str, given: float | None) -> float:
+    """The dense bf16 peak (TFLOP/s) to measure MFU against: `given` (--peak-tflops) when set,
+    else `PEAK_TFLOPS`' row for `device_name`; SystemExit with one line for a device it lacks."""
+    if given is not None:
+        return given
+    words = frozenset(w for w in device_name.upper().split()
+                      if w != "NVIDIA" and not re.fullmatch(r"\d+GB", w))
+    if words in PEAK_TFLOPS:
+        return PEAK_TFLOPS[words][1]
+    known = ", ".join(dict(PEAK_TFLOPS.values()))
+    sys.exit(f"encode_gpu.py: no peak is known for the GPU {device_name!r} (known: {known}); "
+             "give its dense bf16 peak with --peak-tflops TFLOPS.")
+
+
+def tflops_arg(text: str) -> float:
+    """--peak-tflops' value: a positive, finite number of TFLOP/s."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of TFLOP/s, not {text!r}")
+    return value
+
+
+def mfu(flop_per_s: float) -> float | None:
+    """`flop_per_s` as a share of `PEAK` (None without one)."""
+    return None if PEAK is None else round(flop_per_s / (PEAK * 1e12), 4)
+
+
+def tflop(flops: dict[str, int] | None) -> dict[str, float] | None:
+    return None if flops is None else {name: float(f"{f / 1e12:.4g}") for name, f in flops.items()}
 
 
 class GpuBusy:
@@ -114,46 +183,75 @@ def side_by_side(label: str, runs: dict[str, tuple[Path, list[str]]], n: int, un
     return rows
 
 
-def in_process(cfg_values: dict) -> tuple[dict, float | None]:
-    """`encode` in this process: its report, and the GPU's busy share from the moment the
-    encoders were loaded (the run's start plus its `load_encoders` seconds) to the end."""
+def reset_gpu_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def gpu_peak_mib(device: str) -> int | None:
+    """torch.cuda.max_memory_allocated since the last `reset_gpu_peak` (MiB); None off a GPU."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return round(torch.cuda.max_memory_allocated(device) / 2**20)
+
+
+def in_process(cfg_values: dict) -> tuple[dict, float | None, int | None]:
+    """`encode` in this process: its report, the GPU's busy share from the moment the encoders
+    were loaded (the run's start plus its `load_encoders` seconds) to the end, and the peak GPU
+    memory (MiB)."""
     from shardcook.config import resolve
     from shardcook.jobs.encode.job import EncodeJob
     from shardcook.pipeline.driver import run_pipeline
 
     cfg = resolve(cfg_values, set(cfg_values), encode=True)
+    reset_gpu_peak(cfg_values["device"])
     with GpuBusy() as gpu:
         t0 = time.perf_counter()
         rep = run_pipeline(cfg, EncodeJob(cfg))
-    return rep, gpu.mean(t0 + rep["stage_seconds"].get("load_encoders", 0.0))
+    return (rep, gpu.mean(t0 + rep["stage_seconds"].get("load_encoders", 0.0)),
+            gpu_peak_mib(cfg_values["device"]))
+
+
+def first_batch(cmd: list[str], out: Path) -> dict:
+    """`cmd`, a `shardcook encode` run into `out` whose first unit is one encoder batch, as a fresh
+    process: seconds from its start to its first unit's progress marker (the first batch encoded
+    and its shard written) and to its end."""
+    from shardcook.layouts.names import OURS_DIR, PROGRESS_DIR
+
+    marker = out / OURS_DIR / PROGRESS_DIR / f"{0:06d}.json"
+    first = None
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        while proc.poll() is None:
+            if first is None and marker.is_file():
+                first = time.perf_counter() - t0
+            time.sleep(0.02)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd[2:4])} failed ({proc.returncode}): "
+                               f"{err.read().decode()[-1000:]}")
+    if first is None and marker.is_file():  # written in the last poll's interval
+        first = wall
+    return {"process_start_to_first_batch_s": None if first is None else round(first, 2),
+            "wall_s": round(wall, 2)}
 
 
 def build(root: Path, tiny: bool, device: str) -> Path:
-    import torch
-    from diffusers import AutoencoderKL
+    """FLUX.1's encoders at their real size with random weights (or the tiny ones), saved in the
+    FLUX layout in bf16."""
+    from shardcook.encoders.fullsize import flux_encoders
+    from shardcook.encoders.loading import FLUX_LAYOUT
     from shardcook.encoders.tiny import _clip_tokenizer, _t5_tokenizer, build_tiny_flux
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     if tiny:
         return build_tiny_flux(root)
-    root.mkdir(parents=True, exist_ok=True)
-    with torch.device(device):
-        AutoencoderKL(in_channels=3, out_channels=3, latent_channels=16,
-                      down_block_types=("DownEncoderBlock2D",) * 4,
-                      up_block_types=("UpDecoderBlock2D",) * 4,
-                      block_out_channels=(128, 256, 512, 512), layers_per_block=2,
-                      scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False,
-                      use_post_quant_conv=False, sample_size=1024
-                      ).to(torch.bfloat16).save_pretrained(root / "vae")
-        CLIPTextModel(CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072,
-                                     num_hidden_layers=12, num_attention_heads=12,
-                                     max_position_embeddings=77, projection_dim=768,
-                                     hidden_act="quick_gelu")
-                      ).to(torch.bfloat16).save_pretrained(root / "text_encoder")
-        T5EncoderModel(T5Config(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240,
-                                num_layers=24, num_heads=64, feed_forward_proj="gated-gelu",
-                                is_encoder_decoder=False, use_cache=False)
-                       ).to(torch.bfloat16).save_pretrained(root / "text_encoder_2")
+    saved(root, flux_encoders, FLUX_LAYOUT, device)
     _clip_tokenizer(root / "tokenizer")  # small vocabularies; ids fit the real embedding tables
     _t5_tokenizer(root / "tokenizer_2")
     return root
@@ -161,42 +259,46 @@ def build(root: Path, tiny: bool, device: str) -> Path:
 
 def build_wan(root: Path, tiny: bool, device: str) -> Path:
     """Wan 2.1's encoders with random weights (or the tiny ones), saved in the diffusers layout."""
-    import torch
-    from diffusers import AutoencoderKLWan
+    from shardcook.encoders.fullsize import wan_encoders
     from shardcook.encoders.tiny import _t5_tokenizer, build_tiny_wan
-    from transformers import UMT5Config, UMT5EncoderModel
+    from shardcook.encoders.wan import WAN_LAYOUT
 
     if tiny:
         return build_tiny_wan(root)
-    root.mkdir(parents=True, exist_ok=True)
-    with torch.device(device):
-        AutoencoderKLWan().to(torch.bfloat16).save_pretrained(root / "vae")  # Wan 2.1's config
-        UMT5EncoderModel(UMT5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240,
-                                    num_layers=24, num_heads=64, feed_forward_proj="gated-gelu",
-                                    relative_attention_num_buckets=32, is_encoder_decoder=False,
-                                    use_cache=False)
-                         ).to(torch.bfloat16).save_pretrained(root / "text_encoder")
+    saved(root, wan_encoders, WAN_LAYOUT, device)
     _t5_tokenizer(root / "tokenizer")  # a small vocabulary; ids fit the real embedding table
     return root
 
 
+def saved(root: Path, encoders: Callable[[], dict], layout: dict, device: str) -> None:
+    """`encoders()`, built on `device`, each saved in bf16 in its folder of `layout`."""
+    import torch
+
+    root.mkdir(parents=True, exist_ok=True)
+    with torch.device(device):
+        for name, model in encoders().items():
+            model.to(torch.bfloat16).save_pretrained(root / layout[name][0])
+
+
 def wan_run(model: Path, src: Path, out: Path, shape: list[int], batch: int, device: str,
-            precision: str) -> dict:
+            precision: str, flops: dict[str, int] | None) -> dict:
     """`encode --layout wan --video-mode video` in this process: clips/s, the encoders' share
-    not waiting for clips (1 - input_wait / (encode + input_wait)) and the GPU's."""
-    rep, gpu = in_process({
+    not waiting for clips (1 - input_wait / (encode + input_wait)) and the GPU's, the peak GPU
+    memory, and the MFU of clips/s while encoding x `flops` (per clip, each encoder)."""
+    rep, gpu, mem = in_process({
         "input_dir": str(src), "output_dir": str(out), "layout": "wan", "height": shape[1],
         "width": shape[2], "video_mode": "video", "resize_mode": "bilinear", "batch_size": batch,
         "model_path": str(model), "precision": precision, "device": device, "overwrite": True,
         "quiet": True, "finalize": False})
     st = rep["stage_seconds"]
     busy = st["encode"] / (st["encode"] + st["input_wait"])
+    rate = rep["num_written"] / (st["encode"] + st["input_wait"])
     return {"shape": shape, "batch": batch, "clips": rep["num_written"],
             "wall_s": rep["wall_seconds"], "clips_per_s_wall": rep["inputs_per_second"],
             "load_encoders_s": st.get("load_encoders"), "encode_s": st["encode"],
-            "input_wait_s": st["input_wait"], "clips_per_s_encoding": round(
-                rep["num_written"] / (st["encode"] + st["input_wait"]), 3),
-            "busy_share": round(busy, 4), "gpu_busy": gpu}
+            "input_wait_s": st["input_wait"], "clips_per_s_encoding": round(rate, 3),
+            "busy_share": round(busy, 4), "gpu_busy": gpu, "gpu_peak_mib": mem,
+            "tflop_per_clip": tflop(flops), "peak_tflops": PEAK, "mfu": whole_mfu(rate, flops)}
 
 
 def wan_vs_bridge(model: Path, src: Path, shape: list[int], batch: int, device: str,
@@ -250,28 +352,113 @@ def photos(folder: Path, n: int) -> Path:
 
 
 def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
-                 layout="primus") -> dict:
-    rep, gpu = in_process({
+                 flops: dict[str, int] | None) -> dict:
+    """`encode --layout primus` in this process: images/s, the wait share, the GPU's busy share
+    and peak memory, and the MFU of images/s while encoding x `flops` (per image, each encoder:
+    T5 runs on all t5_len tokens, this layout passes it no attention mask)."""
+    rep, gpu, mem = in_process({
         "input_dir": str(src), "output_dir": str(out), "image_size": size, "batch_size": batch,
         "model_path": str(model), "precision": precision, "device": device,
         "t5_max_length": t5_len, "overwrite": True, "quiet": True, "finalize": False,
-        "layout": layout})
+        "layout": "primus"})
     st = rep["stage_seconds"]
+    rate = rep["num_written"] / (st["encode"] + st["input_wait"])
     return {"size": size, "batch": batch, "samples": rep["num_written"],
             "wall_s": rep["wall_seconds"], "samples_per_s_wall": rep["inputs_per_second"],
             "load_encoders_s": st.get("load_encoders"), "encode_s": st["encode"],
-            "input_wait_s": st["input_wait"], "samples_per_s_encoding": round(
-                rep["num_written"] / (st["encode"] + st["input_wait"]), 2),
+            "input_wait_s": st["input_wait"], "samples_per_s_encoding": round(rate, 2),
             "wait_share": round(st["input_wait"] / (st["encode"] + st["input_wait"]), 4),
-            "gpu_busy": gpu}
+            "gpu_busy": gpu, "gpu_peak_mib": mem, "tflop_per_sample": tflop(flops),
+            "peak_tflops": PEAK, "mfu": whole_mfu(rate, flops)}
 
 
-def encoder_only(model, size, batch, device, precision, variant, t5_len, reps=5) -> float:
-    """images/s of VAE+T5+CLIP on synthetic pixels (no pipeline), for a variant."""
+class EncoderTimes:
+    """The time of each wrapped encoder call: on a GPU, between CUDA events recorded on the
+    current stream just before and after it (the GPU's time for the work the call queued, read
+    once the GPU is done, so timing never makes the host wait); on a CPU, the host's clock."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+        self.calls: dict[str, list[tuple[Any, Any]]] = {}
+        self._wrapped: list[tuple[object, str]] = []
+
+    def _mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def wrap(self, name: str, obj: object, method: str) -> None:
+        """Times each call of `obj.method` under `name`, by an attribute of the instance that
+        shadows its class's method until `unwrap`."""
+        inner = getattr(obj, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = self._mark()
+            out = inner(*args, **kwargs)
+            self.calls.setdefault(name, []).append((start, self._mark()))
+            return out
+
+        setattr(obj, method, timed)
+        self._wrapped.append((obj, method))
+
+    def unwrap(self) -> None:
+        """The methods back as they were: a wrapper refers to its model, a cycle that would keep
+        the model's GPU memory until the next garbage collection."""
+        for obj, method in self._wrapped:
+            delattr(obj, method)
+        self._wrapped.clear()
+
+    def ms_per_call(self) -> dict[str, float]:
+        """Each name's mean milliseconds per call since `calls` was last cleared."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return {name: sum(s.elapsed_time(e) if self.cuda else (e - s) * 1e3 for s, e in pairs)
+                / len(pairs) for name, pairs in self.calls.items()}
+
+
+def timed_steps(step: Callable[[], None], times: EncoderTimes, batch: int, unit: str,
+                flops: dict[str, int] | None, device: str, reps: int) -> dict:
+    """Two warm-up steps (compiling, if any), then `reps` timed ones of `batch` samples each:
+    samples/s of the whole step, each encoder's time per call, the MFU of each (`batch` x its
+    FLOPs per sample over its time per call) and of the whole step (samples/s x the FLOPs per
+    sample of all), and the peak GPU memory."""
+    try:
+        step()
+        step()
+        times.calls.clear()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            step()
+        rate = reps * batch / (time.perf_counter() - t0)
+        ms = times.ms_per_call()
+    finally:
+        times.unwrap()
+    shares = {name: None if flops is None else mfu(batch * flops[name] / (t / 1e3))
+              for name, t in ms.items()}
+    return {f"{unit}_per_s": round(rate, 2), "ms_per_call": {k: round(t, 2) for k, t in ms.items()},
+            "peak_tflops": PEAK, "mfu": {**shares, "encode": whole_mfu(rate, flops)},
+            "gpu_peak_mib": gpu_peak_mib(device)}
+
+
+def whole_mfu(rate: float, flops: dict[str, int] | None) -> float | None:
+    """MFU of `rate` samples/s, each `flops` (per encoder; None: not counted)."""
+    return None if flops is None else mfu(rate * sum(flops.values()))
+
+
+def encoder_only(model, size, batch, device, precision, variant, t5_len,
+                 flops: dict[str, int] | None, reps=5) -> dict:
+    """VAE+T5+CLIP on synthetic pixels (no pipeline), for a variant: `timed_steps`' figures."""
     import numpy as np
     import torch
     from shardcook.encoders.flux import FluxEncoders
 
+    reset_gpu_peak(device)
     enc = FluxEncoders.load(model_path=str(model), precision=precision, device=device,
                             t5_max_length=t5_len, latent_mode="sample")
     if "channels_last" in variant:
@@ -281,6 +468,10 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len, reps=5)
     px = np.random.default_rng(0).integers(0, 255, (batch, size, size, 3), dtype=np.uint8)
     keys = [f"{i:010d}" for i in range(batch)]
     caps = ["a photo of a cat on a red sofa"] * batch
+    times = EncoderTimes(device)
+    times.wrap("vae", enc.vae, "encode")
+    times.wrap("t5", enc.t5, "forward")
+    times.wrap("clip", enc.clip, "forward")
 
     def step():
         enc.encode_images(px, keys)
@@ -288,12 +479,34 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len, reps=5)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    step()
-    step()  # warm-up (and compile)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        step()
-    return round(reps * batch / (time.perf_counter() - t0), 2)
+    return timed_steps(step, times, batch, "images", flops, device, reps)
+
+
+def wan_encoder_only(model, shape, batch, device, precision, flops: dict[str, int] | None,
+                     reps=3) -> dict:
+    """Wan's VAE + UMT5 on synthetic clips of `shape` (no pipeline): `timed_steps`' figures."""
+    import numpy as np
+    import torch
+    from shardcook.encoders.wan import WanEncoders
+
+    reset_gpu_peak(device)
+    enc = WanEncoders.load(model_path=str(model), revision=None, token_file=None,
+                           precision=precision, device=device, latent_mode="mode", seed=0)
+    clips = np.random.default_rng(0).integers(0, 255, (batch, *shape, 3), dtype=np.uint8)
+    keys = [f"{i:010d}" for i in range(batch)]
+    caps = [f"a white bar sweeping over noise, clip {i}" for i in range(batch)]
+    times = EncoderTimes(device)
+    times.wrap("vae", enc.vae, "encode")
+    times.wrap("umt5", enc.umt5, "forward")
+
+    def step():
+        enc.encode_videos(clips, keys)
+        enc.encode_text(caps)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    return {"shape": shape, "batch": batch,
+            **timed_steps(step, times, batch, "clips", flops, device, reps)}
 
 
 def bridge_vs_shardcook(model, src, size, device, t5_len, script: Path) -> dict:
@@ -326,9 +539,15 @@ def bridge_vs_shardcook(model, src, size, device, t5_len, script: Path) -> dict:
     return out
 
 
+def shardcook_encode(*options: object) -> list[str]:
+    return [sys.executable, "-m", "shardcook", "encode", *map(str, options), "--no-finalize",
+            "--overwrite", "--quiet"]
+
+
 def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], object]]]:
-    """FLUX's phases, in order: build, photos, the pipeline per size, Bridge, encoders alone."""
-    state: dict = {}
+    """FLUX's phases, in order: build and photos, FLOPs per sample, the pipeline per size, the
+    first batch of a fresh process, Bridge, encoders alone."""
+    state: dict = {"flops": {}}
 
     def built(results: dict) -> float:
         t0 = time.perf_counter()
@@ -336,10 +555,26 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
         state["src"] = photos(WORK / "photos", args.n)
         return round(time.perf_counter() - t0, 1)
 
+    def counted(results: dict) -> object:
+        """A phase of its own: should counting fail, only MFU is left out."""
+        from shardcook.encoders.flops import flux_flops, meta_encoders
+
+        meta = meta_encoders(state["model"], "flux")
+        state["flops"] = {size: flux_flops(meta, size, args.t5_len) for size in args.sizes}
+        return {size: tflop(flops) for size, flops in state["flops"].items()}
+
     def pipeline(size: int) -> Callable[[dict], object]:
         return lambda results: pipeline_run(state["model"], state["src"], WORK / f"out{size}",
                                             size, args.batches[0], args.device, args.precision,
-                                            args.t5_len)
+                                            args.t5_len, state["flops"].get(size))
+
+    def first(results: dict) -> object:
+        size, batch, out = args.sizes[0], args.batches[0], WORK / "first-batch"
+        return {"size": size, "batch": batch, **first_batch(shardcook_encode(
+            "--layout", "primus", "--input-dir", state["src"], "--output-dir", out,
+            "--model-path", state["model"], "--image-size", size, "--t5-max-length",
+            args.t5_len, "--batch-size", batch, "--shard-size", batch, "--max-samples",
+            2 * batch, "--precision", args.precision, "--device", args.device), out)}
 
     def bridge(results: dict) -> object:
         return bridge_vs_shardcook(state["model"], state["src"], args.sizes[0], args.device,
@@ -350,18 +585,22 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
         for size in args.sizes:
             for batch in args.batches:
                 for variant in ("baseline", "channels_last", "channels_last+compile"):
+                    row: dict = {"size": size, "batch": batch, "variant": variant}
                     try:
-                        rate: object = encoder_only(state["model"], size, batch, args.device,
-                                                    args.precision, variant, args.t5_len)
+                        row.update(encoder_only(state["model"], size, batch, args.device,
+                                                args.precision, variant, args.t5_len,
+                                                state["flops"].get(size)))
                     except Exception as e:  # noqa: BLE001 - a failing variant is reported
-                        rate = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                    rows.append({"size": size, "batch": batch, "variant": variant,
-                                 "images_per_s": rate})
+                        row["images_per_s"] = (f"failed: {type(e).__name__}: "
+                                               f"{str(e).splitlines()[0][:200]}")
+                    rows.append(row)
                     print("encoder_only", json.dumps(rows[-1]), flush=True)
         return rows
 
-    phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built)]
+    phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built),
+                                                          ("tflop_per_sample", counted)]
     phases += [(f"pipeline_{size}", pipeline(size)) for size in args.sizes]
+    phases.append(("first_batch", first))
     if args.bridge_script is not None:
         phases.append(("bridge", bridge))
     if not args.skip_encoder_only:
@@ -370,10 +609,11 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
 
 
 def wan_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], object]]]:
-    """Wan's phases, in order: build and clips, the pipeline per batch size, Bridge's script."""
+    """Wan's phases, in order: build and clips, FLOPs per clip, the pipeline per batch size, the
+    first batch of a fresh process, the encoders alone, Bridge's script."""
     from encode_wan_vs_bridge import make_clips
 
-    state: dict = {}
+    state: dict = {"flops": None}
 
     def built(results: dict) -> float:
         t0 = time.perf_counter()
@@ -382,9 +622,29 @@ def wan_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], obj
         make_clips(WORK / "clips", args.n, frames, h, w)
         return round(time.perf_counter() - t0, 1)
 
+    def counted(results: dict) -> object:
+        """A phase of its own: should counting fail, only MFU is left out."""
+        from shardcook.encoders.flops import meta_encoders, wan_flops
+
+        state["flops"] = wan_flops(meta_encoders(state["model"], "wan"), *args.wan_shape)
+        return tflop(state["flops"])
+
     def run(batch: int) -> Callable[[dict], object]:
         return lambda results: wan_run(state["model"], WORK / "clips", WORK / f"wan-b{batch}",
-                                       args.wan_shape, batch, args.device, args.precision)
+                                       args.wan_shape, batch, args.device, args.precision,
+                                       state["flops"])
+
+    def first(results: dict) -> object:
+        (_, h, w), batch, out = args.wan_shape, args.batches[0], WORK / "first-batch"
+        return {"shape": args.wan_shape, "batch": batch, **first_batch(shardcook_encode(
+            "--layout", "wan", "--input-dir", WORK / "clips", "--output-dir", out,
+            "--model-path", state["model"], "--video-mode", "video", "--resize-mode",
+            "bilinear", "--height", h, "--width", w, "--batch-size", batch, "--max-samples",
+            2 * batch, "--precision", args.precision, "--device", args.device), out)}
+
+    def alone(results: dict) -> object:
+        return wan_encoder_only(state["model"], args.wan_shape, args.batches[0], args.device,
+                                args.precision, state["flops"])
 
     def bridge(results: dict) -> object:
         clips = WORK / "clips-bridge"  # Bridge's script reads every .mp4 of its folder
@@ -395,11 +655,26 @@ def wan_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], obj
         return wan_vs_bridge(state["model"], clips, args.wan_shape, args.batches[-1],
                              args.device, args.bridge_wan_script)
 
-    phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built)]
+    phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built),
+                                                          ("tflop_per_clip", counted)]
     phases += [(f"wan_b{batch}", run(batch)) for batch in args.batches]
+    phases.append(("first_batch", first))
+    if not args.skip_encoder_only:
+        phases.append(("wan_encoder_only", alone))
     if args.bridge_wan_script is not None:
         phases.append(("wan_vs_bridge", bridge))
     return phases
+
+
+def print_mfu(results: dict) -> None:
+    """One line per phase (or encoders-alone row) that measured MFU, after their JSON."""
+    if PEAK is None:
+        return
+    for name, value in results.items():
+        for row in value if isinstance(value, list) else [value]:
+            if isinstance(row, dict) and row.get("mfu") is not None:
+                what = " ".join(f"{k} {row[k]}" for k in ("size", "batch", "variant") if k in row)
+                print(f"MFU {name} ({what}) against {PEAK:g} TFLOP/s: {json.dumps(row['mfu'])}")
 
 
 def run_phases(phases: list[tuple[str, Callable[[dict], object]]], deadline: float | None
@@ -428,8 +703,25 @@ def run_phases(phases: list[tuple[str, Callable[[dict], object]]], deadline: flo
     return results
 
 
+def device_peak(device: str, given: float | None) -> float | None:
+    """The peak (TFLOP/s) MFU is measured against: the GPU's from `PEAK_TFLOPS` or `given`; on a
+    CPU, `given` (None: no MFU). SystemExit with one line when it cannot be had."""
+    if not device.startswith("cuda"):
+        return given
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit(f"encode_gpu.py: --device {device} but no CUDA device is visible; run it on a "
+                 "GPU machine, or with --device cpu.")
+    name = torch.cuda.get_device_name(torch.device(device))
+    peak = peak_tflops(name, given)
+    print(f"peak: {peak:g} TFLOP/s dense bf16 ({name}"
+          f"{', from --peak-tflops' if given is not None else ''})", flush=True)
+    return peak
+
+
 def main() -> None:
-    global WORK
+    global WORK, PEAK
     ap = argparse.ArgumentParser()
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--device", default="cuda")
@@ -440,7 +732,7 @@ def main() -> None:
     ap.add_argument("--t5-len", type=int, default=512)
     ap.add_argument("--bridge-script", type=Path, default=None)
     ap.add_argument("--skip-encoder-only", action="store_true",
-                    help="FLUX: leave out the encoders-alone variants")
+                    help="leave out the encoders-alone phase")
     ap.add_argument("--wan", action="store_true", help="the Wan case instead of FLUX's")
     ap.add_argument("--wan-shape", type=int, nargs=3, default=[81, 480, 832],
                     metavar=("FRAMES", "HEIGHT", "WIDTH"))
@@ -450,7 +742,13 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=None,
                     help="skip the phases that would start after this many seconds")
     ap.add_argument("--work", type=Path, default=WORK, help="the work folder (emptied first)")
+    ap.add_argument("--peak-tflops", type=tflops_arg, default=None,
+                    help="the device's dense bf16 peak in TFLOP/s, for MFU (default: by the "
+                         "GPU's name: " + ", ".join(
+                             f"{label} {peak:g}" for label, peak in dict(PEAK_TFLOPS.values(
+                             )).items()) + ")")
     args = ap.parse_args()
+    PEAK = device_peak(args.device, args.peak_tflops)
     from shardcook.jobs.encode.job import quiet_model_libraries
 
     quiet_model_libraries()
@@ -458,7 +756,7 @@ def main() -> None:
     if WORK.exists():
         shutil.rmtree(WORK)
     WORK.mkdir(parents=True)
-    run_phases(wan_phases(args) if args.wan else flux_phases(args), args.deadline)
+    print_mfu(run_phases(wan_phases(args) if args.wan else flux_phases(args), args.deadline))
     print(f"wrote {WORK / 'results.json'}")
 
 

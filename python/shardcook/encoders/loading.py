@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +65,53 @@ def run_facts(model: Any) -> dict[str, Any]:
 def offline() -> bool:
     """True when HF_HUB_OFFLINE asks for no network access."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+#: The hub's address -> why it cannot be reached ("" when it answered), asked once a process.
+_HUB_REACHED: dict[str, str] = {}
+
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (its client's error), or None when it answers:
+    one request, no retries, asked once a process. Without it, each file of a model would be
+    tried six times over about half a minute, with a warning each time, before failing."""
+    endpoint = _hub_endpoint()
+    if endpoint not in _HUB_REACHED:
+        from huggingface_hub import get_session
+
+        try:
+            get_session().head(endpoint, timeout=10)  # any answer, even an error status, will do
+            _HUB_REACHED[endpoint] = ""
+        except Exception as e:  # noqa: BLE001 - the client's network errors, whatever its library
+            _HUB_REACHED[endpoint] = _network_error(e) or type(e).__name__
+    return _HUB_REACHED[endpoint] or None
+
+
+#: The errors of a hub that cannot be reached: the built-in ones, requests' ConnectionError,
+#: httpx's NetworkError and TimeoutException, a name not resolved, and the hub client's "not
+#: reached and not in the cache".
+_NETWORK_ERRORS = frozenset({"ConnectionError", "TimeoutError", "NetworkError", "TimeoutException",
+                             "gaierror", "LocalEntryNotFoundError"})
+
+
+def _network_error(e: BaseException) -> str | None:
+    """What the innermost network error in `e`'s chain says (a connection refused or reset, a
+    timeout, a name not resolved), or None when there is none: the client wraps it, and a
+    model library wraps that in a "file not found"."""
+    found = None
+    seen: BaseException | None = e
+    while seen is not None:
+        kinds = {cls.__name__ for cls in type(seen).__mro__}  # by name: requests' or httpx's
+        if kinds & _NETWORK_ERRORS:
+            found = " ".join(str(seen).split()) or type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return found
 
 
 def _is_hub_id(value: str) -> bool:
@@ -129,6 +179,14 @@ def _failed(src: EncoderSource, e: Exception, token: str | None) -> ConfigError:
             f"Could not load the {src.name} encoder from the hub repo {src.source!r}: "
             "HF_HUB_OFFLINE is set and it is not in the local cache; unset HF_HUB_OFFLINE or "
             f"give a local folder with {src.option}.")
+    why = _HUB_REACHED.get(_hub_endpoint()) or _network_error(e)
+    if why:
+        return ConfigError(
+            f"Could not load the {src.name} encoder: the Hugging Face hub ({_hub_endpoint()}) "
+            f"cannot be reached ({redact(why[:200], token)}) and {src.source!r} is not in the "
+            "local cache; connect this machine to the hub (or set HF_ENDPOINT to a mirror), or "
+            "download the model where the hub can be reached and give its folder with "
+            f"{src.option} DIR.")
     return ConfigError(
         f"Could not download the {src.name} encoder from the hub repo {src.source!r} ({first}). "
         "If the model is gated, accept its licence on huggingface.co and give a token in one of "
@@ -136,7 +194,8 @@ def _failed(src: EncoderSource, e: Exception, token: str | None) -> ConfigError:
 
 
 def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str, Any]:
-    kw: dict[str, Any] = {"local_files_only": src.local or offline()}
+    # an unreachable hub: the local cache only, at once, rather than every file tried six times
+    kw: dict[str, Any] = {"local_files_only": src.local or offline() or bool(hub_unreachable())}
     if sub:
         kw["subfolder"] = sub
     if not src.local:
@@ -144,6 +203,15 @@ def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str,
         if src.revision:
             kw["revision"] = src.revision
     return kw
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Leaves out a deprecation warning diffusers makes the hub client give on every download
+    (diffusers still passes `local_dir_use_symlinks`): nothing a user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*local_dir_use_symlinks.*")
+        yield
 
 
 def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
@@ -156,11 +224,29 @@ def vae_config(src: EncoderSource, token: str | None) -> dict[str, Any]:
             return config
         from diffusers import AutoencoderKL
 
-        return dict(AutoencoderKL.load_config(src.source, **_kwargs(src, token, src.subfolder)))
+        with _quiet():
+            return dict(AutoencoderKL.load_config(src.source,
+                                                  **_kwargs(src, token, src.subfolder)))
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
         raise _failed(src, e, token) from None
+
+
+def _load(src: EncoderSource, token: str | None, dtype: torch.dtype
+          ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase | None]:
+    if src.name == "vae":
+        from diffusers import AutoencoderKL
+
+        vae = AutoencoderKL.from_pretrained(src.source, torch_dtype=dtype,
+                                            **_kwargs(src, token, src.subfolder))
+        return vae, None
+    from transformers import AutoTokenizer, CLIPTextModel, T5EncoderModel
+
+    cls = CLIPTextModel if src.name == "clip" else T5EncoderModel
+    model = cls.from_pretrained(src.source, dtype=dtype, **_kwargs(src, token, src.subfolder))
+    return model, AutoTokenizer.from_pretrained(src.source,
+                                                **_kwargs(src, token, src.tokenizer_subfolder))
 
 
 def load_encoder(
@@ -168,20 +254,8 @@ def load_encoder(
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase | None]:
     """(model, tokenizer or None) for one encoder, in eval mode on `device` in `dtype`."""
     try:
-        if src.name == "vae":
-            from diffusers import AutoencoderKL
-
-            model = AutoencoderKL.from_pretrained(src.source, torch_dtype=dtype,
-                                                  **_kwargs(src, token, src.subfolder))
-            tok = None
-        else:
-            from transformers import AutoTokenizer, CLIPTextModel, T5EncoderModel
-
-            cls = CLIPTextModel if src.name == "clip" else T5EncoderModel
-            model = cls.from_pretrained(src.source, dtype=dtype,
-                                        **_kwargs(src, token, src.subfolder))
-            tok = AutoTokenizer.from_pretrained(src.source,
-                                                **_kwargs(src, token, src.tokenizer_subfolder))
+        with _quiet():
+            model, tok = _load(src, token, dtype)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder

@@ -1,13 +1,16 @@
-"""The MkDocs hook (mkdocs.yml `hooks:`) that writes the command-line reference, `CLI.md`, from
-the typer app when the site is built: every command, every option with its help and default, so
-the documentation cannot miss an option. `render()` is the page; tests/docs checks it."""
+"""Writes the command-line reference, docs/CLI.md, from the typer app: every command, every
+option with its help and default, so the documentation cannot miss an option. The page is
+committed, so its links work in a checkout as on the site; `python scripts/cli_reference.py`
+rewrites it after a command or option changes, and tests/docs fails while it is not current.
+`render()` is the page."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-#: The generated page's name in the site (listed in mkdocs.yml's nav; no file in docs/).
-PAGE = "CLI.md"
+#: The page, listed in mkdocs.yml's nav.
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "CLI.md"
 
 
 def commands(group: Any, words: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
@@ -58,7 +61,8 @@ def render() -> str:
     root = typer.main.get_command(app)
     lines = ["# Command-line reference", "",
              "Every command and option, as `shardcook COMMAND --help` shows them; generated from "
-             "the command line itself when this site is built. An option of `raw`, `encode` and "
+             "the command line itself (`python scripts/cli_reference.py`). An option of `raw`, "
+             "`encode` and "
              "`chatml` is also a key of a `--config` file: the option's name with `_` for `-`, "
              "in its section ([Runs](RUNS.md#config-files)).", "",
              "## shardcook", "", "| option | what it does | default |", "|---|---|---|"]
@@ -71,9 +75,6 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def on_files(files: Any, config: Any) -> Any:
-    """MkDocs' hook: adds the generated page to the site's files."""
-    from mkdocs.structure.files import File
-
-    files.append(File.generated(config, PAGE, content=render()))
-    return files
+if __name__ == "__main__":
+    PAGE.write_text(render(), encoding="utf-8")
+    print(f"wrote {PAGE}")

@@ -80,8 +80,7 @@ def test_site_nav_lists_every_page():
         items = nav.values() if isinstance(nav, dict) else nav
         return set().union(*(pages(item) for item in items)) if items else set()
 
-    # CLI.md is generated when the site is built (scripts/cli_reference.py), not a file in docs/
-    assert pages(config["nav"]) == {p.name for p in DOCS.glob("*.md")} | {"CLI.md"}
+    assert pages(config["nav"]) == {p.name for p in DOCS.glob("*.md")}
 
 
 def test_docs_url_is_declared_once():

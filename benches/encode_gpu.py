@@ -38,8 +38,9 @@ CUDA events recorded around it. Also: each in-process phase's peak GPU memory
 seconds from its start to its first batch encoded and written (the first unit's progress marker;
 --shard-size is one batch).
 
-Each phase that fails is reported and the next one runs; --deadline S skips the phases that would
-start after S seconds. Results: WORK/results.json (--work, default bench-out/encode_gpu).
+Each phase that fails is reported and the next one runs; --deadline S skips the phases (and the
+encoders-alone variants, baselines first) that would start after S seconds. Results:
+WORK/results.json (--work, default bench-out/encode_gpu).
 
     python benches/encode_gpu.py                 # on a GPU machine (about 5-8 minutes)
     python benches/encode_gpu.py --wan --n 16 --batches 1 4   # Wan at 480 x 832, 81 frames
@@ -85,6 +86,8 @@ PEAK_TFLOPS: dict[frozenset[str], tuple[str, float]] = {
 }
 #: The peak MFU is measured against (TFLOP/s; None: no MFU), set by `main`.
 PEAK: float | None = None
+#: When the phases started (perf_counter seconds), set by `run_phases`.
+STARTED = 0.0
 
 
 def peak_tflops(device_name: str, given: float | None) -> float:
@@ -581,18 +584,22 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
                                    args.t5_len, args.bridge_script)
 
     def alone(results: dict) -> list[dict]:
+        """Each variant at every size and batch, the baselines first (under --deadline, the
+        variants that would start past it are skipped)."""
         rows = []
-        for size in args.sizes:
-            for batch in args.batches:
-                for variant in ("baseline", "channels_last", "channels_last+compile"):
-                    row: dict = {"size": size, "batch": batch, "variant": variant}
-                    try:
-                        row.update(encoder_only(state["model"], size, batch, args.device,
-                                                args.precision, variant, args.t5_len,
-                                                state["flops"].get(size)))
-                    except Exception as e:  # noqa: BLE001 - a failing variant is reported
-                        row["images_per_s"] = (f"failed: {type(e).__name__}: "
-                                               f"{str(e).splitlines()[0][:200]}")
+        for variant in ("baseline", "channels_last", "channels_last+compile"):
+            for size in args.sizes:
+                for batch in args.batches:
+                    row: dict = {"size": size, "batch": batch, "variant": variant,
+                                 "images_per_s": overdue(args.deadline)}
+                    if row["images_per_s"] is None:
+                        try:
+                            row.update(encoder_only(state["model"], size, batch, args.device,
+                                                    args.precision, variant, args.t5_len,
+                                                    state["flops"].get(size)))
+                        except Exception as e:  # noqa: BLE001 - a failing variant is reported
+                            row["images_per_s"] = (f"failed: {type(e).__name__}: "
+                                                   f"{str(e).splitlines()[0][:200]}")
                     rows.append(row)
                     print("encoder_only", json.dumps(rows[-1]), flush=True)
         return rows
@@ -673,21 +680,33 @@ def print_mfu(results: dict) -> None:
     for name, value in results.items():
         for row in value if isinstance(value, list) else [value]:
             if isinstance(row, dict) and row.get("mfu") is not None:
-                what = " ".join(f"{k} {row[k]}" for k in ("size", "batch", "variant") if k in row)
+                what = " ".join(f"{k} {row[k]}" for k in ("size", "shape", "batch", "variant")
+                                if k in row)
                 print(f"MFU {name} ({what}) against {PEAK:g} TFLOP/s: {json.dumps(row['mfu'])}")
+
+
+def overdue(deadline: float | None) -> str | None:
+    """Why a step that would start now is skipped: more than `deadline` seconds have passed since
+    the phases started (None: it runs)."""
+    elapsed = time.perf_counter() - STARTED
+    if deadline is None or elapsed <= deadline:
+        return None
+    return f"skipped: {elapsed:.0f} s passed, past --deadline {deadline:.0f}"
 
 
 def run_phases(phases: list[tuple[str, Callable[[dict], object]]], deadline: float | None
                ) -> dict:
     """Each phase in order, its result (or its error) kept under its name and written to
     WORK/results.json as soon as it ends; a phase that would start past `deadline` seconds is
-    skipped, and so is every phase after a failed build."""
+    skipped (and so is each encoders-alone variant), and so is every phase after a failed
+    build."""
+    global STARTED
     results: dict = {}
-    start = time.perf_counter()
+    STARTED = time.perf_counter()
     for name, phase in phases:
-        elapsed = time.perf_counter() - start
-        if deadline is not None and elapsed > deadline:
-            results[name] = f"skipped: {elapsed:.0f} s passed, past --deadline {deadline:.0f}"
+        skipped = overdue(deadline)
+        if skipped is not None:
+            results[name] = skipped
         elif name != "build_s" and isinstance(results.get("build_s"), str):
             results[name] = "skipped: the build failed"
         else:

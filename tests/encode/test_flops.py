@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,12 @@ def test_mfu_is_flops_per_second_over_the_peak(bench, monkeypatch) -> None:
     assert bench.whole_mfu(18.6, None) is None
     monkeypatch.setattr(bench, "PEAK", None)
     assert bench.whole_mfu(18.6, per_image) is None
+
+
+def test_deadline_skips_what_would_start_past_it(bench, monkeypatch) -> None:
+    monkeypatch.setattr(bench, "STARTED", time.perf_counter() - 100)
+    assert bench.overdue(None) is None and bench.overdue(1000) is None
+    assert bench.overdue(50) == "skipped: 100 s passed, past --deadline 50"
 
 
 def test_encoder_times_wrap_and_unwrap(bench) -> None:

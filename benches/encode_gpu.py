@@ -42,7 +42,8 @@ Each phase that fails is reported and the next one runs; --deadline S skips the 
 encoders-alone variants, baselines first) that would start after S seconds. Results:
 WORK/results.json (--work, default bench-out/encode_gpu).
 
-    python benches/encode_gpu.py                 # on a GPU machine (about 5-8 minutes)
+    python benches/encode_gpu.py                 # on a GPU machine (about 5-8 minutes, plus
+    #   first_batch's fresh process, ~20-30 s; --deadline S bounds it)
     python benches/encode_gpu.py --wan --n 16 --batches 1 4   # Wan at 480 x 832, 81 frames
     python benches/encode_gpu.py --wan --tiny --device cpu --n 2 --wan-shape 9 48 80  # CPU smoke
     python benches/encode_gpu.py --sizes 512 --bridge-script /tmp/prepare_energon_dataset_flux.py

@@ -45,10 +45,11 @@ def meta_encoders(folder: str | Path, model: str) -> dict[str, torch.nn.Module]:
     from shardcook.encoders.loading import FLUX_LAYOUT
     from shardcook.encoders.wan import WAN_LAYOUT
 
-    classes: dict[str, Any] = ({"vae": AutoencoderKL, "clip": CLIPTextModel, "t5": T5EncoderModel}
-                               if model == "flux" else
-                               {"vae": AutoencoderKLWan, "umt5": UMT5EncoderModel})
-    layout = FLUX_LAYOUT if model == "flux" else WAN_LAYOUT
+    families: dict[str, tuple[dict[str, Any], dict[str, tuple[str, str | None]]]] = {
+        "flux": ({"vae": AutoencoderKL, "clip": CLIPTextModel, "t5": T5EncoderModel},
+                 FLUX_LAYOUT),
+        "wan": ({"vae": AutoencoderKLWan, "umt5": UMT5EncoderModel}, WAN_LAYOUT)}
+    classes, layout = families[model]
     built: dict[str, torch.nn.Module] = {}
     with torch.device("meta"):
         for name, cls in classes.items():

@@ -17,7 +17,7 @@ from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function
-from shardcook.layouts.names import INFO_JSON, INFO_YAML, META_DIR
+from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 from shardcook.storage.location import locate
 
 #: What a dataset without index.sqlite's sample rows lacks.
@@ -49,6 +49,8 @@ class DatasetSummary:
     val_timesteps: dict[int, int] | None = None
     #: Whether index.sqlite holds the sample rows (not after --no-sample-tables or --no-sqlite).
     sample_tables: bool = True
+    #: Why index.sqlite, which is there, cannot be read (not an SQLite database); one sentence.
+    index_problem: str | None = None
 
     @property
     def bytes_per_sample(self) -> float:
@@ -78,7 +80,9 @@ class DatasetSummary:
         if self.val_timesteps is not None:
             counts = ", ".join(f"{t}: {n:,}" for t, n in self.val_timesteps.items()) or "none"
             out.append(f"val timesteps: {counts}")
-        if not self.sample_tables:
+        if self.index_problem is not None:
+            out.append(f"index:       {self.index_problem}")
+        elif not self.sample_tables:
             out.append(f"index:       {NO_SAMPLE_TABLES}")
         return out
 
@@ -143,6 +147,7 @@ def summarize(
             except (ShardcookError, StopIteration):  # damaged: validate reports it
                 parts = {}
             break
+    tables, sqlite = legacy.sqlite_tables(root), root / META_DIR / INDEX_SQLITE
     layout = by_encoding(dataset.encoding) if dataset and dataset.encoding else None
     val_timesteps = None
     if layout is not None and layout.reading.timesteps and "val" in splits:
@@ -161,7 +166,10 @@ def summarize(
         parts=parts,
         bytes_on_disk=bytes_on_disk,
         val_timesteps=val_timesteps,
-        sample_tables=legacy.SAMPLES_TABLE in (legacy.sqlite_tables(root) or set()),
+        sample_tables=legacy.SAMPLES_TABLE in (tables or set()),
+        index_problem=None if tables is not None or not sqlite.exists() else (
+            f"{META_DIR}/{INDEX_SQLITE} is not an SQLite database (or cannot be read); run "
+            f"`shardcook finalize --force {view.name}` to write it anew"),
     )
 
 

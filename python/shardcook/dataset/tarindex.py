@@ -5,6 +5,8 @@ writes)."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import struct
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
@@ -50,6 +52,16 @@ def light_problems(root: Path, shards: Sequence[tuple[str, int | None]],
         elif bool((offsets[1:] <= offsets[:-1]).any() or (offsets & 511).any()):
             problems.append(f"{name}.idx does not hold increasing tar block offsets{fix}")
         elif len(offsets) and int(offsets[-1]) + 512 > sizes[name]:
-            problems.append(f"{name}: the shard is {sizes[name]:,} bytes but its index "
-                            f"ends at byte {int(offsets[-1]):,}; it was cut short or replaced{fix}")
+            problems.append(_cut_short(name, sizes[name], int(offsets[-1])))
     return problems
+
+
+def _cut_short(name: str, size: int, end: int) -> str:
+    """A shard smaller than its index: re-indexing refuses a cut tar, so the fix is to write it
+    again or leave it out."""
+    leave_out = shlex.quote(f"^{re.escape(name)}$")
+    return (f"{name}: the shard is {size:,} bytes but its index ends at byte {end:,}: it was cut "
+            "short (delete it and rerun the command that wrote the dataset, which writes only "
+            "what is missing, or leave it out with `shardcook finalize --force --exclude "
+            f"{leave_out}`) or replaced by a smaller tar (`shardcook finalize --force` indexes "
+            "it anew)")

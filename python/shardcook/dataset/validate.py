@@ -299,7 +299,8 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
             seen.setdefault(shard, split)
 
     report.summary = summarize(view, counts, splits, dataset)
-    if not report.summary.sample_tables and older is None:
+    # an index.sqlite that is no database is a problem already (sqlite_problems), not this
+    if not report.summary.sample_tables and older is None and not report.summary.index_problem:
         report.warnings.append(f"{NO_SAMPLE_TABLES}; validate checked the shards against their "
                                f".tar.idx files and {info_name}, but has no sample rows to check")
     if not problems:

@@ -93,11 +93,19 @@ def test_damaged_metadata_is_one_line_in_every_command(ds, tmp_path, name):
     assert validate(ds).ok
 
 
-def test_manifest_of_the_wrong_shape(ds):
-    (ds / ".shardcook" / "manifest.json").write_text('["not", "a", "manifest"]')
-    report = validate(ds)
-    assert report.problems == [
-        f"{ds}/.shardcook/manifest.json must be a JSON object, not a list"]
+@pytest.mark.parametrize(("text", "why"), [
+    ('["not", "a", "manifest"]', " must be a JSON object, not a list"),
+    ('{"shards": ', " is not valid JSON (Expecting value: line 1 column 12 (char 11))"),
+    ('{"shards": [1]}', ": 'shards' must map shard names to sample counts"),
+])
+def test_a_damaged_manifest_is_one_problem_with_the_repair_that_works(ds, text, why):
+    manifest = ds / ".shardcook" / "manifest.json"
+    manifest.write_text(text)
+    assert validate(ds).problems == [
+        f"{manifest}{why}; restore it from a copy, or delete it: it records the run that wrote "
+        "the dataset (its options and shard counts), which Energon does not read"]
+    manifest.unlink()
+    assert validate(ds).ok
 
 
 def test_nv_meta_replaced_by_a_file(ds):

@@ -186,10 +186,18 @@ def _load(root: Path, path: Path, parse: Callable[[str], Any]) -> Any:
         raise DatasetError(f"{label} is not valid JSON ({detail}){fix}") from None
 
 
+#: The repair of a damaged manifest, which nothing rebuilds: what the dataset commands and a
+#: resumed run do without it.
+_MANIFEST_FIX = ("; restore it from a copy, or delete it: it records the run that wrote the "
+                 "dataset (its options and shard counts), which Energon does not read")
+
+
 def _fix(root: Path, path: Path) -> str:
-    """The repair advice for a bad file: Energon's files can be rebuilt from the shards; ours
-    record what cannot, so they get none."""
-    return f"; run `shardcook finalize --force {root}`" if path.parent.name == META_DIR else ""
+    """The repair advice for a bad file: Energon's files can be rebuilt from the shards; the
+    manifest can be done without; finalize.json records what cannot, so it gets none."""
+    if path.parent.name == META_DIR:
+        return f"; run `shardcook finalize --force {root}`"
+    return _MANIFEST_FIX if path.name == MANIFEST_JSON else ""
 
 
 def _load_object(
@@ -353,29 +361,36 @@ def parse_manifest(text: str, label: str) -> dict[str, Any]:
         data = _json(text)
     except (ValueError, RecursionError) as e:
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DatasetError(f"{label} is not valid JSON ({detail})") from None
+        raise DatasetError(f"{label} is not valid JSON ({detail}){_MANIFEST_FIX}") from None
     if not isinstance(data, dict):
-        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}")
+        raise DatasetError(f"{label} must be a JSON object, not {_kind(data)}{_MANIFEST_FIX}")
     return _checked_manifest(data, label)
 
 
 def _checked_manifest(data: dict[str, Any], label: str) -> dict[str, Any]:
+    problem = _manifest_problem(data)
+    if problem is not None:
+        raise DatasetError(f"{label}: {problem}{_MANIFEST_FIX}")
+    return data
+
+
+def _manifest_problem(data: dict[str, Any]) -> str | None:
     if data.get("encoding") is not None and not isinstance(data["encoding"], str):
-        raise DatasetError(f"{label}: 'encoding' must be a name, not {_kind(data['encoding'])}")
+        return f"'encoding' must be a name, not {_kind(data['encoding'])}"
     shards = data.get("shards")
     if shards is not None and not (
         isinstance(shards, dict) and all(_is_count(n) for n in shards.values())
     ):
-        raise DatasetError(f"{label}: 'shards' must map shard names to sample counts")
+        return "'shards' must map shard names to sample counts"
     config = data.get("config")
     if config is not None and not (
         isinstance(config, dict) and all(isinstance(v, dict) for v in config.values())
     ):
-        raise DatasetError(f"{label}: 'config' must map sections to their options")
+        return "'config' must map sections to their options"
     for key in ("latent_channels", "t5_max_length"):
         if data.get(key) is not None and not _is_count(data[key]):
-            raise DatasetError(f"{label}: {key!r} must be a whole number, not {data[key]!r}")
-    return data
+            return f"{key!r} must be a whole number, not {data[key]!r}"
+    return None
 
 
 def recorded_shards(root: Path) -> dict[str, int | None]:

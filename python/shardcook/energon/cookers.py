@@ -69,6 +69,16 @@ class _MetaFields(TypedDict, total=False):
     size: tuple[int, int] | None
 
 
+def _check_crude(sample: object, cooker: str) -> None:
+    """Refuses what is no crude sample, in one sentence naming what `cooker` takes (else a
+    TypeError from deep inside says nothing of it)."""
+    if not isinstance(sample, dict):
+        given = "None" if sample is None else f"a {type(sample).__name__}"
+        raise ConfigError(
+            f"{cooker} takes a crude sample, a dict of the sample's parts by name (bytes, or what "
+            f"Energon's decoder made of them) with Energon's __key__, not {given}.")
+
+
 def _key(sample: dict[str, Any]) -> str:
     return str(sample.get("__key__", "<unknown key>"))
 
@@ -248,9 +258,11 @@ def cook_preencoded_diffusion(sample: dict[str, Any]) -> DiffusionSample:
         The sample, keeping Energon's basic sample keys (key, restore key, subflavors, sources).
 
     Raises:
+        ConfigError: `sample` is no dict.
         UnsafeSampleError: A `.pth` part holds a pickle beyond plain tensors.
         SampleDecodeError: A part is missing or unreadable.
     """
+    _check_crude(sample, "cook_preencoded_diffusion")
     return DiffusionSample(
         **basic_sample_keys(sample),
         latents=_tensor_part(sample, "latents.pth"),
@@ -338,8 +350,10 @@ def cook_raw_images(
         The sample, keeping Energon's basic sample keys.
 
     Raises:
+        ConfigError: `sample` is no dict.
         SampleDecodeError: No image part, an undecodable image, or a missing caption.
     """
+    _check_crude(sample, "cook_raw_images")
     check_image_format(image_format, allow_none=True)
     part = next((p for p in IMAGE_PARTS if p in sample), None)
     if part is None:
@@ -361,6 +375,7 @@ def cook_parts(sample: dict[str, Any]) -> PartsSample:
     """Cooks any crude sample into a `PartsSample`: every part as it arrived (bytes, or what the
     task encoder's decoder made of it), keeping Energon's basic sample keys. The cooker of a
     layout that declares none of its own."""
+    _check_crude(sample, "cook_parts")
     return PartsSample(**basic_sample_keys(sample),
                        parts={name: data for name, data in sample.items()
                               if not name.startswith("__")})
@@ -456,9 +471,11 @@ def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
     of Energon's default decoder, which unpickles the `pickle` part with `pickle.loads`.
 
     Raises:
+        ConfigError: `sample` is no dict.
         UnsafeSampleError: The `pth` or `pickle` part holds more than tensors and plain types.
         SampleDecodeError: A part is missing or unreadable.
     """
+    _check_crude(sample, "cook_bridge_crude")
     from shardcook.layouts.bridge_flux import LATENT_PART
 
     return dict(
@@ -475,9 +492,11 @@ def cook_bridge_flux(sample: dict[str, Any]) -> DiffusionSample:
     the json's `scaling_factor`/`shift_factor` scale them).
 
     Raises:
+        ConfigError: `sample` is no dict.
         UnsafeSampleError: The `pth` or `pickle` part holds more than tensors and plain types.
         SampleDecodeError: A part is missing or unreadable.
     """
+    _check_crude(sample, "cook_bridge_flux")
     from shardcook.layouts.bridge_flux import POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
 
     crude = cook_bridge_crude(sample)

@@ -30,12 +30,15 @@ def dataset_encoding(path: str | Path) -> str | None:
         path: A dataset folder (with `.nv-meta/dataset.yaml`) or a metadataset `.yaml` file.
 
     Raises:
-        DatasetError: The folder is not a prepared Energon dataset, or has no `encoding`.
+        ConfigError: `path` is a JSONL dataset.
+        DatasetError: `path` does not exist, the folder is not a prepared Energon dataset, or
+            it has no `encoding`.
     """
     from shardcook.dataset import metadata
     from shardcook.errors import DatasetError
     from shardcook.layouts.names import DATASET_YAML
 
+    _check_readable(path)
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         return None
@@ -53,6 +56,30 @@ def dataset_encoding(path: str | Path) -> str | None:
             "dataset or pass task_encoder= explicitly."
         )
     return str(encoding)
+
+
+def _check_readable(path: str | Path) -> None:
+    """Refuses, in one sentence, a `path` the loader cannot read: a JSONL dataset (Energon
+    reads one, but no shardcook task encoder cooks its records), or a local path that does not
+    exist.
+
+    Raises:
+        ConfigError: `path` is no path, a URL no client opens, or a JSONL dataset.
+        DatasetError: `path` is local and does not exist.
+    """
+    from shardcook.dataset import jsonl
+    from shardcook.errors import ConfigError, DatasetError
+    from shardcook.storage.location import locate
+
+    where = locate(path, "path")
+    if jsonl.jsonl_file(where) is not None:
+        raise ConfigError(
+            f"{path} is a JSONL dataset, which no shardcook task encoder reads; the loader takes a "
+            "dataset folder of tar shards finalized by `shardcook finalize`, or a metadataset "
+            ".yaml such as `shardcook blend` writes.")
+    if where.remote is None and not where.path.exists():
+        raise DatasetError(f"{path} does not exist; give a dataset folder (finalized by "
+                           "`shardcook finalize`) or a metadataset .yaml.")
 
 
 def task_encoder_for(
@@ -179,11 +206,10 @@ def _check_loader_args(
     path: object, batch_size: object, split: object, num_workers: object
 ) -> None:
     from shardcook.errors import ConfigError
-    from shardcook.storage.location import locate
 
     if not isinstance(path, (str, Path)):
         raise ConfigError(f"path must be a dataset folder or a metadataset .yaml, not {path!r}.")
-    locate(path, "path")
+    _check_readable(path)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:

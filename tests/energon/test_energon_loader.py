@@ -10,6 +10,7 @@ import pytest
 import shardcook
 import torch
 from megatron.energon import SampleDecoder, WorkerConfig, reraise_exception
+from megatron.energon.errors import FatalSampleError
 from shardcook.energon import (
     EmptyLoaderError,
     EnergonDataloader,
@@ -17,6 +18,7 @@ from shardcook.energon import (
     MegatronDataloaderWrapper,
     NotCheckpointableError,
     UnsafeSampleError,
+    UnsafeSampleRefused,
     cook_preencoded_diffusion,
     get_diffusion_loader,
 )
@@ -268,19 +270,41 @@ def test_malicious_shard_runs_no_code_and_names_the_key(evil_dataset):
     w = get_diffusion_loader(root, batch_size=2, num_workers=0, repeat=False,
                              shuffle_buffer_size=None, max_samples_per_sequence=None,
                              worker_config=strict)
-    with pytest.raises(UnsafeSampleError, match=r"sample '00000000(02|05)'"):
+    with pytest.raises(FatalSampleError, match=r"sample '00000000(02|05)': part"):
         for _ in range(10):
             next(w)
     assert not any(t.exists() for t in targets)
 
 
-def test_malicious_samples_are_skipped_by_default_and_the_rest_load(evil_dataset, capsys):
-    root, targets = evil_dataset
-    w = get_diffusion_loader(root, batch_size=2, num_workers=0, repeat=False)
-    keys = [k for b in w.loader for k in b.__key__]
-    assert sorted(keys) == [f"{i:010d}" for i in (0, 1, 3, 4, 6, 7)]
-    assert not any(t.exists() for t in targets)
-    assert "refused without running it" in capsys.readouterr().out
+@pytest.mark.parametrize("evil", [[2], [0, 1, 2, 3]])
+def test_a_malicious_sample_stops_the_loader_once(tmp_path, capfd, evil):
+    """Energon's default handler logs a failing sample with its traceback and retries up to 100
+    failures in a row (about 4,800 lines for 4 malicious samples); a refused part is a
+    FatalSampleError instead, raised once, naming the sample and the part."""
+    root, target = tmp_path / "evil", tmp_path / "pwned"
+    with shardcook.ShardWriter(str(root), shard_size=4) as w:
+        for i in range(4):
+            parts = encoded_parts(f"{i:010d}", (4, 4), seed=i)
+            if i in evil:
+                parts["latents.pth"] = evil_torch_save(target)
+            w.write(f"{i:010d}", parts)
+    shardcook.finalize(root, encoding="preencoded", split=(1, 0, 0), validate=False)
+    w = get_diffusion_loader(root, batch_size=2, num_workers=0, shuffle_buffer_size=None,
+                             max_samples_per_sequence=None)
+    capfd.readouterr()
+    with pytest.raises(FatalSampleError) as e:
+        for _ in range(10):
+            next(w)
+    refused = e.value.__context__
+    assert isinstance(refused, UnsafeSampleRefused) and isinstance(refused, UnsafeSampleError)
+    first = f"{evil[0]:010d}"
+    assert str(refused) == (f"sample '{first}': part 'latents.pth' is not plain tensor data "
+                            "and was refused without running it (torch.load "
+                            "weights_only=True: Unsupported global: GLOBAL io.open)")
+    assert str(e.value).endswith(str(refused) + ".")
+    out = capfd.readouterr()
+    assert "Traceback" not in out.out + out.err and "failed" not in out.out + out.err, out
+    assert not target.exists()
 
 
 def test_validation_split_reads_in_order_and_cycles(tmp_path):

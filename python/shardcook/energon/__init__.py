@@ -43,6 +43,7 @@ from shardcook.energon.task_encoders import (
     EncodedDiffusionTaskEncoder,
     PartsTaskEncoder,
     RawDiffusionTaskEncoder,
+    UnsafeSampleRefused,
 )
 from shardcook.energon.wrapper import EnergonDataloader, LoaderState, MegatronDataloaderWrapper
 
@@ -67,6 +68,7 @@ __all__ = [
     "SafeSampleDecoder",
     "SampleDecodeError",
     "UnsafeSampleError",
+    "UnsafeSampleRefused",
     "cook_bridge_crude",
     "cook_bridge_flux",
     "cook_parts",

@@ -19,17 +19,20 @@ from typing import Any
 import torch
 from megatron.energon import (
     Cooker,
+    CrudeSample,
     DefaultTaskEncoder,
+    FileStore,
     SampleDecoder,
     TaskEncoder,
     WorkerConfig,
     stateless,
 )
+from megatron.energon.errors import FatalSampleError
 
 from shardcook.energon.arguments import check_bool, check_factor, check_worker_config
 from shardcook.energon.cookers import ImageFormat, check_image_format
 from shardcook.energon.decoder import SafeSampleDecoder
-from shardcook.energon.errors import SampleDecodeError
+from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
 from shardcook.energon.samples import (
     DiffusionBatch,
     DiffusionSample,
@@ -37,6 +40,7 @@ from shardcook.energon.samples import (
     RawImageBatch,
     RawImageSample,
 )
+from shardcook.errors import ErrorKind
 from shardcook.layouts import read_by, registry_function
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "EncodedDiffusionTaskEncoder",
     "PartsTaskEncoder",
     "RawDiffusionTaskEncoder",
+    "UnsafeSampleRefused",
 ]
 
 #: The batch group keys of latent and image samples. Energon's checkpoints record a batch
@@ -103,6 +108,27 @@ def _init_common(encoder: Any, worker_config: object, cookers: list[Cooker[Any]]
     encoder.worker_config = worker_config
     if not _declares_cookers(encoder):
         encoder.cookers = cookers
+
+
+class UnsafeSampleRefused(UnsafeSampleError, FatalSampleError):
+    """An unsafe part (`UnsafeSampleError`) as a task encoder raises it: Energon's FatalSampleError,
+    which it neither hands to its error handler nor retries (`SYSTEM_EXCEPTIONS` in
+    megatron/energon/errors.py), so loading stops at the first one instead of logging a traceback
+    per sample up to 100 times in a row."""
+
+    kind: ErrorKind = "unsafe_sample"
+
+
+class _RefusesUnsafe(TaskEncoder[Any, Any, Any, Any]):
+    """Cooks as Energon does; a part that holds code stops loading (`UnsafeSampleRefused`)."""
+
+    @stateless
+    def cook_crude_sample(self, sample: CrudeSample, cooker: Cooker[Any],
+                          aux: dict[str, FileStore[Any]]) -> Any:
+        try:
+            return super().cook_crude_sample(sample, cooker, aux)
+        except UnsafeSampleError as e:
+            raise UnsafeSampleRefused(str(e)) from None
 
 
 def _stack_optional(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
@@ -210,6 +236,7 @@ def _raw_group(sample: RawImageSample) -> Hashable:
 
 
 class EncodedDiffusionTaskEncoder(
+    _RefusesUnsafe,
     TaskEncoder[DiffusionSample, DiffusionSample, DiffusionBatch, DiffusionBatch]
 ):
     """Reads pre-encoded datasets into `DiffusionBatch`es, one latent shape per batch.
@@ -273,6 +300,7 @@ class EncodedDiffusionTaskEncoder(
 
 
 class RawDiffusionTaskEncoder(
+    _RefusesUnsafe,
     TaskEncoder[RawImageSample, RawImageSample, RawImageBatch, RawImageBatch]
 ):
     """Reads raw image datasets into `RawImageBatch`es, one image size per batch.
@@ -306,6 +334,7 @@ class RawDiffusionTaskEncoder(
 
 
 class DiffusionTaskEncoder(
+    _RefusesUnsafe,
     TaskEncoder[
         DiffusionSample | RawImageSample,
         DiffusionSample | RawImageSample,

@@ -95,3 +95,9 @@ class ImageError(ShardcookError, ValueError):
     reported per item by `shardcook.imaging.preprocess`, with `error_kind`, not raised)."""
 
     kind: ErrorKind = "bad_option"
+
+
+class SaidByRankZero:
+    """Mixed into the error a rank other than 0 of a process group stops with when the whole run
+    stops for one reason, which rank 0 says: the command line then says it once, not once per
+    worker (`cli.app.fail`)."""

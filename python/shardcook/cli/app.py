@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Annotated, NoReturn
 
 import typer
@@ -62,7 +63,18 @@ def _not_an_error(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR
 
 
+#: Seconds a worker whose error rank 0 says waits before it exits: torchrun stops every worker
+#: once one exits, and rank 0 must not be stopped before it has said the error.
+RANK_ZERO_GRACE_S = 5.0
+
+
 def fail(e: Exception) -> NoReturn:
-    """Prints `error: E` on stderr and exits 2 (bad input, nothing written)."""
-    typer.echo(f"error: {e}", err=True)
+    """Prints `error: E` on stderr and exits 2 (bad input, nothing written); a worker whose
+    error rank 0 says exits 2 without repeating it, after rank 0 (or torchrun stops it)."""
+    from shardcook.errors import SaidByRankZero
+
+    if isinstance(e, SaidByRankZero):
+        time.sleep(RANK_ZERO_GRACE_S)
+    else:
+        typer.echo(f"error: {e}", err=True)
     raise typer.Exit(2)

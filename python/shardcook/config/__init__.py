@@ -189,9 +189,10 @@ def resolve(
     cfg.image.image_format = IMAGE_FORMAT_ALIASES.get(cfg.image.image_format,
                                                       cfg.image.image_format)
     chosen = {(section, key) for section, values in yaml_values.items() for key in values}
-    check(cfg, frozenset(chosen | set(given)))
+    cfg.chosen = frozenset(chosen | set(given))
+    check(cfg, cfg.chosen)
     if encode:
-        check_encode(cfg, frozenset(chosen | set(given)))
+        check_encode(cfg, cfg.chosen)
     return cfg
 
 

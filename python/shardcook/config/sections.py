@@ -160,7 +160,8 @@ class OutputConfig(Section):
     output_dir: str | None = option(
         None, "The dataset folder to write: a local path, or msc://PROFILE/path or "
               "s3://bucket/path in object storage.", OUTPUT, place=URL)
-    shard_size: int = option(1000, "Inputs per work unit / shard.", OUTPUT,
+    shard_size: int = option(1000, "Inputs per work unit / shard; left out, fewer when the inputs "
+                                   "are too few for each --split share to get a shard.", OUTPUT,
                              help_for={"chatml": "Inputs per work unit / shard, per split."},
                              rules=[AT_LEAST_1])
     #: On the command line as comma-separated ratios (`--split 1,0,0`).
@@ -411,11 +412,15 @@ class RunConfig:
     #: The layout `model.layout` names, resolved once by `resolve(..., encode=True)`; not a
     #: section: the config records the name.
     layout: Layout | None = field(default=None, repr=False, compare=False)
+    #: The (section, option) pairs set on the command line or in the config file, not
+    #: defaulted (`resolve` fills it in); not a section: the config records the values.
+    chosen: frozenset[tuple[str, str]] = field(default=frozenset(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain nested dicts (JSON and YAML safe)."""
         return {f.name: dataclasses.asdict(section) for f in dataclasses.fields(self)
-                if f.name != "layout" and (section := getattr(self, f.name)) is not None}
+                if f.name not in ("layout", "chosen")
+                and (section := getattr(self, f.name)) is not None}
 
     def to_yaml(self) -> str:
         """The configuration as YAML, in section and field order."""

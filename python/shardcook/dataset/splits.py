@@ -51,31 +51,49 @@ def parse_ratio(text: str | Sequence[float]) -> tuple[float, float, float]:
     return values[0], values[1], values[2]
 
 
+def _normalized(ratio: Sequence[float]) -> list[float]:
+    """`ratio` checked (`parse_ratio`) and scaled to sum to 1."""
+    ratio = parse_ratio(ratio)
+    total = sum(ratio)
+    return [r / total for r in ratio]
+
+
+def _ends(n: int, normalized: Sequence[float]) -> list[int]:
+    """Where Energon cuts a list of `n` shards: each split's end, `int(n * cumulative_ratio)`."""
+    ends, cumulative = [], 0.0
+    for r in normalized:
+        cumulative += r
+        ends.append(int(n * cumulative))
+    return ends
+
+
+def train_need(ratio: Sequence[float]) -> int:
+    """The fewest shards whose cut by `ratio` leaves train a shard."""
+    train = _normalized(ratio)[0]
+    need = math.ceil(1 / train)
+    while int(need * train) < 1:  # float rounding: the smallest n Energon accepts
+        need += 1
+    return need
+
+
 def split_by_ratio(
     shards: Sequence[str], ratio: Sequence[float], shuffle_seed: int | None = None
 ) -> Splits:
     """Cuts the shard list at `int(n * cumulative_ratio)`, as `energon prepare --split-ratio`."""
-    ratio = parse_ratio(ratio)
-    total = sum(ratio)
-    normalized = [r / total for r in ratio]
+    normalized = _normalized(ratio)
     order = list(shards)
     if shuffle_seed is not None:
         random.Random(shuffle_seed).shuffle(order)
     parts: dict[str, list[str]] = {}
-    cumulative, start = 0.0, 0
-    for name, r in zip(SPLIT_NAMES, normalized, strict=True):
-        cumulative += r
-        end = int(len(order) * cumulative)
+    start = 0
+    for name, end in zip(SPLIT_NAMES, _ends(len(order), normalized), strict=True):
         parts[name] = order[start:end]
         start = end
     splits = Splits(parts)
     if not parts["train"]:
-        need = math.ceil(1 / normalized[0])
-        while int(need * normalized[0]) < 1:  # float rounding: the smallest n Energon accepts
-            need += 1
         raise ConfigError(
             f"the train split would be empty: {len(order)} shard(s) with train ratio "
-            f"{normalized[0]:.3g} need at least {need} shards; write smaller shards "
+            f"{normalized[0]:.3g} need at least {train_need(ratio)} shards; write smaller shards "
             "(a lower --shard-size) or raise the train ratio"
         )
     for name, r in zip(SPLIT_NAMES[1:], normalized[1:], strict=True):
@@ -85,6 +103,33 @@ def split_by_ratio(
                 f"ratio of {r:.3g}; Energon will find no {name} data"
             )
     return splits
+
+
+def inputs_by_split(num_inputs: int, shard_size: int, ratio: Sequence[float]) -> list[int]:
+    """How many of `num_inputs` inputs each split gets when they are written `shard_size` to a
+    shard (the last shard holds the rest) and the shards are cut by `ratio`."""
+    shards = -(-num_inputs // shard_size)
+    ends = [min(end * shard_size, num_inputs) for end in _ends(shards, _normalized(ratio))]
+    return [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def empty_splits(num_inputs: int, shard_size: int, ratio: Sequence[float]) -> list[str]:
+    """The splits with a non-zero ratio that get no input at `shard_size` inputs per shard."""
+    got = inputs_by_split(num_inputs, shard_size, ratio)
+    return [name for name, r, n in zip(SPLIT_NAMES, parse_ratio(ratio), got, strict=True)
+            if r > 0 and n == 0]
+
+
+def fit_shard_size(num_inputs: int, shard_size: int, ratio: Sequence[float]) -> int:
+    """Inputs per shard for `num_inputs` inputs split by `ratio`: `shard_size` when every split
+    with a non-zero ratio gets a shard; else the largest smaller size whose shards split the
+    inputs exactly as one input per shard would (the closest whole shards can come to the
+    ratio, and at worst 1), so few inputs still fill every split they can."""
+    if num_inputs == 0 or not empty_splits(num_inputs, shard_size, ratio):
+        return shard_size
+    by_input = inputs_by_split(num_inputs, 1, ratio)
+    return next(size for size in range(min(shard_size, num_inputs), 0, -1)
+                if inputs_by_split(num_inputs, size, ratio) == by_input)
 
 
 def _expansions(pattern: str) -> list[str]:

@@ -7,6 +7,7 @@ every unit recorded finalizes."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -14,7 +15,14 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from shardcook.config import RunConfig
-from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.config.sections import OutputConfig
+from shardcook.errors import (
+    ConfigError,
+    DatasetError,
+    ErrorKind,
+    SaidByRankZero,
+    ShardcookError,
+)
 from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR, REPORT_HTML
 from shardcook.output import overwrite
 from shardcook.output.folder import OutputFolder, run_folder
@@ -27,6 +35,20 @@ from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
 from shardcook.workers import Place, where
+
+log = logging.getLogger(__name__)
+
+
+class RunConfigError(SaidByRankZero, ConfigError):
+    """The setup error every rank stops with, as a rank other than 0 raises it."""
+
+    kind: ErrorKind = "config"
+
+
+class RunDatasetError(SaidByRankZero, DatasetError):
+    """Rank 0's finishing error, as the other ranks raise it."""
+
+    kind: ErrorKind = "dataset"
 
 
 class Job(Protocol):
@@ -100,15 +122,54 @@ class JobBasics:
         return {}
 
 
+def shard_size_given(cfg: RunConfig) -> bool:
+    """Whether the user set --shard-size (on the command line or in the config file, or in
+    Python a value other than the default), which a run keeps as given."""
+    o = cfg.output
+    return ("output", "shard_size") in cfg.chosen or o.shard_size != OutputConfig().shard_size
+
+
 def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
     """Consecutive units of --shard-size inputs; with --finalize, --split's ratios are checked
-    against them now, not after the work."""
-    units = plan_units(len(source), cfg.output.shard_size)
-    if cfg.output.finalize:
-        from shardcook.dataset.splits import split_by_ratio
+    against them now, not after the work. When --shard-size was not given and its default
+    leaves a split with a non-zero ratio no shard, the inputs are split as one input per shard
+    would split them, in shards as large as that allows (`splits.fit_shard_size`): the size is
+    set in `cfg`, so the manifest records the size used, and a resume picks it again."""
+    from shardcook.dataset.splits import empty_splits, fit_shard_size, train_need
 
-        split_by_ratio([u.name for u in units], cfg.output.split)
+    o = cfg.output
+    given = shard_size_given(cfg)
+    if not given:
+        o.shard_size = fit_shard_size(len(source), o.shard_size, o.split)
+    units = plan_units(len(source), o.shard_size)
+    if o.finalize and "train" in empty_splits(len(source), o.shard_size, o.split):
+        train = f"{o.split[0] / sum(o.split):.3g}"
+        if given:  # an explicit setting is not overridden
+            raise ConfigError(
+                f"the train split would be empty: {len(units)} shard(s) of --shard-size "
+                f"{o.shard_size:,} with train ratio {train} need at least "
+                f"{train_need(o.split)} shards; give a lower --shard-size (or none, and "
+                "shardcook picks one the split can cut) or raise the train ratio")
+        raise ConfigError(
+            f"the train split would be empty: {len(source)} input(s) with train ratio {train} "
+            f"need at least {train_need(o.split)} inputs, even at one input per shard; add "
+            "inputs or raise the train ratio (--split)")
     return units
+
+
+def fit_line(num_inputs: int, asked: int, used: int, split: list[float]) -> str:
+    """What `ratio_units` chose instead of the default --shard-size, and why, in one line."""
+    from shardcook.dataset.splits import SPLIT_NAMES, empty_splits, inputs_by_split
+
+    empty = empty_splits(num_inputs, asked, split)
+    shares = [f"{n:,} {name}" for name, n in
+              zip(SPLIT_NAMES, inputs_by_split(num_inputs, used, split), strict=True) if n]
+    listed = f"{', '.join(shares[:-1])} and {shares[-1]}" if len(shares) > 1 else shares[0]
+    return (f"--split {','.join(f'{r:g}' for r in split)} leaves the {' and '.join(empty)} "
+            f"split{'s' if len(empty) > 1 else ''} empty at {asked:,} inputs per shard "
+            f"({num_inputs:,} inputs); writing {used:,} input{'s' if used > 1 else ''} per "
+            f"shard instead: {-(-num_inputs // used):,} shards, {listed} inputs, as one input "
+            "per shard would split them (give --shard-size to choose the size yourself).")
 
 
 def media_arguments(cfg: RunConfig) -> dict[str, Any]:
@@ -184,13 +245,18 @@ def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject,
     return ledger.record_split(folder, place, units)
 
 
-def _opened(cfg: RunConfig, job: Job, folder: OutputFolder,
+def _opened(cfg: RunConfig, job: Job, folder: OutputFolder, *, say: bool,
             ) -> tuple[Source, JsonObject, list[WorkUnit]]:
-    """The job's source, the run's manifest and its units (ConfigError for bad input)."""
+    """The job's source, the run's manifest and its units (ConfigError for bad input); the
+    units first, as they may choose the shard size the manifest records, which `say` logs."""
     source = job.source(cfg, folder)
+    asked = cfg.output.shard_size
+    units = job.units(source)
+    if say and cfg.output.shard_size != asked:
+        log.info(fit_line(len(source), asked, cfg.output.shard_size, cfg.output.split))
     manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
                                 job.manifest_extra)
-    return source, manifest, job.units(source)
+    return source, manifest, units
 
 
 def check_setup(cfg: RunConfig, job: Job) -> None:
@@ -206,7 +272,7 @@ def check_setup(cfg: RunConfig, job: Job) -> None:
     try:
         with job.running():
             folder.check_access()
-            _, manifest, _ = _opened(cfg, job, folder)
+            _, manifest, _ = _opened(cfg, job, folder, say=False)  # the workers say it
             _check_folder(cfg, job, folder, manifest)
     finally:
         folder.close()
@@ -241,7 +307,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
             folder = run_folder(cfg.output)
             if dist.is_main:
                 folder.check_access()  # a store that refuses us, before any input is read
-            source, manifest, units = _opened(cfg, job, folder)
+            source, manifest, units = _opened(cfg, job, folder, say=dist.is_main)
         except ConfigError as e:
             error = str(e)
         errors = dist.gather(error)
@@ -254,7 +320,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
                 error = str(e)
         error, split = dist.broadcast((error, split))
         if error is not None:
-            raise ConfigError(error)
+            raise ConfigError(error) if dist.is_main else RunConfigError(error)
         assert source is not None and folder is not None and split is not None
         processor = job.processor(cfg, folder)
         stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
@@ -272,7 +338,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         if failure is not None:
             raise failure
         if error is not None:
-            raise DatasetError(error)
+            raise RunDatasetError(error)
         return result
     finally:
         if folder is not None:
@@ -303,7 +369,7 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
     folder = run_folder(cfg.output)
     try:
         folder.check_access()  # a store that refuses us, before any input is read
-        source, manifest, units = _opened(cfg, job, folder)
+        source, manifest, units = _opened(cfg, job, folder, say=place.leads)
         _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
         me = Holder.this_run()
         folder.share(me)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from shardcook.dataset.undo import UNDO_PREFIX
 from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
     CLIP_EMPTY,
@@ -151,12 +152,20 @@ def _plan_shard_folder(plan: OverwritePlan, out: Path, folder: Path, shards: set
         plan.folders.append(folder)
 
 
+def _holds_records(ours: Path) -> bool:
+    """Whether `.shardcook/` holds anything but the lock (of the run that overwrites, or of a
+    killed one): a new folder holds only the lock, and there is no earlier run to delete."""
+    with os.scandir(ours) as it:
+        return any(entry.name != RUN_LOCK for entry in it)
+
+
 def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     """What `--overwrite` removes from the shardcook run in `out` and what it keeps, deleting
     nothing. Removed: `shards` (those the run's manifest or unit markers name, at the top or in
     a split's folder) and their `.tar.idx`, finalize's metadata files in `.nv-meta/`, encode's
-    files in `empty_encodings/`, and `.shardcook/` (all but the lock of the run that overwrites);
-    every other file is kept.
+    files in `empty_encodings/`, `.shardcook/` (all but the lock of the run that overwrites)
+    and the undo folders of killed finalizes (`dataset/undo.py`: the next finalize would put
+    the earlier run's metadata and `.tar.idx` back from them); every other file is kept.
 
     Raises:
         ConfigError: `out` holds files named like shards that are not in `shards`, or a tar
@@ -168,6 +177,9 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
         for entry in sorted(it, key=lambda e: e.name):
             path, own_dir = Path(entry.path), entry.is_dir(follow_symlinks=False)
             if entry.name == OURS_DIR and own_dir:
+                if _holds_records(path):
+                    plan.remove.append(path)
+            elif entry.name.startswith(UNDO_PREFIX) and own_dir:
                 plan.remove.append(path)
             elif entry.name in _OWN_FILES and own_dir:
                 _plan_own_folder(plan, out, path)

@@ -102,6 +102,15 @@ def _safe_name(url: str, name: str) -> str:
     return name
 
 
+def _view_name(folder: Remote) -> str:
+    """The local name of the view of `folder`: its last segment, unless a file name cannot be
+    that long (an object key's segment can: 1,024 bytes), then one made of its digest."""
+    name = folder.name or "dataset"
+    if len(os.fsencode(name)) <= 255:
+        return name
+    return f"dataset-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -146,7 +155,7 @@ class RemoteView(DatasetView):
             raise DatasetError(f"cannot make a scratch folder in {where} ({e.strerror or e}); "
                                "give --scratch-dir a folder with room") from None
         try:
-            view = cls(folder, scratch / (folder.name or "dataset"), {}, window)
+            view = cls(folder, scratch / _view_name(folder), {}, window)
             view._materialise()
             yield view
         finally:

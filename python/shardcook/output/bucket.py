@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from shardcook import _native
 from shardcook.dataset import mediarecords, shardrows
@@ -42,6 +42,7 @@ from shardcook.output.records import record_json
 from shardcook.output.uploader import Uploader, retried
 from shardcook.storage import access_problem, credentials_of, describe_error
 from shardcook.storage.location import Location
+from shardcook.storage.messages import unreachable
 
 T = TypeVar("T")
 
@@ -56,13 +57,15 @@ MARKER_READERS = 8
 class BucketRunFolder:
     """The output folder `location` in object storage; shards are staged under `scratch` (a
     local path, checked with the config; default: the system temp folder), at most
-    `upload_queue` of them waiting for upload."""
+    `upload_queue` of them waiting for upload. `what` names the folder in sentences: the
+    option or argument that gave it."""
 
     def __init__(self, location: Location, scratch: str | None = None,
-                 upload_queue: int = 4) -> None:
+                 upload_queue: int = 4, what: str = "--output-dir") -> None:
         assert location.remote is not None, f"{location} is a local folder"
         self.store = location.remote
         self.url = self.store.url
+        self._what = what
         self._scratch = Path(scratch) if scratch is not None else Path(tempfile.gettempdir())
         self._upload_queue = upload_queue
         self._staging: Path | None = None
@@ -96,18 +99,27 @@ class BucketRunFolder:
 
     # ---- checks ----------------------------------------------------------------------------
 
-    def _checked(self, doing: str, call: Callable[[], T]) -> T:
-        """`call()`, or a ConfigError saying the store cannot be used (never the credentials)."""
+    def _checked(self, doing: str, call: Callable[[], T],
+                 needs: Literal["read", "write"] = "write") -> T:
+        """`call()`, or a ConfigError saying the store cannot be used (never the credentials);
+        `needs` is what the command does there."""
         try:
             return call()
         except ConfigError:
             raise  # already one sentence
         except Exception as e:  # noqa: BLE001 - the client raises many kinds; one sentence
-            raise ConfigError(access_problem("--output-dir", self.url, "write", e) or
-                f"Output {self.url!r} cannot be used: {doing} failed ({describe_error(e)}); "
-                f"check that the bucket exists and that {credentials_of(self.url)} may list and "
-                "write there."
+            raise ConfigError(access_problem(self._what, self.url, needs, e) or
+                f"{self._what} {self.url!r} cannot be used: {doing} failed "
+                f"({describe_error(e)}); check that the bucket exists and that "
+                f"{credentials_of(self.url)} may list and {needs} there."
             ) from None
+
+    def _read(self, doing: str, call: Callable[[], T]) -> T:
+        """`call()`, a read retried as every store call is; when it fails every time,
+        ShardcookIOError saying the store cannot be reached (`messages.unreachable`), so what
+        it read is never taken for missing."""
+        return retried(f"{doing} in {self.url}", call,
+                       lambda e: unreachable(self._what, self.url, doing, e))
 
     def is_ours(self) -> bool:
         """True when nothing is under the URL, or a shardcook run (its manifest, or only
@@ -330,14 +342,18 @@ class BucketRunFolder:
         return created or self.read_file(name) == body
 
     def read_file(self, name: str) -> bytes | None:
-        """Object `name`, or None when there is none."""
-        def read() -> bytes | None:
-            try:
-                return self.store.read(name)
-            except FileNotFoundError:
-                return None
+        """Object `name`, or None when there is none.
 
-        return retried(f"reading {name} in {self.url}", read)
+        Raises:
+            ShardcookIOError: the store cannot be reached.
+        """
+        return self._read(f"reading {name}", partial(self._object, name))
+
+    def _object(self, name: str) -> bytes | None:
+        try:
+            return self.store.read(name)
+        except FileNotFoundError:
+            return None
 
     # ---- records ---------------------------------------------------------------------------
 
@@ -347,7 +363,8 @@ class BucketRunFolder:
         Raises:
             DatasetError: it is damaged or cannot be read.
         """
-        if not self._checked("reading the manifest", partial(self.store.exists, _MANIFEST)):
+        if not self._checked("reading the manifest", partial(self.store.exists, _MANIFEST),
+                             "read"):
             return None
         label = self.store.child(_MANIFEST)
         try:
@@ -372,10 +389,21 @@ class BucketRunFolder:
         """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
         retried(f"writing {name} to {self.url}", partial(self.store.write_bytes, name, data))
 
+    def interrupted_finalize(self) -> None:
+        """None: finalize works in a local copy (`--scratch-dir`) and uploads the metadata
+        only once it validated, `.info.json` last, so a killed one leaves no undo folder here
+        (a first one cut off while uploading leaves `.info.json` missing)."""
+        return None
+
     def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
         """The records of those of `units` that are done: one listing of the folder finds the
-        markers and the shards, then the markers that are there are read, a few at a time."""
-        present = set(retried(f"listing {self.url}", lambda: list(self.store.names())))
+        markers and the shards, then the markers that are there are read, a few at a time.
+
+        Raises:
+            ShardcookIOError: the store cannot be reached (a marker that cannot be read is not
+                a unit to redo).
+        """
+        present = set(self._read("listing the folder", lambda: list(self.store.names())))
         wanted = [u for u in units if self._marker(u) in present]
         with ThreadPoolExecutor(max_workers=MARKER_READERS) as pool:
             records = dict(zip(wanted, pool.map(self._read_record, wanted), strict=True))
@@ -383,10 +411,13 @@ class BucketRunFolder:
                 if r is not None and (r.get("shard") is None or r["shard"] in present)}
 
     def _read_record(self, unit: int) -> dict[str, Any] | None:
-        """The unit's marker as a record whose shard is None or a shard name, else None."""
+        """The unit's marker as a record whose shard is None or a shard name; None when it is
+        gone (deleted since the listing) or damaged (the unit is redone)."""
+        name = self._marker(unit)
+        data = self._read(f"reading {name}", partial(self._object, name))
         try:
-            record = json.loads(self.store.read(self._marker(unit)))
-        except (OSError, ValueError):
+            record = json.loads(data) if data is not None else None
+        except (ValueError, RecursionError):
             return None
         if not isinstance(record, dict):
             return None

@@ -99,15 +99,20 @@ class OutputFolder(Protocol):
     def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
         """The records of those of `units` that are done, by unit."""
 
+    def interrupted_finalize(self) -> str | None:
+        """The name of the undo folder a killed finalize left (`dataset/undo.py`): the
+        metadata is then half written; None when there is none."""
 
-def run_folder(output: OutputConfig) -> OutputFolder:
+
+def run_folder(output: OutputConfig, what: str = "--output-dir") -> OutputFolder:
     """The owner of `output.output_dir`: local, or in object storage (shards staged under
-    `output.scratch_dir`, at most `output.upload_queue` waiting for upload).
+    `output.scratch_dir`, at most `output.upload_queue` waiting for upload); `what` names it in
+    a bucket's sentences (`shardcook status` takes it as an argument).
 
     Raises:
         ConfigError: no output folder given, or a URL the Multi-Storage Client cannot open.
     """
     location = output.location
     if location.remote is not None:
-        return BucketRunFolder(location, output.scratch_dir, output.upload_queue)
+        return BucketRunFolder(location, output.scratch_dir, output.upload_queue, what)
     return RunFolder(location.path)

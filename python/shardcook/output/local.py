@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import mediarecords, metadata, shardrows
+from shardcook.dataset import mediarecords, metadata, shardrows, undo
 from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
     MANIFEST_JSON,
@@ -285,6 +285,11 @@ class RunFolder:
 
     def _write_json(self, path: Path, obj: Any) -> None:
         self.store.write_bytes(path.relative_to(self.root).as_posix(), record_json(obj))
+
+    def interrupted_finalize(self) -> str | None:
+        """The undo folder a killed finalize left here (`undo.interrupted`), by name."""
+        left = undo.interrupted(self.root)
+        return left[0].name if left else None
 
     def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
         """The records of those of `units` that are done (`read_marker`)."""

@@ -116,12 +116,14 @@ class Uploader:
             self._slots.release()
 
 
-def retried(what: str, call: Callable[[], T]) -> T:
+def retried(what: str, call: Callable[[], T],
+            failed: Callable[[Exception], str] | None = None) -> T:
     """`call()`, tried `TRIES` times with doubling waits between; `what` names the call and its
     store (`uploading 000003.tar to msc://profile/data`).
 
     Raises:
-        ShardcookIOError: the last try failed, in one sentence.
+        ShardcookIOError: the last try failed, in one sentence: `failed(error)` when given,
+            else one saying the run stopped.
     """
     def say(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -133,7 +135,7 @@ def retried(what: str, call: Callable[[], T]) -> T:
         return Retrying(stop=stop_after_attempt(TRIES), reraise=True, before_sleep=say,
                         wait=wait_exponential(multiplier=FIRST_BACKOFF_SECONDS))(call)
     except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-        raise ShardcookIOError(
+        raise ShardcookIOError(failed(e) if failed is not None else (
             f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the "
-            "units recorded so far: rerun the same command to resume."
+            "units recorded so far: rerun the same command to resume.")
         ) from None

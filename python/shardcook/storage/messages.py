@@ -97,6 +97,17 @@ def access_problem(what: str, url: str, doing: Literal["read", "write"],
     return None
 
 
+def unreachable(what: str, url: str, doing: str, error: BaseException) -> str:
+    """One sentence for a read of the store at `url` that failed every time it was tried: the
+    store's refusal of the credentials or their permissions (`access_problem`), else that it
+    cannot be reached, with the client's error; `doing` names the read (`listing the folder`).
+    Nothing is concluded from a read that failed, so a rerun is always the advice."""
+    return access_problem(what, url, "read", error) or (
+        f"{what} {url!r} cannot be reached: {doing} failed every time it was tried "
+        f"({describe_error(error)}); nothing was counted as missing or done: once the store "
+        "answers, rerun the same command.")
+
+
 
 
 def profile_problem(url: str, what: str, error: Exception) -> str:

@@ -219,13 +219,14 @@ def progress_bars(enabled: bool, units: int, samples: int) -> Iterator[Callable[
 
 
 def _check_folder(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject) -> None:
-    """Refuses what the output folder holds (something foreign, a different earlier run, what
-    --overwrite may not delete), writing nothing."""
+    """Refuses what the output folder holds (something foreign, a different earlier run or its
+    damaged ledger, what --overwrite may not delete), writing nothing."""
     if cfg.output.overwrite:
         folder.plan_overwrite()
     else:
         folder.check_ours()
         rep.check_resume(folder, manifest, job.resume_differences)
+        ledger.read_split(folder)
 
 
 def _setup(cfg: RunConfig, job: Job, folder: OutputFolder, manifest: JsonObject, place: Place,
@@ -371,6 +372,7 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
         folder.check_access()  # a store that refuses us, before any input is read
         source, manifest, units = _opened(cfg, job, folder, say=place.leads)
         _check_folder(cfg, job, folder, manifest)  # before the lock writes anything there
+        ledger.check_joins(folder, place)  # an array this split has no share for: the same
         me = Holder.this_run()
         folder.share(me)
         folder.check_writable()

@@ -17,11 +17,22 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeGuard
 
 from shardcook.config.sections import OutputConfig
-from shardcook.errors import ConfigError, DatasetError
-from shardcook.layouts.names import FINALIZE_JSON, FINALIZING_JSON, LEDGER_JSON, OURS_DIR
+from shardcook.errors import ConfigError, DatasetError, ShardcookError
+from shardcook.layouts.names import (
+    DATASET_YAML,
+    FINALIZE_JSON,
+    FINALIZING_JSON,
+    INFO_JSON,
+    LEDGER_JSON,
+    MANIFEST_JSON,
+    META_DIR,
+    OURS_DIR,
+    SPLIT_YAML,
+)
 from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.output.lock import Holder
 from shardcook.output.records import record_json
@@ -30,7 +41,12 @@ from shardcook.workers import Place
 
 LEDGER = f"{OURS_DIR}/{LEDGER_JSON}"
 CLAIM = f"{OURS_DIR}/{FINALIZING_JSON}"
-_FINALIZED = f"{OURS_DIR}/{FINALIZE_JSON}"
+#: What a run's finalize writes that the loader and validate need (finalize.json before
+#: dataset.yaml: a finalize killed between them leaves the first without the second).
+_FINALIZED = (f"{OURS_DIR}/{FINALIZE_JSON}", f"{META_DIR}/{INFO_JSON}",
+              f"{META_DIR}/{SPLIT_YAML}", f"{META_DIR}/{DATASET_YAML}")
+#: How `shardcook status` names its argument.
+_STATUS_OUTPUT = "The run's output folder"
 _WORKER_NAMES = {"array": "array index", "srun": "srun task", "torchrun": "rank", "one": "worker"}
 
 
@@ -60,15 +76,33 @@ class Split:
 
     @classmethod
     def parse(cls, data: bytes, where: str) -> Split:
+        """The split `data` records, every field in its range (an array's `first` an index
+        of 0 or more, any other launch's none), or DatasetError."""
         try:
             d = json.loads(data)
-            split = cls(int(d["workers"]), int(d["units"]), str(d["launcher"]),
-                        None if d.get("first") is None else int(d["first"]))
-            if split.workers >= 1 and split.units >= 0:
-                return split
-        except (ValueError, KeyError, TypeError):
-            pass
-        raise DatasetError(f"{where} is damaged; rerun with --overwrite to start over.")
+        except (ValueError, RecursionError):
+            d = None
+        if isinstance(d, dict):
+            workers, units, launcher, first = (d.get(k) for k in ("workers", "units",
+                                                                  "launcher", "first"))
+            if (_count(workers) and workers >= 1 and _count(units)
+                    and launcher in _WORKER_NAMES
+                    and (_count(first) if launcher == "array" else first is None)):
+                return cls(workers, units, launcher, first)
+        raise damaged(where)
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """A whole number of 0 or more (not a bool, a float or a string)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def damaged(where: str, why: str = "") -> DatasetError:
+    """A damaged ledger: it only records how the units were shared out, so removing it loses
+    nothing; the next launch records its own split and skips the units already done."""
+    return DatasetError(
+        f"{where} is damaged{why}; it only records how the run's units were shared out, so "
+        "remove it and rerun the run's command: the finished units are kept.")
 
 
 def started_by(place: Place, units: int) -> Split:
@@ -114,15 +148,46 @@ def read_split(folder: OutputFolder) -> Split | None:
 
 
 def units_for(units: list[WorkUnit], place: Place, split: Split) -> list[WorkUnit]:
-    """The units worker `place` takes (see the module)."""
+    """The units worker `place` takes (see the module).
+
+    Raises:
+        ConfigError: `place` cannot take a share of `split` (`check_joins`).
+    """
+    index, count = _share(place, split)
+    return [u for u in units if split.share_of(u.unit) % count == index]
+
+
+def _share(place: Place, split: Split) -> tuple[int, int]:
+    """(index, count): worker `place` takes the shares s of `split` with s % count == index."""
     if place.launcher == "array" and split.launcher == "array":
         assert place.task is not None and split.first is not None  # an array's
-        index, count = place.task - split.first, split.workers
-    else:
-        if place.launcher == "array":
-            _consecutive(place)
-        index, count = place.index, place.count
-    return [u for u in units if split.share_of(u.unit) % count == index]
+        index = place.task - split.first
+        if not 0 <= index < split.workers:  # it would take no unit, yet say it is done
+            last = split.first + split.workers - 1
+            raise ConfigError(
+                f"Array index {place.task} is not one of this run's: its units were shared "
+                f"out among array indexes {split.first}..{last}; resubmit only the indexes "
+                "`shardcook status` lists.")
+        return index, split.workers
+    if place.launcher == "array":
+        _consecutive(place)
+    return place.index, place.count
+
+
+def check_joins(folder: OutputFolder, place: Place) -> None:
+    """Refuses, before this worker writes anything, a launch that cannot take a share of the
+    folder's split: an array with gaps starting a run (or resuming one something else
+    started), an array index outside the split of the array that started it.
+
+    Raises:
+        ConfigError: as `units_for`.
+        DatasetError: the recorded split is damaged.
+    """
+    split = read_split(folder)
+    if split is not None:
+        _share(place, split)
+    elif place.launcher == "array":
+        _consecutive(place)
 
 
 def claim_finalize(folder: OutputFolder, me: Holder, place: Place) -> bool:
@@ -152,6 +217,9 @@ class Status:
     split: Split | None
     missing: list[int]
     finalizer: str | None
+    #: Why a run that asked for finalize is not finalized though every unit is done (`a
+    #: finalize was interrupted: .shardcook-undo-x is left`); None otherwise.
+    unfinalized: str | None = None
 
     @property
     def resubmit(self) -> str | None:
@@ -168,10 +236,12 @@ class Status:
             return [f"{self.where}: not complete, and the run recorded no split of its units; "
                     "rerun the same command to complete it."]
         if not self.missing:
+            why = f" ({self.unfinalized})" if self.unfinalized else ""
             who = f", claimed by {self.finalizer}" if self.finalizer else ""
+            gone = "if that worker is gone, " if self.finalizer else ""
             return [f"{self.where}: all {self.split.units} units are done, but the dataset is not "
-                    f"finalized{who}; if that worker is gone, rerun the same command once "
-                    "without Slurm's variables (one process) to finalize."]
+                    f"finalized{why}{who}; {gone}rerun the same command once without Slurm's "
+                    "variables (one process) to finalize."]
         lines = [f"{self.where}: {len(self.missing)} of {self.split.units} units are missing "
                  f"(of a run shared out among {self.split.workers} workers):"]
         by_share: dict[int, list[int]] = {}
@@ -194,6 +264,7 @@ class Status:
             "missing": [{"unit": u, "worker": split.worker(split.share_of(u))}
                         for u in self.missing] if split is not None else [],
             "finalizer": self.finalizer,
+            "unfinalized": self.unfinalized,
             "resubmit": self.resubmit,
         }
 
@@ -213,21 +284,74 @@ def run_status(output: str) -> Status:
     """Where the run in `output` (a folder or a URL) stands, reading only its records.
 
     Raises:
-        ConfigError: `output` holds no shardcook run, or cannot be read.
+        ConfigError: `output` is not a folder, holds no shardcook run, or cannot be read.
+        DatasetError: its records are damaged.
+        ShardcookIOError: its store cannot be reached.
     """
-    folder = run_folder(OutputConfig(output_dir=output))
+    if not output:
+        raise ConfigError(f"{_STATUS_OUTPUT} is empty; name the folder (or URL) a run wrote.")
+    config = OutputConfig(output_dir=output)
+    location = config.located("output_dir", _STATUS_OUTPUT)  # sentences name it as status does
+    assert not isinstance(location, list) and location is not None  # one place, given
+    if location.remote is None:
+        _check_local(location.path)
+    folder = run_folder(config, _STATUS_OUTPUT)
     try:
-        manifest = folder.read_manifest()
-        split = read_split(folder)
-        if manifest is None and split is None:
-            raise ConfigError(f"{output!r} holds no shardcook run (no .shardcook/manifest.json).")
-        missing: list[int] = []
-        if split is not None:
-            done = folder.read_markers(list(range(split.units)))
-            missing = [u for u in range(split.units) if u not in done]
-        finalize = bool(((manifest or {}).get("config") or {}).get("output", {}).get("finalize"))
-        complete = bool((manifest or {}).get("complete")) and not missing and (
-            not finalize or folder.read_file(_FINALIZED) is not None)
-        return Status(str(folder), complete, split, missing, claimant(folder))
+        return _status(folder, output)
+    except OSError as e:
+        if isinstance(e, ShardcookError):
+            raise
+        raise DatasetError(f"{folder}: its records cannot be read ({e.strerror or e}).") from None
     finally:
         folder.close()
+
+
+def _check_local(path: Path) -> None:
+    if not path.exists():
+        raise ConfigError(f"{_STATUS_OUTPUT} {str(path)!r} does not exist; name the folder "
+                          "a run wrote.")
+    if not path.is_dir():
+        raise ConfigError(f"{_STATUS_OUTPUT} {str(path)!r} is a file, not a folder; name the "
+                          "folder a run wrote.")
+
+
+def _status(folder: OutputFolder, output: str) -> Status:
+    manifest = folder.read_manifest()
+    split = read_split(folder)
+    if manifest is None and split is None:
+        raise ConfigError(f"{output!r} holds no shardcook run (no .shardcook/manifest.json).")
+    missing: list[int] = []
+    if split is not None:
+        _check_units(folder, split, manifest)
+        done = folder.read_markers(list(range(split.units)))
+        missing = [u for u in range(split.units) if u not in done]
+    finalize = bool(((manifest or {}).get("config") or {}).get("output", {}).get("finalize"))
+    recorded = bool((manifest or {}).get("complete")) and not missing
+    unfinalized = _unfinalized(folder) if recorded and finalize else None
+    return Status(str(folder), recorded and unfinalized is None, split, missing,
+                  claimant(folder), unfinalized)
+
+
+def _check_units(folder: OutputFolder, split: Split, manifest: dict[str, Any] | None) -> None:
+    """Refuses a ledger whose unit count the manifest cannot have: every unit holds at least one
+    input (a damaged count would have status list, or hold in memory, units no run has)."""
+    if manifest is None:
+        raise DatasetError(f"{folder} holds a run's {LEDGER} but not its "
+                           f"{OURS_DIR}/{MANIFEST_JSON}, so its records are damaged.")
+    inputs = manifest.get("num_inputs")
+    if not (_count(inputs) and split.units <= inputs):
+        says = f"{inputs} inputs" if _count(inputs) else "no number of inputs"
+        raise damaged(f"{folder}/{LEDGER}", f": it records {split.units} units, but the run's "
+                      f"manifest.json records {says}")
+
+
+def _unfinalized(folder: OutputFolder) -> str | None:
+    """Why the dataset in `folder` is not finalized: an interrupted finalize's undo folder, or
+    a file finalize writes that is missing; None when it is finalized."""
+    left = folder.interrupted_finalize()
+    if left is not None:
+        return f"a finalize was interrupted: {left} is left"
+    missing = [name for name in _FINALIZED if folder.read_file(name) is None]
+    if missing:
+        return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing"
+    return None

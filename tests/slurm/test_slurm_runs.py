@@ -125,3 +125,26 @@ def test_cancelled_array_task_found_and_resubmitted_alone(slurm, inputs, tmp_pat
     done = status(slurm, out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_same_dataset(out, one)
+
+
+def test_an_array_index_outside_the_run_fails_in_one_sentence(slurm, inputs, tmp_path):
+    """A run `--array=0-3` started, then `sbatch --array=7` of the same script: task 7 has no
+    share of the 4-way split; it fails (exit 2) with one sentence and writes nothing, where it
+    used to say it was done and end COMPLETED."""
+    src, _ = inputs
+    out = tmp_path / "out"
+    script = raw_script(tmp_path, src, out, block_task="1")
+    job = slurm.sbatch(script, "--array=0-3", "-o", str(tmp_path / "%A_%a.log"))
+    slurm.wait_for(f"{job}_1", ("RUNNING",))
+    slurm.client("scancel", f"{job}_1")
+    slurm.wait_ended(job, timeout=100)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    again = slurm.sbatch(script, "--array=7", "-o", str(tmp_path / "%A_%a.log"))
+    slurm.wait_ended(again, timeout=100)
+    log = (tmp_path / f"{again}_7.log").read_text()
+    assert slurm.state(f"{again}_7") == "FAILED", log
+    assert log.strip().splitlines() == [
+        "error: Array index 7 is not one of this run's: its units were shared out among array "
+        "indexes 0..3; resubmit only the indexes `shardcook status` lists."], log
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert "--array=1" in status(slurm, out).stdout

@@ -12,8 +12,8 @@ import pytest
 from shardcook.layouts import LAYOUTS, EncodeSpec, Layout, Reading, registry_function
 
 #: The reading spec's and the encode spec's fields that name a `module:name`.
-SPEC_FIELDS = {Reading: ("cooker", "checker", "split_checker", "timesteps", "task_encoder",
-                         "preview"),
+SPEC_FIELDS = {Reading: ("cooker", "checker", "split_checker", "agreement", "timesteps",
+                         "task_encoder", "preview"),
                EncodeSpec: ("part_builder",)}
 FORMAT_MD = Path(__file__).parents[2] / "docs" / "FORMAT.md"
 

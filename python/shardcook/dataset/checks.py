@@ -18,7 +18,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
-from shardcook.dataset.samplecheck import Checker, check_sample
+from shardcook.dataset.samplecheck import Checker, SplitAgreement, check_sample
 from shardcook.dataset.sqlitedb import open_read_only
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout
@@ -294,15 +294,18 @@ def deep_problems(
     layout: Layout | None,
     manifest: Mapping[str, Any],
     checker: Checker | None,
+    agreement: SplitAgreement | None = None,
 ) -> list[str]:
-    """Reads every sample of every shard and checks it (see `samplecheck.check_sample`)."""
+    """Reads every sample of every shard and checks it (see `samplecheck.check_sample`), and
+    a sound one against its split's first (`agreement`): a broken sample is named once."""
     problems = []
     for shard in shards:
         try:
             for key, parts in _native.read_shard(root / shard):
-                problems += [f"{shard}: sample {key} {p}"
-                             for p in check_sample(parts, layout, manifest=manifest,
-                                                   checker=checker, deep=True)]
+                found = check_sample(parts, layout, manifest=manifest, checker=checker, deep=True)
+                problems += [f"{shard}: sample {key} {p}" for p in found]
+                if agreement is not None and not found:
+                    problems += agreement.check(shard, key, parts)
         except ShardcookError as e:
             problems.append(str(e))
     return problems

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,9 @@ from shardcook.layouts.preencoded import POSTERIOR_PARTS
 Checker = Callable[[Mapping[str, bytes], Mapping[str, Any], bool], list[str]]
 #: A layout's check across a split: (root, split, shards) -> one sentence per problem.
 SplitChecker = Callable[[Path, str, Sequence[str]], list[str]]
+#: What every sample of a split shares in a layout: (key, parts) -> {fact: value}, a value None
+#: where the part is not readable (the sample's own check names it).
+Agreement = Callable[[str, Mapping[str, bytes]], dict[str, object]]
 
 TENSOR_EXTENSIONS = ("pth", "pt", "npy")
 
@@ -89,6 +94,61 @@ def load_split_checker(layout: Layout | None) -> SplitChecker | None:
         return None
     checker: SplitChecker = registry_function(layout.reading.split_checker)
     return checker
+
+
+def load_agreement(layout: Layout | None) -> Agreement | None:
+    """The layout's `agreement` function, imported."""
+    if layout is None or layout.reading.agreement is None:
+        return None
+    agreement: Agreement = registry_function(layout.reading.agreement)
+    return agreement
+
+
+class SplitAgreement:
+    """`validate --deep`'s check that the samples of each split agree on what their layout says
+    they share (`Reading.agreement`): each against the first sound one read of its split, whatever
+    window of shards it is read in; the first `SHOWN` that differ are named, the rest counted
+    by `rest`."""
+
+    SHOWN = 10
+
+    def __init__(self, facts: Agreement, splits: Mapping[str, Sequence[str]]) -> None:
+        self.facts = facts
+        self.split_of: dict[str, str] = {}
+        for split, shards in splits.items():
+            for shard in shards:
+                self.split_of.setdefault(shard, split)
+        #: split -> (shard, key, facts) of its first sample
+        self.first: dict[str, tuple[str, str, dict[str, object]]] = {}
+        self.differing: Counter[str] = Counter()
+
+    def check(self, shard: str, key: str, parts: Mapping[str, bytes]) -> list[str]:
+        """The problem when sample `key` of `shard` does not share its split's facts."""
+        split = self.split_of.get(shard)
+        if split is None:
+            return []
+        facts = self.facts(key, parts)
+        if split not in self.first:
+            self.first[split] = (shard, key, facts)
+            return []
+        first_shard, first_key, want = self.first[split]
+        differ = [name for name in dict.fromkeys([*want, *facts])
+                  if want.get(name) is not None and facts.get(name) is not None
+                  and want[name] != facts[name]]
+        if not differ:
+            return []
+        self.differing[split] += 1
+        if self.differing[split] > self.SHOWN:
+            return []
+        said = "; ".join(f"{name} {facts[name]}, not {want[name]}" for name in differ)
+        return [f"{shard}: sample {key} does not match sample {first_key} ({first_shard}), the "
+                f"first of the {split} split: {said}; a split's samples must agree on these "
+                "(were two runs with other options mixed?)"]
+
+    def rest(self) -> list[str]:
+        """How many more samples of each split differ than were named."""
+        return [f"{n - self.SHOWN} more samples of the {split} split do not match its first"
+                for split, n in self.differing.items() if n > self.SHOWN]
 
 
 def check_sample(
@@ -305,3 +365,82 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
                             f"manifest says {channels}")
         problems += _latent_fits_json(parts, LATENT_PART, latent.shape[1:], META_PART)
     return problems
+
+
+# ---- what a split's samples share (named by `Reading.agreement`) ------------------------------
+
+
+def _tensor_facts(parts: Mapping[str, bytes], name: str, whole: bool) -> dict[str, object]:
+    """A tensor part's dtype and its whole shape (`whole`), or its rank and channel count (the
+    first dimension): a latent's height and width vary with each image's size."""
+    info = _tensor(parts, name)
+    if info is None:
+        return {}
+    if whole:
+        return {f"{name} shape": list(info.shape), f"{name} dtype": info.dtype}
+    return {f"{name} rank": len(info.shape),
+            f"{name} channels": info.shape[0] if info.shape else None,
+            f"{name} dtype": info.dtype}
+
+
+def _pickled_facts(parts: Mapping[str, bytes], part: str) -> dict[str, object]:
+    """The shape and dtype of each tensor pickle part `part` holds (one, or a dict of them)."""
+    if part not in parts:
+        return {}
+    held, problems = _pickled(parts, part)
+    if problems:
+        return {}
+    named = held.items() if isinstance(held, dict) else [(None, held)]
+    facts: dict[str, object] = {}
+    for name, info in named:
+        if isinstance(info, TensorInfo):
+            where = part if name is None else f"{part}'s {name}"
+            facts.update({f"{where} shape": list(info.shape), f"{where} dtype": info.dtype})
+    return facts
+
+
+def _part_names(parts: Mapping[str, bytes], optional: Collection[str] = ()) -> dict[str, object]:
+    return {"parts": ", ".join(sorted(name for name in parts if name not in optional))}
+
+
+def preencoded_agreement(key: str, parts: Mapping[str, bytes]) -> dict[str, object]:
+    """The parts but the optional caption.txt and meta.json (a Primus dataset may hold them for
+    some samples only), so the posterior too; the latents' rank, channels and dtype (their height
+    and width follow each image with --resize-mode variable or bucket); the text embeddings'
+    whole shapes and dtype."""
+    from shardcook.layouts.preencoded import PREENCODED
+
+    optional = set(PREENCODED.parts) - set(PREENCODED.required)
+    return {**_part_names(parts, optional), **_tensor_facts(parts, "latents.pth", False),
+            **_tensor_facts(parts, "prompt_embeds.pth", True),
+            **_tensor_facts(parts, "pooled_prompt_embeds.pth", True)}
+
+
+def bridge_flux_agreement(key: str, parts: Mapping[str, bytes]) -> dict[str, object]:
+    """As `preencoded_agreement`, for Bridge's `pth` latent and its `pickle` of embeddings."""
+    from shardcook.layouts.bridge_flux import EMBEDDINGS_PART, LATENT_PART
+
+    return {**_part_names(parts), **_tensor_facts(parts, LATENT_PART, False),
+            **_pickled_facts(parts, EMBEDDINGS_PART)}
+
+
+#: Bridge's key of one frame of a video, `{video:06}_{frame:02}` (a clip's is `{video:06}`).
+_FRAME_KEY = re.compile(r"\d+_\d+")
+
+
+def wan_agreement(key: str, parts: Mapping[str, bytes]) -> dict[str, object]:
+    """The parts; the latent's rank, channels and dtype (its frames, height and width follow
+    each clip); the embedding's whole shape and dtype; whether the samples are clips or single
+    frames (the key's kind and json's `processing_mode`: one run makes one kind)."""
+    from shardcook.layouts.wan import EMBEDDING_PART, LATENT_PART, META_PART
+
+    facts = {**_part_names(parts), **_tensor_facts(parts, LATENT_PART, False),
+             **_pickled_facts(parts, EMBEDDING_PART)}
+    name = key.rpartition("/")[2]
+    facts["key kind"] = "frame" if _FRAME_KEY.fullmatch(name) else "clip"
+    try:
+        mode = json.loads(parts[META_PART]).get("processing_mode")
+    except (KeyError, ValueError, AttributeError, RecursionError):
+        mode = None
+    facts[f"{META_PART}'s processing_mode"] = mode if isinstance(mode, str) else None
+    return facts

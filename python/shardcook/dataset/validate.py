@@ -20,7 +20,13 @@ from shardcook.dataset.index import (
     shard_name_problem,
 )
 from shardcook.dataset.location import dataset_view
-from shardcook.dataset.samplecheck import Checker, load_checker, load_split_checker
+from shardcook.dataset.samplecheck import (
+    Checker,
+    SplitAgreement,
+    load_agreement,
+    load_checker,
+    load_split_checker,
+)
 from shardcook.dataset.summary import (
     NO_SAMPLE_TABLES,
     DatasetSummary,
@@ -332,18 +338,24 @@ def _check_every_sample(report: ValidationReport, view: DatasetView,
                         splits: dict[str, list[str]], listed: list[str], layout: Layout | None,
                         manifest: dict[str, Any], checker: Checker | None) -> None:
     """`--deep`: every shard read once, a window at a time: scanned against its `.tar.idx`,
-    every sample checked, the layout's split checks, parts held twice."""
+    every sample checked, also against its split's first (`SplitAgreement`), the layout's split
+    checks, parts held twice."""
     root = view.root
     split_checker = load_split_checker(layout)
+    facts = load_agreement(layout)
+    agreement = SplitAgreement(facts, splits) if facts is not None else None
     # else sqlite_problems looked, in the sample_parts table
     repeated = legacy.PARTS_TABLE not in (legacy.sqlite_tables(root) or set())
     counts = dict.fromkeys(listed)
     for window in view.windows(listed):
         report.problems += view.verify_shards([(s, counts[s]) for s in window])
-        report.problems += checks.deep_problems(root, window, layout, manifest, checker)
+        report.problems += checks.deep_problems(root, window, layout, manifest, checker,
+                                                agreement)
         if split_checker is not None:
             for split, shards in splits.items():
                 report.problems += split_checker(root, split, [s for s in shards if s in window])
         if repeated:
             report.problems += checks.repeated_part_problems(root, window)
+    if agreement is not None:
+        report.problems += agreement.rest()
 

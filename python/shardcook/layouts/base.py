@@ -52,6 +52,11 @@ class Reading:
         split_checker: `module:function` of a check across the samples of each split, for
             `validate --deep` (shapes that agree, a field all or none carry), or None: called
             as `split_checker(root, split, shards)`, it returns one sentence per problem.
+        agreement: `module:function` of what every sample of a split shares, for `validate
+            --deep` (the parts, tensor ranks and channels, the kind of sample): called as
+            `agreement(key, parts)`, it returns {fact: value} (None: not readable), and a
+            sample whose facts differ from its split's first sample's is a problem; None: no
+            such check.
         timesteps: `module:function` counting the validation timesteps of the val split's
             samples (`timesteps(root, shards) -> {timestep: count}`), which `info` shows, or None.
         preview: `module:function` called as `preview(key, parts)`, returning a sample's picture
@@ -66,6 +71,7 @@ class Reading:
     posterior_parts: tuple[str, ...] = ()
     checker: str | None = None
     split_checker: str | None = None
+    agreement: str | None = None
     timesteps: str | None = None
     preview: str | None = None
 

@@ -23,6 +23,7 @@ BRIDGE_FLUX = Layout(
         reads_unmarked=True,
         task_encoder="shardcook.energon:BridgeFluxTaskEncoder",
         checker="shardcook.dataset.samplecheck:check_bridge_flux",
+        agreement="shardcook.dataset.samplecheck:bridge_flux_agreement",
         preview="shardcook.preview:bridge_flux_picture",
     ),
     encode=EncodeSpec(

@@ -23,6 +23,7 @@ PREENCODED = Layout(
         task_encoder_options=("resample_latents",),
         posterior_parts=POSTERIOR_PARTS,
         checker="shardcook.dataset.samplecheck:check_preencoded",
+        agreement="shardcook.dataset.samplecheck:preencoded_agreement",
         preview="shardcook.preview:preencoded_picture",
     ),
     encode=EncodeSpec(

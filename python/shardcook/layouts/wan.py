@@ -18,6 +18,7 @@ WAN = Layout(
     parts=(LATENT_PART, EMBEDDING_PART, META_PART),
     required=(LATENT_PART, EMBEDDING_PART, META_PART),
     reading=Reading(checker="shardcook.dataset.samplecheck:check_wan",
+                    agreement="shardcook.dataset.samplecheck:wan_agreement",
                     preview="shardcook.preview:wan_picture"),
     encode=EncodeSpec(
         part_builder="shardcook.jobs.encode.wan_parts:encoded_wan_parts",

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardcook.config import ChatmlConfig, RunConfig, output_affecting
+from shardcook.config import RunConfig, output_affecting
+from shardcook.config.sections import _SECTION_CLASSES
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
@@ -42,26 +44,35 @@ def new_manifest(cfg: RunConfig, encoding: str, source: JsonObject, num_inputs: 
 
 
 def _flat(config: JsonObject) -> JsonObject:
-    cfg = RunConfig(chatml=ChatmlConfig() if "chatml" in config else None)
-    for section, values in config.items():
-        sec = getattr(cfg, section, None)
-        if sec is None:
+    """The options a recorded config (`RunConfig.to_dict()`) is compared on: every section of
+    `RunConfig` it records, each option it lacks (one added since) at its default; an optional
+    section it does not record (chatml, video) left out."""
+    cfg = RunConfig()
+    for name, cls in _SECTION_CLASSES.items():
+        values = config.get(name)
+        if not isinstance(values, dict):
             continue
-        for k, v in values.items():
-            if hasattr(sec, k):
-                setattr(sec, k, v)
+        section = cls()
+        fields = {f.name for f in dataclasses.fields(section)}
+        for key, value in values.items():
+            if key in fields:
+                setattr(section, key, value)
+        setattr(cfg, name, section)
     return output_affecting(cfg)
 
 
 def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
-    """The differences between an earlier run's manifest and this run's, as `name: old -> new`."""
+    """The differences between an earlier run's manifest and this run's, as `name: old -> new`:
+    the encoding, every option of either config's sections (`output_affecting`; the model's
+    through the encoder facts a job adds to the manifest), the inputs and the job's manifest
+    entries."""
     diffs = []
     if old.get("encoding") != new.get("encoding"):
         diffs.append(f"encoding: {old.get('encoding')} -> {new.get('encoding')}")
     a, b = _flat(old.get("config") or {}), _flat(new["config"])
-    for key in b:
-        if a.get(key) != b[key]:
-            diffs.append(f"{key}: {a.get(key)!r} -> {b[key]!r}")
+    for key in dict.fromkeys([*b, *a]):  # an option of a section only one run has, too
+        if a.get(key) != b.get(key):
+            diffs.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
     if old.get("num_inputs") != new.get("num_inputs"):
         diffs.append(f"number of inputs: {old.get('num_inputs')} -> {new.get('num_inputs')}")
     compared = ("config", "encoding", "num_inputs", "num_samples", "num_skipped", "shards",

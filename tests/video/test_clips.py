@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
+from shardcook.config.sections import MAX_CLIP_PIXELS
 from shardcook.encoders.wan import prompt_clean
+from shardcook.media import MediaError
 from shardcook.media.clips import (
     Framing,
     clips_of,
     decode_frames,
     frame_picks,
+    packet_count,
     resize_dimensions,
     resize_frame,
 )
@@ -137,6 +141,11 @@ def test_each_caption_convention_names_its_clip(tmp_path):
     (("--layout", "wan", "--resize-mode", "crop"), "--resize-mode must be one of bilinear"),
     (("--layout", "wan", "--video-mode", "frames", "--max-frames", "3"),
      "--max-frames is for --video-mode video"),
+    (("--layout", "wan", "--num-frames", "4"), "--num-frames is for --video-mode frames"),
+    (("--layout", "wan", "--video-mode", "frames", "--frame-stride", "2"),
+     "--frame-stride is for --video-mode video"),
+    (("--layout", "wan", "--t5-max-length", "600"),
+     "Wan's UMT5 text encoder always pads captions to 226 tokens"),
     (("--video-mode", "frames"), "--video-mode is for video inputs (--layout wan)"),
     (("--resize-mode", "bilinear"), "--resize-mode bilinear is for video inputs"),
 ])
@@ -145,6 +154,7 @@ def test_video_options_are_refused_in_one_sentence(tmp_path, args, says):
     r = run_in_process(["encode", "--input-dir", str(tmp_path / "in"), "--output-dir",
                         str(tmp_path / "out"), "--print-config", *args], expect=2)
     assert says in r.output and "Traceback" not in r.output
+    assert "FLUX T5 tokenizer" not in r.output
 
 
 def test_a_wan_run_records_its_video_section_and_an_image_run_none(tmp_path):
@@ -155,3 +165,143 @@ def test_a_wan_run_records_its_video_section_and_an_image_run_none(tmp_path):
     assert "video:" in wan and "center_crop: true" in wan and "resize_mode: bilinear" in wan
     assert "model_path: Wan-AI/" in wan
     assert "video:" not in run_in_process(base).output
+
+
+def _all_frames_first(data: bytes, framing: Framing, span: tuple[int, int] | None = None
+                      ) -> tuple[list[np.ndarray], list[list[int]]]:
+    """`clips_of` as it was: every frame of the span decoded and held, then the picks."""
+    held = list(decode_frames(data, span))
+    picks = frame_picks(len(held), framing)
+    used = sorted({i for clip in picks for i in clip})
+    order = {i: n for n, i in enumerate(used)}
+    return ([resize_frame(rgb(held[i]), framing) for i in used],
+            [[order[i] for i in clip] for clip in picks])
+
+
+def _cut_at_a_non_keyframe(source: Path, out: Path) -> Path:
+    """`source` remuxed without its first two packets, as a clip cut by stream copy is: the
+    decoder drops the frames before the next keyframe, so packets outnumber frames."""
+    import av
+
+    with av.open(str(source)) as given, av.open(str(out), "w") as cut:
+        stream = given.streams.video[0]
+        copy = cut.add_stream_from_template(stream)
+        for n, packet in enumerate(given.demux(stream)):
+            if packet.size and n >= 2:
+                packet.stream = copy
+                cut.mux(packet)
+    return out
+
+
+def _keyframes_every_6(path: Path, n: int) -> Path:
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=8, options={"g": "6", "bf": "0"})
+        stream.width, stream.height, stream.pix_fmt = 80, 48, "yuv420p"
+        for f in frames(n):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+FRAMINGS = [Framing(None), Framing(None, stride=2), Framing(None, stride=3, max_frames=3),
+            Framing(None, max_frames=100), Framing((24, 40), "bicubic", max_frames=4),
+            Framing((32, 32), center_crop=True, stride=2),
+            Framing(None, mode="frames", num_frames=4), Framing(None, mode="frames", num_frames=1),
+            Framing((24, 40), mode="frames", num_frames=5)]
+
+
+@pytest.mark.parametrize("clip", ["x264", "ffv1", "cut"])
+def test_frames_kept_as_decoded_are_the_picks_of_every_frame_held(tmp_path, clip):
+    """Each used frame resized as it is decoded, the others dropped, decoding stopped after the
+    last one: the same picks and the same bytes as decoding every frame first, in every mode,
+    with spans, and for a clip whose packets outnumber its frames (the count is checked)."""
+    if clip == "cut":
+        data = _cut_at_a_non_keyframe(_keyframes_every_6(tmp_path / "whole.mkv", 20),
+                                      tmp_path / "cut.mkv").read_bytes()
+        assert packet_count(data) == 18 and len(list(decode_frames(data))) == 15
+    else:
+        data = write_clip(tmp_path / "c.mkv", 17, "libx264" if clip == "x264" else "ffv1",
+                          seed=3).read_bytes()
+    for framing in FRAMINGS:
+        for span in (None, (2, 11), (5, 100)):
+            got, want = clips_of(data, framing, span), _all_frames_first(data, framing, span)
+            assert got[1] == want[1], (framing, span)
+            assert len(got[0]) == len(want[0]) and all(
+                a.tobytes() == b.tobytes() and a.shape == b.shape
+                for a, b in zip(got[0], want[0], strict=True)), (framing, span)
+
+
+def _long_clip(path: Path, n: int, h: int, w: int) -> Path:
+    """`n` frames of a square moving over black, written one at a time."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        for t in range(n):
+            f = np.zeros((h, w, 3), np.uint8)
+            f[40:56, (t * 3) % (w - 16):(t * 3) % (w - 16) + 16] = 255
+            for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+PEAK = """
+import sys
+from pathlib import Path
+from shardcook.media.clips import Framing, clips_of
+
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) * 1024
+
+data = Path(sys.argv[1]).read_bytes()
+before = peak()
+used, picks = clips_of(data, Framing(None, mode=sys.argv[2], num_frames=5, max_frames=5))
+assert len(used) == 5, picks
+print(peak() - before)
+"""
+
+
+@pytest.mark.parametrize("mode", ["video", "frames"])
+def test_five_frames_of_a_3000_frame_video_hold_five_frames(tmp_path, mode):
+    """--max-frames 5 (video mode) or --num-frames 5 (frames mode) of a 3,000-frame video:
+    the process's peak memory grows by far less than the decoded video (3,000 frames held
+    were 225 MB here; a 2-minute 720p clip's ran out of memory)."""
+    import subprocess
+    import sys
+
+    h, w, n = 192, 256, 3000
+    clip = _long_clip(tmp_path / "long.mp4", n, h, w)
+    r = subprocess.run([sys.executable, "-c", PEAK, str(clip), mode], capture_output=True,
+                       text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    decoded = n * h * w * 3 // 2  # yuv420p
+    assert int(r.stdout) < decoded // 8, (int(r.stdout), decoded)
+
+
+def test_a_video_over_the_pixel_bound_is_too_large(tmp_path):
+    """Kept frames x height x width over `max_pixels` (as the VAE would get them) is a
+    `too_large` skip with the advice, found while decoding; the default bound lets Wan's own
+    81 x 480 x 832 and 81 x 720 x 1280 clips through."""
+    data = write_clip(tmp_path / "c.mkv", 9, "ffv1").read_bytes()  # 48 x 80
+    assert clips_of(data, Framing(None, max_pixels=9 * 48 * 80))[1] == [list(range(9))]
+    with pytest.raises(MediaError, match=r"9 frames of 48x80 already hold more than the 34,559 "
+                                         "pixels.*pass --height and --width or --max-frames"
+                       ) as e:
+        clips_of(data, Framing(None, max_pixels=9 * 48 * 80 - 1))
+    assert e.value.reason == "too_large"
+    # resized to 24 x 40 the clip fits; frames mode counts its N frames
+    assert len(clips_of(data, Framing((24, 40), max_pixels=9 * 24 * 40))[0]) == 9
+    with pytest.raises(MediaError, match=r"a smaller --height and --width to encode it$"):
+        clips_of(data, Framing((24, 40), mode="frames", num_frames=4, max_pixels=3 * 24 * 40))
+    for wan_clip in (81 * 480 * 832, 81 * 720 * 1280, 121 * 704 * 1280):
+        assert wan_clip <= MAX_CLIP_PIXELS
+    assert MAX_CLIP_PIXELS < 81 * 1080 * 1920

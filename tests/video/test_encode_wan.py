@@ -324,3 +324,94 @@ def test_clips_kept_at_their_own_size_wait_within_the_byte_budget(tiny_wan, tmp_
     assert clip_bytes <= report["prepared_peak_bytes"] <= 2 * clip_bytes
     latent = load_tensor(samples(out)["000000"]["pth"])
     assert latent.shape == (16, 3, 12, 20)  # 96 x 160 through the VAE's 8x
+
+
+def _tars(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.glob("*.tar")}
+
+
+def test_resume_with_other_video_options_is_refused(video_run, clips, tiny_wan, tmp_path):
+    """The video section is compared on resume like every other: a run killed mid-way and run
+    again in frames mode at another size, or a finished run given another size, is refused in
+    one sentence naming the options, and nothing is written (they used to mix [16, T', 6, 10]
+    clip latents with [16, 1, 2, 2] frame latents, or say "resumed")."""
+    import shutil
+
+    from tests.helpers.raw import killed_after
+
+    out = tmp_path / "partial"
+    args = _command(clips[0], out, tiny_wan, "video")
+    args[args.index("--shard-size") + 1] = "1"
+    assert 1 <= len(killed_after(args, out, 1)) < 9
+    before = _tars(out)
+    other = _command(clips[0], out, tiny_wan, "frames", "--num-frames", "2")
+    other[other.index("--height") + 1], other[other.index("--width") + 1] = "16", "16"
+    other[other.index("--shard-size") + 1] = "1"
+    r = run_in_process(other, expect=2)
+    assert "holds a run made with different options" in r.output, r.output
+    for said in ("height: 48 -> 16", "width: 80 -> 16", "video_mode: 'video' -> 'frames'",
+                 "num_frames: 10 -> 2"):
+        assert said in r.output, r.output
+    assert "Traceback" not in r.output and _tars(out) == before
+
+    done = tmp_path / "done"
+    shutil.copytree(video_run, done)
+    again = _command(clips[0], done, tiny_wan, "video")
+    again[again.index("--height") + 1], again[again.index("--width") + 1] = "16", "16"
+    r = run_in_process(again, expect=2)
+    assert "height: 48 -> 16" in r.output and "resumed" not in r.output, r.output
+    assert _tars(done) == _tars(video_run)
+    assert (done / ".shardcook" / "manifest.json").read_bytes() == (
+        video_run / ".shardcook" / "manifest.json").read_bytes()
+
+
+def test_validate_deep_flags_a_split_mixing_clips_and_frames(video_run, frames_run, tmp_path):
+    """A split holding both clip samples and frame samples (two runs' shards in one folder) is
+    a problem for `validate --deep`, though each sample alone is sound; clips of several
+    lengths (one run) are not."""
+    import shutil
+
+    import shardcook
+
+    assert shardcook.validate(video_run, deep=True).ok  # T' of 3, 2 and 1: one run's clips
+    mixed = tmp_path / "mixed"
+    shutil.copytree(video_run, mixed, ignore=shutil.ignore_patterns(".shardcook", ".nv-meta"))
+    (second,) = sorted(set(_tars(video_run)) & set(_tars(frames_run)))[1:2]
+    shutil.copyfile(frames_run / second, mixed / second)  # the frames of the same videos
+    run_in_process(["finalize", "--encoding", "wan", str(mixed)])
+    assert shardcook.validate(mixed).ok  # the first sample of the split is a clip, as it was
+    report = shardcook.validate(mixed, deep=True)
+    assert not report.ok
+    mixing = [p for p in report.problems if "does not match sample 000000" in p]
+    assert mixing and len(mixing) == len(report.problems), report.problems
+    assert "key kind frame, not clip" in mixing[0]
+    assert "json's processing_mode frames, not video" in mixing[0]
+
+
+def test_a_clip_over_the_pixel_bound_is_skipped_as_too_large(tiny_wan, tmp_path):
+    """A video whose frames, as the VAE would get them, hold more pixels than `video.max_pixels`
+    is skipped as too_large with the advice, and the run goes on (a 4000 x 4000 clip at its own
+    size used to end the run in torch's allocator; the bound is lowered here to keep the test
+    small)."""
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for name, h, w in (("a_small", 48, 80), ("b_large", 96, 160)):
+        write_clip(videos / f"{name}.mp4", 9, h=h, w=w)
+        (videos / f"{name}.json").write_text(json.dumps({"caption": name}), encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"video:\n  max_pixels: {9 * 48 * 80}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    args = _command(videos, out, tiny_wan, "video")
+    at = args.index("--height")
+    del args[at:at + 4]  # each clip at its own size
+    run_in_process([*args, "--config", str(config)])
+    report = json.loads((out / ".shardcook" / "report.json").read_text())
+    assert report["num_written"] == 1 and report["skipped_by_reason"] == {"too_large": 1}
+    (skip,) = report["skipped"]
+    assert Path(skip["source"]).name == "b_large.mp4"
+    assert "pass --height and --width" in skip["detail"] and "--max-frames" in skip["detail"]
+    # at --height 48 --width 80 the large clip fits
+    run_in_process([*_command(videos, tmp_path / "fits", tiny_wan, "video"), "--config",
+                    str(config)])
+    fits = json.loads((tmp_path / "fits" / ".shardcook" / "report.json").read_text())
+    assert fits["num_written"] == 2

@@ -134,8 +134,9 @@ def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset(
 
 def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]]) -> None:
     """A video run's checks: `--resize-mode` is an interpolation (bilinear when not given),
-    --height and --width come together, multiples of 8 (the VAE's downsampling)."""
-    from shardcook.encoders.wan import DEFAULT_MODEL
+    --height and --width come together, multiples of 8 (the VAE's downsampling); an option of
+    the other --video-mode, or FLUX's --t5-max-length, is refused."""
+    from shardcook.encoders.wan import DEFAULT_MODEL, TEXT_LENGTH
 
     if cfg.video is None:
         cfg.video = VideoConfig()
@@ -155,9 +156,19 @@ def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]]) -> None:
         if side is not None and side % 8:
             raise ConfigError(f"{name} must be a multiple of 8 (the VAE downsamples by 8), "
                               f"not {side}.")
-    if v.video_mode == "frames" and ("video", "max_frames") in chosen:
-        raise ConfigError("--max-frames is for --video-mode video; frames mode takes "
-                          "--num-frames frames.")
+    # an option of the other mode would change nothing: refused rather than ignored
+    for name, mode in (("max_frames", "video"), ("frame_stride", "video"),
+                       ("num_frames", "frames")):
+        if v.video_mode != mode and ("video", name) in chosen:
+            raise ConfigError(
+                f"--{name.replace('_', '-')} is for --video-mode {mode}; "
+                + ("frames mode takes --num-frames frames, evenly spread." if mode == "video"
+                   else "video mode keeps every frame (bound it with --max-frames and "
+                        "--frame-stride)."))
+    if ("model", "t5_max_length") in chosen:
+        raise ConfigError(f"--t5-max-length is FLUX's T5 padding length; Wan's UMT5 text encoder "
+                          f"always pads captions to {TEXT_LENGTH} tokens (as Bridge's script "
+                          "does), so drop it.")
 
 
 def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:

@@ -58,6 +58,10 @@ AT_LEAST_1, AT_LEAST_0 = bounded(1), bounded(0)
 IMAGE_SIDE = (AT_LEAST_1, bounded(high=MAX_IMAGE_SIDE, why="WebP's largest side"))
 #: FLUX's T5 tokenizer (tokenizer_2) caps prompts at 512 tokens.
 T5_MAX_LENGTH = 512
+#: The most pixels (frames x height x width, as the VAE gets them) one video may give: 2**27,
+#: 384 MiB of RGB. Wan's own 81 x 480 x 832 and 81 x 720 x 1280 (and Wan 2.2's 121 x 704 x
+#: 1280) fit; 81 frames of 1080p do not, nor a 4000 x 4000 clip kept at its own size.
+MAX_CLIP_PIXELS = 1 << 27
 FRACTION = (bounded(0, 1, below=True),)
 
 
@@ -282,7 +286,8 @@ class ModelConfig(Section):
         rules=[one_of(tuple(PRECISIONS))])
     batch_size: int = option(8, "Images per encoder batch.", MODEL, rules=[AT_LEAST_1])
     t5_max_length: int = option(
-        T5_MAX_LENGTH, "T5 padding length (256 suits FLUX.1-schnell).", MODEL,
+        T5_MAX_LENGTH, "FLUX's T5 padding length (256 suits FLUX.1-schnell; not for --layout "
+                       "wan).", MODEL,
         rules=[bounded(1, T5_MAX_LENGTH, why="the FLUX T5 tokenizer's limit")])
     latent_mode: str | None = option(
         None, lambda: "sample (seeded per sample key), mode, or resample (also store the "
@@ -393,6 +398,9 @@ class VideoConfig(Section):
               "stretches.", VIDEO, flags=("--aspect-ratio/--no-aspect-ratio",))
     #: Resize the short side, then crop the middle (`--center-crop` in a video run).
     center_crop: bool = setting(False)
+    #: A video whose kept frames hold more pixels is skipped as `too_large` (`video.max_pixels`
+    #: in a config file), as an image over `image.max_pixels` is.
+    max_pixels: int = setting(MAX_CLIP_PIXELS, AT_LEAST_1)
 
 
 @dataclass
@@ -429,16 +437,19 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-_SECTION_CLASSES = {
-    "source": SourceConfig,
-    "output": OutputConfig,
-    "image": ImageConfig,
-    "model": ModelConfig,
-    "data_format": DataFormatConfig,
-    "auth": AuthConfig,
-    "chatml": ChatmlConfig,
-    "video": VideoConfig,
-}
+def _section_classes() -> dict[str, type[Any]]:
+    """Every section of `RunConfig`, by name, in field order: read from its fields' types, so a
+    new section is known to the config file, the options and the resume comparison at once."""
+    hints = typing.get_type_hints(RunConfig)
+    found: dict[str, type[Any]] = {}
+    for f in dataclasses.fields(RunConfig):
+        for kind in typing.get_args(hints[f.name]) or (hints[f.name],):
+            if isinstance(kind, type) and issubclass(kind, Section):
+                found[f.name] = kind
+    return found
+
+
+_SECTION_CLASSES = _section_classes()
 # option name -> section name; a name two sections share goes to the first (chatml's
 # `max_pixels` is addressed as `chatml.max_pixels`)
 OPTION_SECTION: dict[str, str] = {}

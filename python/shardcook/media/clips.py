@@ -1,5 +1,6 @@
-"""Clips for video encoders (`encode --layout wan`): every frame of a video decoded (PyAV), the
-frames a run keeps, and each resized as Megatron-Bridge's Wan prep script resizes it.
+"""Clips for video encoders (`encode --layout wan`): a video's frames decoded one at a time
+(PyAV), the frames a run keeps, each resized as Megatron-Bridge's Wan prep script resizes it as
+it is decoded (the others dropped at once), and the bound on the pixels one video may give.
 
 Resize (Bridge's `_calculate_resize_dimensions` / `_resize_frame`): by default the frame is
 fitted inside the target keeping its aspect ratio (the side that overflows is matched, the other
@@ -11,11 +12,14 @@ from Bridge's in its low bits (a clip already at the target size is untouched by
 
 Frames (`--video-mode frames --num-frames N`): those at `np.linspace(0, T-1, N, dtype=int)`,
 each a 1-frame clip. `--video-mode video` keeps every frame, or every `stride`-th, at most
-`max_frames` (shardcook's: Bridge encodes the whole clip).
+`max_frames` (shardcook's: Bridge encodes the whole clip). A video whose kept frames, resized,
+hold more than `max_pixels` pixels is refused (`too_large`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +45,8 @@ class Framing:
     num_frames: int = 10
     max_frames: int | None = None
     stride: int = 1
+    #: The most pixels (frames x height x width, resized) one video's clips may hold; None: any.
+    max_pixels: int | None = None
 
     def settings(self) -> dict[str, object]:
         """Bridge's `resize_settings` json field."""
@@ -104,10 +110,11 @@ def frame_picks(total: int, framing: Framing) -> list[list[int]]:
     return [[int(i)] for i in np.linspace(0, total - 1, framing.num_frames, dtype=int)]
 
 
-def decode_frames(data: bytes, span: tuple[int, int] | None = None) -> list[Any]:
-    """Every frame of the video's first video stream (from `span`'s first to its last frame,
-    inclusive, when given) as PyAV decoded frames, in decode order: `rgb` turns the ones a run
-    keeps into pixels (in `frames` mode, a few of many).
+def decode_frames(data: bytes, span: tuple[int, int] | None = None
+                  ) -> Generator[Any, None, None]:
+    """The frames of the video's first video stream (from `span`'s first to its last frame,
+    inclusive, when given) as PyAV decoded frames, in decode order, one at a time: none is kept
+    here, and the container is closed when the iterator is (`contextlib.closing`).
 
     Raises:
         MediaError: not a readable video.
@@ -115,7 +122,6 @@ def decode_frames(data: bytes, span: tuple[int, int] | None = None) -> list[Any]
     import av
 
     first, last = span if span is not None else (0, None)
-    frames: list[Any] = []
     container = _open(data)
     try:
         stream = video_stream(container)
@@ -123,25 +129,99 @@ def decode_frames(data: bytes, span: tuple[int, int] | None = None) -> list[Any]
             if last is not None and n > last:
                 break
             if n >= first:
-                frames.append(frame)
+                yield frame
     except av.error.FFmpegError as e:
         raise MediaError("video_decode_error", f"the video cannot be decoded ({e})") from None
     finally:
         container.close()
-    return frames
+
+
+def frame_count(data: bytes, span: tuple[int, int] | None = None) -> int:
+    """How many frames `decode_frames` gives (every one decoded, none kept)."""
+    with closing(decode_frames(data, span)) as frames:
+        return sum(1 for _ in frames)
+
+
+def packet_count(data: bytes, span: tuple[int, int] | None = None) -> int:
+    """How many frames the first video stream's packets say it holds (within `span`), read
+    without decoding: nearly always what decoding gives, which is checked.
+
+    Raises:
+        MediaError: not a readable video.
+    """
+    import av
+
+    container = _open(data)
+    try:
+        stream = container.streams.video[0]
+        count = sum(1 for packet in container.demux(stream) if packet.size)
+    except av.error.FFmpegError as e:
+        raise MediaError("video_decode_error", f"the video cannot be decoded ({e})") from None
+    finally:
+        container.close()
+    first, last = span if span is not None else (0, None)
+    return max(0, (count if last is None else min(count, last + 1)) - first)
+
+
+def _kept(data: bytes, framing: Framing, span: tuple[int, int] | None,
+          wanted: Callable[[int], bool], last: int | None) -> tuple[dict[int, np.ndarray], int]:
+    """({n: frame n resized} for each frame n that is `wanted`, the number of frames decoded):
+    each frame converted and resized as it is decoded and the others dropped, decoding stopped
+    after frame `last` (None: the end).
+
+    Raises:
+        MediaError: not a readable video, or the kept frames hold more than
+            `framing.max_pixels` pixels (`too_large`).
+    """
+    kept: dict[int, np.ndarray] = {}
+    pixels = decoded = 0
+    with closing(decode_frames(data, span)) as frames:
+        for n, frame in enumerate(frames):
+            decoded = n + 1
+            if wanted(n):
+                kept[n] = resized = resize_frame(rgb(frame), framing)
+                h, w = resized.shape[:2]
+                pixels += h * w
+                if framing.max_pixels is not None and pixels > framing.max_pixels:
+                    raise MediaError("too_large", _too_large(len(kept), h, w, framing))
+            if n == last:
+                break
+    return kept, decoded
+
+
+def _too_large(count: int, height: int, width: int, framing: Framing) -> str:
+    smaller = "pass --height and --width" if framing.target is None else (
+        "pass a smaller --height and --width")
+    return (f"{count:,} frames of {height}x{width} already hold more than the "
+            f"{framing.max_pixels:,} pixels one video may give the VAE; {smaller}"
+            + (" or --max-frames" if framing.mode == "video" else "") + " to encode it")
 
 
 def clips_of(data: bytes, framing: Framing, span: tuple[int, int] | None = None
              ) -> tuple[list[np.ndarray], list[list[int]]]:
-    """(the resized frames a video's clips use, each clip's indices into them): every kept
-    frame is decoded and resized once.
+    """(the resized frames a video's clips use, each clip's indices into them): each used frame
+    is resized once as it is decoded, every other one dropped at once, and decoding stops after
+    the last used frame, so a few frames of a long video never hold the whole video. The clips
+    are those `frame_picks` gives for the number of frames the video decodes to; in frames mode
+    that number is taken from the packets first and checked as the frames decode (another
+    number: decoded again with it).
 
     Raises:
-        MediaError: not a readable video, no frames, too few for `--num-frames`.
+        MediaError: not a readable video, no frames, too few for `--num-frames`, too large.
     """
-    frames = decode_frames(data, span)
-    picks = frame_picks(len(frames), framing)
-    used = sorted({i for clip in picks for i in clip})
-    resized = {i: resize_frame(rgb(frames[i]), framing) for i in used}
-    order = {i: n for n, i in enumerate(used)}
-    return [resized[i] for i in used], [[order[i] for i in clip] for clip in picks]
+    if framing.mode == "video":
+        last = None if framing.max_frames is None else (framing.max_frames - 1) * framing.stride
+        kept, decoded = _kept(data, framing, span, lambda n: n % framing.stride == 0, last)
+        picks = frame_picks(decoded, framing)
+    else:
+        guess = packet_count(data, span)
+        picks = frame_picks(guess, framing) if guess >= max(1, framing.num_frames) else []
+        used = {i for clip in picks for i in clip}
+        kept, decoded = _kept(data, framing, span, used.__contains__, None) if picks else ({}, -1)
+        if decoded != guess:  # the packets miscounted: the picks of the frames decoded
+            picks = frame_picks(frame_count(data, span), framing)
+            used = {i for clip in picks for i in clip}
+            kept, _ = _kept(data, framing, span, used.__contains__, max(used))
+    used_order = sorted({i for clip in picks for i in clip})
+    order = {i: n for n, i in enumerate(used_order)}
+    return [kept[i] for i in used_order], [[order[i] for i in clip] for clip in picks]

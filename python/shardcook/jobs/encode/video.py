@@ -48,7 +48,7 @@ def framing(cfg: RunConfig) -> Framing:
     assert v is not None  # a video model's run has the section (`check_encode`)
     target = (v.height, v.width) if v.height is not None and v.width is not None else None
     return Framing(target, cfg.image.resize_mode, v.aspect_ratio, v.center_crop, v.video_mode,
-                   v.num_frames, v.max_frames, v.frame_stride)
+                   v.num_frames, v.max_frames, v.frame_stride, v.max_pixels)
 
 
 #: The frames a clip is taken to hold when nothing bounds it (Wan's 81 at 16 fps).

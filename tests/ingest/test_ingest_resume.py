@@ -361,3 +361,38 @@ def test_a_dataset_the_first_ingest_wrote_takes_another_split(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in (out / "train").glob("*.tar")} == kept
     assert _hashes(out) == _hashes(reference)
     assert validate(out).problems == []
+
+
+def _array_task(task: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """`shardcook ingest ARGS` as task `task` of `sbatch --array=0-1`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(SLURM_ARRAY_JOB_ID="90", SLURM_ARRAY_TASK_ID=str(task),
+               SLURM_ARRAY_TASK_COUNT="2", SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_MAX="1",
+               SLURM_JOB_ID=str(91 + task), SLURM_NTASKS="1", SLURM_PROCID="0",
+               SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NNODES="1")
+    return subprocess.run([sys.executable, "-m", "shardcook", "ingest", *args], check=False,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_status_while_array_tasks_add_a_split_counts_the_new_units(tmp_path):
+    """An array task of a later command that adds a split records the run's new input count
+    before its work, so `status` meanwhile lists the new units as owed (it called the ledger,
+    which already had them, damaged)."""
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 2, 3, timesteps=True, key_prefix="v")
+    out = str(tmp_path / "out")
+    for task in (0, 1):
+        assert _array_task(task, str(train.folder), "--output-dir", out).returncode == 0
+    first = _array_task(0, str(val.folder), "--split", "val", "--output-dir", out)
+    assert first.returncode == 0, first.stderr
+    status = subprocess.run([sys.executable, "-m", "shardcook", "status", out], check=False,
+                            capture_output=True, text=True, timeout=300)
+    said = status.stdout + status.stderr
+    assert "damaged" not in said and status.returncode == 1, said
+    manifest = json.loads((Path(out) / ".shardcook" / "manifest.json").read_text())
+    assert manifest["num_inputs"] == 4
+    assert _array_task(1, str(val.folder), "--split", "val", "--output-dir", out).returncode == 0
+    status = subprocess.run([sys.executable, "-m", "shardcook", "status", out], check=False,
+                            capture_output=True, text=True, timeout=300)
+    assert status.returncode == 0, status.stdout + status.stderr

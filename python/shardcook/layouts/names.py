@@ -31,10 +31,17 @@ RUN_LOCK = "lock.json"
 TMP_DIR = "tmp"
 #: In object storage, the leases of the workers sharing a run's folder (`output/lock.py`).
 WORKERS_DIR = "workers"
-#: The split a run's units were shared out by, and the claim of the worker that finalizes
-#: (`pipeline/ledger.py`).
+#: The split a run's units were shared out by (`pipeline/ledger.py`).
 LEDGER_JSON = "ledger.json"
-FINALIZING_JSON = "finalizing.json"
+
+
+def finalizing_json(units: int) -> str:
+    """The claim of the worker that finalizes a run of `units` units (`pipeline/ledger.py`):
+    one per count, so a later command that adds units (ingest's next split) is not held off
+    by the claim of the finalize before it."""
+    return f"finalizing-{units}.json"
+
+
 #: encode only: the encoders' outputs for the empty caption.
 EMPTY_ENCODINGS_DIR = "empty_encodings"
 #: ... its files: T5's and CLIP's encodings of "".

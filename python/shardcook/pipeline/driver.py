@@ -357,6 +357,16 @@ def _run_share(cfg: RunConfig, job: Job, folder: OutputFolder, source: Source,
                          media=cfg.output.media_filter)
 
 
+def _record_added_inputs(folder: OutputFolder, manifest: JsonObject) -> None:
+    """A later command that adds inputs to a run (ingest's next split, which `check_resume`
+    let through) records their count before any work, as rank 0's `_setup` does, so the
+    ledger's units and the manifest agree for `status` while its workers run. Only then: an
+    unchanged count may be the finisher's complete manifest, which this must not undo."""
+    old = folder.read_manifest()
+    if old is not None and old.get("num_inputs") != manifest.get("num_inputs"):
+        folder.write_manifest(manifest)
+
+
 def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonObject | None:
     """A worker without a process group (an array task, srun's tasks): checks and joins the
     folder itself, does its share of the ledger's split, then finalizes when it finds every
@@ -380,6 +390,7 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
         # every worker then proves it belongs to that run, whatever its job id: the same options
         folder.create_file(f"{OURS_DIR}/{MANIFEST_JSON}", record_json(manifest))
         rep.check_resume(folder, manifest, job.resume_differences)
+        _record_added_inputs(folder, manifest)
         split = ledger.record_split(folder, place, len(units))
         processor = job.processor(cfg, folder)
         stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
@@ -389,9 +400,9 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
             _say(f"{place.describe()} is done; {len(missing)} of {len(units)} units remain, "
                  f"owed to {split.owners(missing)} (`shardcook status {folder}` lists them).")
             return None
-        if not ledger.claim_finalize(folder, me, place):
+        if not ledger.claim_finalize(folder, me, place, split):
             _say(f"{place.describe()} is done; every unit is recorded, and "
-                 f"{ledger.claimant(folder) or 'another worker'} took the finalizing "
+                 f"{ledger.claimant(folder, split) or 'another worker'} took the finalizing "
                  f"(`shardcook status {folder}` says when the dataset is complete).")
             return None
         # seen from this worker, the others' units were done before it: resumed

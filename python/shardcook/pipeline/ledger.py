@@ -1,8 +1,8 @@
 """The ledger of a run's units, which any worker reads: the unit markers (`progress/`), the
 split the run started with (`.shardcook/ledger.json`: how many workers shared the units out,
 unit u going to share u % N, and for a job array its first index) and the claim of the worker
-that finalizes (`.shardcook/finalizing.json`, created only when absent, so exactly one worker
-finalizes however many find every unit recorded at once).
+that finalizes (`.shardcook/finalizing-N.json`, one per unit count, created only when absent, so
+exactly one worker finalizes however many find every unit recorded at once).
 
 Which units a worker takes (`units_for`): an array task of a run an array started takes its own
 index's share of that split, whatever its new array's size (`sbatch --array=1` again does share
@@ -25,13 +25,13 @@ from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts.names import (
     DATASET_YAML,
     FINALIZE_JSON,
-    FINALIZING_JSON,
     INFO_JSON,
     LEDGER_JSON,
     MANIFEST_JSON,
     META_DIR,
     OURS_DIR,
     SPLIT_YAML,
+    finalizing_json,
 )
 from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.output.lock import Holder
@@ -40,7 +40,6 @@ from shardcook.pipeline.plan import WorkUnit
 from shardcook.workers import Place
 
 LEDGER = f"{OURS_DIR}/{LEDGER_JSON}"
-CLAIM = f"{OURS_DIR}/{FINALIZING_JSON}"
 #: What a run's finalize writes that the loader and validate need (finalize.json before
 #: dataset.yaml: a finalize killed between them leaves the first without the second).
 _FINALIZED = (f"{OURS_DIR}/{FINALIZE_JSON}", f"{META_DIR}/{INFO_JSON}",
@@ -190,15 +189,21 @@ def check_joins(folder: OutputFolder, place: Place) -> None:
         _consecutive(place)
 
 
-def claim_finalize(folder: OutputFolder, me: Holder, place: Place) -> bool:
-    """Whether this worker finalizes: it created the claim (of several at once, one does)."""
+def _claim(split: Split) -> str:
+    return f"{OURS_DIR}/{finalizing_json(split.units)}"
+
+
+def claim_finalize(folder: OutputFolder, me: Holder, place: Place, split: Split) -> bool:
+    """Whether this worker finalizes `split`'s units: it created their claim (of several at
+    once, one does)."""
     record = {**asdict(me), "worker": place.describe(), "claimed": time.time()}
-    return folder.create_file(CLAIM, record_json(record))
+    return folder.create_file(_claim(split), record_json(record))
 
 
-def claimant(folder: OutputFolder) -> str | None:
-    """Who claimed finalizing (`array task 3 of job 12 (pid 4 on node1)`), or None."""
-    data = folder.read_file(CLAIM)
+def claimant(folder: OutputFolder, split: Split | None) -> str | None:
+    """Who claimed finalizing `split`'s units (`array task 3 of job 12 (pid 4 on node1)`), or
+    None."""
+    data = None if split is None else folder.read_file(_claim(split))
     if data is None:
         return None
     try:
@@ -329,7 +334,7 @@ def _status(folder: OutputFolder, output: str) -> Status:
     recorded = bool((manifest or {}).get("complete")) and not missing
     unfinalized = _unfinalized(folder) if recorded and finalize else None
     return Status(str(folder), recorded and unfinalized is None, split, missing,
-                  claimant(folder), unfinalized)
+                  claimant(folder, split), unfinalized)
 
 
 def _check_units(folder: OutputFolder, split: Split, manifest: dict[str, Any] | None) -> None:

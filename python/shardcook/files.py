@@ -120,7 +120,8 @@ def _write_new(tmp: Path, payload: bytes, fsync: bool) -> None:
 _TEMPORARY = re.compile(r"\..+\.tmp([0-9]+)")
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (another user's counts)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
@@ -138,7 +139,8 @@ def remove_temporaries(folder: Path) -> list[str]:
     removed = []
     for path in folder.iterdir():
         match = _TEMPORARY.fullmatch(path.name)
-        if match and path.is_file() and not path.is_symlink() and not _running(int(match[1])):
+        if (match and path.is_file() and not path.is_symlink()
+                and not process_running(int(match[1]))):
             path.unlink(missing_ok=True)
             removed.append(path.name)
     return sorted(removed)

@@ -3,6 +3,8 @@ there), and a shard renamed into place before its marker was written is redone, 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -71,3 +73,32 @@ def test_a_run_makes_one_output_folder(tmp_path, monkeypatch):
         report = run_ingest(cfg)
         assert len(made) == 1
     assert report["units"]["resumed"] == 2
+
+
+def test_a_bucket_run_removes_the_downloads_a_killed_one_left_on_this_machine(s3_store, tmp_path):
+    """A bucket run downloads into a folder of its own under the scratch folder; one that was
+    killed left it (with whatever it had downloaded), and the next run on the same machine
+    removes it. A running process's folder, another machine's and one without an owner stay."""
+    from shardcook.output.lock import machine_id
+
+    scratch = tmp_path / "scratch"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    owners = {"killed": {"machine": machine_id(), "pid": gone.pid},
+              "running": {"machine": machine_id(), "pid": os.getpid()},
+              "elsewhere": {"machine": "another-boot:1", "pid": gone.pid}}
+    for name, owner in owners.items():
+        folder = scratch / f"shardcook-ingest-{name}"
+        (folder / "downloads" / "train").mkdir(parents=True)
+        (folder / "downloads" / "train" / "part.arrow").write_bytes(b"x" * 1000)
+        (folder / "owner.json").write_text(json.dumps(owner))
+    (scratch / "shardcook-ingest-unowned").mkdir()
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    run = subprocess.run([sys.executable, "-m", "shardcook", "ingest", str(train.folder),
+                          "--output-dir", s3_store.url("mlperf")], check=False,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TMPDIR=str(scratch)))
+    assert run.returncode == 0, run.stderr
+    left = sorted(p.name for p in scratch.iterdir())
+    assert left == ["shardcook-ingest-elsewhere", "shardcook-ingest-running",
+                    "shardcook-ingest-unowned"], left

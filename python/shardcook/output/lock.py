@@ -56,7 +56,7 @@ SETTLE_SECONDS = 1.0
 _LOOK_SECONDS = 1.0
 
 
-def _machine() -> str:
+def machine_id() -> str:
     """What tells this machine's processes apart from another's with the same pid: the
     kernel's boot id and this pid namespace; empty where they cannot be read."""
     try:
@@ -79,7 +79,7 @@ class Holder:
     @classmethod
     def this_run(cls) -> Holder:
         started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return cls(uuid.uuid4().hex[:12], socket.gethostname(), os.getpid(), started, _machine())
+        return cls(uuid.uuid4().hex[:12], socket.gethostname(), os.getpid(), started, machine_id())
 
     def describe(self) -> str:
         return f"run {self.run_id} (pid {self.pid} on {self.host}, started {self.started})"
@@ -87,7 +87,7 @@ class Holder:
     def is_gone(self) -> bool:
         """True when the holder was a process of this machine that no longer runs (gone, or
         a zombie nobody has reaped yet)."""
-        if not self.machine or self.machine != _machine():
+        if not self.machine or self.machine != machine_id():
             return False
         try:
             os.kill(self.pid, 0)

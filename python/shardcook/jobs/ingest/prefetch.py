@@ -4,6 +4,8 @@ so that Ctrl-C ends the process at once, even while one waits on a silent server
 
 from __future__ import annotations
 
+import json
+import os
 import queue
 import shutil
 import tempfile
@@ -13,12 +15,18 @@ from pathlib import Path
 
 from shardcook import waits
 from shardcook.config.ingest import IngestConfig
+from shardcook.files import process_running
 from shardcook.jobs.ingest.download import DownloadError, download, safe_name
 from shardcook.jobs.ingest.plan import Input
+from shardcook.output.lock import machine_id
 
 #: Downloaded Arrow files wait in `SCRATCH/downloads/SPLIT/` until converted (written under a
 #: temporary name there until whole and verified).
 DOWNLOADS_DIR = "downloads"
+#: A bucket run's own folder under --scratch-dir, and in it who made it (`machine`, `pid`), so a
+#: later run on the same machine removes what a killed one left there.
+TEMPORARY_PREFIX = "shardcook-ingest-"
+OWNER_JSON = "owner.json"
 
 
 class Prefetch:
@@ -30,8 +38,13 @@ class Prefetch:
                  *, temporary: bool = False) -> None:
         self.remote = [one for one in pending if one.url is not None]
         self.temporary = temporary
-        self.scratch = (Path(tempfile.mkdtemp(prefix="shardcook-ingest-", dir=scratch))
-                        if temporary else Path(scratch or "."))
+        if temporary:
+            remove_abandoned(Path(scratch or tempfile.gettempdir()))
+            self.scratch = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=scratch))
+            owner = {"machine": machine_id(), "pid": os.getpid()}
+            (self.scratch / OWNER_JSON).write_text(json.dumps(owner), encoding="utf-8")
+        else:
+            self.scratch = Path(scratch or ".")
         self.cfg = cfg
         self.slots = threading.Semaphore(cfg.prefetch_depth)
         self.stop = threading.Event()
@@ -118,3 +131,22 @@ class Prefetch:
 
     def _remove_downloads(self) -> None:
         shutil.rmtree(self.scratch / DOWNLOADS_DIR, ignore_errors=True)
+
+
+def remove_abandoned(scratch: Path) -> list[str]:
+    """Removes the folders under `scratch` that bucket runs killed on this machine left (their
+    owner's pid no longer runs here); another machine's, a running one's and folders without an
+    owner record are kept. Returns the names removed."""
+    here = machine_id()
+    removed = []
+    for folder in sorted(scratch.glob(f"{TEMPORARY_PREFIX}*")):
+        try:
+            owner = json.loads((folder / OWNER_JSON).read_text(encoding="utf-8"))
+            mine = here and owner["machine"] == here and not process_running(int(owner["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if mine and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
+

@@ -43,9 +43,11 @@ def _root(
     ] = None,
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
-    for chatty in ("botocore", "boto3", "s3transfer", "multistorageclient"):
+    for chatty in ("botocore", "boto3", "s3transfer", "multistorageclient", "httpx",
+                   "httpx2"):
         # the object-storage client's own INFO lines ("Found credentials in environment
-        # variables") are not the run's news
+        # variables") and the hub client's per request ("HTTP Request: HEAD ...") are not the
+        # run's news
         logging.getLogger(chatty).setLevel(logging.WARNING)
     logging.getLogger("multistorageclient.retry").addFilter(_not_an_error)
     from shardcook.cli.launch import remember

@@ -10,6 +10,7 @@ from shardcook.energon import (
     cook_bridge_flux,
     cook_parts,
     cook_preencoded_diffusion,
+    cook_preencoded_numpy_diffusion,
     cook_raw_images,
     dataset_encoding,
     get_diffusion_loader,
@@ -46,7 +47,8 @@ def test_a_path_that_does_not_exist_is_named_so(tmp_path):
 
 
 @pytest.mark.parametrize("cook", [cook_preencoded_diffusion, cook_raw_images, cook_parts,
-                                  cook_bridge_crude, cook_bridge_flux])
+                                  cook_bridge_crude, cook_bridge_flux,
+                                  cook_preencoded_numpy_diffusion])
 @pytest.mark.parametrize(("given", "named"), [(None, "None"), (["latents.pth"], "a list")])
 def test_a_cooker_given_no_sample_says_what_it_takes(cook, given, named):
     with pytest.raises(ConfigError) as e:

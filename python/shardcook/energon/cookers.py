@@ -69,7 +69,7 @@ class _MetaFields(TypedDict, total=False):
     size: tuple[int, int] | None
 
 
-def _check_crude(sample: object, cooker: str) -> None:
+def check_crude(sample: object, cooker: str) -> None:
     """Refuses what is no crude sample, in one sentence naming what `cooker` takes (else a
     TypeError from deep inside says nothing of it)."""
     if not isinstance(sample, dict):
@@ -262,7 +262,7 @@ def cook_preencoded_diffusion(sample: dict[str, Any]) -> DiffusionSample:
         UnsafeSampleError: A `.pth` part holds a pickle beyond plain tensors.
         SampleDecodeError: A part is missing or unreadable.
     """
-    _check_crude(sample, "cook_preencoded_diffusion")
+    check_crude(sample, "cook_preencoded_diffusion")
     return DiffusionSample(
         **basic_sample_keys(sample),
         latents=_tensor_part(sample, "latents.pth"),
@@ -353,7 +353,7 @@ def cook_raw_images(
         ConfigError: `sample` is no dict.
         SampleDecodeError: No image part, an undecodable image, or a missing caption.
     """
-    _check_crude(sample, "cook_raw_images")
+    check_crude(sample, "cook_raw_images")
     check_image_format(image_format, allow_none=True)
     part = next((p for p in IMAGE_PARTS if p in sample), None)
     if part is None:
@@ -375,7 +375,7 @@ def cook_parts(sample: dict[str, Any]) -> PartsSample:
     """Cooks any crude sample into a `PartsSample`: every part as it arrived (bytes, or what the
     task encoder's decoder made of it), keeping Energon's basic sample keys. The cooker of a
     layout that declares none of its own."""
-    _check_crude(sample, "cook_parts")
+    check_crude(sample, "cook_parts")
     return PartsSample(**basic_sample_keys(sample),
                        parts={name: data for name, data in sample.items()
                               if not name.startswith("__")})
@@ -475,7 +475,7 @@ def cook_bridge_crude(sample: dict[str, Any]) -> dict[str, Any]:
         UnsafeSampleError: The `pth` or `pickle` part holds more than tensors and plain types.
         SampleDecodeError: A part is missing or unreadable.
     """
-    _check_crude(sample, "cook_bridge_crude")
+    check_crude(sample, "cook_bridge_crude")
     from shardcook.layouts.bridge_flux import LATENT_PART
 
     return dict(
@@ -496,7 +496,7 @@ def cook_bridge_flux(sample: dict[str, Any]) -> DiffusionSample:
         UnsafeSampleError: The `pth` or `pickle` part holds more than tensors and plain types.
         SampleDecodeError: A part is missing or unreadable.
     """
-    _check_crude(sample, "cook_bridge_flux")
+    check_crude(sample, "cook_bridge_flux")
     from shardcook.layouts.bridge_flux import POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
 
     crude = cook_bridge_crude(sample)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from megatron.energon import basic_sample_keys, stateless
 
+from shardcook.energon.cookers import check_crude
 from shardcook.energon.errors import SampleDecodeError
 from shardcook.energon.samples import DiffusionSample
 from shardcook.layouts.mlperf import (
@@ -93,8 +94,10 @@ def cook_preencoded_numpy_diffusion(sample: dict[str, Any]) -> DiffusionSample:
     validation split, `timestep`.
 
     Raises:
+        ConfigError: `sample` is no crude sample.
         SampleDecodeError: A part is missing or unreadable, or the timestep is out of range.
     """
+    check_crude(sample, "cook_preencoded_numpy_diffusion")
     mean = _tensor(sample, MEAN_PART)
     latents = FLUX_SCALING_FACTOR * (mean.float() - FLUX_SHIFT_FACTOR)
     return DiffusionSample(

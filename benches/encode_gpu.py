@@ -478,7 +478,7 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len,
     times.wrap("clip", enc.clip, "forward")
 
     def step():
-        enc.encode_images(px, keys)
+        enc.encode_pixels(px, keys)
         enc.encode_text(caps)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -504,7 +504,7 @@ def wan_encoder_only(model, shape, batch, device, precision, flops: dict[str, in
     times.wrap("umt5", enc.umt5, "forward")
 
     def step():
-        enc.encode_videos(clips, keys)
+        enc.encode_pixels(clips, keys)
         enc.encode_text(caps)
         if device.startswith("cuda"):
             torch.cuda.synchronize()

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardcook.config.sections import (
     CHATML_IMAGE_FORMATS,
@@ -24,6 +24,9 @@ from shardcook.errors import ConfigError
 from shardcook.fields import PLACE, check_fields
 from shardcook.layouts import LAYOUTS, EncodeSpec, Layout
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
+
+if TYPE_CHECKING:
+    from shardcook.encoders.models import ModelFamily
 
 
 def check_auth(cfg: RunConfig) -> None:
@@ -104,15 +107,19 @@ def encodes_video(layout: str) -> bool:
 
 def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> None:
     """`encode`'s checks (part of `resolve(..., encode=True)`): the `model` options left unset
-    take the layout's defaults (its `EncodeSpec.defaults`), then ConfigError names the first
-    `model`/image option `encode` cannot work with. `cfg.layout` is then the layout itself;
+    take the layout's defaults (its `EncodeSpec.defaults`) and its model family's default model,
+    then ConfigError names the first `model`/image option `encode` cannot work with: the sizes
+    and text options are the family's registry entry's. `cfg.layout` is then the layout itself;
     `cfg.video` is kept only for a model that encodes video (`check_video`)."""
     from shardcook.encoders.models import MODELS
 
     cfg.layout, spec = encode_layout(cfg.model.layout)
+    family = MODELS[spec.model]
     m, i = cfg.model, cfg.image
-    if MODELS[spec.model].input_kind == "video":
-        check_video(cfg, chosen)
+    if ("model", "model_path") not in chosen:
+        m.model_path = family.default_model
+    if family.input_kind == "video":
+        check_video(cfg, chosen, family)
     else:
         given = sorted(key for section, key in chosen if section == "video")
         if given:
@@ -120,6 +127,7 @@ def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset(
                               f"wan), not --layout {cfg.layout.name}.")
         cfg.video = None
         check_image_resize(i)
+    check_text_options(family, chosen)
     for name, value in spec.defaults:
         if getattr(m, name) is None:
             setattr(m, name, value)
@@ -127,22 +135,33 @@ def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset(
     if m.latent_mode not in spec.latent_modes or (
             spec.stored_dtypes and (m.stored_dtype or m.precision) not in spec.stored_dtypes):
         raise ConfigError(spec.refusal.format(latent_mode=m.latent_mode))
-    if i.resize_mode in ("crop", "stretch") and i.image_size % 16:
-        raise ConfigError(f"--image-size must be a multiple of 16 for encode (the VAE downsamples "
-                          f"by 8 and FLUX packs 2x2 latents), not {i.image_size}.")
+    sizes = family.sizes
+    if i.resize_mode in ("crop", "stretch") and i.image_size % sizes.multiple:
+        raise ConfigError(f"--image-size must be a multiple of {sizes.multiple} for encode "
+                          f"({sizes.why}), not {i.image_size}.")
 
 
-def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]]) -> None:
+def check_text_options(family: ModelFamily, chosen: frozenset[tuple[str, str]]) -> None:
+    """Refuses a text option of another family's (FLUX's --t5-max-length in a Wan run): it
+    would change nothing."""
+    from shardcook.encoders.models import MODELS
+
+    own = dict(family.text.options)
+    for other in MODELS.values():
+        for option, what in other.text.options:
+            if option not in own and ("model", option) in chosen:
+                raise ConfigError(f"--{option.replace('_', '-')} is {what}; "
+                                  f"{family.text.padding}, so drop it.")
+
+
+def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]], family: ModelFamily
+                ) -> None:
     """A video run's checks: `--resize-mode` is an interpolation (bilinear when not given),
-    --height and --width come together, multiples of 8 (the VAE's downsampling); an option of
-    the other --video-mode, or FLUX's --t5-max-length, is refused."""
-    from shardcook.encoders.wan import DEFAULT_MODEL, TEXT_LENGTH
-
+    --height and --width come together, multiples of the family's size rule (Wan: 8, the VAE's
+    downsampling); an option of the other --video-mode is refused."""
     if cfg.video is None:
         cfg.video = VideoConfig()
     v, i = cfg.video, cfg.image
-    if ("model", "model_path") not in chosen:
-        cfg.model.model_path = DEFAULT_MODEL
     check_fields(v)
     if i.resize_mode not in VIDEO_RESIZE_MODES:
         if ("image", "resize_mode") in chosen:
@@ -152,9 +171,10 @@ def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]]) -> None:
     if (v.height is None) != (v.width is None):
         raise ConfigError("--height and --width go together; give both, or neither to keep "
                           "each video's own size.")
+    sizes = family.sizes
     for name, side in (("--height", v.height), ("--width", v.width)):
-        if side is not None and side % 8:
-            raise ConfigError(f"{name} must be a multiple of 8 (the VAE downsamples by 8), "
+        if side is not None and side % sizes.multiple:
+            raise ConfigError(f"{name} must be a multiple of {sizes.multiple} ({sizes.why}), "
                               f"not {side}.")
     # an option of the other mode would change nothing: refused rather than ignored
     for name, mode in (("max_frames", "video"), ("frame_stride", "video"),
@@ -165,10 +185,6 @@ def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]]) -> None:
                 + ("frames mode takes --num-frames frames, evenly spread." if mode == "video"
                    else "video mode keeps every frame (bound it with --max-frames and "
                         "--frame-stride)."))
-    if ("model", "t5_max_length") in chosen:
-        raise ConfigError(f"--t5-max-length is FLUX's T5 padding length; Wan's UMT5 text encoder "
-                          f"always pads captions to {TEXT_LENGTH} tokens (as Bridge's script "
-                          "does), so drop it.")
 
 
 def check_chatml(c: ChatmlConfig, s: SourceConfig, i: ImageConfig) -> None:

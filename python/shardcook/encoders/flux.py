@@ -1,15 +1,17 @@
-"""Batched FLUX encoding: VAE latents, T5 prompt embeddings, CLIP pooled embeddings."""
+"""The FLUX.1 family (the model registry's `FLUX` entry): batched VAE latents, T5 prompt
+embeddings (`prompt_embeds`) and CLIP pooled embeddings (`pooled_prompt_embeds`)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources, run_facts
+from shardcook.encoders.models import FLUX, SCALING_SHIFT, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
 from shardcook.hftoken import resolve_token
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLIP_MAX_LENGTH = 77
+#: The names of `encode_text`'s tensors (the registry entry's `text.outputs`).
+PROMPT_EMBEDS, POOLED_PROMPT_EMBEDS = FLUX.text.outputs
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -70,7 +74,7 @@ def latent_factors(config: Mapping[str, Any]) -> LatentFactors:
 def flux_normalisation(config: Mapping[str, Any]) -> dict[str, Any]:
     """What a dataset records of the VAE's normalisation (the model registry's entry)."""
     factors = latent_factors(config)
-    return {"kind": "scaling_shift", "scaling_factor": factors.scaling_factor,
+    return {"kind": SCALING_SHIFT, "scaling_factor": factors.scaling_factor,
             "shift_factor": factors.shift_factor}
 
 
@@ -96,7 +100,7 @@ def flux_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
 
 
 class FluxEncoders:
-    """The three FLUX encoders on one device.
+    """The three FLUX encoders on one device (the registry's `Encoders` protocol).
 
     Args:
         latent_mode: `sample` draws z ~ N(mean, std) with a generator seeded per (seed, key);
@@ -161,7 +165,8 @@ class FluxEncoders:
             t5_attention_mask=bool(spec.encoder_fact("t5_attention_mask", False)),
             scale_latents=bool(spec.encoder_fact("latents_scaled", True)))
 
-    def _posterior(self, pixels: np.ndarray | torch.Tensor) -> DiagonalGaussianDistribution:
+    def _posterior(self, pixels: np.ndarray | Sequence[np.ndarray]
+                   ) -> DiagonalGaussianDistribution:
         """[B, H, W, 3] uint8 -> the VAE's latent distribution (call under inference_mode)."""
         import torch
 
@@ -170,38 +175,42 @@ class FluxEncoders:
         dist: DiagonalGaussianDistribution = self.vae.encode(x).latent_dist
         return dist
 
-    def encode_posterior(
-        self, pixels: np.ndarray | torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """[B, H, W, 3] uint8 -> (scaled mode latents, unscaled mean, unscaled logvar), each
-        [B, C, H/8, W/8] on the device, from one VAE pass (`--latent-mode resample`)."""
-        import torch
+    @property
+    def latent_facts(self) -> dict[str, object]:
+        """The VAE's factors, which a sample records so its latents can be scaled later."""
+        return {"scaling_factor": self.scaling_factor, "shift_factor": self.shift_factor}
 
-        with torch.inference_mode():
-            dist = self._posterior(pixels)
-            latents = (dist.mode() - self.shift_factor) * self.scaling_factor
-            return latents, dist.mean, dist.logvar
-
-    def encode_images(self, pixels: np.ndarray | torch.Tensor, keys: list[str]) -> torch.Tensor:
+    def encode_pixels(self, pixels: np.ndarray | Sequence[np.ndarray], keys: Sequence[str],
+                      *, posterior: bool = False) -> EncodedPixels:
         """[B, H, W, 3] uint8 (one shape) -> latents [B, C, H/8, W/8] on the device (scaled
-        unless `scale_latents` is off)."""
+        unless `scale_latents` is off); with `posterior` (`--latent-mode resample`), the scaled
+        mode latents with the unscaled mean and logvar of the same VAE pass."""
         import torch
 
         with torch.inference_mode():
             dist = self._posterior(pixels)
-            if self.latent_mode in ("mode", "resample"):
-                z = dist.mode()
-            else:
-                noise = torch.stack([
-                    torch.randn(dist.mean.shape[1:], dtype=torch.float32, device=self.device,
-                                generator=torch.Generator(device=self.device).manual_seed(
-                                    sample_seed(self.seed, k)))
-                    for k in keys]).to(dist.mean.dtype)
-                z = dist.mean + dist.std * noise
-            if not self.scale_latents:
-                unscaled: torch.Tensor = z
-                return unscaled
-            return (z - self.shift_factor) * self.scaling_factor
+            if posterior:
+                latents = (dist.mode() - self.shift_factor) * self.scaling_factor
+                return EncodedPixels(latents, dist.mean, dist.logvar)
+            return EncodedPixels(self._latents(dist, keys))
+
+    def _latents(self, dist: DiagonalGaussianDistribution, keys: Sequence[str]) -> torch.Tensor:
+        """The latent mode's latents of `dist` (call under inference_mode)."""
+        import torch
+
+        if self.latent_mode in ("mode", "resample"):
+            z = dist.mode()
+        else:
+            noise = torch.stack([
+                torch.randn(dist.mean.shape[1:], dtype=torch.float32, device=self.device,
+                            generator=torch.Generator(device=self.device).manual_seed(
+                                sample_seed(self.seed, k)))
+                for k in keys]).to(dist.mean.dtype)
+            z = dist.mean + dist.std * noise
+        if not self.scale_latents:
+            unscaled: torch.Tensor = z
+            return unscaled
+        return (z - self.shift_factor) * self.scaling_factor
 
     def _masked_t5(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """T5's last hidden state with the attention mask, over the whole padded length, without
@@ -227,12 +236,13 @@ class FluxEncoders:
             return out
         return torch.cat([out, out[:, -1:].expand(-1, total - keep, -1)], dim=1)
 
-    def encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Captions -> (T5 last hidden state [B, L, D_t5], CLIP pooler output [B, D_clip])."""
+    def encode_text(self, captions: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Captions -> {`prompt_embeds`: T5's last hidden state [B, L, D_t5],
+        `pooled_prompt_embeds`: CLIP's pooler output [B, D_clip]}."""
         import torch
 
         with torch.inference_mode():
-            tokens = self.t5_tokenizer(captions, padding="max_length",
+            tokens = self.t5_tokenizer(list(captions), padding="max_length",
                                        max_length=self.t5_max_length, truncation=True,
                                        return_tensors="pt")
             if self.t5_attention_mask:
@@ -240,8 +250,9 @@ class FluxEncoders:
             else:
                 t5 = self.t5(to_device(tokens.input_ids, self.device),
                              output_hidden_states=False).last_hidden_state
-            cids = self.clip_tokenizer(captions, padding="max_length", max_length=CLIP_MAX_LENGTH,
+            cids = self.clip_tokenizer(list(captions), padding="max_length",
+                                       max_length=CLIP_MAX_LENGTH,
                                        truncation=True, return_tensors="pt").input_ids
             pooled = self.clip(to_device(cids, self.device),
                                output_hidden_states=False).pooler_output
-        return t5, pooled
+        return {PROMPT_EMBEDS: t5, POOLED_PROMPT_EMBEDS: pooled}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shardcook.encoders.models import FLUX
 from shardcook.errors import ConfigError
 from shardcook.hftoken import TOKEN_WAYS, redact
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "black-forest-labs/FLUX.1-dev"
+DEFAULT_MODEL = FLUX.default_model
 PRECISIONS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 #: sample: z ~ posterior, seeded per key; mode: its mean; resample: the mode as latents.pth plus
 #: the posterior (mean.pth, logvar.pth) so training can draw a fresh latent every epoch.

@@ -1,36 +1,157 @@
-"""The model families `encode` runs, as a registry: each entry says what its encoders read
-(image or video), where they load from, and what the manifest records about them (which VAE,
-and the normalisation read from the VAE's own config). A layout `encode` writes names its family
-(`layouts.base.EncodeSpec.model`); adding a model is one module of encoders plus one entry
-here. Every `module:name` is a string, so nothing heavy is imported until it is used."""
+"""The model families `encode` runs, as a registry: the one seam every model goes through.
+
+A family is one module of encoders (`flux.py`, `wan.py`) plus one `ModelFamily` entry here,
+which declares everything the rest of shardcook asks of it: what its VAE encodes, its encoders
+class (the `Encoders` protocol), the default model, the size rules the config checks enforce,
+its text options, the manifest's facts and normalisation, and how `validate` and `report` check
+its latents. A layout `encode` writes names its family (`layouts.base.EncodeSpec.model`); the
+engine's sample is family-neutral (`jobs.encode.sample`: named text tensors, latents, an
+optional posterior). A model sharing a family's shape is one more entry, e.g.
+`replace(WAN, name="wan2.2", version="wan2.2", default_model="Wan-AI/Wan2.2-T2V-A14B-Diffusers")`.
+Every `module:name` is a string, so nothing heavy is imported until it is used."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+#: The normalisation conventions (a manifest's `normalisation.kind`): one scale and shift for
+#: every channel, `(z - shift) * scale` (FLUX), or a mean and standard deviation per channel
+#: from the VAE's config, `(z - latents_mean) / latents_std` (Wan).
+SCALING_SHIFT: Final = "scaling_shift"
+LATENTS_MEAN_STD: Final = "latents_mean_std"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The pixel sizes a family's VAE takes, which `encode`'s config checks enforce.
+
+    Attributes:
+        multiple: Every height and width `encode` is asked for is a multiple of this.
+        why: The reason, in the sentence refusing another size.
+        downsample: Pixels per latent cell in height and width (a latent is size / downsample).
+        frame_step: For video, the VAE's temporal compression: it encodes the first frame
+            alone and then `frame_step` frames per latent frame, so 4n+1 frames encode whole
+            and a clip of T frames has 1 + (T - 1) // frame_step latent frames. None for images.
+    """
+
+    multiple: int
+    why: str
+    downsample: int = 8
+    frame_step: int | None = None
+
+
+@dataclass(frozen=True)
+class Text:
+    """A family's text encoders: what they give and which options set them.
+
+    Attributes:
+        outputs: The names of the tensors `encode_text` returns, in order (a layout's part
+            builder picks them by name).
+        options: (model option, what it is) for each `ModelConfig` option its text encoders
+            read, e.g. FLUX's `t5_max_length`; another family's run refuses them.
+        padding: How its captions are padded, for the sentence refusing another family's text
+            option (empty when it takes every such option).
+    """
+
+    outputs: tuple[str, ...]
+    options: tuple[tuple[str, str], ...] = ()
+    padding: str = ""
+
+
+@dataclass(frozen=True)
+class Latents:
+    """A family's stored latents, as `validate` and `report` check them.
+
+    Attributes:
+        convention: `SCALING_SHIFT` or `LATENTS_MEAN_STD`: how its latents are normalised, and
+            the `kind` of the normalisation record its manifests hold.
+        rank: The dimensions of one latent: 3 for [C, h, w], 4 for [C, T', h, w].
+        usual_factors: (scaling, shift) that a `SCALING_SHIFT` dataset recording no factors
+            is taken to use (FLUX.1's), marked approximate; None: nothing to assume.
+    """
+
+    convention: Literal["scaling_shift", "latents_mean_std"]
+    rank: int
+    usual_factors: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class EncodedPixels:
+    """What `Encoders.encode_pixels` gives for a batch, on the device.
+
+    Attributes:
+        latents: [B, C, ...] as the layout stores them (normalised unless the layout keeps them
+            raw).
+        mean: The unscaled posterior mean, when asked for (`--latent-mode resample`).
+        logvar: The unscaled posterior log-variance, with `mean`.
+    """
+
+    latents: torch.Tensor
+    mean: torch.Tensor | None = None
+    logvar: torch.Tensor | None = None
+
+    @property
+    def posterior(self) -> tuple[torch.Tensor, ...]:
+        """(mean, logvar), or () when not asked for."""
+        return () if self.mean is None or self.logvar is None else (self.mean, self.logvar)
+
+
+class Encoders(Protocol):
+    """What `encode` asks of a family's encoders class (its entry's `encoders`)."""
+
+    @classmethod
+    def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
+                ) -> Encoders:
+        """The encoders of an `encode` run (`model`: its `config.ModelConfig`, resolved for
+        encode; `spec`: its layout's `layouts.base.EncodeSpec`)."""
+        ...
+
+    @property
+    def latent_facts(self) -> dict[str, object]:
+        """What a sample records to undo the latents' normalisation (FLUX's scaling and shift
+        factors; none for a family whose manifest records it)."""
+        ...
+
+    def encode_text(self, captions: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Captions -> the family's named text tensors (`Text.outputs`), each [B, ...]."""
+        ...
+
+    def encode_pixels(self, pixels: np.ndarray | Sequence[np.ndarray], keys: Sequence[str],
+                      *, posterior: bool = False) -> EncodedPixels:
+        """Pixels of one shape (images [B, H, W, 3] or B clips [T, H, W, 3], uint8 RGB) and
+        their sample keys (seeding a sampled latent) -> latents, with the posterior when
+        `posterior`."""
+        ...
 
 
 @dataclass(frozen=True)
 class ModelFamily:
-    """One model family's encoders.
+    """One model family: its registry entry.
 
     Attributes:
         name: The registry name (what `EncodeSpec.model` says).
         input_kind: What its VAE encodes: `image` (one picture) or `video` (a clip of frames).
-        encoders: `module:Class` of its encoders, which `encode` loads with
-            `Class.for_run(model, spec, device, token_file)` (`model`: the run's
-            `config.ModelConfig`; `spec`: its layout's `EncodeSpec`).
+        encoders: `module:Class` of its encoders (the `Encoders` protocol), which `encode`
+            loads with `Class.for_run(model, spec, device, token_file)`.
         manifest: `module:function(model, token_file)` giving the manifest's encoder facts
             (sources, normalisation read from the VAE config, precision, latent mode); `model`
-            is the run's `config.ModelConfig`. The normalisation recorded there is what
-            `validate` and `report`'s latent check read: FLUX's `scaling_factor` and
-            `shift_factor`, Wan's `normalisation` (this entry's `normalisation` record).
-        normalisation: `module:function(vae_config)` giving the normalisation a dataset
-            records, which `validate` compares with the layout's model.
-        empty_encodings: Whether `encode` writes `empty_encodings/`: the text encoders' outputs
-            for the empty caption (FLUX trainers' caption dropout), from its encoders'
-            `encode_text([""])` pair (T5, pooled CLIP).
+            is the run's `config.ModelConfig`.
+        normalisation: `module:function(vae_config)` giving the normalisation record of its
+            `latents.convention` (`kind` and its values) read from a VAE config.
+        default_model: What `--model-path` is when not given (a hub id).
+        version: What trainers record as the model's version (Bridge's `model_version`).
+        sizes: The size rules (`Sizes`).
+        text: Its text encoders' outputs and options (`Text`).
+        latents: How `validate` and `report` check its latents (`Latents`).
+        empty_encodings: (text output, file name) of each `empty_encodings/` file `encode`
+            writes from `encode_text([""])` (FLUX trainers' caption dropout); () for none.
         decoder: `module:Class` made as `Class(model_path, manifest, token_file)`, turning what
             a layout's `preview` gives into RGB pixels for `preview --model-path`; None: the
             FLUX VAE decoder `preview` has.
@@ -41,7 +162,12 @@ class ModelFamily:
     encoders: str
     manifest: str
     normalisation: str
-    empty_encodings: bool = False
+    default_model: str
+    version: str
+    sizes: Sizes
+    text: Text
+    latents: Latents
+    empty_encodings: tuple[tuple[str, str], ...] = ()
     decoder: str | None = None
 
     def function(self, what: str) -> Any:
@@ -50,13 +176,30 @@ class ModelFamily:
         return getattr(importlib.import_module(module), name)
 
 
-FLUX = ModelFamily("flux", "image", "shardcook.encoders.flux:FluxEncoders",
-                   "shardcook.encoders.flux:flux_manifest",
-                   "shardcook.encoders.flux:flux_normalisation", empty_encodings=True)
-WAN = ModelFamily("wan", "video", "shardcook.encoders.wan:WanEncoders",
-                  "shardcook.encoders.wan:wan_manifest",
-                  "shardcook.encoders.wan:wan_normalisation",
-                  decoder="shardcook.encoders.wan:WanDecoder")
+FLUX = ModelFamily(
+    name="flux", input_kind="image",
+    encoders="shardcook.encoders.flux:FluxEncoders",
+    manifest="shardcook.encoders.flux:flux_manifest",
+    normalisation="shardcook.encoders.flux:flux_normalisation",
+    default_model="black-forest-labs/FLUX.1-dev", version="flux",
+    sizes=Sizes(16, "the VAE downsamples by 8 and FLUX packs 2x2 latents"),
+    text=Text(outputs=("prompt_embeds", "pooled_prompt_embeds"),
+              options=(("t5_max_length", "FLUX's T5 padding length"),)),
+    latents=Latents(SCALING_SHIFT, rank=3, usual_factors=(0.3611, 0.1159)),
+    empty_encodings=(("prompt_embeds", "t5_empty.npy"),
+                     ("pooled_prompt_embeds", "clip_empty.npy")))
+WAN = ModelFamily(
+    name="wan", input_kind="video",
+    encoders="shardcook.encoders.wan:WanEncoders",
+    manifest="shardcook.encoders.wan:wan_manifest",
+    normalisation="shardcook.encoders.wan:wan_normalisation",
+    default_model="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", version="wan2.1",
+    sizes=Sizes(8, "the VAE downsamples by 8", frame_step=4),
+    text=Text(outputs=("prompt_embeds",),
+              padding="Wan's UMT5 text encoder always pads captions to 226 tokens (as Bridge's "
+                      "script does)"),
+    latents=Latents(LATENTS_MEAN_STD, rank=4),
+    decoder="shardcook.encoders.wan:WanDecoder")
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, WAN)}

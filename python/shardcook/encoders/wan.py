@@ -1,7 +1,7 @@
-"""Batched Wan 2.1/2.2 encoding: `AutoencoderKLWan` latents of RGB clips, normalised by the
-VAE config's own `latents_mean` / `latents_std`, and UMT5 prompt embeddings padded to 226
-tokens with the rows past each caption's length zeroed, as Megatron-Bridge's Wan prep script
-stores them (its `_encode_video_latents` and `_encode_text`).
+"""The Wan family (the model registry's `WAN` entry), batched: `AutoencoderKLWan` latents of
+RGB clips, normalised by the VAE config's own `latents_mean` / `latents_std`, and UMT5 prompt
+embeddings padded to 226 tokens with the rows past each caption's length zeroed, as
+Megatron-Bridge's Wan prep script stores them (its `_encode_video_latents` and `_encode_text`).
 
 `--model-path` names a diffusers-format Wan folder or hub repo holding vae/, text_encoder/ and
 tokenizer/.
@@ -25,6 +25,7 @@ from shardcook.encoders.loading import (
     run_facts,
     vae_config,
 )
+from shardcook.encoders.models import LATENTS_MEAN_STD, WAN, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
 
@@ -34,9 +35,11 @@ if TYPE_CHECKING:
     from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
     from transformers import PreTrainedTokenizerBase, UMT5EncoderModel
 
-DEFAULT_MODEL = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+DEFAULT_MODEL = WAN.default_model
 #: Bridge's `max_sequence_length` (WanPipeline's too).
 TEXT_LENGTH = 226
+#: The name of `encode_text`'s one tensor (the registry entry's `text.outputs`).
+(PROMPT_EMBEDS,) = WAN.text.outputs
 #: encoder -> (model subfolder, tokenizer subfolder) inside a diffusers-format Wan folder
 WAN_LAYOUT = {"vae": ("vae", None), "umt5": ("text_encoder", "tokenizer")}
 
@@ -133,7 +136,7 @@ def load_umt5(src: EncoderSource, token: str | None, dtype: torch.dtype, device:
 
 
 class WanEncoders:
-    """Wan's VAE and UMT5 on one device.
+    """Wan's VAE and UMT5 on one device (the registry's `Encoders` protocol).
 
     Args:
         latent_mode: `mode` stores the posterior mean (Bridge's deterministic latents);
@@ -171,17 +174,23 @@ class WanEncoders:
                         token_file=token_file, precision=model.precision, device=device,
                         latent_mode=model.latent_mode, seed=model.seed)
 
-    def encode_videos(self, clips: Sequence[np.ndarray] | np.ndarray, keys: Sequence[str]
-                      ) -> torch.Tensor:
+    @property
+    def latent_facts(self) -> dict[str, object]:
+        """Nothing: the manifest records the normalisation (`wan_manifest`)."""
+        return {}
+
+    def encode_pixels(self, pixels: np.ndarray | Sequence[np.ndarray], keys: Sequence[str],
+                      *, posterior: bool = False) -> EncodedPixels:
         """B [T, H, W, 3] uint8 RGB clips of one shape -> normalised latents
-        [B, 16, 1 + (T-1)//4, H/8, W/8] on the device."""
+        [B, 16, 1 + (T-1)//4, H/8, W/8] on the device; with `posterior`, also the VAE's mean
+        and logvar, not normalised."""
         import torch
 
         from shardcook.encoders.flux import sample_seed
 
         with torch.inference_mode():
             # Bridge's arithmetic: [0, 1] (`scaled_clips`), then [-1, 1] in the model's dtype
-            x = scaled_clips(clips, self._unit_values, self.device) * 2.0 - 1.0
+            x = scaled_clips(pixels, self._unit_values, self.device) * 2.0 - 1.0
             dist = self.vae.encode(x.permute(0, 4, 1, 2, 3).contiguous()).latent_dist
             z = dist.mean
             if self.latent_mode == "sample":
@@ -195,15 +204,18 @@ class WanEncoders:
             mean = torch.tensor(self.norm.latents_mean, device=self.device, dtype=z.dtype)
             std = torch.tensor(self.norm.latents_std, device=self.device, dtype=z.dtype)
             latents: torch.Tensor = (z - mean.view(view)) / std.view(view)
-            return latents
+            if posterior:
+                return EncodedPixels(latents, dist.mean, dist.logvar)
+            return EncodedPixels(latents)
 
     @cached_property
     def _unit_values(self) -> torch.Tensor:
         return unit_values(self.dtype).to(self.device)
 
-    def encode_text(self, captions: Sequence[str]) -> torch.Tensor:
-        """Captions -> UMT5 embeddings [B, 226, D] on the device, each cleaned by
-        `prompt_clean`, encoded with the attention mask, rows past its length zero."""
+    def encode_text(self, captions: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Captions -> {`prompt_embeds`: UMT5 embeddings [B, 226, D]} on the device, each
+        cleaned by `prompt_clean`, encoded with the attention mask, rows past its length
+        zero."""
         import torch
 
         with torch.inference_mode():
@@ -214,7 +226,7 @@ class WanEncoders:
             out: torch.Tensor = self.umt5(input_ids=to_device(tokens.input_ids, self.device),
                                           attention_mask=mask).last_hidden_state
             zeroed: torch.Tensor = out.masked_fill(~mask.gt(0).unsqueeze(-1), 0.0)
-            return zeroed
+            return {PROMPT_EMBEDS: zeroed}
 
 
 def unit_values(dtype: torch.dtype) -> torch.Tensor:
@@ -244,7 +256,7 @@ def scaled_clips(clips: Sequence[np.ndarray] | np.ndarray, table: torch.Tensor, 
 
 def wan_normalisation(config: Mapping[str, Any]) -> dict[str, Any]:
     """What a dataset records of the VAE's normalisation (the model registry's entry)."""
-    return {"kind": "latents_mean_std", **normalisation(config).describe()}
+    return {"kind": LATENTS_MEAN_STD, **normalisation(config).describe()}
 
 
 def wan_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
@@ -284,7 +296,7 @@ class WanDecoder:
         del token
         recorded = manifest.get("normalisation")
         norm = normalisation(recorded if isinstance(recorded, dict) and recorded.get(
-            "kind") == "latents_mean_std" else dict(self.vae.config))
+            "kind") == LATENTS_MEAN_STD else dict(self.vae.config))
         self.mean = torch.tensor(norm.latents_mean).view(-1, 1, 1, 1)
         self.std = torch.tensor(norm.latents_std).view(-1, 1, 1, 1)
 

@@ -43,9 +43,10 @@ def resize_settings(image: ImageConfig) -> dict[str, Any]:
 
 
 def bridge_json(item: Item, result: ImageResult, *, image: ImageConfig,
-                encoders: dict[str, Any]) -> bytes:
+                encoders: dict[str, Any], version: str) -> bytes:
     """The `json` part: Bridge's fields in its order, then source, orig_size, crop and the
-    facts needed to scale the latents later (`encoders`: latent_mode, scaling/shift factors)."""
+    facts needed to scale the latents later (`encoders`: latent_mode, scaling/shift factors);
+    `version` is the model family's (its registry entry's `version`)."""
     assert result.pixels is not None and result.orig_size is not None and result.crop is not None
     h, w = result.pixels.shape[:2]
     meta = {
@@ -55,7 +56,7 @@ def bridge_json(item: Item, result: ImageResult, *, image: ImageConfig,
         "caption": item.caption or "",
         "deterministic_latents": encoders["latent_mode"] == "mode",
         "memory_optimization": False,
-        "model_version": "flux",
+        "model_version": version,
         "vae_normalization": "[-1, 1]",
         "resize_settings": resize_settings(image),
         "source": item.source,
@@ -67,8 +68,8 @@ def bridge_json(item: Item, result: ImageResult, *, image: ImageConfig,
 
 
 def bridge_parts(item: Item, result: ImageResult, latent: torch.Tensor, prompt: torch.Tensor,
-                 pooled: torch.Tensor, *, image: ImageConfig,
-                 encoders: dict[str, Any]) -> list[tuple[str, bytes]]:
+                 pooled: torch.Tensor, *, image: ImageConfig, encoders: dict[str, Any],
+                 version: str) -> list[tuple[str, bytes]]:
     """(part, bytes) of one sample; the tensors are cloned so no batch storage is saved."""
     from shardcook.encoders.flux import tensor_bytes
 
@@ -77,7 +78,7 @@ def bridge_parts(item: Item, result: ImageResult, latent: torch.Tensor, prompt: 
     return [
         (LATENT_PART, tensor_bytes(latent)),
         (EMBEDDINGS_PART, pickle_tensors(embeddings)),
-        (META_PART, bridge_json(item, result, image=image, encoders=encoders)),
+        (META_PART, bridge_json(item, result, image=image, encoders=encoders, version=version)),
     ]
 
 
@@ -125,5 +126,8 @@ def pickle_tensors(tensors: dict[str, torch.Tensor] | torch.Tensor) -> bytes:
 
 def encoded_bridge_parts(s: EncodedSample) -> list[tuple[str, bytes]]:
     """The layout's `encode` part builder."""
-    return bridge_parts(s.item, s.result, s.latent, s.prompt, s.pooled, image=s.image,
-                        encoders=s.facts)
+    from shardcook.encoders.flux import POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
+
+    return bridge_parts(s.item, s.result, s.latent, s.text[PROMPT_EMBEDS],
+                        s.text[POOLED_PROMPT_EMBEDS], image=s.image, encoders=s.facts,
+                        version=s.family.version)

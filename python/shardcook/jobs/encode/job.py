@@ -1,7 +1,8 @@
-"""`encode`: images and captions through FLUX's encoders into pre-encoded samples, in one of the
-layouts the registry gives an encode spec (docs/FORMAT.md §3). The config resolves the layout
-once (`RunConfig.layout`); its encode spec gives the defaults, the latent modes it takes, its
-encoders' settings and the function building each sample's parts.
+"""`encode`: images and captions through the encoders of the layout's model family into
+pre-encoded samples, in one of the layouts the registry gives an encode spec (docs/FORMAT.md
+§3). The config resolves the layout once (`RunConfig.layout`); its encode spec gives the
+defaults, the latent modes it takes, its encoders' settings, its model family (whose encoders
+follow the `encoders.models.Encoders` protocol) and the function building each sample's parts.
 
 Three stages overlap: the shared loop's reader thread decodes and resizes the next batches (Rust
 image core, `preprocess`), the main thread runs the encoders (`encode`), and a serializer thread
@@ -35,7 +36,7 @@ from shardcook.jobs.encode.loadonce import LoadedOnce
 from shardcook.jobs.encode.sample import EncodedSample, PartBuilder
 from shardcook.jobs.images import check_image_options, decode_images, result_pixels
 from shardcook.layouts import EncodeSpec, registry_function
-from shardcook.layouts.names import CLIP_EMPTY, EMPTY_ENCODINGS_DIR, T5_EMPTY
+from shardcook.layouts.names import EMPTY_ENCODINGS_DIR
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
@@ -47,7 +48,7 @@ from shardcook.workers import where
 if TYPE_CHECKING:
     import torch
 
-    from shardcook.encoders.flux import FluxEncoders
+    from shardcook.encoders.models import Encoders, ModelFamily
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +131,12 @@ class EncodeProcessor(Processor):
 
     prepared_budget = PREPARED_BYTES
 
-    def __init__(self, cfg: RunConfig, load_encoders: Callable[[], FluxEncoders],
+    def __init__(self, cfg: RunConfig, load_encoders: Callable[[], Encoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
+        from shardcook.encoders.models import MODELS
+
         self.image, self.model = cfg.image, cfg.model
+        self.family = MODELS[encode_spec(cfg).model]
         self.build_parts: PartBuilder = registry_function(encode_spec(cfg).part_builder)
         self.batch_size = cfg.model.batch_size
         self.resample = cfg.model.latent_mode == "resample"
@@ -144,7 +148,7 @@ class EncodeProcessor(Processor):
         self._ser = ThreadPoolExecutor(1, thread_name_prefix="shardcook-serialize")
 
     @property
-    def enc(self) -> FluxEncoders:
+    def enc(self) -> Encoders:
         return self._encoders.get()
 
     def prepare(self, batch: list[Loaded]) -> list[Loaded]:
@@ -165,33 +169,35 @@ class EncodeProcessor(Processor):
         return sum(loaded.decoded.pixels.nbytes for loaded in batch
                    if loaded.decoded is not None and loaded.decoded.pixels is not None)
 
-    def _encode(self, batch: list[Loaded], group: Decoded) -> HostCopy:
-        """One shape group on the encoders; returns its tensors on their way to the CPU in the
-        stored dtype (the GPU's queue is not waited for: the next group is queued meanwhile)."""
+    def _encode(self, batch: list[Loaded], group: Decoded) -> tuple[list[str], HostCopy]:
+        """One shape group on the encoders; returns the names of its text tensors and its
+        tensors (latents, text, posterior) on their way to the CPU in the stored dtype (the
+        GPU's queue is not waited for: the next group is queued meanwhile)."""
         import numpy as np
 
         enc = self.enc
         t0 = time.perf_counter()
         items = [batch[n].item for n, _ in group]
         pixels = np.stack([result_pixels(r) for _, r in group])
-        if self.resample:
-            lat, *posterior = enc.encode_posterior(pixels)
-        else:
-            lat, posterior = enc.encode_images(pixels, [it.key for it in items]), []
-        t5, pooled = enc.encode_text([it.caption or "" for it in items])
-        out = HostCopy((lat, t5, pooled, *posterior), self.stored_dtype)
+        out = enc.encode_pixels(pixels, [it.key for it in items], posterior=self.resample)
+        text = enc.encode_text([it.caption or "" for it in items])
+        copy = HostCopy((out.latents, *text.values(), *out.posterior), self.stored_dtype)
         self.stage_seconds["encode"] += time.perf_counter() - t0
-        return out
+        return list(text), copy
 
     def _serialize(self, batch: list[Loaded], group: Decoded,
-                   tensors: HostCopy) -> list[tuple[int, Outcome]]:
+                   encoded: tuple[list[str], HostCopy]) -> list[tuple[int, Outcome]]:
         t0 = time.perf_counter()
-        lat, t5, pooled, *posterior = tensors.get()
+        names, copy = encoded
+        lat, *rest = copy.get()
+        text, posterior = rest[:len(names)], rest[len(names):]
         done: list[tuple[int, Outcome]] = []
         for j, (n, r) in enumerate(group):
             item = batch[n].item
-            sample = EncodedSample(item, r, lat[j], t5[j], pooled[j],
-                                   tuple(t[j] for t in posterior), self.image, self._facts)
+            sample = EncodedSample(item, r, lat[j], {k: t[j] for k, t in zip(names, text,
+                                                                            strict=True)},
+                                   tuple(t[j] for t in posterior), self.image, self._facts,
+                                   self.family)
             done.append((n, Outcome(item, parts=self.build_parts(sample))))
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return done
@@ -200,8 +206,7 @@ class EncodeProcessor(Processor):
     def _facts(self) -> dict[str, object]:
         """The run's latent facts, which part builders record so a user can scale latents."""
         m = self.model
-        return {"latent_mode": m.latent_mode, "scaling_factor": self.enc.scaling_factor,
-                "shift_factor": self.enc.shift_factor,
+        return {"latent_mode": m.latent_mode, **self.enc.latent_facts,
                 "latent_seed": m.seed if m.latent_mode == "sample" else None}
 
     def start(self) -> None:
@@ -231,16 +236,17 @@ class EncodeProcessor(Processor):
         return completed(outcomes)
 
 
-def write_empty_encodings(out: OutputFolder, encoders: FluxEncoders) -> None:
-    """empty_encodings/t5_empty.npy [1, L, D_t5] and clip_empty.npy [1, D_clip], float32."""
+def write_empty_encodings(out: OutputFolder, encoders: Encoders, family: ModelFamily) -> None:
+    """The family's `empty_encodings/` files, float32, from its text encoders' outputs for the
+    empty caption (FLUX: t5_empty.npy [1, L, D_t5] and clip_empty.npy [1, D_clip])."""
     import numpy as np
     import torch
 
-    t5, pooled = encoders.encode_text([""])
-    for name, t in ((T5_EMPTY, t5), (CLIP_EMPTY, pooled)):
+    text = encoders.encode_text([""])
+    for name, file in family.empty_encodings:
         data = io.BytesIO()
-        np.save(data, t.to("cpu", torch.float32).numpy())
-        out.write_file(f"{EMPTY_ENCODINGS_DIR}/{name}", data.getvalue())
+        np.save(data, text[name].to("cpu", torch.float32).numpy())
+        out.write_file(f"{EMPTY_ENCODINGS_DIR}/{file}", data.getvalue())
 
 
 def quiet_model_libraries() -> None:
@@ -352,7 +358,7 @@ class EncodeJob(JobBasics):
         encoders = family.function("encoders").for_run(self.cfg.model, self.spec, self.device,
                                                        self.token_file)
         if family.empty_encodings and where().leads:  # each launch's first worker
-            write_empty_encodings(folder, encoders)
+            write_empty_encodings(folder, encoders, family)
         return encoders
 
     def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:

@@ -38,5 +38,8 @@ def mlperf_parts(key: str, prompt: torch.Tensor, pooled: torch.Tensor, mean: tor
 
 def encoded_mlperf_parts(s: EncodedSample) -> list[tuple[str, bytes]]:
     """The layout's `encode` part builder: the posterior, not the latent, is stored."""
+    from shardcook.encoders.flux import POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS
+
     mean, logvar = s.posterior
-    return mlperf_parts(s.item.key, s.prompt, s.pooled, mean, logvar)
+    return mlperf_parts(s.item.key, s.text[PROMPT_EMBEDS], s.text[POOLED_PROMPT_EMBEDS], mean,
+                        logvar)

@@ -20,13 +20,13 @@ def _with_factors(meta: bytes, facts: dict[str, object]) -> bytes:
 
 def primus_parts(s: EncodedSample) -> list[tuple[str, bytes]]:
     """(part, bytes) of one sample, in the layout's order."""
-    from shardcook.encoders.flux import tensor_bytes
+    from shardcook.encoders.flux import POOLED_PROMPT_EMBEDS, PROMPT_EMBEDS, tensor_bytes
 
     meta = result_meta_json(s.item.source, s.result)
     parts = [
         ("latents.pth", tensor_bytes(s.latent)),
-        ("prompt_embeds.pth", tensor_bytes(s.prompt)),
-        ("pooled_prompt_embeds.pth", tensor_bytes(s.pooled)),
+        ("prompt_embeds.pth", tensor_bytes(s.text[PROMPT_EMBEDS])),
+        ("pooled_prompt_embeds.pth", tensor_bytes(s.text[POOLED_PROMPT_EMBEDS])),
         ("caption.txt", (s.item.caption or "").encode("utf-8")),
         ("meta.json", _with_factors(meta, s.facts) if s.posterior else meta),
     ]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from shardcook.encoders.wan import WanEncoders
+    from shardcook.encoders.models import Encoders
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,13 @@ class VideoEncodeProcessor(Processor):
 
     prepared_budget = PREPARED_BYTES
 
-    def __init__(self, cfg: RunConfig, load_encoders: Callable[[], WanEncoders],
+    def __init__(self, cfg: RunConfig, load_encoders: Callable[[], Encoders],
                  stored_dtype: torch.dtype, workers: int) -> None:
+        from shardcook.encoders.models import MODELS
+
         assert cfg.layout is not None and cfg.layout.encode is not None
         self.model = cfg.model
+        self.family = MODELS[cfg.layout.encode.model]
         self.framing = framing(cfg)
         self.build_parts: ClipPartBuilder = registry_function(cfg.layout.encode.part_builder)
         self.batch_size = cfg.model.batch_size
@@ -105,7 +108,7 @@ class VideoEncodeProcessor(Processor):
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="shardcook-video")
 
     @property
-    def enc(self) -> WanEncoders:
+    def enc(self) -> Encoders:
         return self._encoders.get()
 
     def start(self) -> None:
@@ -142,17 +145,20 @@ class VideoEncodeProcessor(Processor):
     @cached_property
     def _facts(self) -> dict[str, object]:
         m = self.model
-        return {"latent_mode": m.latent_mode,
+        return {"latent_mode": m.latent_mode, **self.enc.latent_facts,
                 "latent_seed": m.seed if m.latent_mode == "sample" else None}
 
-    def _texts(self, captions: list[str]) -> list[tuple[list[str], HostCopy]]:
-        """The distinct captions, in chunks, each with its embeddings on their way to the CPU
-        in the stored dtype."""
+    def _texts(self, captions: list[str]) -> list[tuple[list[str], list[str], HostCopy]]:
+        """The distinct captions, in chunks, each with the names of its text tensors and the
+        tensors on their way to the CPU in the stored dtype."""
         distinct = list(dict.fromkeys(captions))
         chunks = [distinct[k:k + self.batch_size] for k in range(0, len(distinct),
                                                                  self.batch_size)]
-        return [(chunk, HostCopy([self.enc.encode_text(chunk)], self.stored_dtype))
-                for chunk in chunks]
+        out = []
+        for chunk in chunks:
+            text = self.enc.encode_text(chunk)
+            out.append((chunk, list(text), HostCopy(list(text.values()), self.stored_dtype)))
+        return out
 
     def process(self, batch: list[Loaded]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
@@ -172,12 +178,15 @@ class VideoEncodeProcessor(Processor):
         for group in groups.values():
             for k in range(0, len(group), self.batch_size):
                 chunk = group[k:k + self.batch_size]
-                z = enc.encode_videos([p for *_, p in chunk], [key for _, _, key, _ in chunk])
+                z = enc.encode_pixels([p for *_, p in chunk],
+                                      [key for _, _, key, _ in chunk]).latents
                 pending.append(([(n, c) for n, c, _, _ in chunk],
                                 HostCopy([z], self.stored_dtype)))
-        texts: dict[str, torch.Tensor] = {}
-        for chunk_captions, copy in pending_texts:
-            texts.update(zip(chunk_captions, copy.get()[0], strict=True))
+        texts: dict[str, dict[str, torch.Tensor]] = {}
+        for chunk_captions, names, copy in pending_texts:
+            tensors = copy.get()
+            for j, caption in enumerate(chunk_captions):
+                texts[caption] = {name: t[j] for name, t in zip(names, tensors, strict=True)}
         latents: dict[tuple[int, int], torch.Tensor] = {}
         for where, copy in pending:
             latents.update(zip(where, copy.get()[0], strict=True))
@@ -192,7 +201,7 @@ class VideoEncodeProcessor(Processor):
                 t, h, w = pixels.shape[:3]
                 clip = EncodedClip(item, key, latents[(n, c)], texts[item.caption or ""],
                                    (t, h, w), frame, self.framing.settings(),
-                                   self._facts)
+                                   self._facts, self.family)
                 rows.append((key, list(self.build_parts(clip))))
             outcomes[n] = Outcome(item, rows=rows)
         self.stage_seconds["serialize"] += time.perf_counter() - t0

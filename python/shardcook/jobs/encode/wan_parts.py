@@ -11,9 +11,6 @@ from shardcook.jobs.encode.bridge_parts import pickle_tensors
 from shardcook.jobs.encode.sample import EncodedClip
 from shardcook.layouts.wan import EMBEDDING_PART, LATENT_PART, META_PART
 
-#: What Bridge's script records as `model_version`.
-MODEL_VERSION = "wan2.1"
-
 
 def wan_json(clip: EncodedClip) -> bytes:
     frames, height, width = clip.frames
@@ -25,7 +22,7 @@ def wan_json(clip: EncodedClip) -> bytes:
         "caption": clip.item.caption or "",
         "deterministic_latents": clip.facts["latent_mode"] == "mode",
         "memory_optimization": False,  # no VAE slicing or tiling
-        "model_version": MODEL_VERSION,
+        "model_version": clip.family.version,  # Bridge's script: "wan2.1"
         "processing_mode": "video" if clip.frame is None else "frames",
     }
     if clip.frame is not None:
@@ -38,7 +35,8 @@ def wan_json(clip: EncodedClip) -> bytes:
 def encoded_wan_parts(clip: EncodedClip) -> list[tuple[str, bytes]]:
     """The layout's `encode` part builder."""
     from shardcook.encoders.flux import tensor_bytes
+    from shardcook.encoders.wan import PROMPT_EMBEDS
 
     return [(LATENT_PART, tensor_bytes(clip.latent)),
-            (EMBEDDING_PART, pickle_tensors(clip.text.contiguous().clone())),
+            (EMBEDDING_PART, pickle_tensors(clip.text[PROMPT_EMBEDS].contiguous().clone())),
             (META_PART, wan_json(clip))]

@@ -305,6 +305,7 @@ def _with_evil_pickle(out: Path, dest: Path, target: Path) -> Path:
 
 def test_malicious_pickle_is_refused_by_validate_and_the_cooker(bridge_encoded, tmp_path):
     from megatron.energon import WorkerConfig, reraise_exception
+    from megatron.energon.errors import FatalSampleError
     from shardcook.energon import get_diffusion_loader
 
     _, out = bridge_encoded
@@ -319,8 +320,10 @@ def test_malicious_pickle_is_refused_by_validate_and_the_cooker(bridge_encoded, 
     w = get_diffusion_loader(evil, batch_size=2, num_workers=0, repeat=False,
                              shuffle_buffer_size=None, max_samples_per_sequence=None,
                              worker_config=strict)
-    with pytest.raises(UnsafeSampleError, match=r"'0000000001'.*'pickle'.*io\.open"):
+    # refused once, as a FatalSampleError Energon neither retries nor hands to its handler
+    with pytest.raises(FatalSampleError, match=r"'0000000001'.*'pickle'.*io\.open") as e:
         list(w.loader)
+    assert isinstance(e.value.__context__, UnsafeSampleError)
     assert not target.exists()
 
 

@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset.tensorinfo import (
     TensorInfo,
@@ -29,6 +29,9 @@ from shardcook.layouts.chatml import (
     turns_problem,
 )
 from shardcook.layouts.preencoded import POSTERIOR_PARTS
+
+if TYPE_CHECKING:
+    from shardcook.encoders.models import ModelFamily
 
 #: A layout checker: (parts, manifest, deep) -> one sentence per problem.
 Checker = Callable[[Mapping[str, bytes], Mapping[str, Any], bool], list[str]]
@@ -193,16 +196,38 @@ def _size(parts: Mapping[str, bytes]) -> tuple[int, int] | None:
     return None
 
 
+def family_of(layout: Layout) -> ModelFamily:
+    """The model family whose encoders write `layout` (its registry entry says how its latents
+    are checked: rank, downsampling, frames, normalisation)."""
+    from shardcook.encoders.models import MODELS
+
+    assert layout.encode is not None  # the layouts with latents are written by `encode`
+    return MODELS[layout.encode.model]
+
+
+def latent_form(family: ModelFamily) -> str:
+    """The shape of one of the family's latents, in words: `[C, H/8, W/8]`, `[C, T', H/8, W/8]`."""
+    d = family.sizes.downsample
+    frames = "T', " if family.latents.rank == 4 else ""
+    return f"[C, {frames}H/{d}, W/{d}]"
+
+
 def check_preencoded(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
                      deep: bool) -> list[str]:
     """Tensor ranks, and shapes that agree with each other, meta.json and the manifest:
-    latents `[C, H/8, W/8]`, prompt_embeds `[L, D]`, pooled_prompt_embeds `[D]`, one dtype;
-    a stored posterior (`mean.pth`, `logvar.pth`) of the latent's shape."""
+    latents `[C, H/8, W/8]` (the rank and downsampling of the FLUX registry entry),
+    prompt_embeds `[L, D]`, pooled_prompt_embeds `[D]`, one dtype; a stored posterior
+    (`mean.pth`, `logvar.pth`) of the latent's shape."""
+    from shardcook.layouts.preencoded import PREENCODED
+
+    family = family_of(PREENCODED)
+    d = family.sizes.downsample
     latents = _tensor(parts, "latents.pth")
     prompt = _tensor(parts, "prompt_embeds.pth")
     pooled = _tensor(parts, "pooled_prompt_embeds.pth")
     problems = []
-    for name, info, rank, form in (("latents.pth", latents, 3, "[C, H/8, W/8]"),
+    for name, info, rank, form in (("latents.pth", latents, family.latents.rank,
+                                    latent_form(family)),
                                    ("prompt_embeds.pth", prompt, 2, "[L, D]"),
                                    ("pooled_prompt_embeds.pth", pooled, 1, "[D]")):
         if info is not None and len(info.shape) != rank:
@@ -215,10 +240,10 @@ def check_preencoded(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
             problems.append(f"part latents.pth has {latents.shape[0]} channels but the manifest "
                             f"says {channels}")
         size = _size(parts)
-        if size is not None and latents.shape[1:] != (size[0] // 8, size[1] // 8):
+        if size is not None and latents.shape[1:] != (size[0] // d, size[1] // d):
             problems.append(f"part latents.pth is {latents.shape[1]}x{latents.shape[2]} but "
                             f"meta.json's size {size[0]}x{size[1]} needs "
-                            f"{size[0] // 8}x{size[1] // 8}")
+                            f"{size[0] // d}x{size[1] // d}")
     max_length = manifest.get("t5_max_length")
     if prompt is not None and max_length is not None and prompt.shape[0] != max_length:
         problems.append(f"part prompt_embeds.pth has {prompt.shape[0]} tokens but the manifest's "
@@ -281,36 +306,47 @@ def _pickled(parts: Mapping[str, bytes], part: str) -> tuple[object, list[str]]:
                       + (f": {detail})" if detail else ")")]
 
 
-def _latent_fits_json(parts: Mapping[str, bytes], part: str, hw: tuple[int, ...],
-                      meta_part: str) -> list[str]:
-    """The problem when a latent's height x width `hw` is not the json's processed size / 8
-    (Megatron-Bridge's `processed_height` / `processed_width`); none when json lacks them."""
+def _latent_fits_json(parts: Mapping[str, bytes], part: str, shape: tuple[int, ...],
+                      meta_part: str, family: ModelFamily) -> list[str]:
+    """The problems when a latent's `shape` past its channels ([T', h, w] or [h, w]) does not
+    fit the json's processed size (Megatron-Bridge's `processed_height` / `processed_width`,
+    divided by the family's downsampling) or, for a video family, its `processed_frames` (1 +
+    (T - 1) // the VAE's frame step); none for what json lacks."""
     try:
         meta = json.loads(parts[meta_part])
         size = (int(meta["processed_height"]), int(meta["processed_width"]))
     except (KeyError, ValueError, TypeError, RecursionError):
         return []
-    if tuple(hw) == (size[0] // 8, size[1] // 8):
-        return []
-    return [f"part {part} is {hw[0]}x{hw[1]} but {meta_part}'s processed size "
-            f"{size[0]}x{size[1]} needs {size[0] // 8}x{size[1] // 8}"]
+    problems = []
+    d, step, hw = family.sizes.downsample, family.sizes.frame_step, shape[-2:]
+    if tuple(hw) != (size[0] // d, size[1] // d):
+        problems.append(f"part {part} is {hw[0]}x{hw[1]} but {meta_part}'s processed size "
+                        f"{size[0]}x{size[1]} needs {size[0] // d}x{size[1] // d}")
+    frames = meta.get("processed_frames")
+    if step is not None and len(shape) == 3 and isinstance(frames, int) and frames > 0 and (
+            shape[0] != 1 + (frames - 1) // step):
+        problems.append(f"part {part} has {shape[0]} latent frames but {meta_part}'s "
+                        f"processed_frames {frames} make {1 + (frames - 1) // step} (the VAE "
+                        f"keeps the first frame and one latent frame per {step})")
+    return problems
 
 
 def check_wan(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: bool) -> list[str]:
     """`pickle` holds one tensor [226, D] (read without running anything); `pth` is
     [C, T', H/8, W/8] for json's processed size; and a dataset whose manifest records its
     normalisation recorded the Wan VAE's (`latents_mean` / `latents_std`, one per channel)."""
-    from shardcook.layouts.wan import EMBEDDING_PART, LATENT_PART, META_PART
+    from shardcook.layouts.wan import EMBEDDING_PART, LATENT_PART, META_PART, WAN
 
+    family = family_of(WAN)
     text, problems = _pickled(parts, EMBEDDING_PART)
     if not problems and (not isinstance(text, TensorInfo) or len(text.shape) != 2):
         problems.append(f"part {EMBEDDING_PART} is not one tensor [L, D]")
     latent = _tensor(parts, LATENT_PART)
-    if latent is not None and len(latent.shape) != 4:
+    if latent is not None and len(latent.shape) != family.latents.rank:
         problems.append(f"part {LATENT_PART} has shape {list(latent.shape)}, not "
-                        "[C, T', H/8, W/8]")
+                        f"{latent_form(family)}")
     norm = manifest.get("normalisation")
-    if manifest and (not isinstance(norm, dict) or norm.get("kind") != "latents_mean_std"):
+    if manifest and (not isinstance(norm, dict) or norm.get("kind") != family.latents.convention):
         kind = norm.get("kind") if isinstance(norm, dict) else None
         problems.append(f"the manifest records the normalisation {kind or 'none'}, but the wan "
                         "layout holds latents normalised by the Wan VAE's latents_mean and "
@@ -320,7 +356,7 @@ def check_wan(parts: Mapping[str, bytes], manifest: Mapping[str, Any], deep: boo
     if isinstance(norm, dict) and len(norm.get("latents_mean") or []) != latent.shape[0]:
         problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the manifest's "
                         "normalisation has one mean per channel of another VAE")
-    return problems + _latent_fits_json(parts, LATENT_PART, latent.shape[2:], META_PART)
+    return problems + _latent_fits_json(parts, LATENT_PART, latent.shape[1:], META_PART, family)
 
 
 def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
@@ -330,6 +366,7 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
     `pooled_prompt_embeds` `[D]`; `pth` is `[C, H/8, W/8]` for json's processed size; channels
     and T5 length agree with the manifest."""
     from shardcook.layouts.bridge_flux import (
+        BRIDGE_FLUX,
         EMBEDDINGS_PART,
         LATENT_PART,
         META_PART,
@@ -337,6 +374,7 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         PROMPT_EMBEDS,
     )
 
+    family = family_of(BRIDGE_FLUX)
     embeddings, problems = _pickled(parts, EMBEDDINGS_PART)
     if problems:
         return problems
@@ -349,8 +387,9 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         if not isinstance(info, TensorInfo) or len(info.shape) != rank:
             problems.append(f"part {EMBEDDINGS_PART}'s {name} is not a tensor {form}")
     latent = _tensor(parts, LATENT_PART)
-    if latent is not None and len(latent.shape) != 3:
-        problems.append(f"part {LATENT_PART} has shape {list(latent.shape)}, not [C, H/8, W/8]")
+    if latent is not None and len(latent.shape) != family.latents.rank:
+        problems.append(f"part {LATENT_PART} has shape {list(latent.shape)}, not "
+                        f"{latent_form(family)}")
     if problems:
         return problems
     prompt = embeddings[PROMPT_EMBEDS]
@@ -363,7 +402,7 @@ def check_bridge_flux(parts: Mapping[str, bytes], manifest: Mapping[str, Any],
         if channels is not None and latent.shape[0] != channels:
             problems.append(f"part {LATENT_PART} has {latent.shape[0]} channels but the "
                             f"manifest says {channels}")
-        problems += _latent_fits_json(parts, LATENT_PART, latent.shape[1:], META_PART)
+        problems += _latent_fits_json(parts, LATENT_PART, latent.shape[1:], META_PART, family)
     return problems
 
 

@@ -17,6 +17,7 @@ from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import read_metadata, summarize
 from shardcook.dataset.validate import validate_view
 from shardcook.dataset.view import DatasetView
+from shardcook.encoders.models import MODELS
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.fields import check_rules
 from shardcook.files import write_atomic
@@ -80,7 +81,7 @@ def _content(view: DatasetView, samples: int, split: str | None) -> Content:
     shown = {len(wanted) * i // n_shown for i in range(n_shown)}
     tally = Tally()
     spec = layout.encode if layout is not None else None
-    latents = latent_check(spec.model, spec.latents_scaled, manifest) if spec else None
+    latents = latent_check(MODELS[spec.model], spec.latents_scaled, manifest) if spec else None
     cards = []
     for i, sample in enumerate(picks.read(view, wanted)):
         if sample.error is not None:

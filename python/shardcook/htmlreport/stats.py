@@ -13,10 +13,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardcook.encoders.models import LATENTS_MEAN_STD, SCALING_SHIFT, ModelFamily
 from shardcook.htmlreport.pictures import SINGLE_IMAGE_PARTS, image_parts
 from shardcook.layouts.bridge_flux import LATENT_PART
 from shardcook.layouts.chatml import CONVERSATION_PART, MULTI_IMAGE_PART, TURNS_KEY
-from shardcook.layouts.mlperf import FLUX_SCALING_FACTOR, FLUX_SHIFT_FACTOR, MEAN_PART
+from shardcook.layouts.mlperf import MEAN_PART
 
 #: The parts whose stored bytes are a sample's picture, for exact duplicates.
 PICTURE_PARTS = (*SINGLE_IMAGE_PARTS, MULTI_IMAGE_PART, "latents.pth", LATENT_PART, MEAN_PART)
@@ -102,12 +103,6 @@ def _pair(value: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
 
 
-#: The normalisation kinds a manifest records (`normalisation.kind`, the model registry's
-#: `encoders/models.py`): one scale and shift for every channel (FLUX), or a mean and standard
-#: deviation per channel from the VAE's config (Wan).
-SCALING_SHIFT, LATENTS_MEAN_STD = "scaling_shift", "latents_mean_std"
-
-
 @dataclass(frozen=True)
 class Normalisation:
     """How a dataset's latents were normalised: as its manifest records it, or, for a manifest
@@ -159,12 +154,15 @@ class Normalisation:
         return f"Stored {how}"
 
 
-def normalisation(family: str, scaled: bool, manifest: dict[str, Any]) -> Normalisation | None:
-    """The normalisation of latents a layout of model `family` stores `scaled` or not: the
-    manifest's `normalisation` record (every Wan run's), else its `scaling_factor` and
-    `shift_factor` (every FLUX run's), else the family's own (FLUX.1's factors; Wan's latents
-    are normalised to mean 0 and standard deviation 1 whatever its VAE), marked approximate.
-    None when nothing says what they should be (unnormalised latents of unknown statistics)."""
+def normalisation(family: ModelFamily, scaled: bool, manifest: dict[str, Any]
+                  ) -> Normalisation | None:
+    """The normalisation of latents a layout of model `family` (its registry entry) stores
+    `scaled` or not: the manifest's `normalisation` record (every Wan run's), else, for a family
+    of the scaling-shift convention, its `scaling_factor` and `shift_factor` (every FLUX run's),
+    else what the family's entry implies (its `usual_factors`, FLUX.1's; a per-channel family's
+    latents are normalised to mean 0 and standard deviation 1 whatever its VAE), marked
+    approximate. None when nothing says what they should be (unnormalised latents of unknown
+    statistics)."""
     def number(value: Any) -> float | None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value
         return float(value) if ok and math.isfinite(value) else None
@@ -180,14 +178,17 @@ def normalisation(family: str, scaled: bool, manifest: dict[str, Any]) -> Normal
         scale, shift = number(record.get("scaling_factor")), record.get("shift_factor")
         if scale is not None:
             return Normalisation(SCALING_SHIFT, scaled, scale, number(shift) or 0.0)
+    convention = family.latents.convention
     scale = number(manifest.get("scaling_factor"))
-    if scale is not None and family != "wan":
+    if scale is not None and convention == SCALING_SHIFT:
         return Normalisation(SCALING_SHIFT, scaled, scale,
                              number(manifest.get("shift_factor")) or 0.0)
-    if family == "wan":
+    if convention == LATENTS_MEAN_STD:
         return Normalisation(LATENTS_MEAN_STD, scaled, approximate=True) if scaled else None
-    return Normalisation(SCALING_SHIFT, scaled, FLUX_SCALING_FACTOR, FLUX_SHIFT_FACTOR,
-                         approximate=True)
+    if family.latents.usual_factors is None:
+        return None
+    usual_scale, usual_shift = family.latents.usual_factors
+    return Normalisation(SCALING_SHIFT, scaled, usual_scale, usual_shift, approximate=True)
 
 
 @dataclass
@@ -253,10 +254,11 @@ class LatentCheck:
         return out
 
 
-def latent_check(family: str, scaled: bool, manifest: dict[str, Any]) -> LatentCheck | None:
-    """The check of a layout of model `family` storing latents `scaled` or not, against the
-    normalisation its manifest records (`normalisation`); None when there is nothing to check
-    them against."""
+def latent_check(family: ModelFamily, scaled: bool, manifest: dict[str, Any]
+                 ) -> LatentCheck | None:
+    """The check of a layout of model `family` (its registry entry) storing latents `scaled` or
+    not, against the normalisation its manifest records (`normalisation`); None when there is
+    nothing to check them against."""
     norm = normalisation(family, scaled, manifest)
     return LatentCheck(norm) if norm is not None else None
 

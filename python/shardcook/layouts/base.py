@@ -98,8 +98,8 @@ class EncodeSpec:
             factor applied).
         encoder_facts: (key, value) pairs the manifest records for this layout's encoders;
             `latents_scaled` and `t5_attention_mask` there also set the encoders.
-        model: The model family whose encoders write it (`jobs.encode.models.MODELS`: its
-            encoders, how they load, its normalisation and its input kind).
+        model: The model family whose encoders write it (a key of `encoders.models.MODELS`,
+            whose entry declares its encoders, input kind, sizes, text and latents).
     """
 
     part_builder: str

@@ -15,8 +15,8 @@ CLIP-L text: 768, 12 layers), no download, saved in the FLUX layout in bf16; the
 With --wan, instead: Wan 2.1's encoders with random weights (AutoencoderKLWan at its default
 config: base dim 96, 16 latent channels; UMT5-XXL encoder: d_model 4096, 24 layers), and
 `encode --layout wan --video-mode video` on --n generated clips of 81 frames at 480 x 832: clips/s,
-the share of encoder time not spent waiting for decoded clips, and the GPU's busy share (goal:
-busy >= 90%), per batch size of --batches; `first_batch` as for FLUX; the encoders alone on
+the share of encoder time not spent waiting for decoded clips, and the GPU's busy share, per
+batch size of --batches; `first_batch` as for FLUX; the encoders alone on
 synthetic clips of the first batch size; with --bridge-wan-script (a local copy of Bridge's
 examples/models/wan/prepare_dataset/prepare_dataset_wan.py), that script (its defaults: fp16 on
 CUDA, VAE slicing and tiling on; and with --no-memory-optimization) against

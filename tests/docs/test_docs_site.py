@@ -71,6 +71,14 @@ def test_readme_map_reaches_every_guide():
     assert not unreached, f"docs pages not linked from README.md: {unreached}"
 
 
+def test_the_home_page_reaches_every_guide():
+    home = DOCS / "index.md"
+    linked = {(DOCS / t.partition("#")[0]).resolve() for t in _relative_links(home)}
+    unreached = [p.name for p in sorted(DOCS.glob("*.md"))
+                 if p != home and p.resolve() not in linked]
+    assert not unreached, f"docs pages not linked from docs/index.md: {unreached}"
+
+
 def test_site_nav_lists_every_page():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
 
@@ -90,6 +98,16 @@ def test_docs_url_is_declared_once():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     assert config["site_url"] == project["urls"]["Documentation"]
+
+
+def test_measurements_are_stated_without_goals():
+    """PERFORMANCE.md and the benches say what was measured and how it compares, not what some
+    goal wanted."""
+    files = [DOCS / "PERFORMANCE.md", *(ROOT / "benches").glob("*.py")]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\bgoals?\b", line, re.IGNORECASE)]
+    assert not found, found
 
 
 def test_no_work_log_sentences():

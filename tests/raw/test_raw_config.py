@@ -121,6 +121,19 @@ def test_required_options(tmp_path):
     assert r.returncode == 2 and "--output-dir" in r.stderr
 
 
+def test_the_output_folder_is_reached_only_as_a_location():
+    """The config gives its output folder as a `Location` alone (a local path, or a URL with its
+    client): no `path` that would make `s3://bucket/run` a local folder named `s3:`."""
+    from shardcook.config.sections import OutputConfig
+
+    assert not hasattr(OutputConfig, "path")
+    with pytest.raises(ConfigError, match=r"^--output-dir is required"):
+        OutputConfig().location  # noqa: B018 - the property raises
+    out = resolve({"input_dir": "in", "output_dir": "runs/out"}, {"input_dir", "output_dir"})
+    assert out.output.location.remote is None
+    assert out.output.location.path == pathlib.Path("runs/out")
+
+
 def test_runtime_only_options_do_not_block_resume():
     a = resolve({"input_dir": "in", "output_dir": "o"}, set())
     b = resolve({"input_dir": "in", "output_dir": "o2", "workers": 3, "quiet": True,

@@ -63,7 +63,7 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
     if s.hf_streaming and (s.source_type != "huggingface" or cfg.chatml is not None):
         raise ConfigError("--hf-streaming reads a Hugging Face dataset for raw or encode "
                           "(--source-type huggingface); drop it here.")
-    o.path  # noqa: B018 - raises ConfigError when no output folder was given
+    o.location  # noqa: B018 - raises ConfigError when no output folder was given
     if o.report_html and not o.finalize:
         raise ConfigError("--report-html shows a finalized dataset; drop --no-finalize, or "
                           "run `shardcook report` after finalizing.")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 from shardcook.dataset.mediameta import MediaFilter
@@ -217,16 +216,11 @@ class OutputConfig(Section):
                                       self.media_metadata_by_extension)
 
     @property
-    def path(self) -> Path:
-        """`output_dir` as a path; ConfigError when it is not set."""
+    def location(self) -> Location:
+        """`output_dir` parsed (see `Section.located`): the one way to it, a local path or a
+        URL; ConfigError when it is not set."""
         if not self.output_dir:
             raise ConfigError("--output-dir is required (or output.output_dir in the config).")
-        return Path(self.output_dir)
-
-    @property
-    def location(self) -> Location:
-        """`output_dir` parsed (see `Section.located`); ConfigError when it is not set."""
-        self.path  # noqa: B018 - raises ConfigError when no output folder was given
         found = self.where("output_dir")
         assert found is not None
         return found

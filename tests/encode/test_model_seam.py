@@ -124,7 +124,8 @@ def test_the_size_rules_config_enforces_are_the_entrys(tmp_path, monkeypatch):
     assert _resolved(tmp_path, image_size=128).image.image_size == 128
     with pytest.raises(ConfigError) as e:
         _resolved(tmp_path, layout="wan", height=40, width=80)
-    assert str(e.value) == "--height must be a multiple of 16 (a toy VAE downsamples by 16), not 40."
+    assert str(e.value) == ("--height must be a multiple of 16 (a toy VAE downsamples by 16), "
+                            "not 40.")
 
 
 def test_the_default_model_and_text_options_are_the_entrys(tmp_path, monkeypatch):

@@ -2,7 +2,9 @@
 any work: torchrun's variables first (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), else `srun`'s
 (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NODEID`, `SLURM_NNODES`,
 `SLURM_JOB_ID`), else a Slurm job array's (`SLURM_ARRAY_JOB_ID`, `SLURM_ARRAY_TASK_ID`,
-`SLURM_ARRAY_TASK_COUNT`, `SLURM_ARRAY_TASK_MIN`/`_MAX`), else one process alone. An array's
+`SLURM_ARRAY_TASK_COUNT`, `SLURM_ARRAY_TASK_MIN`/`_MAX`), else one process alone; its GPU on its
+machine is torchrun's `LOCAL_RANK` wherever that is set, else srun's `SLURM_LOCALID`, and the
+workers sharing the machine torchrun's `LOCAL_WORLD_SIZE` (1 without it). An array's
 batch step also has `SLURM_PROCID=0` (and `SLURM_NTASKS=1` with `--ntasks=1`): the array's
 variables win over them. A plain batch script's step (`sbatch job.sh` running shardcook itself)
 has `SLURM_PROCID=0` and no `SLURM_NTASKS`, as Slurm sets them: one process alone. A half-set or
@@ -11,7 +13,7 @@ contradictory environment is one sentence (ConfigError)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from shardcook.errors import ConfigError
@@ -27,12 +29,14 @@ _ARRAY = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
 @dataclass(frozen=True)
 class Place:
     """This worker in its launch: `index` of `count` workers started together (an array task:
-    its index less the array's first, `task - first`), `local_rank` its GPU on its machine."""
+    its index less the array's first, `task - first`), `local_rank` its GPU on its machine, of
+    the `local_count` workers that share the machine."""
 
     launcher: Launcher = "one"
     index: int = 0
     count: int = 1
     local_rank: int = 0
+    local_count: int = 1
     #: Slurm's job id (an array's `SLURM_ARRAY_JOB_ID`); None outside Slurm.
     job: str | None = None
     #: An array task's index (`SLURM_ARRAY_TASK_ID`) and its array's first and last indexes.
@@ -105,15 +109,30 @@ def where() -> Place:
     Raises:
         ConfigError: a half-set or contradictory environment, in one sentence.
     """
-    if any(n in os.environ for n in _TORCHRUN):
-        from shardcook.distributed import env_int, env_rank_world
+    from shardcook.distributed import env_int
 
-        rank, world = env_rank_world()
+    place = _launch()
+    local = place.local_rank
+    if "LOCAL_RANK" in os.environ:
         local = env_int("LOCAL_RANK", "0")
         if local < 0:
             raise ConfigError(f"Environment variable LOCAL_RANK={local} must be 0 or more; "
                               "unset it or let torchrun set it.")
-        return Place("torchrun", rank, world, local, collective=world > 1)
+    local_count = env_int("LOCAL_WORLD_SIZE", "1")
+    if local_count < 1:
+        raise ConfigError(f"Environment variable LOCAL_WORLD_SIZE={local_count} must be at "
+                          "least 1; unset it or let torchrun set it.")
+    return replace(place, local_rank=local, local_count=local_count)
+
+
+def _launch() -> Place:
+    """The place the launcher's own variables give (a local rank only from `SLURM_LOCALID`:
+    `where` applies torchrun's local variables, which other launches may be given too)."""
+    if any(n in os.environ for n in _TORCHRUN):
+        from shardcook.distributed import env_rank_world
+
+        rank, world = env_rank_world()
+        return Place("torchrun", rank, world, collective=world > 1)
     if any(os.environ.get(n) for n in _ARRAY):
         return _array()
     if os.environ.get("SLURM_NTASKS"):

@@ -1,7 +1,8 @@
 """Where a process stands, read from its launcher's variables (`workers.where`): torchrun's
 first, then srun's, then a job array's (whose variables win over the batch step's
 SLURM_NTASKS=1); a plain batch script's step is one process; each half-set or contradictory
-environment one sentence; encode's GPU from SLURM_LOCALID; workers without a process group
+environment one sentence; a worker's GPU from LOCAL_RANK, else SLURM_LOCALID, and the workers
+sharing its machine from LOCAL_WORLD_SIZE, read there only; workers without a process group
 sharing the output folder's lock with each other and with nothing else; the ledger's shares for
 each launch."""
 
@@ -62,6 +63,8 @@ def test_each_launcher_is_read(env):
     ({**SRUN, "SLURM_LOCALID": "3"}, "SLURM_LOCALID=3 cannot exceed SLURM_PROCID=2"),
     ({**SRUN, "SLURM_NTASKS": "x"}, "SLURM_NTASKS='x' is not an integer"),
     ({**SRUN, "MASTER_ADDR": "127.0.0.1"}, "MASTER_ADDR is set without MASTER_PORT"),
+    ({**SRUN, "LOCAL_RANK": "-1"}, "LOCAL_RANK=-1 must be 0 or more"),
+    ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE=0 must be at least 1"),
     ({"SLURM_ARRAY_TASK_ID": "1"}, "SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_COUNT, "
                                    "SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_MAX are missing"),
     ({**ARRAY, "SLURM_ARRAY_TASK_ID": "9"}, "SLURM_ARRAY_TASK_ID=9 lies outside"),
@@ -75,13 +78,11 @@ def test_a_half_set_or_contradictory_environment_is_one_sentence(env, values, me
     assert message in str(caught.value)
 
 
-def test_encode_takes_its_gpu_from_slurm_localid_without_local_rank(env):
-    from shardcook.jobs.encode.job import local_env
-
+def test_a_workers_gpu_is_slurm_localid_without_local_rank(env):
     env(**SRUN)
-    assert local_env() == (1, 1)
-    env(LOCAL_RANK="0")  # torchrun's, where it is set
-    assert local_env() == (0, 1)
+    assert (where().local_rank, where().local_count) == (1, 1)
+    env(LOCAL_RANK="0", LOCAL_WORLD_SIZE="4")  # torchrun's, where they are set
+    assert (where().local_rank, where().local_count) == (0, 4)
 
 
 def test_shares_of_each_launch():

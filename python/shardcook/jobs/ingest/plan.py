@@ -19,7 +19,7 @@ from shardcook.jobs.ingest.download import (
     http_url,
     parse_md5_manifest,
 )
-from shardcook.layouts.names import OURS_DIR
+from shardcook.layouts.names import OURS_DIR, shard_name, split_shard_prefix
 from shardcook.output.local import RunFolder
 from shardcook.storage.urls import redact
 
@@ -158,7 +158,7 @@ def refuse_inputs_inside(out: RunFolder, overwrite: bool, inputs: list[Input],
     splits = {one.split for one in inputs}
     cleared = [out.ours, *(out.root / s / OURS_DIR for s in splits)]
     for one in inputs:
-        shard = out.root / one.split / f"{one.split}-shard-{one.index:06d}.tar"
+        shard = out.root / one.split / shard_name(one.index, split_shard_prefix(one.split))
         cleared += [shard, shard.with_name(f"{shard.name}.idx")]
     if overwrite:
         cleared += out.plan_overwrite().remove

@@ -1,5 +1,6 @@
 """`finalize`: make a folder of shards a complete Energon dataset (the index of `build_index`
-plus a dataset.yaml for its layout), then `validate` it."""
+plus a dataset.yaml for its layout), then `validate` it; `finalize_run` is a run's, handed the
+run's dataset view and its `Layout` by the engine."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import jsonl, mediarecords, mediatables, metadata, trust
-from shardcook.dataset.arguments import check_finalize_arguments, media_filter
+from shardcook.dataset.arguments import check_arguments, check_finalize_arguments, media_filter
 from shardcook.dataset.index import IndexPlan, IndexResult, plan_index, write_index
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.mediameta import MediaFilter
@@ -54,7 +55,7 @@ def _current_dataset_yaml(root: Path, force: bool, name: str) -> dict[str, Any]:
 def dataset_yaml(
     root: Path,
     *,
-    encoding: str | None = None,
+    layout: Layout | None = None,
     sample_type: str | None = None,
     field_map: Mapping[str, str] | None = None,
     subflavors: Mapping[str, Any] | None = None,
@@ -68,7 +69,6 @@ def dataset_yaml(
     `megatron.energon` (a Sample class is written under `sample_type:` and needs a field_map, as
     `energon prepare` does), or `module:Class` for a class elsewhere (e.g. Megatron-Bridge's).
     """
-    layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
     current = _current_dataset_yaml(root, force, name)
     out = dict(current)
     if sample_type is None and "__class__" not in out and "sample_type" not in out:
@@ -120,34 +120,34 @@ def _layouts_like(parts: dict[str, bytes] | None) -> list[Layout]:
             if parts is not None and lay.required and not lay.missing_parts(parts)]
 
 
-def _check_fits(view: DatasetView, shards: list[str], encoding: str) -> None:
-    """Refuses, before anything is written, an encoding whose parts the first sample lacks."""
+def _check_fits(view: DatasetView, shards: list[str], layout: Layout) -> None:
+    """Refuses, before anything is written, a layout whose parts the first sample lacks."""
     root = view.root
     parts = _first_parts(view, shards)
-    missing = metadata.layout_of(encoding, "--encoding").missing_parts(parts or {})
+    missing = layout.missing_parts(parts or {})
     if parts is None or not missing:
         return
     like = [lay.encoding for lay in _layouts_like(parts)]
     fix = (f"they fit the {' or '.join(like)} encoding: pass --encoding {like[0]}" if like
            else "no shardcook encoding fits them")
     raise ConfigError(
-        f"{root}'s samples do not fit the {encoding} encoding (the first sample of {shards[0]} "
-        f"lacks {', '.join(missing)}); {fix}; nothing was changed"
+        f"{root}'s samples do not fit the {layout.encoding} encoding (the first sample of "
+        f"{shards[0]} lacks {', '.join(missing)}); {fix}; nothing was changed"
     )
 
 
-def _layouts_own_class(content: Mapping[str, Any], encoding: str | None) -> bool:
+def _layouts_own_class(content: Mapping[str, Any], layout: Layout | None) -> bool:
     """True when dataset.yaml names just its layout's own sample class (no field map): the
     test suite loads every layout's samples through Energon, so finalize's validation checks the
     first samples' parts thoroughly without torch instead of importing Energon (and torch) to
     load them; `validate` still loads them."""
-    if encoding is None or "field_map" in content:
+    if layout is None or "field_map" in content:
         return False
     named = {k: v for k, v in content.items() if k in CLASS_KEYS}
-    return named == class_keys(metadata.layout_of(encoding, "--encoding").sample_type)
+    return named == class_keys(layout.sample_type)
 
 
-def _derived_field_map(root: Path, content: Mapping[str, Any], encoding: str | None,
+def _derived_field_map(root: Path, content: Mapping[str, Any], layout: Layout | None,
                        part_names: Collection[str]) -> dict[str, str] | None:
     """The field_map that the layout's sample class needs and `content` lacks (Energon's
     generic webdataset factory refuses a dataset.yaml with neither a field_map nor a
@@ -156,9 +156,8 @@ def _derived_field_map(root: Path, content: Mapping[str, Any], encoding: str | N
     Raises:
         ConfigError: the parts fit no field_map of the layout.
     """
-    if encoding is None or "sample_loader" in content or not _layouts_own_class(content, encoding):
+    if layout is None or "sample_loader" in content or not _layouts_own_class(content, layout):
         return None
-    layout = metadata.layout_of(encoding, "--encoding")
     if layout.field_map_from is None:
         return None
     try:
@@ -169,18 +168,18 @@ def _derived_field_map(root: Path, content: Mapping[str, Any], encoding: str | N
     return fields
 
 
-def _encoding(view: DatasetView, shards: list[str], encoding: str | None,
-              sample_type: str | None, force: bool) -> str | None:
-    """The encoding to write: given, else recorded; refuses to guess for shards of a layout."""
+def _layout(view: DatasetView, shards: list[str], layout: Layout | None,
+            sample_type: str | None, force: bool) -> Layout | None:
+    """The layout to write: given, else the recorded encoding's; refuses to guess for shards of
+    a layout."""
     root = view.root
-    if encoding is not None:
-        metadata.layout_of(encoding, "--encoding")
-        return encoding
+    if layout is not None:
+        return layout
     encoding = metadata.recorded_encoding(root, skip_damaged=force)
     if encoding is not None:
-        metadata.layout_of(encoding, f"{root}'s dataset.yaml or manifest")
-    if encoding is not None or sample_type is not None:
-        return encoding
+        return metadata.layout_of(encoding, f"{root}'s dataset.yaml or manifest")
+    if sample_type is not None:
+        return None
     like = _layouts_like(_first_parts(view, shards))
     if like:
         raise ConfigError(
@@ -282,17 +281,50 @@ def finalize(
     if tar_index_only:
         _refuse_config_with_tar_index(encoding, config, skip_dataset_yaml)
     with dataset_view(location, scratch_dir=scratch_dir) as view:
-        view.check_writable()
-        finish_interrupted(view.root)
-        if media is None and sqlite and not tar_index_only:
-            media = _media_of_run(view.root)
-        plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
-                          exclude=exclude, sqlite=sqlite, sample_tables=sample_tables,
-                          tar_index_only=tar_index_only, fix_duplicates=fix_duplicates,
-                          force=force, encoding=encoding, media=media)
-        result = _finalize(view, plan, encoding, config, force=force, validate=validate)
-        view.publish()
-        return result
+        layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
+        return _finalize_view(view, layout, config, media, split=split, split_parts=split_parts,
+                              shuffle_seed=shuffle_seed, exclude=exclude, sqlite=sqlite,
+                              sample_tables=sample_tables, tar_index_only=tar_index_only,
+                              fix_duplicates=fix_duplicates, force=force, validate=validate)
+
+
+def finalize_run(view: DatasetView, layout: Layout, *, split: Sequence[float] | None = None,
+                 split_parts: Mapping[str, str] | None = None, sample_type: str | None = None,
+                 field_map: Mapping[str, str] | None = None,
+                 subflavors: Mapping[str, Any] | None = None,
+                 media: MediaFilter | None = None) -> FinalizeResult:
+    """`finalize` of a run's output folder, as the engine's jobs call it: `view` is the folder
+    as a dataset (`dataset_view`, opened by the engine), `layout` the run's, `media` the filter
+    its media rows were recorded with; an indexed folder is rebuilt (`force`) and validated.
+
+    Raises:
+        DatasetError, ConfigError: as `finalize`'s.
+    """
+    check_arguments(sample_type=sample_type, field_map=field_map, subflavors=subflavors)
+    config = _Config(sample_type, field_map, subflavors, DATASET_YAML, False)
+    return _finalize_view(view, layout, config, media, split=split, split_parts=split_parts,
+                          force=True, validate=True)
+
+
+def _finalize_view(view: DatasetView, layout: Layout | None, config: _Config,
+                   media: MediaFilter | None, *, split: Sequence[float] | str | None = None,
+                   split_parts: Mapping[str, str] | None = None,
+                   shuffle_seed: int | None = None, exclude: Sequence[str] | None = None,
+                   sqlite: bool = True, sample_tables: bool = True, tar_index_only: bool = False,
+                   fix_duplicates: bool = False, force: bool, validate: bool) -> FinalizeResult:
+    """`finalize` in the dataset's `view`: the index and dataset.yaml written, validated, and
+    published."""
+    view.check_writable()
+    finish_interrupted(view.root)
+    if media is None and sqlite and not tar_index_only:
+        media = _media_of_run(view.root)
+    plan = plan_index(view, split=split, split_parts=split_parts, shuffle_seed=shuffle_seed,
+                      exclude=exclude, sqlite=sqlite, sample_tables=sample_tables,
+                      tar_index_only=tar_index_only, fix_duplicates=fix_duplicates,
+                      force=force, encoding=layout.encoding if layout else None, media=media)
+    result = _finalize(view, plan, layout, config, force=force, validate=validate)
+    view.publish()
+    return result
 
 
 def _media_of_run(root: Path) -> MediaFilter | None:
@@ -350,17 +382,18 @@ def _refuse_config_with_tar_index(encoding: str | None, config: _Config, skip: b
                           "meaning with it; leave it out")
 
 
-def _finalize(view: DatasetView, plan: IndexPlan, encoding: str | None, config: _Config, *,
+def _finalize(view: DatasetView, plan: IndexPlan, layout: Layout | None, config: _Config, *,
               force: bool, validate: bool) -> FinalizeResult:
     root = view.root
     if not plan.tar_index_only:
-        encoding = _encoding(view, plan.shards, encoding, config.sample_type, force)
-        if encoding is not None and validate:
-            _check_fits(view, plan.shards, encoding)
-        plan = replace(plan, record=replace(plan.record, encoding=encoding))
+        layout = _layout(view, plan.shards, layout, config.sample_type, force)
+        if layout is not None and validate:
+            _check_fits(view, plan.shards, layout)
+        plan = replace(plan, record=replace(plan.record,
+                                            encoding=layout.encoding if layout else None))
     content: dict[str, Any] = {}
     if not config.skip:
-        content = dataset_yaml(root, encoding=encoding, sample_type=config.sample_type,
+        content = dataset_yaml(root, layout=layout, sample_type=config.sample_type,
                                field_map=config.field_map, subflavors=config.subflavors,
                                force=force, name=config.name)
         _refuse_untrusted_code(root, content, config.sample_type)
@@ -368,13 +401,13 @@ def _finalize(view: DatasetView, plan: IndexPlan, encoding: str | None, config: 
     with undone_on_failure(root, plan.shards):
         index = write_index(plan)
         if not config.skip:
-            content = _with_derived_field_map(root, content, encoding, index, config, force)
+            content = _with_derived_field_map(root, content, layout, index, config, force)
             metadata.write_dataset_yaml(root, content, config.name)
         if validate:
             own = config.name == DATASET_YAML and not config.skip
             report = validate_view(
-                view, encoding=encoding,
-                energon_check=not (own and _layouts_own_class(content, encoding)),
+                view, layout=layout,
+                energon_check=not (own and _layouts_own_class(content, layout)),
                 dataset_yaml=own or (root / META_DIR / DATASET_YAML).is_file())
             if not report.ok:
                 raise DatasetError(
@@ -384,12 +417,12 @@ def _finalize(view: DatasetView, plan: IndexPlan, encoding: str | None, config: 
     return FinalizeResult(index, content, report)
 
 
-def _with_derived_field_map(root: Path, content: dict[str, Any], encoding: str | None,
+def _with_derived_field_map(root: Path, content: dict[str, Any], layout: Layout | None,
                             index: IndexResult, config: _Config, force: bool) -> dict[str, Any]:
     """`content` with the field_map its layout's class needs, when it lacks one."""
-    derived = _derived_field_map(root, content, encoding, index.part_names)
+    derived = _derived_field_map(root, content, layout, index.part_names)
     if derived is None:
         return content
-    return dataset_yaml(root, encoding=encoding, sample_type=config.sample_type,
+    return dataset_yaml(root, layout=layout, sample_type=config.sample_type,
                         field_map=derived, subflavors=config.subflavors, force=force,
                         name=config.name)

@@ -144,13 +144,13 @@ def _run_record_problems(root: Path, counts: dict[str, int], info_name: str,
     return problems
 
 
-def _layout(report: ValidationReport, encoding: str | None,
+def _layout(report: ValidationReport, layout: Layout | None,
             dataset: metadata.DatasetYaml | None, manifest: dict[str, Any] | None,
             ) -> Layout | None:
-    """The layout whose rules apply: `encoding` as given (unknown: ConfigError), else what
-    dataset.yaml or the manifest say (unknown: a problem)."""
-    if encoding is not None:
-        return metadata.layout_of(encoding, "--encoding")
+    """The layout whose rules apply: `layout` as given, else what dataset.yaml or the manifest
+    say (unknown: a problem)."""
+    if layout is not None:
+        return layout
     source, encoding = f"{META_DIR}/{DATASET_YAML}", dataset.encoding if dataset else None
     if encoding is None and manifest is not None:
         source, encoding = "the manifest", manifest.get("encoding")
@@ -193,11 +193,11 @@ def validate(
             raise ConfigError(f"{dataset} is a JSONL dataset, whose records are crude JSON "
                               "samples of no layout, so --encoding does not apply; leave it out.")
         return _validate_jsonl(dataset, deep)
-    if encoding is not None:
-        metadata.layout_of(encoding, "--encoding")  # bad usage: raise before reading anything
+    # bad usage: raise before reading anything
+    layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
     try:
         with dataset_view(location, scratch_dir=scratch_dir) as view:
-            report = validate_view(view, encoding=encoding, deep=deep)
+            report = validate_view(view, layout=layout, deep=deep)
             report.problems += _interrupted_finalize(view.root)
     except DatasetError as e:
         return ValidationReport(str(directory), [str(e)])
@@ -231,21 +231,22 @@ def _interrupted_finalize(root: Path) -> list[str]:
             for aside in undo.interrupted(root)]
 
 
-def validate_view(view: DatasetView, *, encoding: str | None = None, deep: bool = False,
+def validate_view(view: DatasetView, *, layout: Layout | None = None, deep: bool = False,
                   energon_check: bool = True, dataset_yaml: bool = True) -> ValidationReport:
-    """`validate` on a dataset's view; the report names the dataset as the user gave it.
+    """`validate` on a dataset's view, by the rules of `layout` (default: the one its
+    dataset.yaml or manifest names); the report names the dataset as the user gave it.
     Without `energon_check`, each split's first sample gets `--deep`'s checks of every part
     (tensors read without torch, images decoded) instead of being loaded through Energon, which
     imports torch and Energon. Without `dataset_yaml`, a missing dataset.yaml is no problem (the
     index alone is checked: finalize was told not to write one)."""
-    report = _validate(view, encoding, deep, energon_check, dataset_yaml)
+    report = _validate(view, layout, deep, energon_check, dataset_yaml)
     report.directory = view.name
     report.problems = [view.shown(p) for p in report.problems]
     report.warnings = [view.shown(w) for w in report.warnings]
     return report
 
 
-def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check: bool,
+def _validate(view: DatasetView, layout: Layout | None, deep: bool, energon_check: bool,
               dataset_yaml: bool = True) -> ValidationReport:
     root = view.root
     report = ValidationReport(str(root))
@@ -270,7 +271,7 @@ def _validate(view: DatasetView, encoding: str | None, deep: bool, energon_check
     older = legacy.older_energon_warning(root) if by_energon else None
     if older:
         report.warnings.append(older)
-    layout = _layout(report, encoding, dataset, manifest)
+    layout = _layout(report, layout, dataset, manifest)
     info_name = metadata.info_file(root)
     refused = checks.factory_arguments_problem(root, dataset) if dataset else None
     problems += [refused] if refused else []

@@ -5,6 +5,7 @@ before `.tar`), read from the package's code with `ast`."""
 from __future__ import annotations
 
 import ast
+from itertools import pairwise
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "shardcook"
@@ -12,8 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "python" / "shardcook"
 
 def _spells_a_shard_name(node: ast.JoinedStr) -> bool:
     """`f"...{n:06d}.tar..."`: a zero-padded number followed by text holding `.tar`."""
-    values = node.values
-    for value, after in zip(values, values[1:], strict=False):
+    for value, after in pairwise(node.values):
         spec = value.format_spec if isinstance(value, ast.FormattedValue) else None
         padded = isinstance(spec, ast.JoinedStr) and any(
             isinstance(v, ast.Constant) and str(v.value).startswith("0") for v in spec.values)

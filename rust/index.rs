@@ -88,6 +88,16 @@ impl ScanBuilder {
         });
     }
 
+    /// Where the second sample starts (the first one's end), once a member of it was added.
+    pub fn second_sample(&self) -> Option<u64> {
+        self.samples.get(1).map(|s| s.offset)
+    }
+
+    /// Samples with a member added so far.
+    pub fn sample_count(&self) -> usize {
+        self.samples.len()
+    }
+
     /// The scan, once the end-of-archive block was found at `end`.
     pub fn finish(mut self, end: u64) -> ShardScan {
         if let Some(last) = self.samples.last_mut() {

@@ -11,11 +11,12 @@ use crate::index::{ScanBuilder, ShardScan};
 use crate::tar::reader::Source;
 use crate::tar::{SampleReader, TarReader};
 
-/// The range of an object fetched last.
+/// The range of an object fetched last (held as it was handed over: a streamed piece is not
+/// copied).
 struct Fetched {
     len: u64,
     start: u64,
-    data: Vec<u8>,
+    data: Box<dyn AsRef<[u8]> + Send + Sync>,
 }
 
 impl Source for Fetched {
@@ -25,13 +26,14 @@ impl Source for Fetched {
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let want = buf.len() as u64;
+        let data = (*self.data).as_ref();
         let Some(at) = offset.checked_sub(self.start) else {
             return Err(Error::NotFetched { offset, len: want });
         };
-        if at + want > self.data.len() as u64 {
+        if at + want > data.len() as u64 {
             return Err(Error::NotFetched { offset, len: want });
         }
-        buf.copy_from_slice(&self.data[at as usize..(at + want) as usize]);
+        buf.copy_from_slice(&data[at as usize..(at + want) as usize]);
         Ok(())
     }
 }
@@ -50,7 +52,7 @@ impl HeaderWalk {
         let source = Fetched {
             len,
             start: 0,
-            data: Vec::new(),
+            data: Box::new(Vec::new()),
         };
         let mut walk = Self {
             reader: SampleReader::new(TarReader::new(Path::new(name), source), false),
@@ -72,10 +74,14 @@ impl HeaderWalk {
     ///
     /// # Errors
     /// The tar is damaged (as `scan_shard` says of the same bytes).
-    pub fn feed(&mut self, offset: u64, data: Vec<u8>) -> Result<()> {
+    pub fn feed(
+        &mut self,
+        offset: u64,
+        data: impl AsRef<[u8]> + Send + Sync + 'static,
+    ) -> Result<()> {
         let source = self.reader.tar_mut().source_mut();
         source.start = offset;
-        source.data = data;
+        source.data = Box::new(data);
         self.advance()
     }
 
@@ -104,6 +110,25 @@ impl HeaderWalk {
     /// Bytes of the tar walked so far (where the next header starts).
     pub fn position(&self) -> u64 {
         self.reader.tar().position()
+    }
+
+    /// Where the second sample starts, once the walk has read one of its headers (the first
+    /// sample's end: what a reader of the first sample alone needs).
+    pub fn second_sample(&self) -> Option<u64> {
+        match (&self.scan, &self.done) {
+            (Some(scan), _) => scan.second_sample(),
+            (None, Some(done)) => done.samples.get(1).map(|s| s.offset),
+            (None, None) => None,
+        }
+    }
+
+    /// Samples whose first header the walk has read.
+    pub fn samples(&self) -> usize {
+        match (&self.scan, &self.done) {
+            (Some(scan), _) => scan.sample_count(),
+            (None, Some(done)) => done.samples.len(),
+            (None, None) => 0,
+        }
     }
 
     /// The scan, once the walk reached the end block.
@@ -182,6 +207,20 @@ mod tests {
             };
             assert_eq!(requests, expected, "reading ahead {ahead}");
         }
+        // the first sample's end is known as soon as a header of the second was read
+        let mut partial = HeaderWalk::new("t.tar", bytes.len() as u64).unwrap();
+        let mut reads = 0;
+        while partial.second_sample().is_none() {
+            let (offset, len) = partial.needed().unwrap();
+            let end = (offset + len).min(bytes.len() as u64);
+            partial
+                .feed(offset, bytes[offset as usize..end as usize].to_vec())
+                .unwrap();
+            reads += 1;
+        }
+        assert_eq!(partial.second_sample(), Some(local.samples[1].offset));
+        assert_eq!(partial.samples(), 2);
+        assert!(partial.needed().is_some() && reads < 22, "{reads}");
     }
 
     #[test]

@@ -99,6 +99,12 @@ class TarWalk:
     def position(self) -> int:
         """Bytes of the tar walked so far."""
     @property
+    def samples(self) -> int:
+        """Samples whose first header the walk has read."""
+    @property
+    def second_sample(self) -> int | None:
+        """Where the second sample starts (the first one's end), once a header of it was read."""
+    @property
     def offsets(self) -> list[int] | None:
         """The `.tar.idx` offsets (samples, then the end) once complete."""
 

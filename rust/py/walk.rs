@@ -32,7 +32,7 @@ impl PyTarWalk {
 
     /// The bytes at `offset` (what `needed` named, and any read ahead); walks on.
     fn feed(&mut self, py: Python<'_>, offset: u64, data: PyBackedBytes) -> PyResult<()> {
-        let data = data.to_vec();
+        // held as given, not copied: a streamed piece is megabytes
         let inner = &mut self.inner;
         py.detach(|| inner.feed(offset, data))
             .map_err(|e| to_py(py, e))
@@ -45,6 +45,19 @@ impl PyTarWalk {
         let mut out: Vec<u64> = scan.samples.iter().map(|s| s.offset).collect();
         out.push(scan.end);
         Some(out)
+    }
+
+    /// Where the second sample starts (the first one's end), once the walk has read one of
+    /// its headers; None before, and for a tar of one sample.
+    #[getter]
+    fn second_sample(&self) -> Option<u64> {
+        self.inner.second_sample()
+    }
+
+    /// Samples whose first header the walk has read.
+    #[getter]
+    fn samples(&self) -> usize {
+        self.inner.samples()
     }
 
     /// Bytes of the tar walked so far.

@@ -70,10 +70,12 @@ def foreign(s3_server, tmp_path_factory):
 
 @pytest.mark.parametrize("client", ["boto3", "rust"])
 def test_foreign_tars_are_indexed_from_ranged_header_reads_as_energon_indexes_them(
-        foreign, s3_server, client):
+        foreign, s3_server, client, monkeypatch):
     """With MSC's boto3 client (a thread per walk) and with its Rust client, which a profile
-    turns on (the walks as tasks awaiting it)."""
+    turns on (the walks as tasks awaiting it). Walking is forced: which way finalize takes on a
+    given store is tests/storage/test_tar_reads.py's."""
     store, local, tmp = foreign
+    monkeypatch.setenv("SHARDCOOK_TAR_READS", "walk")
     options = {"rust_client": {"allow_http": True}} if client == "rust" else {}
     proxy = SlowProxy(s3_server.port, bytes_per_second=1 << 40)
     try:  # the same bucket through a proxy that counts the bytes the store sends
@@ -94,7 +96,7 @@ def test_foreign_tars_are_indexed_from_ranged_header_reads_as_energon_indexes_th
     ours = tmp / f"copy-{client}"
     store.download_folder(client, ours)
     assert_same_index(ours, tmp / "copy-theirs")
-    # the shards with big members were walked with ranged reads, the tiny one read whole; besides,
+    # the shards were walked with ranged reads (the tiny one's reads take all its bytes); besides,
     # finalize read the first sample of the first shard (to check the encoding) and validate
     # each split's: a tenth of the big shards is room for those walks and HTTP, where
     # downloading the shards would read them all

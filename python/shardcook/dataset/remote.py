@@ -9,8 +9,9 @@ a time, in parallel, each put back to a placeholder once the step is done, so sc
 holds more than one window of shards.
 
 Indexing downloads no shard: a shard a shardcook run wrote has its rows recorded
-(`shardrows`); any other tar is indexed by walking its headers with ranged reads (`_walk`),
-many tars at once, each walk merged into the index as soon as the ones before it are.
+(`shardrows`); any other tar is indexed from its bytes, its headers walked with ranged reads or
+the tar streamed, as the first tar's reads showed the store to be faster (`tarreads`), many tars
+at once, each merged into the index as soon as the ones before it are.
 
 What a command writes (finalize: `.tar.idx` files, `.nv-meta/*`, `.shardcook/finalize.json`) is
 uploaded by `publish`, each object written whole, `.info.json` (what makes a folder an Energon
@@ -19,12 +20,15 @@ dataset) last; a command that fails before `publish` leaves the bucket as it was
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
@@ -32,6 +36,15 @@ from pathlib import Path
 
 from shardcook import _native, waits
 from shardcook.dataset import shardrows, tarindex
+from shardcook.dataset.tarreads import (
+    STREAM_PIECE,
+    STREAMS_AT_ONCE,
+    Choice,
+    Probe,
+    TarRead,
+    choose,
+    forced,
+)
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
@@ -47,29 +60,21 @@ from shardcook.storage import (
 
 __all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
 
+log = logging.getLogger(__name__)
+
 #: Shards downloaded at once (and so at most on scratch): enough to keep the link busy.
 WINDOW = 4
 
 #: Small files (metadata, `.tar.idx`) copied at once.
 SMALL_FILES_AT_ONCE = 16
 
-#: Tars whose headers are walked at once, each a chain of ranged reads: a thread each through
-#: MSC's client (more threads contend for the interpreter more than they add reads), or tasks on
-#: MSC's Rust client, which cost little while they wait (enough in flight for a store's latency).
+#: Tars read at once for their index (`tarreads`): a thread each through MSC's client (more
+#: threads contend for the interpreter more than they add reads), or tasks on MSC's Rust client.
+#: A walk waits on the store and holds one small read, so on the Rust client as many run as the
+#: store takes connections from one client (each read in flight is one): 256, a quarter of a
+#: process's usual limit of 1,024 open files. Streams hold a piece each: `STREAMS_AT_ONCE`.
 WALKS_AT_ONCE = 32
-RUST_WALKS_AT_ONCE = 64
-
-#: The least a ranged read of a header walk asks for: the 512-byte header and, where the member
-#: is small, the members after it, up to the next big member's header.
-READ_AHEAD = 2048
-
-#: A walk's first ranged reads; if they advanced less than `WHOLE_BELOW` bytes each on average,
-#: the members are too small for ranged reads to pay (they would fetch over a sixteenth of the
-#: bytes, one request for every few KiB), and the rest of the tar is read whole, in
-#: `WHOLE_PIECE`-byte reads (held in memory one at a time, never on scratch).
-PROBE_READS = 8
-WHOLE_BELOW = 16 * READ_AHEAD
-WHOLE_PIECE = 8 << 20
+RUST_WALKS_AT_ONCE = 256
 
 #: Walked shards merged into the index at once, at most.
 MERGED_AT_ONCE = 64
@@ -130,8 +135,13 @@ class RemoteView(DatasetView):
         self.copied: dict[str, str] = {}
         #: Shards whose whole bytes are under `root` now.
         self._present: set[str] = set()
-        #: Header walks done before indexing (the first shard's, to read its first sample).
-        self._walks: dict[str, _native.TarWalk] = {}
+        #: Reads begun before indexing (the first shard's, to read its first sample and measure
+        #: the store), continued by indexing.
+        self._walks: dict[str, TarRead] = {}
+        #: Streaming or walking, as the first tar's reads measured the store; None until then.
+        self.choice: Choice | None = None
+        self._judge: Callable[[float, int], Choice] | None = None
+        self._probing = threading.Lock()
         #: Set when indexing stops early (a duplicate key, a damaged tar): walks still reading
         #: stop at their next read instead of finishing.
         self._stop_walks = threading.Event()
@@ -218,9 +228,8 @@ class RemoteView(DatasetView):
                                f"({describe_error(e)})") from None
 
     def _download(self, name: str, first_sample: bool) -> None:
-        offsets = self._first_offsets(name) if first_sample else None
         # the first sample and the end blocks: a tar that readers stop in after sample 0
-        first_bytes = offsets[1] if offsets is not None and len(offsets) > 2 else None
+        first_bytes = self._first_sample_end(name) if first_sample else None
         self._fetch(name, self._local(name), first_bytes)
 
     @contextmanager
@@ -305,16 +314,17 @@ class RemoteView(DatasetView):
     def _index_parts(self, shards: Sequence[str], part: Path
                      ) -> Iterator[tuple[list[str], Path]]:
         """The shards in order, as (shards, the sqlite of their rows): a recorded shard alone,
-        the others walked (`_walks_of`, many at once) and merged in runs of consecutive shards
-        whose walks are done, so the index grows while later walks are still reading."""
+        the others read (`_walks_of`, many at once) and merged in runs of consecutive shards
+        whose reads are done, so the index grows while later reads are still under way."""
         recorded = {name: self._recorded_rows(name) for name in shards}
         self._stop_walks.clear()
-        with self._walks_of([name for name, rows in recorded.items() if rows is None]) as walks:
+        to_read = [name for name, rows in recorded.items() if rows is None]
+        with self._walks_of(to_read) as walks:
             done: list[tuple[str, _native.TarWalk]] = []
             for at, name in enumerate(shards):
                 rows = recorded[name]
                 if rows is None:
-                    done.append((name, waits.result(walks[name])))
+                    done.append((name, waits.result(walks[name]).walk))
                     later = walks.get(shards[at + 1]) if at + 1 < len(shards) else None
                     if later is not None and later.done() and len(done) < MERGED_AT_ONCE:
                         continue
@@ -325,25 +335,40 @@ class RemoteView(DatasetView):
                     done = []
                 if rows is not None:
                     yield [name], rows
+            if to_read:
+                self._said_read([waits.result(walks[name]) for name in to_read])
+
+    def _said_read(self, reads: Sequence[TarRead]) -> None:
+        """One line: how many tars were streamed and walked, and the bytes each way read."""
+        streamed = [r for r in reads if r.streamed]
+        walked = [r for r in reads if not r.streamed]
+
+        def share(rs: Sequence[TarRead]) -> str:
+            read, size = sum(r.read_bytes for r in rs), sum(r.size for r in rs)
+            return f"{read / 2**20:,.1f} MiB read, {100 * read / max(1, size):.1f}% of them"
+
+        said = [f"{len(rs)} {how} ({share(rs)})"
+                for rs, how in ((streamed, "streamed"), (walked, "walked")) if rs]
+        log.info("indexed %d tars from their bytes: %s", len(reads), ", ".join(said))
 
     @contextmanager
-    def _walks_of(self, names: Sequence[str]) -> Iterator[dict[str, Future[_native.TarWalk]]]:
-        """Each shard's header walk, started at once: tasks on MSC's Rust client when the profile
-        turns it on (`storage.rustreads`), `RUST_WALKS_AT_ONCE` reading at a time, else a thread
-        each through MSC's client, `WALKS_AT_ONCE` at a time. When the block ends, walks still
-        reading stop."""
-        walks: dict[str, Future[_native.TarWalk]] = {}
-        for name in names:
-            if name in self._walks:  # walked already, for the first sample
-                walks[name] = Future()
-                walks[name].set_result(self._walks.pop(name))
-        rest = [name for name in names if name not in walks]
-        rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE) if rest else None
+    def _walks_of(self, names: Sequence[str]) -> Iterator[dict[str, Future[TarRead]]]:
+        """Each shard's read for its index, started at once (the first one's probe first, when
+        no read measured the store yet): tasks on MSC's Rust client when the profile turns it on
+        (`storage.rustreads`), `RUST_WALKS_AT_ONCE` at a time, of which `STREAMS_AT_ONCE`
+        streaming, else a thread each through MSC's client, `WALKS_AT_ONCE` at a time. When the
+        block ends, reads still under way stop."""
+        walks: dict[str, Future[TarRead]] = {}
+        rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE) if names else None
         pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
         try:
-            for name in rest:
-                walks[name] = (pool.submit(self._walked, name) if rust is None else
-                               rust.submit(partial(self._walked_on, rust, name)))
+            if names and self.choice is None and names[0] not in self._walks:
+                self._walks[names[0]] = self._probed(names[0], rust, len(names))
+            slots = asyncio.Semaphore(STREAMS_AT_ONCE)
+            for name in names:
+                read = self._walks.pop(name, None) or self._tar_read(name)
+                walks[name] = (pool.submit(self._read, read, name) if rust is None else
+                               rust.submit(partial(self._read_on, rust, read, name, slots)))
             yield walks
         finally:
             self._stop_walks.set()
@@ -351,33 +376,113 @@ class RemoteView(DatasetView):
             if rust is not None:
                 rust.close()
 
-    def _walked(self, name: str) -> _native.TarWalk:
-        """Shard `name`'s header walk (`_Walk`), read through MSC's client."""
-        walk = _Walk(self.folder.child(name), self.sizes[name], self._stop_walks)
-        while (span := walk.span()) is not None:
-            walk.feed(span[0], self.read_range(name, *span))
-        return walk.walk
+    def _tar_read(self, name: str) -> TarRead:
+        """A read of shard `name` in the way the first tar's probe chose."""
+        stream = self.choice is not None and self.choice.stream
+        return TarRead(self.folder.child(name), self.sizes[name], self._stop_walks,
+                       stream=stream, judge=self._judge)
 
-    async def _walked_on(self, rust: RustReads, name: str) -> _native.TarWalk:
-        """`_walked` with each read awaited on MSC's Rust client."""
-        walk = _Walk(self.folder.child(name), self.sizes[name], self._stop_walks)
-        while (span := walk.span()) is not None:
+    def _probed(self, name: str, rust: RustReads | None, tars: int) -> TarRead:
+        """Shard `name`'s read with the probe's reads made (`tarreads.Probe`), and the way to
+        read the `tars` tars to index chosen from what they measured (or as `tarreads.forced`
+        says), and said."""
+        choice = forced()
+        probe = Probe() if choice is None else None
+        read = TarRead(self.folder.child(name), self.sizes[name], self._stop_walks, probe=probe)
+        if probe is not None and rust is None:
+            self._read(read, name)
+        elif probe is not None and rust is not None:
+            waits.result(rust.submit(partial(self._read_on, rust, read, name, None)))
+        at_once = (RUST_WALKS_AT_ONCE if rust is not None else WALKS_AT_ONCE, STREAMS_AT_ONCE)
+        link = probe.link() if probe is not None else None
+
+        def judge(spacing: float, size: int) -> Choice:
+            return choice or choose(link, spacing, size, tars=tars, walks_at_once=at_once[0],
+                                    streams_at_once=min(at_once))
+
+        self._judge = judge
+        self.choice = judge(probe.spacing if probe is not None else 0.0, self.sizes[name])
+        read.probe, read.judge = None, judge
+        read.streaming = read.streamed = self.choice.stream
+        log.info("%d tars without an index to read: %s", tars, self.choice.reason)
+        return read
+
+    def _read(self, read: TarRead, name: str) -> TarRead:
+        """`read` made through MSC's client until it says no more."""
+        while (span := read.span()) is not None:
+            start = time.perf_counter()
+            data = self.read_range(name, *span)
+            read.feed(span[0], data, time.perf_counter() - start)
+        return read
+
+    async def _read_on(self, rust: RustReads, read: TarRead, name: str,
+                       slots: asyncio.Semaphore | None) -> TarRead:
+        """`_read` with each read awaited on MSC's Rust client. A stream holds one of `slots`
+        and asks for its next piece (from where the last one ends) before it parses the last,
+        so the next round trip passes while this piece is parsed and the link stays busy: two
+        pieces in memory at most."""
+        held = False
+        ahead: tuple[int, asyncio.Task[bytes]] | None = None
+        tail = (0, b"")  # the end of the last piece, for a header that runs into the next
+
+        async def got(task: Awaitable[bytes]) -> bytes:
             try:
-                data = await rust.read_range(name, span[0], span[1] - span[0])
+                return await task
             except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
                 raise self._unreadable(name, e) from None
-            walk.feed(span[0], data)
-        return walk.walk
 
-    def _first_offsets(self, name: str) -> list[int] | None:
-        """Shard `name`'s `.tar.idx` offsets, from its header walk (kept for indexing) when it
-        has no `.tar.idx` yet."""
+        try:
+            while (span := read.span()) is not None:
+                if read.streaming and slots is not None and not held:
+                    await slots.acquire()
+                    held = True
+                started = time.perf_counter()
+                at, task = ahead if ahead is not None else (span[0], None)
+                ahead = None
+                if task is not None and at <= span[0]:
+                    data = await got(task)
+                    if span[0] >= at + len(data):  # a member longer than the piece: hop it
+                        at, data = span[0], await got(rust.read_range(name, *_length(span)))
+                elif task is not None and tail[0] <= span[0]:  # a header across the pieces
+                    data = tail[1][span[0] - tail[0]:] + await got(task)
+                    at = span[0]
+                else:
+                    if task is not None:
+                        task.cancel()
+                    at, data = span[0], await got(rust.read_range(name, *_length(span)))
+                end = at + len(data)
+                if read.streaming and end < read.size:
+                    ahead = (end, _task(rust.read_range(
+                        name, end, min(STREAM_PIECE, read.size - end))))
+                    tail = (max(at, end - _TAIL), data[-_TAIL:])
+                read.feed(at, data, time.perf_counter() - started)
+        finally:
+            if ahead is not None:
+                ahead[1].cancel()
+            if held and slots is not None:
+                slots.release()
+        return read
+
+    def _first_sample_end(self, name: str) -> int | None:
+        """Where shard `name`'s second sample starts, from its `.tar.idx`, or when it has none
+        from the first reads of its header walk (the probe's, kept for indexing); None for a
+        shard of one sample."""
         offsets = self._idx_offsets(name)
-        if offsets is None:
-            if name not in self._walks:
-                self._walks[name] = self._walked(name)
-            offsets = self._walks[name].offsets
-        return offsets
+        if offsets is not None:
+            return offsets[1] if len(offsets) > 2 else None
+        with self._probing:
+            if name not in self._walks and self.choice is None:
+                rust = self.folder.rust_reads(1)
+                try:
+                    self._walks[name] = self._probed(name, rust, len(self.sizes))
+                finally:
+                    if rust is not None:
+                        rust.close()
+            read = self._walks.setdefault(name, self._tar_read(name))
+        while read.walk.second_sample is None and (span := read.span()) is not None:
+            start = time.perf_counter()
+            read.feed(span[0], self.read_range(name, *span), time.perf_counter() - start)
+        return read.walk.second_sample
 
     def _recorded_rows(self, name: str) -> Path | None:
         """The rows recorded for shard `name` when they describe the object listed now."""
@@ -434,28 +539,18 @@ class RemoteView(DatasetView):
         return text.replace(str(self.root), self.name)
 
 
-class _Walk:
-    """A shard's header walk as the ranged reads it makes: from the 512-byte headers on,
-    skipping each member's data by its size, until the end block, or until `stop` is set (see
-    `PROBE_READS` for the tars that are read whole instead)."""
+#: What a stream keeps of a piece's end, for a header that runs into the next piece.
+_TAIL = 64 << 10
 
-    def __init__(self, url: str, size: int, stop: threading.Event) -> None:
-        self.walk = _native.TarWalk(url, size)
-        self.size = size
-        self.stop = stop
-        self.reads = 0
-        self.ahead = READ_AHEAD
 
-    def span(self) -> tuple[int, int] | None:
-        """`(start, end)` of the next read; None once the walk is complete or stopped."""
-        needed = self.walk.needed()
-        if needed is None or self.stop.is_set():
-            return None
-        start, length = needed
-        if self.reads == PROBE_READS and self.walk.position < PROBE_READS * WHOLE_BELOW:
-            self.ahead = WHOLE_PIECE
-        return start, min(self.size, start + max(length, self.ahead))
+def _length(span: tuple[int, int]) -> tuple[int, int]:
+    """`(start, end)` as `(start, length)`."""
+    return span[0], span[1] - span[0]
 
-    def feed(self, start: int, data: bytes) -> None:
-        self.walk.feed(start, data)
-        self.reads += 1
+
+def _task(read: Awaitable[bytes]) -> asyncio.Task[bytes]:
+    """`read` started as a task on the running loop; its error, when nobody awaits it (the task
+    cancelled because the read went elsewhere), is dropped with it."""
+    task = asyncio.ensure_future(read)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task

@@ -1,0 +1,261 @@
+"""Tars another tool wrote, in a bucket, read for their index either way: their headers walked
+(a ranged read per sample) or the tars streamed (every byte, in large reads), chosen from what the
+first tar's first reads measure of the store. The choice on given measurements; both ways end to
+end on tars of ~100 KB images and of ~2 MB latents, with the index `energon prepare` writes on a
+local copy; and the choice itself through a model of a store 100 ms away (tests/helpers/storeproxy.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shardcook import finalize
+from shardcook.dataset.tarreads import (
+    STREAM_PIECE,
+    STREAMS_AT_ONCE,
+    Link,
+    Probe,
+    choose,
+    forced,
+)
+from shardcook.errors import ConfigError
+
+from tests.helpers.dataset import cli, one_error_line
+from tests.helpers.s3server import add_profile, make_store
+from tests.helpers.shards import assert_same_index, energon_prepare
+from tests.helpers.storeproxy import StoreProxy
+
+#: name -> (tars, samples a tar, bytes of the big member)
+SIZES = {"images": (3, 10, 100_000), "latents": (3, 4, 2_000_000)}
+
+
+def tars_of(folder: Path, kind: str) -> Path:
+    """`kind`'s tars as Python's tarfile writes them: a big member (a JPEG's bytes, an .npy)
+    and a small .json and .txt per sample."""
+    count, samples, big = SIZES[kind]
+    rng = np.random.default_rng(len(kind))
+    folder.mkdir(parents=True)
+    for t in range(count):
+        with tarfile.open(folder / f"{kind}-{t:03d}.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+            for i in range(samples):
+                key = f"{kind}{t:03d}{i:04d}"
+                size = big + int(rng.integers(-big // 10, big // 10))
+                parts = {"bin": rng.integers(0, 256, size, dtype=np.uint8).tobytes(),
+                         "json": json.dumps({"key": key}).encode(), "txt": b"a caption"}
+                for ext, data in parts.items():
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size, info.mtime = len(data), 1_700_000_000
+                    tar.addfile(info, io.BytesIO(data))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server, tmp_path_factory):
+    """Both kinds of tars in a bucket, and `energon prepare`'s index of a local copy of each."""
+    tmp = tmp_path_factory.mktemp("tarreads")
+    store = make_store(s3_server, tmp / "cfg", "tar-reads", "tarreads")
+    theirs = {}
+    for kind in SIZES:
+        local = tars_of(tmp / kind, kind)
+        theirs[kind] = tmp / f"energon-{kind}"
+        shutil.copytree(local, theirs[kind])
+        r = energon_prepare(theirs[kind], "--split-ratio", "1,0,0")
+        assert r.returncode == 0, r.stdout + r.stderr
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in store.env.items():
+            env.setenv(key, value)
+        yield store, tmp, theirs
+
+
+# -- the choice, on given measurements ---------------------------------------------------------
+
+#: What the bench's store model measures at 20 ms: 20 ms to the first byte, 50 MB/s a connection.
+AT_20_MS = Link(0.020, 50e6)
+AT_0_MS = Link(0.0005, 500e6)  # a store on the same machine
+EACH = {"tars": 200, "walks_at_once": 256, "streams_at_once": STREAMS_AT_ONCE}
+
+
+def test_at_20_ms_images_stream_and_latents_walk():
+    """100 KB images: 100 round trips a tar against 10 MB at 50 MB/s; 2 MB latents: 10 round
+    trips against 20 MB; 32 streams at once against 256 walks."""
+    images = choose(AT_20_MS, 100_000, 10_000_000, **EACH)
+    assert images.stream and images.stream_seconds < images.walk_seconds
+    assert images.reason.startswith("reads take 20.0 ms to the first byte at 50.0 MB/s (1.0 MB "
+                                    "a round trip) and samples are 100.0 KB apart: streaming, ")
+    latents = choose(AT_20_MS, 2_000_000, 20_000_000, **EACH)
+    assert not latents.stream and latents.walk_seconds < latents.stream_seconds
+    assert latents.reason.endswith(f"walking the headers, about {latents.walk_seconds:.2f} s of "
+                                   f"round trips, beats streaming, about "
+                                   f"{latents.stream_seconds:.2f} s of transfer")
+
+
+def test_on_a_store_without_latency_images_walk_too():
+    assert not choose(AT_0_MS, 100_000, 10_000_000, **EACH).stream
+    assert not choose(AT_0_MS, 2_000_000, 20_000_000, **EACH).stream
+
+
+def test_the_longer_the_round_trip_the_larger_the_samples_that_stream():
+    for latency, largest in ((0.020, 100_000), (0.050, 250_000), (0.100, 300_000)):
+        link = Link(latency, 50e6)
+        assert choose(link, largest, 10_000_000, **EACH).stream, latency
+        assert not choose(link, 8 * largest, 10_000_000, **EACH).stream, latency
+    assert not choose(Link(0.005, 50e6), 100_000, 10_000_000, **EACH).stream
+
+
+def test_members_too_small_for_ranged_reads_stream_even_unmeasured():
+    for link in (None, AT_0_MS, Link(0.001, 1e3)):
+        assert choose(link, 5_000, 10_000_000).stream
+    assert not choose(None, 100_000, 10_000_000).stream
+
+
+def test_the_probe_takes_the_median_small_read_leaving_out_the_first():
+    probe = Probe()
+    probe.small = [0.045, 0.021, 0.020, 0.019]  # the first opened the connection
+    assert probe.link() is None  # no large read yet
+    probe.large = (1 << 20, 0.020 + (1 << 20) / 50e6)
+    link = probe.link()
+    assert link is not None and link.latency == pytest.approx(0.020)
+    assert link.bandwidth == pytest.approx(50e6)
+    assert STREAM_PIECE >= 1 << 20
+
+
+def test_the_variable_forces_a_way_or_is_one_sentence(monkeypatch):
+    monkeypatch.delenv("SHARDCOOK_TAR_READS", raising=False)
+    assert forced() is None
+    for way in ("walk", "stream"):
+        monkeypatch.setenv("SHARDCOOK_TAR_READS", way)
+        choice = forced()
+        assert choice is not None and choice.stream == (way == "stream")
+    monkeypatch.setenv("SHARDCOOK_TAR_READS", "fast")
+    with pytest.raises(ConfigError, match=r"^SHARDCOOK_TAR_READS='fast' must be walk, stream or "
+                                          r"auto\.$"):
+        forced()
+
+
+def test_a_bad_variable_is_one_line_and_exit_2_from_finalize(bucket, monkeypatch):
+    store, tmp, _ = bucket
+    store.upload_folder(tmp / "images", "bad-variable")
+    monkeypatch.setenv("SHARDCOOK_TAR_READS", "fast")
+    r = cli("finalize", "--encoding", "generic", "--scratch-dir", tmp,
+            store.url("bad-variable"))
+    assert r.code == 2
+    assert one_error_line(r) == "error: SHARDCOOK_TAR_READS='fast' must be walk, stream or auto."
+    assert store.keys("bad-variable/") == [f"bad-variable/images-{t:03d}.tar" for t in range(3)]
+
+
+# -- both ways, end to end ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("way", ["walk", "stream"])
+@pytest.mark.parametrize("kind", ["images", "latents"])
+@pytest.mark.parametrize("client", ["boto3", "rust"])
+def test_either_way_indexes_as_energon_prepare_does_on_a_local_copy(
+        bucket, s3_server, monkeypatch, caplog, kind, way, client):
+    store, tmp, theirs = bucket
+    prefix = f"{kind}-{way}-{client}"
+    store.upload_folder(tmp / kind, prefix)
+    options = {"rust_client": {"allow_http": True}} if client == "rust" else {}
+    proxy = StoreProxy(s3_server.port)  # counts what the store sends
+    monkeypatch.setenv("SHARDCOOK_TAR_READS", way)
+    try:
+        url = add_profile(store, f"{kind}{way}{client}", endpoint_url=proxy.endpoint, **options)
+        with caplog.at_level(logging.INFO, logger="shardcook.dataset.remote"):
+            result = finalize(f"{url}/{prefix}", encoding="generic", split="1,0,0",
+                              scratch_dir=tmp)
+        counted = proxy.stats()
+    finally:
+        proxy.stop()
+    count, samples, big = SIZES[kind]
+    assert result.index.num_samples == count * samples
+    assert_same_index(_downloaded(store, prefix, tmp), theirs[kind])
+    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
+    assert f"SHARDCOOK_TAR_READS={way} says so" in said[0]
+    assert said[-1].startswith(f"indexed {count} tars from their bytes: {count} "
+                               f"{'streamed' if way == 'stream' else 'walked'} ("), said
+    share = float(re.search(r"MiB read, ([\d.]+)% of them\)$", said[-1]).group(1))
+    size = sum(p.stat().st_size for p in (tmp / kind).glob("*.tar"))
+    # besides the index's reads, finalize reads the first sample of the first tar, to check the
+    # encoding and in validation, a few times
+    first_samples = 4 * (big * 1.1 + 4096)
+    if way == "walk":
+        assert share < 5 and counted["ranged_gets"] >= count * samples, (said, counted)
+        assert counted["downloaded"] < size * 0.05 + first_samples, (counted, size)
+    else:  # every byte, but what of a member longer than a piece lies past the piece's end
+        assert share > (99 if kind == "images" else 50), said
+        assert counted["ranged_gets"] < count * samples, counted
+
+
+def _downloaded(store, prefix: str, tmp: Path) -> Path:
+    copy = tmp / f"copy-{prefix}"
+    shutil.rmtree(copy, ignore_errors=True)
+    store.download_folder(prefix, copy)
+    return copy
+
+
+# -- the choice, through a store 100 ms away ----------------------------------------------------
+
+@pytest.mark.parametrize(("kind", "way"), [("images", "streamed"), ("latents", "walked")])
+def test_through_a_store_100_ms_away_images_stream_and_latents_walk(
+        bucket, s3_server, monkeypatch, caplog, kind, way):
+    """At 100 ms to the first byte and 5 MB/s a connection, a round trip delivers 500 KB: ten
+    100 KB samples a tar wait about 1 s walked against 0.3 s streamed; four 2 MB samples about
+    0.5 s walked against 1.7 s streamed (the test server's own time adds to each round trip,
+    which favours streaming the images all the more). The metadata is the same either way."""
+    store, tmp, theirs = bucket
+    prefix = f"{kind}-away"
+    store.upload_folder(tmp / kind, prefix)
+    monkeypatch.delenv("SHARDCOOK_TAR_READS", raising=False)
+    proxy = StoreProxy(s3_server.port, latency=0.100, connect=0.100, bandwidth=5e6)
+    try:
+        url = add_profile(store, f"away{kind}", endpoint_url=proxy.endpoint,
+                          rust_client={"allow_http": True})
+        with caplog.at_level(logging.INFO, logger="shardcook.dataset.remote"):
+            finalize(f"{url}/{prefix}", encoding="generic", split="1,0,0", scratch_dir=tmp)
+    finally:
+        proxy.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
+    count = SIZES[kind][0]
+    assert said[0].startswith(f"{count} tars without an index to read: reads take "), said
+    assert ("streaming, about" if way == "streamed" else "walking the headers, about") in said[0]
+    assert said[-1].startswith(f"indexed {count} tars from their bytes: {count} {way} ("), said
+    assert_same_index(_downloaded(store, prefix, tmp), theirs[kind])
+
+
+def test_a_tar_of_tiny_members_among_walked_ones_is_streamed(bucket, s3_server, monkeypatch,
+                                                             caplog):
+    """The first tar's probe chooses walking for the dataset (2 MB latents, 100 ms away); a tar
+    whose samples are a few hundred bytes apart is streamed after its first reads all the same."""
+    store, tmp, theirs = bucket
+    mixed = tmp / "mixed"
+    shutil.copytree(tmp / "latents", mixed)
+    with tarfile.open(mixed / "latents-999-tiny.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(200):
+            info = tarfile.TarInfo(f"tiny{i:04d}.txt")
+            info.size, info.mtime = 40, 1_700_000_000
+            tar.addfile(info, io.BytesIO(bytes(40)))
+    store.upload_folder(mixed, "mixed")
+    reference = tmp / "energon-mixed"
+    shutil.copytree(mixed, reference)
+    r = energon_prepare(reference, "--split-ratio", "1,0,0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    monkeypatch.delenv("SHARDCOOK_TAR_READS", raising=False)
+    proxy = StoreProxy(s3_server.port, latency=0.100, connect=0.100, bandwidth=5e6)
+    try:
+        url = add_profile(store, "mixedaway", endpoint_url=proxy.endpoint,
+                          rust_client={"allow_http": True})
+        with caplog.at_level(logging.INFO, logger="shardcook.dataset.remote"):
+            finalize(f"{url}/mixed", encoding="generic", split="1,0,0", scratch_dir=tmp)
+    finally:
+        proxy.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
+    assert "walking the headers, about" in said[0], said
+    assert said[-1].startswith("indexed 4 tars from their bytes: 1 streamed ("), said
+    assert "), 3 walked (" in said[-1], said
+    assert_same_index(_downloaded(store, "mixed", tmp), reference)

@@ -2,7 +2,8 @@
 (a ranged read per sample) or the tars streamed (every byte, in large reads), chosen from what the
 first tar's first reads measure of the store. The choice on given measurements; both ways end to
 end on tars of ~100 KB images and of ~2 MB latents, with the index `energon prepare` writes on a
-local copy; and the choice itself through a model of a store 100 ms away (tests/helpers/storeproxy.py).
+local copy; and the choice itself through a model of a store 100 ms away
+(tests/helpers/storeproxy.py).
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def test_a_tar_of_tiny_members_among_walked_ones_is_streamed(bucket, s3_server, 
                                                              caplog):
     """The first tar's probe chooses walking for the dataset (2 MB latents, 100 ms away); a tar
     whose samples are a few hundred bytes apart is streamed after its first reads all the same."""
-    store, tmp, theirs = bucket
+    store, tmp, _ = bucket
     mixed = tmp / "mixed"
     shutil.copytree(tmp / "latents", mixed)
     with tarfile.open(mixed / "latents-999-tiny.tar", "w", format=tarfile.PAX_FORMAT) as tar:

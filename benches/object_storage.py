@@ -4,6 +4,8 @@ prepare`, both on the same dataset in a bucket.
     python benches/object_storage.py [--photos 500] [--samples 1000] [--runs 2]
     python benches/object_storage.py --foreign-only [--foreign-shards 200] [--foreign-per-shard 100]
     python benches/object_storage.py --server moto|s3s [--s3s-fs PATH] [--rust-client] ...
+    python benches/object_storage.py --store-model [--latencies 0,5,20,50] [--sizes images,latents]
+        [--model-shards 200] [--images-per-shard 100] [--latents-per-shard 10] [--model-runs 3]
 
 1. `shardcook raw` of the same real photos (benches/raw_vs_peers.py's) into a local folder and
    into `msc://PROFILE/...`, alternately, best of --runs each (`--no-finalize`: the writing and
@@ -19,6 +21,15 @@ prepare`, both on the same dataset in a bucket.
    that counts the bytes the store sent (`--rust-client`: finalize's profile turns on MSC's
    Rust client).
    `--foreign-only` runs this part alone.
+5. `--store-model` (this part alone): tars another tool wrote, of two sample sizes (images: a
+   ~100 KB .jpg, a .json and a .txt; latents: a ~2 MB .latent.npy and a .json), through a model
+   of a store over a network (tests/helpers/storeproxy.py, a process of its own: each response's
+   first byte and each new connection held back --latencies ms, 50 MB/s a connection; it counts
+   requests and bytes): `shardcook finalize` as it chooses, forced to walk and forced to stream
+   (SHARDCOOK_TAR_READS), and `energon prepare`, --model-runs times each in turn, with the CPU
+   of the command, the server and the proxy. Each point's floors: the chain of round trips at
+   full concurrency, the bytes over the links, and the CPU that many GETs and bytes cost the
+   client, the server and the proxy (measured first with a minimal client on MSC's Rust client).
 
 The store is an S3 server started on 127.0.0.1 with an MSC profile pointing at it, as the tests
 do, on the same cores as the commands; a real store's latency and bandwidth replace its costs.
@@ -81,7 +92,7 @@ class S3sFsServer:
         data.mkdir(parents=True)
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._process = subprocess.Popen(
+        self._process = self.process = subprocess.Popen(
             [str(binary), "--host", "127.0.0.1", "--port", str(self.port), "--access-key",
              ACCESS_KEY, "--secret-key", SECRET_KEY, str(data)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -217,16 +228,39 @@ def bench_dataset_commands(store, work: Path) -> None:
               f"info {times[2]:5.2f} s")
 
 
-def foreign_tar(shard: int, samples: int, member: int) -> bytes:
-    """A WebDataset tar as another tool writes one (Python's tarfile, ustar headers)."""
+def _member(ext: str, size: int) -> bytes:
+    """~`size` random bytes that a reader of `ext` takes: a tiny JPEG with the rest after its
+    end (which decoders ignore), an .npy of random bytes; otherwise the bytes alone."""
+    if ext == "jpg":
+        from PIL import Image
+
+        out = io.BytesIO()
+        Image.new("RGB", (8, 8), (size % 256, 90, 160)).save(out, "JPEG")
+        return out.getvalue() + os.urandom(max(0, size - out.tell()))
+    if ext.endswith(".npy"):
+        import numpy as np
+
+        out = io.BytesIO()
+        np.save(out, np.frombuffer(os.urandom(size), dtype=np.uint8))
+        return out.getvalue()
+    return os.urandom(size)
+
+
+def foreign_tar(shard: int, samples: int, member: int, big: str = "bin",
+                small: tuple[str, ...] = ("json",)) -> bytes:
+    """A WebDataset tar as another tool writes one (Python's tarfile, ustar headers): per
+    sample a `big` member of ~`member` bytes and `small` ones (a json, a caption)."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for i in range(samples):
             key = f"{shard:06d}{i:05d}"
             size = member + (i * 7919) % (member // 5) - member // 10  # ~member bytes, varied
-            for name, data in ((f"{key}.bin", os.urandom(size)),
-                               (f"{key}.json", json.dumps({"key": key, "i": i}).encode())):
-                info = tarfile.TarInfo(name)
+            parts = [(big, _member(big, size))]
+            for ext in small:
+                parts.append((ext, json.dumps({"key": key, "i": i}).encode() if ext == "json"
+                              else f"a caption of sample {i} of shard {shard}".encode()))
+            for ext, data in parts:
+                info = tarfile.TarInfo(f"{key}.{ext}")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
@@ -301,6 +335,235 @@ def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: b
               + (f"; short: {short}" if short else ""))
 
 
+#: The store model of part 5: each response's first byte and each new connection this many
+#: milliseconds late, each connection paced at `MODEL_LINK` bytes a second.
+MODEL_LATENCIES_MS = (0, 5, 20, 50)
+MODEL_LINK = 50e6
+#: name -> (the big member's bytes, its extension, the small members)
+MODEL_SAMPLES = {"images": (100_000, "jpg", ("json", "txt")),
+                 "latents": (2_000_000, "latent.npy", ("json",))}
+#: The ways shardcook finalize runs at each point: as it chooses, and each way forced.
+MODEL_WAYS = {"shardcook": "auto", "walk": "walk", "stream": "stream"}
+
+
+def cpu_of(pid: int) -> float:
+    """Seconds of CPU process `pid` has used (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(cmd: list[str], env: dict[str, str], server_pid: int, proxy) -> dict[str, float]:
+    """Runs `cmd` through the store proxy: its wall seconds, the CPU seconds of the command
+    (its waited-for children included), the server and the proxy, and what passed the proxy."""
+    import resource
+
+    def children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    before, server, proxied = children(), cpu_of(server_pid), proxy.stats()
+    start = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    after = proxy.stats()
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return {"wall": wall, "client": children() - before, "server": cpu_of(server_pid) - server,
+            "proxy": after["cpu_seconds"] - proxied["cpu_seconds"],
+            "gets": after["by_method"].get("GET", 0) - proxied["by_method"].get("GET", 0),
+            "requests": after["requests"] - proxied["requests"],
+            "bytes": after["downloaded"] - proxied["downloaded"], "said": r.stderr}
+
+
+def calibrate(url: str, names: list[str], small: int, large: int) -> None:
+    """The minimal client (`--calibrate`): `small` ranged reads of 3 KiB and `large` of 8 MiB of
+    the objects `names` under `url` on MSC's Rust client, as many at once as finalize has; prints
+    the CPU seconds each phase cost this process, as JSON."""
+    from shardcook.dataset.remote import RUST_WALKS_AT_ONCE
+    from shardcook.dataset.tarreads import STREAM_PIECE, STREAMS_AT_ONCE
+    from shardcook.storage import Remote
+
+    reads = Remote(url).rust_reads(RUST_WALKS_AT_ONCE)
+    assert reads is not None, "the profile has no Rust client"
+    out = {}
+    for phase, count, size, at_once in (("small", small, 3072, RUST_WALKS_AT_ONCE),
+                                        ("large", large, STREAM_PIECE, STREAMS_AT_ONCE)):
+        import asyncio
+
+        slots = asyncio.Semaphore(at_once)
+
+        async def one(i: int, size: int = size, slots=slots) -> int:
+            async with slots:
+                return len(await reads.read_range(names[i % len(names)], 0, size))
+
+        start, wall = time.process_time(), time.perf_counter()
+        got = sum(f.result() for f in [reads.submit(partial(one, i)) for i in range(count)])
+        out[phase] = {"cpu": time.process_time() - start, "wall": time.perf_counter() - wall,
+                      "bytes": got}
+    reads.close()
+    print(json.dumps(out))
+
+
+def model_costs(url: str, names: list[str], env: dict[str, str], server_pid: int,
+                proxy) -> tuple[float, float]:
+    """CPU seconds per GET and per byte that the minimal client (`calibrate`), the server and
+    the proxy spend together, at the proxy's settings."""
+    small, large = 4000, 64
+    server, proxied = cpu_of(server_pid), proxy.stats()["cpu_seconds"]
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--calibrate", url,
+                        str(small), str(large), *names], capture_output=True, text=True,
+                       env=env, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"the calibration failed:\n{r.stderr[-3000:]}")
+    phases = json.loads(r.stdout.strip().splitlines()[-1])
+    # the server's and the proxy's share, split between the phases by the client's own
+    rest = (cpu_of(server_pid) - server) + (proxy.stats()["cpu_seconds"] - proxied)
+    client = phases["small"]["cpu"] + phases["large"]["cpu"]
+    per_get = (phases["small"]["cpu"] + rest * phases["small"]["cpu"] / client) / small
+    large_cpu = phases["large"]["cpu"] + rest * phases["large"]["cpu"] / client
+    per_byte = max(0.0, large_cpu - large * per_get) / phases["large"]["bytes"]
+    return per_get, per_byte
+
+
+def floors(run: dict[str, float], tars: int, latency: float, at_once: int, per_get: float,
+           per_byte: float) -> dict[str, float]:
+    """The least time a run of these GETs and bytes can take: its chain of round trips at
+    `at_once` tars at a time (a walk's: its GETs per tar one after the other), its bytes over
+    `at_once` links, and the CPU that many GETs and bytes cost the client, the server and the
+    proxy on this machine's cores."""
+    cores = os.cpu_count() or 1
+    waves = -(-tars // at_once)
+    return {"latency": latency + waves * run["gets"] / tars * latency,
+            "links": run["bytes"] / (min(tars, at_once) * MODEL_LINK),
+            "cpu": (run["gets"] * per_get + run["bytes"] * per_byte) / cores}
+
+
+def spread(values: list[float]) -> str:
+    values = sorted(values)
+    return f"{values[len(values) // 2]:6.2f} s ({values[0]:.2f}-{values[-1]:.2f})"
+
+
+def bench_store_model(store, work: Path, shards: int, per_shard: dict[str, int],
+                      latencies: list[int], sizes: list[str], runs: int) -> None:
+    """Part 5: finalize of tars another tool wrote against energon prepare, through a model of a
+    store over a network (`tests/helpers/storeproxy.py`), at each latency and sample size; each
+    way of shardcook's (as it chooses, walking, streaming) and energon's, `runs` times in turn,
+    with the floors of each point."""
+    from shardcook.dataset.remote import RUST_WALKS_AT_ONCE
+    from shardcook.dataset.tarreads import STREAMS_AT_ONCE
+
+    from tests.helpers.s3server import add_profile
+    from tests.helpers.storeproxy import StoreProxy
+
+    (work / "scratch").mkdir(parents=True, exist_ok=True)
+    server_pid = store.server.process.pid
+    client = store.server.client()
+    cores = os.cpu_count() or 1
+    rows = []
+    for size_name in sizes:
+        member, big, small = MODEL_SAMPLES[size_name]
+        samples = per_shard[size_name]
+        prefix = f"model-{size_name}"
+        total = 0
+        for shard in range(shards):
+            data = foreign_tar(shard, samples, member, big, small)
+            total += len(data)
+            store.put(f"{prefix}/shard-{shard:06d}.tar", data)
+        store.put("model-one/shard-000000.tar", foreign_tar(0, 1, member, big, small))
+        names = [f"shard-{shard:06d}.tar" for shard in range(shards)]
+        print(f"{size_name}: {shards} tars x {samples} samples of a ~{member / 1e3:,.0f} KB "
+              f".{big} and {', '.join('.' + e for e in small)}, {total / 2**20:,.0f} MiB",
+              flush=True)
+
+        def clean(prefix: str = prefix) -> None:
+            # what a finalize or prepare wrote: the next run starts from the tars alone
+            keys = [k for k in store.keys(f"{prefix}/") if not k.endswith(".tar")]
+            for at in range(0, len(keys), 1000):
+                client.delete_objects(Bucket=store.bucket, Delete={
+                    "Objects": [{"Key": k} for k in keys[at:at + 1000]]})
+
+        for ms in latencies:
+            latency = ms / 1e3
+            proxy = StoreProxy(store.server.port, latency=latency, connect=latency,
+                               bandwidth=MODEL_LINK)
+            try:
+                tag = f"{size_name}{ms}"
+                boto = add_profile(store, f"modelboto{tag}", endpoint_url=proxy.endpoint)
+                rust = add_profile(store, f"modelrust{tag}", endpoint_url=proxy.endpoint,
+                                   rust_client={"allow_http": True})
+                env = {**os.environ, **store.env}
+                per_get, per_byte = model_costs(f"{rust}/{prefix}", names, env, server_pid,
+                                                proxy)
+                clean()
+                results: dict[str, list[dict[str, float]]] = {}
+                finalize = [sys.executable, "-m", "shardcook", "finalize", "--encoding",
+                            "generic", "--scratch-dir", str(work / "scratch")]
+                fixed = measured([*finalize, f"{rust}/model-one"], env, server_pid, proxy)
+                clean("model-one")
+                for _ in range(runs):
+                    for label, way in MODEL_WAYS.items():
+                        results.setdefault(label, []).append(measured(
+                            [*finalize, f"{rust}/{prefix}"],
+                            {**env, "SHARDCOOK_TAR_READS": way}, server_pid, proxy))
+                        clean()
+                    for attempt in range(3):  # energon may fail a shard (the module says)
+                        try:
+                            results.setdefault("energon", []).append(measured(
+                                ["env", "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
+                                 sys.executable, "-m", "megatron.energon.cli.main", "prepare",
+                                 "--non-interactive", "--sample-type", "CrudeWebdataset",
+                                 "--split-ratio", "1,0,0", f"{boto}/{prefix}"],
+                                env, server_pid, proxy))
+                            break
+                        except SystemExit as e:
+                            print(f"  energon prepare failed, attempt {attempt + 1}: "
+                                  f"{str(e).strip().splitlines()[-1]}")
+                            clean()
+                    else:
+                        raise SystemExit("energon prepare failed 3 times")
+                    counts = json.loads(store.get(f"{prefix}/.nv-meta/.info.json"))
+                    short = {n: c for n, c in counts["shard_counts"].items() if c != samples}
+                    if short:
+                        print(f"  energon prepare indexed shards short: {short}")
+                    clean()
+            finally:
+                proxy.stop()
+            walk = results["walk"][len(results["walk"]) // 2]
+            stream = results["stream"][len(results["stream"]) // 2]
+            floor_walk = floors(walk, shards, latency, RUST_WALKS_AT_ONCE, per_get, per_byte)
+            floor_stream = floors(stream, shards, latency, STREAMS_AT_ONCE, per_get, per_byte)
+            best = min(max(floor_walk.values()), max(floor_stream.values()))
+            ours = sorted(r["wall"] for r in results["shardcook"])[runs // 2]
+            theirs = sorted(r["wall"] for r in results["energon"])[runs // 2]
+            chosen = [line for line in results["shardcook"][0]["said"].splitlines()
+                      if "without an index" in line]
+            print(f"  {ms} ms to first byte, {MODEL_LINK / 1e6:.0f} MB/s a connection "
+                  f"({runs} runs each, median (min-max)); costs {per_get * 1e3:.3f} ms of CPU "
+                  f"a GET, {per_byte * 2**20 * 1e3:.2f} ms a MiB (client, server and proxy, "
+                  f"{cores} cores); a finalize of one tar of one sample {fixed['wall']:.2f} s")
+            for label, rs in results.items():
+                med = sorted(rs, key=lambda r: r["wall"])[runs // 2]
+                cpu = med["client"] + med["server"] + med["proxy"]
+                print(f"    {label:9} {spread([r['wall'] for r in rs])}  {med['gets']:6,} GETs "
+                      f"{med['bytes'] / 2**20:8,.1f} MiB ({100 * med['bytes'] / total:5.1f}%)  "
+                      f"CPU client {med['client']:5.1f} s server {med['server']:5.1f} s proxy "
+                      f"{med['proxy']:5.1f} s ({cpu / med['wall'] / cores:4.0%} of the cores)")
+            for label, floor in (("walk", floor_walk), ("stream", floor_stream)):
+                print(f"    floor of the {label:6}: round trips {floor['latency']:5.2f} s, "
+                      f"links {floor['links']:5.2f} s, CPU {floor['cpu']:5.2f} s")
+            with_fixed = ours / (best + fixed["wall"])
+            print(f"    shardcook {theirs / ours:.2f}x energon prepare, {ours / best:.2f}x the "
+                  f"better floor ({best:.2f} s; {with_fixed:.2f}x it with the fixed cost)")
+            if chosen:
+                print(f"    chose: {chosen[0].removeprefix('INFO: ')}")
+            rows.append((size_name, ms, ours, theirs, best, fixed["wall"]))
+        clean()
+    print("\nsize, ms, shardcook s, energon s, ratio, better floor s, fixed s")
+    for size_name, ms, ours, theirs, best, fixed_s in rows:
+        print(f"{size_name}, {ms}, {ours:.2f}, {theirs:.2f}, {theirs / ours:.2f}, {best:.2f}, "
+              f"{fixed_s:.2f}")
+
+
 def timed_retried(label: str, cmd: list[str]) -> float | None:
     """Seconds `cmd` took. energon prepare on s3s-fs can fail one shard's download (its CRC32
     check), then assert the shard has no samples: it is run again, at most three times in all,
@@ -328,6 +591,20 @@ def main() -> None:
     parser.add_argument("--s3s-fs", type=Path, default=S3S_FS, help="the s3s-fs binary")
     parser.add_argument("--rust-client", action="store_true",
                         help="tars another tool wrote: finalize on MSC's Rust client")
+    parser.add_argument("--store-model", action="store_true",
+                        help="part 5 alone: tars another tool wrote, through a store model")
+    parser.add_argument("--latencies", default="0,5,20,50",
+                        help="part 5: milliseconds to the first byte, comma-separated")
+    parser.add_argument("--sizes", default="images,latents",
+                        help="part 5: sample sizes, of images (~100 KB) and latents (~2 MB)")
+    parser.add_argument("--model-shards", type=int, default=200)
+    parser.add_argument("--images-per-shard", type=int, default=100)
+    parser.add_argument("--latents-per-shard", type=int, default=10)
+    parser.add_argument("--model-runs", type=int, default=3)
+    if sys.argv[1:2] == ["--calibrate"]:  # part 5's minimal client, in a process of its own
+        url, small, large, *names = sys.argv[2:]
+        calibrate(url, names, int(small), int(large))
+        return
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -337,7 +614,7 @@ def main() -> None:
 
     work = ROOT / "bench-out" / "storage"
     photos = work / f"photos-{args.photos}"
-    if not photos.is_dir() and not args.foreign_only:
+    if not photos.is_dir() and not (args.foreign_only or args.store_model):
         make_photos(photos, args.photos)
     for stale in ("samples", "samples-copy", "scratch", "cfg"):
         shutil.rmtree(work / stale, ignore_errors=True)
@@ -350,6 +627,15 @@ def main() -> None:
         if args.foreign_only:
             bench_foreign(store, work, args.foreign_shards, args.foreign_per_shard,
                           args.rust_client)
+            return
+        if args.store_model:
+            if args.server != "s3s":
+                raise SystemExit("--store-model runs on s3s-fs (its CPU is measured)")
+            bench_store_model(store, work, args.model_shards,
+                              {"images": args.images_per_shard,
+                               "latents": args.latents_per_shard},
+                              [int(ms) for ms in args.latencies.split(",")],
+                              args.sizes.split(","), args.model_runs)
             return
         bench_raw(store, photos, work, args.runs)
         print()

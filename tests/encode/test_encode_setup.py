@@ -237,20 +237,37 @@ def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
     from shardcook.jobs.encode.job import cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 16)
-    assert cpu_threads(None) == (8, 8)
-    assert cpu_threads(12) == (4, 12)
-    assert cpu_threads(20) == (1, 20)  # --workers is the user's; torch keeps one thread
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: four processes share the cores
-    assert cpu_threads(None) == (2, 2)
+    assert cpu_threads(None, 1) == (8, 8)
+    assert cpu_threads(12, 1) == (4, 12)
+    assert cpu_threads(20, 1) == (1, 20)  # --workers is the user's; torch keeps one thread
+    assert cpu_threads(None, 4) == (2, 2)  # torchrun: four processes share the cores
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    assert cpu_threads(None) == (1, 1)
+    assert cpu_threads(None, 4) == (1, 1)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's torch threads are kept
     monkeypatch.setattr("os.cpu_count", lambda: 16)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     threads = torch.get_num_threads()
-    assert cpu_threads(None) == (threads, max(1, 16 - threads))
+    assert cpu_threads(None, 1) == (threads, max(1, 16 - threads))
+
+
+def test_a_worker_takes_its_share_of_the_cores_from_the_place_the_engine_hands_it(
+        tiny_flux, tmp_path, monkeypatch):
+    """The engine reads where a worker stands once (`workers.where`) and hands it to the job:
+    encode's threads come from that place, not from the environment read again."""
+    from shardcook.config import resolve
+    from shardcook.jobs.encode.job import EncodeJob
+    from shardcook.workers import Place
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # what the place says wins
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    v = {"input_dir": str(tmp_path / "in"), "output_dir": str(tmp_path / "out"),
+         "model_path": str(tiny_flux), "device": "cpu"}
+    job = EncodeJob(resolve(v, set(v), encode=True))
+    callers = torch.get_num_threads()
+    with job.running(Place("torchrun", 1, 4, local_rank=1, local_count=4, collective=True)):
+        assert (torch.get_num_threads(), job.workers, job.device) == (2, 2, "cpu")
+    assert torch.get_num_threads() == callers
 
 
 def test_decoded_pixels_waiting_for_the_encoders_are_bounded():

@@ -74,13 +74,13 @@ class Sized(Echo):
     def start(self) -> None:
         self.filled.wait(5)
 
-    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+    def prepare(self, batch: list[Loaded[bytes]]) -> list[Loaded[bytes]]:
         self.prepared += 1
         if self.prepared == self.ahead:  # the batches before it are queued by now
             self.filled.set()
         return batch
 
-    def prepared_bytes(self, batch: list[Loaded]) -> int:
+    def prepared_bytes(self, batch: list[Loaded[bytes]]) -> int:
         return 100
 
 

@@ -31,7 +31,7 @@ class Numbers:
         return {"kind": "numbers"}
 
 
-class Echo(Processor):
+class Echo(Processor[bytes]):
     """Writes each input as one part; `fail_at` raises on that index, `bad_part_at` makes the
     writer refuse that sample's part name."""
 
@@ -39,6 +39,9 @@ class Echo(Processor):
         self.fail_at, self.bad_part_at = fail_at, bad_part_at
         self.stage_seconds = {"process": 0.0}
         self.threads: set[str] = set()
+
+    def load(self, item: Item) -> bytes:
+        return item.image_bytes()
 
     def process(self, batch):
         self.threads.add(threading.current_thread().name)
@@ -48,7 +51,7 @@ class Echo(Processor):
             if i == self.fail_at:
                 raise RuntimeError(f"processing failed at {i}")
             name = "bad/name" if i == self.bad_part_at else "txt"
-            out.append(Outcome(loaded.item, parts=[(name, loaded.image)]))
+            out.append(Outcome.of(loaded.item, [(name, loaded.payload)]))
         return out
 
 
@@ -93,13 +96,13 @@ class Staged(Echo):
         self.events.append(("start", threading.current_thread().name, -1))
         self.started.wait(5)  # the models load while the reader prepares ahead
 
-    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+    def prepare(self, batch: list[Loaded[bytes]]) -> list[Loaded[bytes]]:
         self.events.append(("prepare", threading.current_thread().name, batch[0].item.index))
         if batch[0].item.index == 2:  # the reader got past the first batch during `start`
             self.started.set()
-        return [Loaded(x.item, image=b"prepared " + (x.image or b"")) for x in batch]
+        return [Loaded(x.item, b"prepared " + (x.payload or b"")) for x in batch]
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
+    def process(self, batch: list[Loaded[bytes]]) -> list[Outcome]:
         self.events.append(("process", threading.current_thread().name, batch[0].item.index))
         return super().process(batch)
 

@@ -4,7 +4,8 @@ oriented and resized by the Rust image core, the skip reason of a failure, meta.
 from __future__ import annotations
 
 import json
-from typing import cast
+from collections.abc import Sequence
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -12,6 +13,8 @@ from shardcook import imaging  # the Rust image core
 from shardcook.config import ImageConfig
 from shardcook.errors import ConfigError, ImageError, ImageErrorKind, SkipReason
 from shardcook.pipeline.run import Loaded, Outcome
+
+P = TypeVar("P")
 
 
 def classify_error(kind: ImageErrorKind | None) -> SkipReason:
@@ -38,14 +41,14 @@ def resize_mode(image: ImageConfig) -> imaging.Mode:
     return cast(imaging.Mode, image.resize_mode)
 
 
-def _image_bytes(loaded: Loaded) -> bytes:
+def _image_bytes(loaded: Loaded[P]) -> bytes | bytearray | memoryview:
     # `split_skipped` leaves only inputs whose bytes were read in the to-do list.
-    assert loaded.image is not None
-    return loaded.image
+    assert isinstance(loaded.payload, (bytes, bytearray, memoryview))
+    return loaded.payload
 
 
 def decode_images(
-    batch: list[Loaded], todo: list[int], image: ImageConfig, workers: int
+    batch: Sequence[Loaded[P]], todo: list[int], image: ImageConfig, workers: int
 ) -> tuple[list[tuple[int, imaging.ImageResult]], dict[int, Outcome]]:
     """Decodes and resizes `todo` of `batch` with the image core: ([(n, ImageResult)] of the
     usable ones, {n: skipped Outcome} of the rest, with the reason)."""

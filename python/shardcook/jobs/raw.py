@@ -13,6 +13,7 @@ import numpy as np
 
 from shardcook import imaging  # the Rust image core
 from shardcook.config import RunConfig
+from shardcook.dataset.view import DatasetView
 from shardcook.jobs.images import (
     check_image_options,
     decode_images,
@@ -25,11 +26,12 @@ from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
-from shardcook.sources.base import Source
+from shardcook.sources.base import Item, Source
+from shardcook.workers import Place
 
 
-class RawProcessor(Processor):
-    """Turns loaded inputs into (image, txt, meta.json) parts."""
+class RawProcessor(Processor[bytes]):
+    """Turns loaded inputs (their image's bytes) into (image, txt, meta.json) parts."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.image = cfg.image
@@ -43,7 +45,10 @@ class RawProcessor(Processor):
         image_format = cast(imaging.ImageFormat, i.image_format)
         return imaging.encode_image(pixels, format=image_format, quality=i.image_quality)
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
+    def load(self, item: Item) -> bytes:
+        return item.image_bytes()
+
+    def process(self, batch: list[Loaded[bytes]]) -> list[Outcome]:
         i = self.image
         outcomes, todo = split_skipped(batch)
         t0 = time.perf_counter()
@@ -66,7 +71,7 @@ class RawProcessor(Processor):
                 ("txt", (item.caption or "").encode("utf-8")),
                 ("meta.json", result_meta_json(item.source, r)),
             ]
-            outcomes[n] = Outcome(item, parts=parts)
+            outcomes[n] = Outcome.of(item, parts)
         return completed(outcomes)
 
     def _try_encode(self, pixels: np.ndarray) -> bytes | str:
@@ -80,7 +85,7 @@ class RawJob(JobBasics):
     """`shardcook raw` as a job: `open_source`'s inputs in units of --shard-size, the image core,
     finalize by --split's ratios."""
 
-    encoding = RAW.encoding
+    layout = RAW
     prefetch = 2
     backend = "gloo"
     manifest_extra: JsonObject | None = None
@@ -92,14 +97,15 @@ class RawJob(JobBasics):
         check_image_options(cfg.image, workers)
         self.batch_size = max(16, 4 * workers)
 
-    def running(self) -> AbstractContextManager[object]:
+    def running(self, place: Place) -> AbstractContextManager[object]:
         return nullcontext()
 
     def units(self, source: Source) -> list[WorkUnit]:
         return ratio_units(self.cfg, source)
 
-    def processor(self, cfg: RunConfig, folder: OutputFolder) -> RawProcessor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
+                  units: list[WorkUnit]) -> RawProcessor:
         return RawProcessor(cfg)
 
-    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
-        finalize_by_ratio(self.cfg, self.encoding, folder)
+    def finalize(self, view: DatasetView, report: JsonObject) -> None:
+        finalize_by_ratio(self.cfg, view, self.layout)

@@ -389,6 +389,10 @@ class BucketRunFolder:
         """One object written whole (one PUT), retried; ShardcookIOError when it fails."""
         retried(f"writing {name} to {self.url}", partial(self.store.write_bytes, name, data))
 
+    def write_marker(self, unit: int, record: dict[str, Any]) -> None:
+        """Rewrites the unit's marker (its shard is already uploaded), retried."""
+        self._write(self._marker(unit), record_json(record))
+
     def interrupted_finalize(self) -> None:
         """None: finalize works in a local copy (`--scratch-dir`) and uploads the metadata
         only once it validated, `.info.json` last, so a killed one leaves no undo folder here

@@ -99,6 +99,10 @@ class OutputFolder(Protocol):
     def read_markers(self, units: list[int]) -> dict[int, dict[str, Any]]:
         """The records of those of `units` that are done, by unit."""
 
+    def write_marker(self, unit: int, record: dict[str, Any]) -> None:
+        """Rewrites the record of `unit`, whose shard is already recorded (ingest: a first
+        ingest's marker in the engine's format)."""
+
     def interrupted_finalize(self) -> str | None:
         """The name of the undo folder a killed finalize left (`dataset/undo.py`): the
         metadata is then half written; None when there is none."""

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shardcook.config import RunConfig
 from shardcook.config.sections import OutputConfig
@@ -23,6 +23,7 @@ from shardcook.errors import (
     SaidByRankZero,
     ShardcookError,
 )
+from shardcook.layouts import Layout
 from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR, REPORT_HTML
 from shardcook.output import overwrite
 from shardcook.output.folder import OutputFolder, run_folder
@@ -35,6 +36,9 @@ from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
 from shardcook.sources.base import Source
 from shardcook.workers import Place, where
+
+if TYPE_CHECKING:
+    from shardcook.dataset.view import DatasetView
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +56,19 @@ class RunDatasetError(SaidByRankZero, DatasetError):
 
 
 class Job(Protocol):
-    """What a job gives the engine: its source, units, processor, manifest facts and finalize.
+    """What a job gives the engine: its layout, source, units, processor, manifest facts and
+    finalize.
 
-    The engine calls, in order: `running()` around the whole run; `source` and `units` on every
-    rank before any work (a ConfigError there stops every rank); `processor` once the output
-    folder is set up; `finalize` on rank 0 after every rank is done, with --finalize. Each is
-    handed the run's one output folder where it needs it; a job opens none of its own.
+    The engine reads where this worker stands once (`workers.where`) and calls, in order:
+    `running(place)` around the whole run; `source` and `units` on every rank before any work
+    (a ConfigError there stops every rank); `processor` once the output folder is set up, with
+    this worker's place and units; `finalize` on rank 0 after every rank is done, with
+    --finalize, with the run's dataset view. Each is handed the run's one output folder where
+    it needs it; a job opens none of its own.
     """
 
-    #: The dataset's encoding (the layout's), recorded in the manifest and report.
-    encoding: str
+    #: The dataset's layout: its encoding is recorded in the manifest and report.
+    layout: Layout
     #: Inputs per reader batch, and how many batches wait, read and prepared, for the processor.
     batch_size: int
     prefetch: int
@@ -70,8 +77,9 @@ class Job(Protocol):
     #: Facts the manifest records besides the run's config and source (encode: its encoders).
     manifest_extra: JsonObject | None
 
-    def running(self) -> AbstractContextManager[object]:
-        """What the job sets for the length of the run (encode: torch's thread count)."""
+    def running(self, place: Place) -> AbstractContextManager[object]:
+        """What the job sets for the length of the run of the worker at `place` (encode: its
+        GPU and torch's thread count)."""
         ...
 
     def source(self, cfg: RunConfig, folder: OutputFolder) -> Source:
@@ -83,13 +91,16 @@ class Job(Protocol):
         """The run's work units; ConfigError for a plan finalize would refuse."""
         ...
 
-    def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:
-        """What turns loaded inputs into sample parts; `folder` is the run's output folder (the
-        job writes through it, never a second one)."""
+    def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
+                  units: list[WorkUnit]) -> Processor[Any]:
+        """What turns loaded inputs into sample parts on the worker at `place`, whose share of
+        the run is `units`; `folder` is the run's output folder (the job writes through it,
+        never a second one)."""
         ...
 
-    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
-        """Indexes and checks the finished dataset in the run's `folder`."""
+    def finalize(self, view: DatasetView, report: JsonObject) -> None:
+        """Indexes and checks the finished dataset: `view` is the run's output folder as a
+        dataset (`dataset.finalize_run` takes it with the job's `layout`)."""
         ...
 
     def resume_differences(self, old: JsonObject, new: JsonObject) -> list[str]:
@@ -172,20 +183,12 @@ def fit_line(num_inputs: int, asked: int, used: int, split: list[float]) -> str:
             "per shard would split them (give --shard-size to choose the size yourself).")
 
 
-def media_arguments(cfg: RunConfig) -> dict[str, Any]:
-    """finalize's `media_metadata_by_*` arguments: the run's own, whose rows it recorded."""
-    o = cfg.output
-    return {"media_metadata_by_extension": o.media_metadata_by_extension,
-            "media_metadata_by_glob": o.media_metadata_by_glob,
-            "media_metadata_by_header": o.media_metadata_by_header}
+def finalize_by_ratio(cfg: RunConfig, view: DatasetView, layout: Layout) -> None:
+    """`finalize` of a job with one shard sequence, cut into splits by --split's ratios; the
+    media filter is the run's own, whose rows it recorded."""
+    from shardcook.dataset.finalize import finalize_run
 
-
-def finalize_by_ratio(cfg: RunConfig, encoding: str, folder: OutputFolder) -> None:
-    """`finalize` of a job with one shard sequence, cut into splits by --split's ratios."""
-    from shardcook.dataset import finalize
-
-    finalize(folder.location, encoding=encoding, split=tuple(cfg.output.split), force=True,
-             scratch_dir=folder.scratch, **media_arguments(cfg))
+    finalize_run(view, layout, split=tuple(cfg.output.split), media=cfg.output.media_filter)
 
 
 @contextmanager
@@ -255,7 +258,7 @@ def _opened(cfg: RunConfig, job: Job, folder: OutputFolder, *, say: bool,
     units = job.units(source)
     if say and cfg.output.shard_size != asked:
         log.info(fit_line(len(source), asked, cfg.output.shard_size, cfg.output.split))
-    manifest = rep.new_manifest(cfg, job.encoding, source.describe(), len(source),
+    manifest = rep.new_manifest(cfg, job.layout.encoding, source.describe(), len(source),
                                 job.manifest_extra)
     return source, manifest, units
 
@@ -271,7 +274,7 @@ def check_setup(cfg: RunConfig, job: Job) -> None:
     """
     folder = run_folder(cfg.output)
     try:
-        with job.running():
+        with job.running(where()):
             folder.check_access()
             _, manifest, _ = _opened(cfg, job, folder, say=False)  # the workers say it
             _check_folder(cfg, job, folder, manifest)
@@ -286,13 +289,13 @@ def run_pipeline(cfg: RunConfig, job: Job) -> JsonObject | None:
         ConfigError: bad setup, before any work (on every rank).
         DatasetError: units missing after all ranks finished, or finalize/validate failed.
     """
-    with job.running():
-        return _run(cfg, job)
-
-
-def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
-    t_start = time.perf_counter()
     place = where()
+    with job.running(place):
+        return _run(cfg, job, place)
+
+
+def _run(cfg: RunConfig, job: Job, place: Place) -> JsonObject | None:
+    t_start = time.perf_counter()
     if place.launcher == "array" or (place.count > 1 and not place.collective):
         return _run_alone(cfg, job, place, t_start)
     from shardcook import distributed
@@ -323,9 +326,9 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
         if error is not None:
             raise ConfigError(error) if dist.is_main else RunConfigError(error)
         assert source is not None and folder is not None and split is not None
-        processor = job.processor(cfg, folder)
-        stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
-                           processor, show=dist.is_main)
+        mine = ledger.units_for(units, place, split)
+        processor = job.processor(cfg, folder, place, mine)
+        stats = _run_share(cfg, job, folder, source, mine, processor, show=dist.is_main)
         all_stats: list[RunStats] = dist.gather(stats)
         result: JsonObject | None = None
         failure: ShardcookError | None = None
@@ -348,7 +351,7 @@ def _run(cfg: RunConfig, job: Job) -> JsonObject | None:
 
 
 def _run_share(cfg: RunConfig, job: Job, folder: OutputFolder, source: Source,
-               mine: list[WorkUnit], processor: Processor, show: bool) -> RunStats:
+               mine: list[WorkUnit], processor: Processor[Any], show: bool) -> RunStats:
     """Runs this worker's units, with progress bars on a terminal when `show`."""
     show = show and not cfg.output.quiet and sys.stderr.isatty()
     with progress_bars(show, len(mine), sum(len(u) for u in mine)) as on_progress:
@@ -392,9 +395,9 @@ def _run_alone(cfg: RunConfig, job: Job, place: Place, t_start: float) -> JsonOb
         rep.check_resume(folder, manifest, job.resume_differences)
         _record_added_inputs(folder, manifest)
         split = ledger.record_split(folder, place, len(units))
-        processor = job.processor(cfg, folder)
-        stats = _run_share(cfg, job, folder, source, ledger.units_for(units, place, split),
-                           processor, show=True)
+        mine = ledger.units_for(units, place, split)
+        processor = job.processor(cfg, folder, place, mine)
+        stats = _run_share(cfg, job, folder, source, mine, processor, show=True)
         records, missing = rep.collect(folder, units)
         if missing:
             _say(f"{place.describe()} is done; {len(missing)} of {len(units)} units remain, "
@@ -459,7 +462,7 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
 
     def report(finalize_seconds: float | None) -> JsonObject:
         return {**rep.build_report(
-            records, encoding=job.encoding, num_inputs=manifest["num_inputs"],
+            records, encoding=job.layout.encoding, num_inputs=manifest["num_inputs"],
             wall_seconds=time.perf_counter() - t_start, stage_seconds=stages,
             world_size=world_size, units_resumed=sum(s.units_resumed for s in all_stats),
             inputs_this_run=inputs_this_run, finalize_seconds=finalize_seconds,
@@ -477,8 +480,11 @@ def _finish(cfg: RunConfig, job: Job, folder: OutputFolder, units: list[WorkUnit
                 f"every input was skipped, so {out} holds no shards to finalize; "
                 f"see {folder.report_path} for the reasons."
             )
+        from shardcook.dataset.location import dataset_view
+
         t0 = time.perf_counter()
-        job.finalize(folder, result)
+        with dataset_view(folder.location, scratch_dir=folder.scratch) as view:
+            job.finalize(view, result)
         result = report(time.perf_counter() - t0)
         folder.write_results(rep.finish_manifest(manifest, result), result)
     page = _write_report_html(folder) if cfg.output.report_html else None

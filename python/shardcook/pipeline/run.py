@@ -1,8 +1,9 @@
 """The bounded prefetch -> process -> write loop over this rank's work units, with resume.
 
-A reader thread pulls each unit's items from the source, loads their bytes and runs the
-processor's `prepare` on each batch (encode: decode and resize; its image threads run while the
-main thread still loads the encoders, and across batch boundaries) into a bounded queue; the main
+A reader thread pulls each unit's items from the source, reads each through the processor's
+`load` (the job's payload: image bytes, a conversation's media, an input file) and runs its
+`prepare` on each batch (encode: decode and resize; its image threads run while the main thread
+still loads the encoders, and across batch boundaries) into a bounded queue; the main
 thread hands the batches to the processor's `process` (raw: decode/resize/encode; encode: the
 models); a writer thread writes the results in input order with one `ShardWriter` per unit. After
 a unit's shard has its final name (in object storage: once uploaded), a progress marker records
@@ -19,58 +20,66 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from shardcook import waits
 from shardcook._native import ShardWriter
 from shardcook.dataset.mediameta import MediaFilter
 from shardcook.dataset.mediarecords import UnitMedia
 from shardcook.errors import SkipReason
-from shardcook.imaging import ImageResult
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.bytesqueue import BytesQueue
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Item, Source
 
+#: What a job's processor loads and prepares for one input (its `Processor.load`, then its
+#: `prepare`): image bytes, a conversation's media, an input file; the engine only passes it on.
+P = TypeVar("P")
 
-@dataclass
-class Loaded:
-    """An item with its image bytes (or, for chat items, its media by kind) read; None when
-    `item.skip` or `skip` is set."""
+#: One sample to write: its key and its (part name, bytes) pairs (bytes-like: an Arrow file's
+#: rows are views of the file).
+Sample = tuple[str, Sequence[tuple[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[P]):
+    """An input as the reader hands it on: its item and the job's `payload`, or, with no
+    payload, why it is skipped (`item.skip`, or `skip` with its `detail`)."""
 
     item: Item
-    image: bytes | None = None
+    payload: P | None = None
     skip: SkipReason | None = None
     detail: str | None = None
-    media: dict[str, list[bytes]] | None = None
-    #: The decoded and resized image, when the processor's `prepare` did that (encode).
-    decoded: ImageResult | None = None
-    #: What the processor's `prepare` made of a video input (encode of videos: its clips).
-    clips: Any = None
 
 
 @dataclass
 class Outcome:
-    """What became of one input: its parts to write, or why it was skipped."""
+    """What became of one input, as the engine records it: the samples it writes, or why it
+    was skipped, or the failure that leaves its unit to the next run."""
 
     item: Item
-    parts: list[tuple[str, bytes]] | None = None
+    #: The samples to write: one under the input's key (`Outcome.of`) or several (a video's
+    #: clips, an Arrow file's rows). None: the input is skipped (`skip`, `detail`).
+    samples: Sequence[Sample] | None = None
     skip: SkipReason | None = None
     detail: str | None = None
-    #: Counts summed over the unit into its record's `media_totals` (chatml's media budgets).
-    totals: dict[str, int] | None = None
-    #: Several samples from one input, as (key, parts), written in place of `parts` (ingest:
-    #: an Arrow file's rows, whose parts are views of the file).
-    rows: list[tuple[str, list[tuple[str, Any]]]] | None = None
-    #: The stage this input failed at (ingest: download, conversion): its unit is left without
-    #: shard or marker, so the next run retries it, and the failure is reported with `detail`.
-    failed: str | None = None
+    #: Counts the engine sums over the unit into its record's `media_totals`.
+    summed: dict[str, int] | None = None
+    #: The stage this input failed at (ingest: download, conversion): the engine leaves its
+    #: unit without shard or marker, so the next run retries it, and reports it with `detail`.
+    retry_stage: str | None = None
+
+    @classmethod
+    def of(cls, item: Item, parts: Sequence[tuple[str, Any]],
+           summed: dict[str, int] | None = None) -> Outcome:
+        """The outcome of an input written as one sample under its own key."""
+        return cls(item, samples=[(item.key, parts)], summed=summed)
 
 
-def split_skipped(batch: list[Loaded]) -> tuple[list[Outcome | None], list[int]]:
+def split_skipped(batch: Sequence[Loaded[Any]]) -> tuple[list[Outcome | None], list[int]]:
     """Outcomes for the inputs already skipped (None elsewhere), and the indices left to process."""
     outcomes: list[Outcome | None] = [None] * len(batch)
     todo = []
@@ -91,11 +100,12 @@ def completed(outcomes: list[Outcome | None]) -> list[Outcome]:
     return done
 
 
-class Processor:
-    """Turns loaded inputs into sample parts, one outcome per input, in order.
+class Processor(Generic[P]):
+    """Turns loaded inputs into sample parts, one outcome per input, in order; `P` is what it
+    loads and prepares for each input.
 
-    The loop calls `start` once the reader runs, `prepare` on the reader thread for each batch,
-    and `process` on the main thread for each batch.
+    The loop calls `start` once the reader runs, `load` on the reader thread for each input
+    and `prepare` for each batch, and `process` on the main thread for each batch.
     """
 
     stage_seconds: dict[str, float]
@@ -107,16 +117,21 @@ class Processor:
     def start(self) -> None:
         """Loads what `process` needs (the encoders) while the first batches are prepared."""
 
-    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+    def load(self, item: Item) -> P:
+        """Reads one input that its source did not skip (an image's bytes, a conversation's
+        media); an OSError skips it as unreadable."""
+        raise NotImplementedError
+
+    def prepare(self, batch: list[Loaded[P]]) -> list[Loaded[P]]:
         """The CPU work that needs no model, ahead of `process`."""
         return batch
 
-    def prepared_bytes(self, batch: list[Loaded]) -> int:
+    def prepared_bytes(self, batch: list[Loaded[P]]) -> int:
         """The memory a batch `prepare` returned holds (encode: its decoded pixels), which the
         loop counts against `prepared_budget`; 0 when not counted."""
         return 0
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
+    def process(self, batch: list[Loaded[P]]) -> list[Outcome]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -145,13 +160,12 @@ class RunStats:
     failed: list[JsonObject] = field(default_factory=list)
 
 
-def load(item: Item) -> Loaded:
-    """Reads an item's image bytes; an unreadable file becomes a skip."""
+def load(processor: Processor[P], item: Item) -> Loaded[P]:
+    """The item as `processor.load` reads it; an unreadable input becomes a skip."""
     if item.skip is not None:
         return Loaded(item)
     try:
-        media = item.read_media()
-        return Loaded(item, item.image_bytes() if media is None else None, media=media)
+        return Loaded(item, processor.load(item))
     except OSError as e:
         return Loaded(item, skip="unreadable_image", detail=e.strerror or str(e))
 
@@ -170,27 +184,27 @@ _END: Final = "stop"
 
 #: Reader -> main thread: ("batch", unit, inputs), ("end", unit, None), ("error", None, exception)
 #: and finally (_END, None, None).
-_ReaderMessage = tuple[str, "WorkUnit | None", "list[Loaded] | BaseException | None"]
+_ReaderMessage = tuple[str, "WorkUnit | None", "list[Loaded[Any]] | BaseException | None"]
 #: Main -> writer thread: ("batch", unit, outcomes), ("end", unit, None), (_END, None, None).
 _WriterMessage = tuple[str, "WorkUnit | None", "list[Outcome] | None"]
 
 
 def _reader(source: Source, units: list[WorkUnit], batch_size: int,
-            processor: Processor, q: BytesQueue[_ReaderMessage],
+            processor: Processor[P], q: BytesQueue[_ReaderMessage],
             stop: threading.Event, seconds: list[float]) -> None:
     """Puts ("batch", unit, prepared [Loaded]) and ("end", unit, None) on `q`; exceptions are
     forwarded."""
 
-    def put_prepared(unit: WorkUnit, batch: list[Loaded]) -> None:
+    def put_prepared(unit: WorkUnit, batch: list[Loaded[P]]) -> None:
         prepared = processor.prepare(batch)
         q.put(("batch", unit, prepared), processor.prepared_bytes(prepared))
 
     try:
         for unit in units:
-            batch: list[Loaded] = []
+            batch: list[Loaded[P]] = []
             t0 = time.perf_counter()
             for item in source.items(unit.start, unit.stop):
-                batch.append(load(item))
+                batch.append(load(processor, item))
                 if len(batch) == batch_size:
                     seconds[0] += time.perf_counter() - t0
                     put_prepared(unit, batch)
@@ -209,8 +223,8 @@ def _reader(source: Source, units: list[WorkUnit], batch_size: int,
 
 
 def _batches(source: Source, units: list[WorkUnit], batch_size: int,
-             processor: Processor, q: BytesQueue[_ReaderMessage], seconds: list[float]
-             ) -> Iterator[tuple[str, WorkUnit, list[Loaded] | None]]:
+             processor: Processor[P], q: BytesQueue[_ReaderMessage], seconds: list[float]
+             ) -> Iterator[tuple[str, WorkUnit, list[Loaded[P]] | None]]:
     """The reader's messages, through `q`, in order; seconds[0] += reading, seconds[1] +=
     waiting for them."""
     stop = threading.Event()
@@ -337,28 +351,27 @@ class _UnitWriter:
         """Writes the outcomes into the unit's shard (and their rows into `media`); returns the
         first failed input's stage and reason, writing nothing more, when one failed."""
         for o in outcomes:
-            if o.failed is not None:
-                return {"stage": o.failed, "reason": o.detail}
+            if o.retry_stage is not None:
+                return {"stage": o.retry_stage, "reason": o.detail}
             record["inputs"] += 1
             for ex in o.item.extras:
                 used = {"used": ex.used} if ex.used is not None else {}
                 record["skipped"].append(
                     skip_record(None, ex.source, ex.reason, **used, input_key=o.item.key))
-            if o.parts is None and o.rows is None:
+            if o.samples is None:
                 record["skipped"].append(
                     skip_record(o.item.key, o.item.source, o.skip or "unknown", o.detail))
                 continue
-            rows = o.rows if o.rows is not None else [(o.item.key, o.parts or [])]
-            for key, parts in rows:
+            for key, parts in o.samples:
                 writer.write(key, parts)
                 record["written"] += 1
                 if media is not None:
                     t0 = time.perf_counter()
                     media.add(key, parts)
                     self.media_seconds += time.perf_counter() - t0
-            if o.totals:
+            if o.summed:
                 sums = record.setdefault("media_totals", {})
-                for name, value in o.totals.items():
+                for name, value in o.summed.items():
                     sums[name] = sums.get(name, 0) + value
             if o.item.caption == "":
                 record["empty_captions"] += 1
@@ -377,7 +390,7 @@ def run_units(
     folder: OutputFolder,
     source: Source,
     units: list[WorkUnit],
-    processor: Processor,
+    processor: Processor[Any],
     *,
     batch_size: int = 32,
     prefetch: int = 2,

@@ -61,10 +61,6 @@ class Item:
         assert self.image_path is not None
         return self.reader(self.image_path)
 
-    def read_media(self) -> dict[str, list[bytes]] | None:
-        """Media by kind for inputs with several media (chat records); None for one image."""
-        return None
-
 
 class Source(Protocol):
     """A deterministic, lazily read sequence of inputs."""

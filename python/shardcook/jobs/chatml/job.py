@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
 
 from shardcook.config import ChatmlConfig, RunConfig
+from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.jobs.chatml.media import ChatmlProcessor
 from shardcook.layouts.chatml import CHATML
 from shardcook.layouts.names import split_shard_prefix
 from shardcook.output.folder import OutputFolder
-from shardcook.pipeline.driver import JobBasics, media_arguments
+from shardcook.pipeline.driver import JobBasics
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.sources.base import Source
 from shardcook.sources.chat import SPLITS, ChatmlSource
+from shardcook.workers import Place
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +50,28 @@ def val_option(opts: ChatmlConfig) -> str:
     return "--hf-val-split" if opts.hf_val_split is not None else "--val-fraction"
 
 
-def finalize_chatml(folder: OutputFolder, shards: Collection[str], fields: dict[str, str], *,
-                    sqlite: bool = True, media: Mapping[str, Any] | None = None,
-                    val_by: str = "--val-fraction") -> list[str]:
-    """`finalize` of the run's `folder` with split parts train/val by the names of the run's
-    `shards` and Megatron-Bridge's dataset.yaml; its validation reads each split's first sample
-    with the ChatML checker; `media` are its `media_metadata_by_*` arguments; `val_by` the
-    option that chose val (`val_option`). Returns the warnings (also logged).
+def finalize_chatml(view: DatasetView, shards: Collection[str], fields: dict[str, str], *,
+                    media: MediaFilter | None = None, val_by: str = "--val-fraction",
+                    ) -> list[str]:
+    """`finalize` of the run's dataset `view` with split parts train/val by the names of the
+    run's `shards` and Megatron-Bridge's dataset.yaml; its validation reads each split's first
+    sample with the ChatML checker; `media` is the run's media filter; `val_by` the option that
+    chose val (`val_option`). Returns the warnings (also logged).
 
     Raises:
         DatasetError: no shards, or validation found problems.
     """
-    from shardcook.dataset import finalize
+    from shardcook.dataset.finalize import finalize_run
 
     patterns = {s: f"{split_shard_prefix(s)}.*" for s in SPLITS
                 if any(n.startswith(split_shard_prefix(s)) for n in shards)}
     if "train" not in patterns:
         raise DatasetError(
-            f"{folder.location} holds no train shard (every sample was skipped or went to val), "
+            f"{view.name} holds no train shard (every sample was skipped or went to val), "
             f"so training would find no data; see report.json for the skips, or lower {val_by}"
         )
-    result = finalize(folder.location, encoding=CHATML.encoding, split_parts=patterns,
-                      sample_type=CHATML.sample_type, field_map=fields, subflavors={},
-                      sqlite=sqlite, force=True, validate=True,
-                      scratch_dir=folder.scratch, **(media or {}))
+    result = finalize_run(view, CHATML, split_parts=patterns, sample_type=CHATML.sample_type,
+                          field_map=fields, subflavors={}, media=media)
     new = [f"no sample went to val (see {val_by}); split.yaml has no val part"] if (
         "val" not in patterns) else []
     new += result.validation.warnings if result.validation else []
@@ -84,7 +84,7 @@ class ChatmlJob(JobBasics):
     """`shardcook chatml` as a job; the processor and finalize use what the source found (image
     layout, video layout, audio format)."""
 
-    encoding = CHATML.encoding
+    layout = CHATML
     prefetch = 2
     backend = "gloo"
     manifest_extra: JsonObject | None = None
@@ -99,7 +99,7 @@ class ChatmlJob(JobBasics):
         self.batch_size = max(16, 4 * (cfg.image.workers or os.cpu_count() or 1))
         self.found: ChatmlSource | None = None
 
-    def running(self) -> AbstractContextManager[object]:
+    def running(self, place: Place) -> AbstractContextManager[object]:
         return nullcontext()
 
     def source(self, cfg: RunConfig, folder: OutputFolder) -> ChatmlSource:
@@ -111,12 +111,13 @@ class ChatmlJob(JobBasics):
         assert self.found is not None and source is self.found
         return list(plan_split_units(self.found.split_sizes, self.shard_size))
 
-    def processor(self, cfg: RunConfig, folder: OutputFolder) -> ChatmlProcessor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
+                  units: list[WorkUnit]) -> ChatmlProcessor:
         assert self.found is not None
         s = self.found
         return ChatmlProcessor(cfg, s.images, s.video_layout, s.audio_extension)
 
-    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
+    def finalize(self, view: DatasetView, report: JsonObject) -> None:
         assert self.found is not None
-        finalize_chatml(folder, report["shards"], self.found.field_map(),
-                        media=media_arguments(self.cfg), val_by=val_option(self.found.opts))
+        finalize_chatml(view, report["shards"], self.found.field_map(),
+                        media=self.cfg.output.media_filter, val_by=val_option(self.found.opts))

@@ -27,7 +27,11 @@ from shardcook.jobs.images import classify_error
 from shardcook.layouts import chatml as layout
 from shardcook.media import MediaError, audio, video
 from shardcook.pipeline.run import Loaded, Outcome, Processor, split_skipped
+from shardcook.sources.base import Item
 from shardcook.sources.chat import ChatItem
+
+#: A conversation's media as read: each kind's files' bytes, in the record's order.
+Media = dict[str, list[bytes]]
 
 
 def bounded_size(height: int, width: int, max_pixels: int | None) -> tuple[int, int]:
@@ -85,8 +89,8 @@ class Built:
     totals: dict[str, int] = field(default_factory=dict)
 
 
-class ChatmlProcessor(Processor):
-    """Loaded conversations -> (media parts, conversation.json) parts."""
+class ChatmlProcessor(Processor[Media]):
+    """Loaded conversations (their media's bytes) -> (media parts, conversation.json) parts."""
 
     def __init__(self, cfg: RunConfig, images: str | None, video_layout: str | None,
                  audio_extension: str | None) -> None:
@@ -99,7 +103,11 @@ class ChatmlProcessor(Processor):
         self.stage_seconds = {"preprocess": 0.0}
         self._pool = ThreadPoolExecutor(self.workers)
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
+    def load(self, item: Item) -> Media:
+        assert isinstance(item, ChatItem)  # the chat source's
+        return item.read_media()
+
+    def process(self, batch: list[Loaded[Media]]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
         t0 = time.perf_counter()
         samples = self._pool.map(lambda n: self._sample(batch[n]), todo)
@@ -108,10 +116,10 @@ class ChatmlProcessor(Processor):
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return [o for o in outcomes if o is not None]
 
-    def _sample(self, loaded: Loaded) -> Outcome:
+    def _sample(self, loaded: Loaded[Media]) -> Outcome:
         item = loaded.item
         assert isinstance(item, ChatItem) and item.turns is not None
-        media = loaded.media or {}
+        media = loaded.payload or {}
         built = Built()
         try:
             self._images(media.get("image", []), built)
@@ -120,7 +128,7 @@ class ChatmlProcessor(Processor):
         except Skip as e:
             return Outcome(item, skip=e.reason, detail=str(e))
         built.parts.append((layout.CONVERSATION_PART, layout.sample_json(item.turns, built.record)))
-        return Outcome(item, parts=built.parts, totals=built.totals)
+        return Outcome.of(item, built.parts, summed=built.totals)
 
     # ---- images ------------------------------------------------------------------------
     def _images(self, images: list[bytes], built: Built) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardcook import waits
 from shardcook.config import RunConfig
-from shardcook.distributed import env_int
+from shardcook.dataset.view import DatasetView
 from shardcook.encoders.transfer import HostCopy
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
@@ -42,8 +42,8 @@ from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
-from shardcook.sources.base import Source
-from shardcook.workers import where
+from shardcook.sources.base import Item, Source
+from shardcook.workers import Place
 
 if TYPE_CHECKING:
     import torch
@@ -52,41 +52,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: An input's image as the loop hands it on: its bytes as read, then decoded by `prepare`.
+Image = bytes | ImageResult
 #: Inputs of one encoder batch that decoded: (index in the reader batch, image-core result).
 Decoded = list[tuple[int, ImageResult]]
 
 
-def local_env() -> tuple[int, int]:
-    """(this worker's GPU index on its machine, the workers sharing the machine): torchrun's
-    LOCAL_RANK, else srun's SLURM_LOCALID (`workers.where`), and LOCAL_WORLD_SIZE; (0, 1)
-    alone. The launcher's other variables are checked too, so a bad value stops the run before
-    any work.
-
-    Raises:
-        ConfigError: a value that is not an integer, a negative LOCAL_RANK or a LOCAL_WORLD_SIZE
-            below 1, in one sentence.
-    """
-    place = where()
-    local_rank = env_int("LOCAL_RANK", "0") if "LOCAL_RANK" in os.environ else place.local_rank
-    local_world = env_int("LOCAL_WORLD_SIZE", "1")
-    if local_rank < 0:
-        raise ConfigError(f"Environment variable LOCAL_RANK={local_rank} must be 0 or more; "
-                          "unset it or let torchrun set it.")
-    if local_world < 1:
-        raise ConfigError(f"Environment variable LOCAL_WORLD_SIZE={local_world} must be at "
-                          "least 1; unset it or let torchrun set it.")
-    return local_rank, local_world
-
-
 def pick_device(requested: str | None) -> str:
-    """The torch device: as requested, else cuda:LOCAL_RANK (or SLURM_LOCALID) when CUDA is
-    present, else cpu."""
+    """The torch device as asked, checked: `cuda` (each worker's own GPU, `worker_device`)
+    when asked for or, by default, when CUDA is present; `cuda:N`; else cpu."""
     import torch
 
-    local = local_env()[0]
     if requested in (None, "", "auto"):
         if torch.cuda.is_available():
-            return f"cuda:{local % torch.cuda.device_count()}"
+            return "cuda"
         log.warning("no CUDA device found: encoding on the CPU "
                     "(fine for tiny models, slow for FLUX)")
         return "cpu"
@@ -95,12 +74,22 @@ def pick_device(requested: str | None) -> str:
             raise ConfigError(f"--device {requested} was asked for but no CUDA device is visible; "
                               "use --device cpu or run on a GPU machine.")
         if requested == "cuda":
-            return f"cuda:{local % torch.cuda.device_count()}"
+            return requested
         index = int(requested.partition(":")[2])
         if index >= torch.cuda.device_count():
             raise ConfigError(f"--device {requested} does not exist: "
                               f"{torch.cuda.device_count()} CUDA device(s) are visible.")
     return requested
+
+
+def worker_device(device: str, place: Place) -> str:
+    """`device` for the worker at `place`: `cuda` is the GPU of its local rank on its machine
+    (torchrun's LOCAL_RANK, or srun's SLURM_LOCALID)."""
+    import torch
+
+    if device != "cuda":
+        return device
+    return f"cuda:{place.local_rank % torch.cuda.device_count()}"
 
 
 def encoder_manifest(cfg: RunConfig, token_file: str | None) -> JsonObject:
@@ -119,7 +108,7 @@ def encode_spec(cfg: RunConfig) -> EncodeSpec:
     return cfg.layout.encode
 
 
-class EncodeProcessor(Processor):
+class EncodeProcessor(Processor[Image]):
     """Turns loaded inputs into one pre-encoded sample of the run's layout each, one outcome per
     input, in order.
 
@@ -151,25 +140,29 @@ class EncodeProcessor(Processor):
     def enc(self) -> Encoders:
         return self._encoders.get()
 
-    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+    def load(self, item: Item) -> Image:
+        return item.image_bytes()
+
+    def prepare(self, batch: list[Loaded[Image]]) -> list[Loaded[Image]]:
         """The batch with each image decoded and resized, or skipped with the reason."""
         t0 = time.perf_counter()
         _, todo = split_skipped(batch)
         good, skips = decode_images(batch, todo, self.image, self.workers)
         prepared = list(batch)
         for n, r in good:
-            prepared[n] = replace(batch[n], image=None, decoded=r)
+            prepared[n] = replace(batch[n], payload=r)
         for n, o in skips.items():
-            prepared[n] = replace(batch[n], image=None, skip=o.skip, detail=o.detail)
+            prepared[n] = replace(batch[n], payload=None, skip=o.skip, detail=o.detail)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 
-    def prepared_bytes(self, batch: list[Loaded]) -> int:
+    def prepared_bytes(self, batch: list[Loaded[Image]]) -> int:
         """The decoded pixels' bytes."""
-        return sum(loaded.decoded.pixels.nbytes for loaded in batch
-                   if loaded.decoded is not None and loaded.decoded.pixels is not None)
+        return sum(loaded.payload.pixels.nbytes for loaded in batch
+                   if isinstance(loaded.payload, ImageResult)
+                   and loaded.payload.pixels is not None)
 
-    def _encode(self, batch: list[Loaded], group: Decoded) -> tuple[list[str], HostCopy]:
+    def _encode(self, batch: list[Loaded[Image]], group: Decoded) -> tuple[list[str], HostCopy]:
         """One shape group on the encoders; returns the names of its text tensors and its
         tensors (latents, text, posterior) on their way to the CPU in the stored dtype (the
         GPU's queue is not waited for: the next group is queued meanwhile)."""
@@ -185,7 +178,7 @@ class EncodeProcessor(Processor):
         self.stage_seconds["encode"] += time.perf_counter() - t0
         return list(text), copy
 
-    def _serialize(self, batch: list[Loaded], group: Decoded,
+    def _serialize(self, batch: list[Loaded[Image]], group: Decoded,
                    encoded: tuple[list[str], HostCopy]) -> list[tuple[int, Outcome]]:
         t0 = time.perf_counter()
         names, copy = encoded
@@ -198,7 +191,7 @@ class EncodeProcessor(Processor):
                                                                             strict=True)},
                                    tuple(t[j] for t in posterior), self.image, self._facts,
                                    self.family)
-            done.append((n, Outcome(item, parts=self.build_parts(sample))))
+            done.append((n, Outcome.of(item, self.build_parts(sample))))
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return done
 
@@ -212,7 +205,7 @@ class EncodeProcessor(Processor):
     def start(self) -> None:
         self.enc  # noqa: B018 - loads the encoders (and writes empty_encodings)
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
+    def process(self, batch: list[Loaded[Image]]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
         serialized: deque[Future[list[tuple[int, Outcome]]]] = deque()
 
@@ -223,8 +216,8 @@ class EncodeProcessor(Processor):
         for k in range(0, len(todo), self.batch_size):
             groups: dict[tuple[int, ...], Decoded] = {}
             for n in todo[k:k + self.batch_size]:  # one shape per encoder batch
-                r = batch[n].decoded
-                assert r is not None  # `prepare` decoded every input it did not skip
+                r = batch[n].payload
+                assert isinstance(r, ImageResult)  # `prepare` decoded every input it did not skip
                 groups.setdefault(result_pixels(r).shape, []).append((n, r))
             for group in groups.values():
                 tensors = self._encode(batch, group)
@@ -267,14 +260,15 @@ def prefetch_batches(cfg: RunConfig, batch_size: int) -> int:
     return max(2, min(16, PREPARED_BYTES // (batch_size * 3 * side * side)))
 
 
-def cpu_threads(workers: int | None) -> tuple[int, int]:
-    """(torch threads, image threads) for encoding on the CPU: this rank's cores split between
-    the encoders and the image decoder (half each unless --workers or OMP_NUM_THREADS says), so
-    they do not take cores from each other; a preempted OpenMP thread stalls every other one at
-    the end of each operator."""
+def cpu_threads(workers: int | None, local_count: int) -> tuple[int, int]:
+    """(torch threads, image threads) for encoding on the CPU: this rank's share of the cores
+    (the machine's, over the `local_count` workers sharing it) split between the encoders and
+    the image decoder (half each unless --workers or OMP_NUM_THREADS says), so they do not take
+    cores from each other; a preempted OpenMP thread stalls every other one at the end of each
+    operator."""
     import torch
 
-    cores = max(1, (os.cpu_count() or 1) // local_env()[1])
+    cores = max(1, (os.cpu_count() or 1) // local_count)
     if os.environ.get("OMP_NUM_THREADS"):
         torch_threads = torch.get_num_threads()
     else:
@@ -288,10 +282,12 @@ class EncodeJob(JobBasics):
     its registry entry), finalize by --split's ratios with the layout's encoding."""
 
     prefetch: int
+    #: The image threads of this worker (`running` sets them).
+    workers: int
 
     def __init__(self, cfg: RunConfig, *, token_file: str | None = None) -> None:
-        """Checks the options, the environment and the encoders' sources and picks the device,
-        before any work.
+        """Checks the options and the encoders' sources and picks the device, before any work
+        (`running` gives a worker its own GPU and threads).
 
         Args:
             token_file: The Hugging Face token file (default: the config's `auth.hf_token_file`).
@@ -304,23 +300,13 @@ class EncodeJob(JobBasics):
         if cfg.layout is None or cfg.model.precision is None or cfg.model.latent_mode is None:
             raise ConfigError("encode needs its config resolved for encode "
                               "(shardcook.config.resolve(..., encode=True)).")
-        local_env()
-        self.encoding = cfg.layout.encoding
+        self.layout = cfg.layout
         self.spec = encode_spec(cfg)
         self.manifest_extra: JsonObject | None = encoder_manifest(cfg, self.token_file)
         self.device = pick_device(cfg.model.device)
         self.backend = "nccl" if self.device.startswith("cuda") else "gloo"
-        import torch
-
-        self.threads = torch.get_num_threads()
-        if self.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(self.device))
-            self.workers = cfg.image.workers or os.cpu_count() or 1
-        else:  # fixed for the whole run: float32 CPU kernels round differently with other counts
-            self.threads, self.workers = cpu_threads(cfg.image.workers)
         self.batch_size = max(4 * cfg.model.batch_size, 8)
         if cfg.video is None:
-            check_image_options(cfg.image, self.workers)
             self.prefetch = prefetch_batches(cfg, self.batch_size)
         else:
             from shardcook.jobs.encode.video import prefetch_clips
@@ -329,12 +315,26 @@ class EncodeJob(JobBasics):
             self.prefetch = prefetch_clips(cfg)
 
     @contextmanager
-    def running(self) -> Iterator[None]:
-        """Torch's thread count for the run, the caller's restored after."""
+    def running(self, place: Place) -> Iterator[None]:
+        """The worker at `place` on its own GPU, or on the CPU with its share of the machine's
+        cores; torch's thread count for the run, the caller's restored after.
+
+        Raises:
+            ConfigError: image options the image core refuses with this worker's threads.
+        """
         import torch
 
+        self.device = worker_device(self.device, place)
+        threads = torch.get_num_threads()
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(self.device))
+            self.workers = self.cfg.image.workers or os.cpu_count() or 1
+        else:  # fixed for the whole run: float32 CPU kernels round differently with other counts
+            threads, self.workers = cpu_threads(self.cfg.image.workers, place.local_count)
+        if self.cfg.video is None:
+            check_image_options(self.cfg.image, self.workers)
         callers_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(threads)
         try:
             yield
         finally:
@@ -348,31 +348,33 @@ class EncodeJob(JobBasics):
 
         return clip_units(units)
 
-    def load_encoders(self, folder: OutputFolder) -> Any:
+    def load_encoders(self, folder: OutputFolder, place: Place) -> Any:
         """The encoders of the layout's model family, through its registry entry's class (and
-        for a family with empty encodings, rank 0 writes them into the run's `folder`)."""
+        for a family with empty encodings, the first worker of each launch, at `place`, writes
+        them into the run's `folder`)."""
         from shardcook.encoders.models import MODELS
 
         quiet_model_libraries()
         family = MODELS[self.spec.model]
         encoders = family.function("encoders").for_run(self.cfg.model, self.spec, self.device,
                                                        self.token_file)
-        if family.empty_encodings and where().leads:  # each launch's first worker
+        if family.empty_encodings and place.leads:
             write_empty_encodings(folder, encoders, family)
         return encoders
 
-    def processor(self, cfg: RunConfig, folder: OutputFolder) -> Processor:
+    def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
+                  units: list[WorkUnit]) -> Processor[Any]:
         from shardcook.encoders.flux import torch_dtype
 
         m = cfg.model
         assert m.precision is not None  # checked in __init__
         dtype = torch_dtype(m.stored_dtype or m.precision)
-        load = partial(self.load_encoders, folder)
+        load = partial(self.load_encoders, folder, place)
         if cfg.video is not None:  # the layout's model encodes video
             from shardcook.jobs.encode.video import VideoEncodeProcessor
 
             return VideoEncodeProcessor(cfg, load, dtype, self.workers)
         return EncodeProcessor(cfg, load, dtype, self.workers)
 
-    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
-        finalize_by_ratio(self.cfg, self.encoding, folder)
+    def finalize(self, view: DatasetView, report: JsonObject) -> None:
+        finalize_by_ratio(self.cfg, view, self.layout)

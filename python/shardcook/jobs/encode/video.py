@@ -25,7 +25,15 @@ from shardcook.layouts import registry_function
 from shardcook.media import MediaError
 from shardcook.media.clips import Framing, clips_of
 from shardcook.pipeline.plan import WorkUnit
-from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+from shardcook.pipeline.run import (
+    Loaded,
+    Outcome,
+    Processor,
+    Sample,
+    completed,
+    split_skipped,
+)
+from shardcook.sources.base import Item
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,6 +48,16 @@ class Clips:
     worker, so the encoder's thread copies nothing before the upload)."""
 
     pixels: list[np.ndarray]
+
+
+#: A video input as the loop hands it on: its bytes as read, then its clips once prepared.
+Video = bytes | Clips
+
+
+def clips(loaded: Loaded[Video]) -> Clips:
+    """The clips `prepare` made of an input it did not skip."""
+    assert isinstance(loaded.payload, Clips)
+    return loaded.payload
 
 
 def framing(cfg: RunConfig) -> Framing:
@@ -85,7 +103,7 @@ def sample_key(index: int, frame: int | None) -> str:
     return f"{index:06}" if frame is None else f"{index:06}_{frame:02}"
 
 
-class VideoEncodeProcessor(Processor):
+class VideoEncodeProcessor(Processor[Video]):
     """Turns loaded videos into the run's layout's samples, one outcome per input (its clips as
     rows), in order."""
 
@@ -114,18 +132,22 @@ class VideoEncodeProcessor(Processor):
     def start(self) -> None:
         self.enc  # noqa: B018 - loads the encoders while the reader decodes
 
-    def _decode(self, loaded: Loaded) -> Loaded:
-        assert loaded.image is not None  # the loop read every input it did not skip
+    def load(self, item: Item) -> Video:
+        return item.image_bytes()
+
+    def _decode(self, loaded: Loaded[Video]) -> Loaded[Video]:
+        data = loaded.payload
+        assert data is not None and not isinstance(data, Clips)  # read, not yet decoded
         import numpy as np
 
         try:
-            frames, picks = clips_of(loaded.image, self.framing, loaded.item.span)
+            frames, picks = clips_of(data, self.framing, loaded.item.span)
         except MediaError as e:
-            return replace(loaded, image=None, skip=e.reason, detail=str(e))
+            return replace(loaded, payload=None, skip=e.reason, detail=str(e))
         pixels = [np.stack([frames[i] for i in pick]) for pick in picks]
-        return replace(loaded, image=None, clips=Clips(pixels))
+        return replace(loaded, payload=Clips(pixels))
 
-    def prepare(self, batch: list[Loaded]) -> list[Loaded]:
+    def prepare(self, batch: list[Loaded[Video]]) -> list[Loaded[Video]]:
         """The batch with each video decoded and resized into its clips, or skipped with the
         reason."""
         t0 = time.perf_counter()
@@ -137,10 +159,10 @@ class VideoEncodeProcessor(Processor):
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 
-    def prepared_bytes(self, batch: list[Loaded]) -> int:
+    def prepared_bytes(self, batch: list[Loaded[Video]]) -> int:
         """The decoded frames' bytes."""
-        return sum(p.nbytes for loaded in batch if loaded.clips is not None
-                   for p in loaded.clips.pixels)
+        return sum(p.nbytes for loaded in batch if isinstance(loaded.payload, Clips)
+                   for p in loaded.payload.pixels)
 
     @cached_property
     def _facts(self) -> dict[str, object]:
@@ -160,16 +182,15 @@ class VideoEncodeProcessor(Processor):
             out.append((chunk, list(text), HostCopy(list(text.values()), self.stored_dtype)))
         return out
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
+    def process(self, batch: list[Loaded[Video]]) -> list[Outcome]:
         outcomes, todo = split_skipped(batch)
         enc = self.enc
         t0 = time.perf_counter()
         # (input, clip number, key, frames [T, H, W, 3]) of every clip, grouped by shape
         groups: dict[tuple[int, ...], list[tuple[int, int, str, np.ndarray]]] = {}
         for n in todo:
-            clips: Clips = batch[n].clips
             single = self.framing.mode == "frames"
-            for c, pixels in enumerate(clips.pixels):
+            for c, pixels in enumerate(clips(batch[n]).pixels):
                 key = sample_key(batch[n].item.index, c + 1 if single else None)
                 groups.setdefault(pixels.shape, []).append((n, c, key, pixels))
         # every encoder batch is queued before the first result is waited for
@@ -193,16 +214,16 @@ class VideoEncodeProcessor(Processor):
         self.stage_seconds["encode"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         for n in todo:
-            item, clips = batch[n].item, batch[n].clips
-            rows = []
-            for c, pixels in enumerate(clips.pixels):
-                frame = (c + 1, len(clips.pixels)) if self.framing.mode == "frames" else None
+            item, made = batch[n].item, clips(batch[n])
+            rows: list[Sample] = []
+            for c, pixels in enumerate(made.pixels):
+                frame = (c + 1, len(made.pixels)) if self.framing.mode == "frames" else None
                 key = sample_key(item.index, None if frame is None else frame[0])
                 t, h, w = pixels.shape[:3]
                 clip = EncodedClip(item, key, latents[(n, c)], texts[item.caption or ""],
                                    (t, h, w), frame, self.framing.settings(),
                                    self._facts, self.family)
                 rows.append((key, list(self.build_parts(clip))))
-            outcomes[n] = Outcome(item, rows=rows)
+            outcomes[n] = Outcome(item, samples=rows)
         self.stage_seconds["serialize"] += time.perf_counter() - t0
         return completed(outcomes)

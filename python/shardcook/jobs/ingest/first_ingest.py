@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardcook.output.local import RunFolder
+from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 
@@ -27,7 +27,7 @@ def recorded_inputs(manifest: JsonObject) -> Any:
     return source.get("inputs") if isinstance(source, dict) else None
 
 
-def upgrade_markers(folder: RunFolder, units: list[WorkUnit],
+def upgrade_markers(folder: OutputFolder, units: list[WorkUnit],
                     done: dict[int, JsonObject]) -> None:
     """Rewrites those of `done` (the finished `units`' markers) that are in the first ingest's
     format as the engine's records, in `done` and on disk."""

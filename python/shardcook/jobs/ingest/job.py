@@ -21,6 +21,7 @@ from typing import Any
 from shardcook.config import RunConfig
 from shardcook.config.ingest import IngestConfig
 from shardcook.dataset import metadata
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DuplicateKeyError, ShardcookError
 from shardcook.jobs.ingest.arrow import Shapes, samples, shard_shapes
 from shardcook.jobs.ingest.download import (
@@ -36,14 +37,13 @@ from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import OURS_DIR
 from shardcook.output.folder import OutputFolder
-from shardcook.output.local import RunFolder
-from shardcook.pipeline import ledger
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.sources.base import Item
 from shardcook.storage.urls import redact
+from shardcook.workers import Place
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +79,16 @@ class IngestSource:
 
     def items(self, start: int, stop: int) -> Iterator[Item]:
         for index in range(start, stop):
-            yield Item(index, self.inputs[index].source, image=b"")
+            yield Item(index, self.inputs[index].source)
 
     def describe(self) -> dict[str, Any]:
         return {"type": "mlperf_arrow", "inputs": [i.describe() for i in self.inputs]}
 
 
-class IngestProcessor(Processor):
-    """Converts each unit's file into its shard's rows; downloads run ahead on their own
-    threads, at most --prefetch-depth files on disk, each deleted once converted."""
+class IngestProcessor(Processor[Input]):
+    """Converts each unit's file (the input its item stands for) into its shard's rows;
+    downloads run ahead on their own threads, at most --prefetch-depth files on disk, each
+    deleted once converted."""
 
     def __init__(self, inputs: list[Input], prefetch: Prefetch) -> None:
         self.inputs = inputs
@@ -99,11 +100,15 @@ class IngestProcessor(Processor):
     def start(self) -> None:
         self.prefetch.start()
 
-    def process(self, batch: list[Loaded]) -> list[Outcome]:
-        return [self._convert(loaded.item) for loaded in batch]
+    def load(self, item: Item) -> Input:
+        return self.inputs[item.index]
 
-    def _convert(self, item: Item) -> Outcome:
-        one = self.inputs[item.index]
+    def process(self, batch: list[Loaded[Input]]) -> list[Outcome]:
+        return [self._convert(loaded) for loaded in batch]
+
+    def _convert(self, loaded: Loaded[Input]) -> Outcome:
+        item, one = loaded.item, loaded.payload
+        assert one is not None  # an ingest item is never skipped
         stage, path = "download", one.local
         try:
             if path is None:
@@ -114,10 +119,10 @@ class IngestProcessor(Processor):
             rows = list(samples(path, f"{one.index:06d}", shapes))
             self.shapes[one.split] = shapes
             self.bytes_in += size
-            return Outcome(item, rows=rows)
+            return Outcome(item, samples=rows)
         except (ShardcookError, OSError) as e:
             log.warning("%s: %s failed: %s", one.name, stage, e)
-            return Outcome(item, failed=stage, detail=str(e))
+            return Outcome(item, retry_stage=stage, detail=str(e))
         finally:
             # the rows are views of the memory-mapped file, which outlives its name
             self.prefetch.done_with(one)
@@ -129,7 +134,7 @@ class IngestProcessor(Processor):
 class IngestJob:
     """`shardcook ingest` as a job (`cfg.output` says where; `ingest` what to read)."""
 
-    encoding = MLPERF.encoding
+    layout = MLPERF
     batch_size = 1
     prefetch = 1
     backend = "gloo"
@@ -146,7 +151,7 @@ class IngestJob:
         #: Each written shard's input file, by the shard's path in the dataset.
         self.shard_inputs: dict[str, Input] = {}
 
-    def running(self) -> AbstractContextManager[object]:
+    def running(self, place: Place) -> AbstractContextManager[object]:
         return nullcontext()
 
     def source(self, cfg: RunConfig, folder: OutputFolder) -> IngestSource:
@@ -162,8 +167,10 @@ class IngestJob:
         self.empty = (fetch_manifest(empty.manifest_url, self.ingest.retry)
                       if empty is not None else None)
         old = None if cfg.output.overwrite else folder.read_manifest()
-        if isinstance(folder, RunFolder):
-            refuse_inputs_inside(folder, cfg.output.overwrite, ours, self.ingest)
+        there = folder.location
+        if there.remote is None:  # only a local folder can hold a local input
+            cleared = folder.plan_overwrite().remove if cfg.output.overwrite else []
+            refuse_inputs_inside(there.path, cleared, ours, self.ingest)
         self.inputs = _with_earlier(str(folder), ours, old)
         shard = dict.fromkeys((i.split for i in self.inputs), 0)
         self.units_ = []
@@ -176,17 +183,12 @@ class IngestJob:
     def units(self, source: Any) -> list[WorkUnit]:
         return list(self.units_)
 
-    def processor(self, cfg: RunConfig, folder: OutputFolder) -> IngestProcessor:
-        from shardcook.workers import where
-
-        split = ledger.read_split(folder)
-        assert split is not None  # recorded before the engine asks for the processor
-        mine = ledger.units_for(list(self.units_), where(), split)
-        done = folder.read_markers([u.unit for u in mine])
-        if isinstance(folder, RunFolder):
-            upgrade_markers(folder, mine, done)
+    def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
+                  units: list[WorkUnit]) -> IngestProcessor:
+        done = folder.read_markers([u.unit for u in units])
+        upgrade_markers(folder, units, done)
         finished = folder.read_markers([u.unit for u in self.units_])
-        pending = [self.inputs[u.start] for u in mine if u.unit not in done]
+        pending = [self.inputs[u.start] for u in units if u.unit not in done]
         location = folder.location
         prefetch = (Prefetch(pending, self.ingest, location.path / OURS_DIR)
                     if location.remote is None
@@ -208,13 +210,12 @@ class IngestJob:
                 shapes[split] = shard_shapes(location / shard)
         return {split: found for split, found in shapes.items() if found}
 
-    def finalize(self, folder: OutputFolder, report: JsonObject) -> None:
-        from shardcook.dataset import finalize
+    def finalize(self, view: DatasetView, report: JsonObject) -> None:
+        from shardcook.dataset.finalize import finalize_run
 
         parts = split_parts(s for s, r in report["splits"].items() if r["shards"])
         try:
-            finalize(folder.location, encoding=MLPERF.encoding, force=True, validate=True,
-                     split_parts=parts, scratch_dir=folder.scratch)
+            finalize_run(view, self.layout, split_parts=parts)
         except DuplicateKeyError as e:
             # the index names shards; the user knows the input files (two with the same bytes)
             said = str(e)

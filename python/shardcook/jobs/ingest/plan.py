@@ -20,7 +20,6 @@ from shardcook.jobs.ingest.download import (
     parse_md5_manifest,
 )
 from shardcook.layouts.names import OURS_DIR, shard_name, split_shard_prefix
-from shardcook.output.local import RunFolder
 from shardcook.storage.urls import redact
 
 log = logging.getLogger(__name__)
@@ -150,18 +149,18 @@ def _arrow_entries(split: str, base: str, listed: list[ManifestEntry],
     return arrow
 
 
-def refuse_inputs_inside(out: RunFolder, overwrite: bool, inputs: list[Input],
+def refuse_inputs_inside(root: Path, overwritten: Iterable[Path | str], inputs: list[Input],
                          cfg: IngestConfig) -> None:
-    """Refuses a local input (or manifest) that lies in what a run into the local folder `out`
-    deletes: shardcook's folders, the shards it redoes and, with --overwrite (`overwrite`),
-    everything the earlier run wrote; before anything is deleted."""
+    """Refuses a local input (or manifest) that lies in what a run into the local folder `root`
+    deletes: shardcook's folders, the shards it redoes and, with --overwrite, `overwritten`
+    (everything the earlier run wrote, as `plan_overwrite` names it); before anything is
+    deleted."""
     splits = {one.split for one in inputs}
-    cleared = [out.ours, *(out.root / s / OURS_DIR for s in splits)]
+    cleared = [root / OURS_DIR, *(root / s / OURS_DIR for s in splits)]
     for one in inputs:
-        shard = out.root / one.split / shard_name(one.index, split_shard_prefix(one.split))
+        shard = root / one.split / shard_name(one.index, split_shard_prefix(one.split))
         cleared += [shard, shard.with_name(f"{shard.name}.idx")]
-    if overwrite:
-        cleared += out.plan_overwrite().remove
+    cleared += [root / path for path in overwritten]
     given: Iterable[Path] = [*(i.local for i in inputs if i.local is not None),
                              *(d.manifest for d in cfg.datasets if d.manifest)]
     gone = [c.resolve() for c in cleared]

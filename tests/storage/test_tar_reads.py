@@ -21,7 +21,7 @@ import pytest
 from shardcook import finalize
 from shardcook.dataset.tarreads import (
     STREAM_PIECE,
-    STREAMS_AT_ONCE,
+    Choice,
     Link,
     Probe,
     choose,
@@ -78,53 +78,78 @@ def bucket(s3_server, tmp_path_factory):
 
 # -- the choice, on given measurements ---------------------------------------------------------
 
-#: What the bench's store model measures at 20 ms: 20 ms to the first byte, 50 MB/s a connection.
-AT_20_MS = Link(0.020, 50e6)
-AT_0_MS = Link(0.0005, 500e6)  # a store on the same machine
-EACH = {"tars": 200, "walks_at_once": 256, "streams_at_once": STREAMS_AT_ONCE}
+#: 200 tars: of 100 samples of ~100 KB images (10 MB), or of 10 samples of ~2 MB latents (20 MB).
+IMAGES = {"spacing": 100_000, "size": 10_000_000, "tars": 200, "walks_at_once": 256}
+LATENTS = {"spacing": 2_000_000, "size": 20_000_000, "tars": 200, "walks_at_once": 256}
+
+#: A store 20 ms away, a client with cores to spare: 256 small reads at once at 20,000 a second,
+#: 32 large ones at 50 MB/s each.
+AWAY = Link(0.020, 20_000, 32 * 50e6, walks=256, streams=32)
+#: A store on the client's two cores (the bench's): requests cost the store's CPU too.
+SHARED = Link(0.0008, 2_800, 880e6, walks=256, streams=32)
+#: A store on the same machine that answers requests cheaply.
+NEAR = Link(0.0005, 20_000, 1e9, walks=256, streams=32)
 
 
-def test_at_20_ms_images_stream_and_latents_walk():
-    """100 KB images: 100 round trips a tar against 10 MB at 50 MB/s; 2 MB latents: 10 round
-    trips against 20 MB; 32 streams at once against 256 walks."""
-    images = choose(AT_20_MS, 100_000, 10_000_000, **EACH)
+def _choose(link: Link | None, case: dict) -> Choice:
+    return choose(link, case["spacing"], case["size"], tars=case["tars"],
+                  walks_at_once=case["walks_at_once"])
+
+
+def test_20_ms_away_images_stream_and_latents_walk():
+    """Images: 100 round trips a tar, 2 s, against 2 GB at 1.6 GB/s; latents: 10 round trips
+    against 4 GB."""
+    images = _choose(AWAY, IMAGES)
     assert images.stream and images.stream_seconds < images.walk_seconds
-    assert images.reason.startswith("reads take 20.0 ms to the first byte at 50.0 MB/s (1.0 MB "
-                                    "a round trip) and samples are 100.0 KB apart: streaming, ")
-    latents = choose(AT_20_MS, 2_000_000, 20_000_000, **EACH)
+    assert images.reason == (
+        "a read waits 20.0 ms for its first byte, 256 small reads at once went at 20,000 a "
+        "second and 32 large ones at 1.6 GB/s, and samples are 100.0 KB apart: streaming the "
+        f"tars, about {images.stream_seconds:.2f} s, beats walking their headers, about "
+        f"{images.walk_seconds:.2f} s")
+    latents = _choose(AWAY, LATENTS)
     assert not latents.stream and latents.walk_seconds < latents.stream_seconds
-    assert latents.reason.endswith(f"walking the headers, about {latents.walk_seconds:.2f} s of "
-                                   f"round trips, beats streaming, about "
-                                   f"{latents.stream_seconds:.2f} s of transfer")
+    assert latents.reason.endswith(f"walking the headers, about {latents.walk_seconds:.2f} s, "
+                                   f"beats streaming the tars, about "
+                                   f"{latents.stream_seconds:.2f} s")
 
 
-def test_on_a_store_without_latency_images_walk_too():
-    assert not choose(AT_0_MS, 100_000, 10_000_000, **EACH).stream
-    assert not choose(AT_0_MS, 2_000_000, 20_000_000, **EACH).stream
+def test_where_requests_cost_the_store_cpu_on_the_same_cores_images_stream_at_any_latency():
+    """20,000 reads at 2,800 a second take 7 s whatever the latency; 2 GB at 880 MB/s 2.3 s."""
+    assert _choose(SHARED, IMAGES).stream
+    assert not _choose(SHARED, LATENTS).stream
+
+
+def test_a_near_store_that_answers_requests_cheaply_is_walked():
+    assert not _choose(NEAR, IMAGES).stream
+    assert not _choose(NEAR, LATENTS).stream
 
 
 def test_the_longer_the_round_trip_the_larger_the_samples_that_stream():
-    for latency, largest in ((0.020, 100_000), (0.050, 250_000), (0.100, 300_000)):
-        link = Link(latency, 50e6)
-        assert choose(link, largest, 10_000_000, **EACH).stream, latency
-        assert not choose(link, 8 * largest, 10_000_000, **EACH).stream, latency
-    assert not choose(Link(0.005, 50e6), 100_000, 10_000_000, **EACH).stream
+    for latency, largest in ((0.020, 100_000), (0.050, 250_000), (0.100, 500_000)):
+        link = Link(latency, 20_000, 32 * 50e6)
+        assert choose(link, largest, 10_000_000, tars=200, walks_at_once=256).stream, latency
+        assert not choose(link, 8 * largest, 10_000_000, tars=200, walks_at_once=256).stream
+    assert not choose(Link(0.005, 20_000, 32 * 50e6), 100_000, 10_000_000, tars=200,
+                      walks_at_once=256).stream
 
 
 def test_members_too_small_for_ranged_reads_stream_even_unmeasured():
-    for link in (None, AT_0_MS, Link(0.001, 1e3)):
+    for link in (None, NEAR, Link(0.001, 10, 1e3)):
         assert choose(link, 5_000, 10_000_000).stream
     assert not choose(None, 100_000, 10_000_000).stream
 
 
-def test_the_probe_takes_the_median_small_read_leaving_out_the_first():
+def test_the_probe_measures_the_latency_and_the_rates_of_reads_at_once():
     probe = Probe()
     probe.small = [0.045, 0.021, 0.020, 0.019]  # the first opened the connection
-    assert probe.link() is None  # no large read yet
-    probe.large = (1 << 20, 0.020 + (1 << 20) / 50e6)
+    assert probe.link() is None  # no reads at once yet
+    probe.reads = (255, 0.045 + 0.090)  # each opened a connection too
+    probe.pieces = (32, 32 << 20, 0.020 + 0.040)
     link = probe.link()
     assert link is not None and link.latency == pytest.approx(0.020)
-    assert link.bandwidth == pytest.approx(50e6)
+    assert link.reads_per_second == pytest.approx(255 / 0.090)
+    assert link.bytes_per_second == pytest.approx((32 << 20) / 0.040)
+    assert (link.walks, link.streams) == (255, 32)
     assert STREAM_PIECE >= 1 << 20
 
 
@@ -223,8 +248,9 @@ def test_through_a_store_100_ms_away_images_stream_and_latents_walk(
         proxy.stop()
     said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
     count = SIZES[kind][0]
-    assert said[0].startswith(f"{count} tars without an index to read: reads take "), said
-    assert ("streaming, about" if way == "streamed" else "walking the headers, about") in said[0]
+    assert said[0].startswith(f"{count} tars without an index to read: a read waits "), said
+    assert ("streaming the tars, about" if way == "streamed" else "walking the headers, about"
+            ) in said[0], said
     assert said[-1].startswith(f"indexed {count} tars from their bytes: {count} {way} ("), said
     assert_same_index(_downloaded(store, prefix, tmp), theirs[kind])
 
@@ -237,7 +263,7 @@ def test_a_tar_of_tiny_members_among_walked_ones_is_streamed(bucket, s3_server, 
     mixed = tmp / "mixed"
     shutil.copytree(tmp / "latents", mixed)
     with tarfile.open(mixed / "latents-999-tiny.tar", "w", format=tarfile.PAX_FORMAT) as tar:
-        for i in range(200):
+        for i in range(4000):  # 4 MB: more than the probe reads of it
             info = tarfile.TarInfo(f"tiny{i:04d}.txt")
             info.size, info.mtime = 40, 1_700_000_000
             tar.addfile(info, io.BytesIO(bytes(40)))

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 from shardcook import _native, waits
 from shardcook.dataset import shardrows, tarindex
 from shardcook.dataset.tarreads import (
+    PROBE_PIECE,
     STREAM_PIECE,
     STREAMS_AT_ONCE,
     Choice,
@@ -353,8 +355,8 @@ class RemoteView(DatasetView):
 
     @contextmanager
     def _walks_of(self, names: Sequence[str]) -> Iterator[dict[str, Future[TarRead]]]:
-        """Each shard's read for its index, started at once (the first one's probe first, when
-        no read measured the store yet): tasks on MSC's Rust client when the profile turns it on
+        """Each shard's read for its index, started at once (after the probe, when no read
+        measured the store yet): tasks on MSC's Rust client when the profile turns it on
         (`storage.rustreads`), `RUST_WALKS_AT_ONCE` at a time, of which `STREAMS_AT_ONCE`
         streaming, else a thread each through MSC's client, `WALKS_AT_ONCE` at a time. When the
         block ends, reads still under way stop."""
@@ -362,8 +364,8 @@ class RemoteView(DatasetView):
         rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE) if names else None
         pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
         try:
-            if names and self.choice is None and names[0] not in self._walks:
-                self._walks[names[0]] = self._probed(names[0], rust, len(names))
+            if names and self.choice is None:
+                self._probed(names, rust)
             slots = asyncio.Semaphore(STREAMS_AT_ONCE)
             for name in names:
                 read = self._walks.pop(name, None) or self._tar_read(name)
@@ -376,36 +378,96 @@ class RemoteView(DatasetView):
             if rust is not None:
                 rust.close()
 
-    def _tar_read(self, name: str) -> TarRead:
-        """A read of shard `name` in the way the first tar's probe chose."""
+    def _tar_read(self, name: str, probe: Probe | None = None) -> TarRead:
+        """A read of shard `name` in the way the probe chose (before it: walking)."""
         stream = self.choice is not None and self.choice.stream
         return TarRead(self.folder.child(name), self.sizes[name], self._stop_walks,
-                       stream=stream, judge=self._judge)
+                       stream=stream, judge=self._judge, probe=probe)
 
-    def _probed(self, name: str, rust: RustReads | None, tars: int) -> TarRead:
-        """Shard `name`'s read with the probe's reads made (`tarreads.Probe`), and the way to
-        read the `tars` tars to index chosen from what they measured (or as `tarreads.forced`
-        says), and said."""
+    def _probed(self, names: Sequence[str], rust: RustReads | None) -> None:
+        """The way to read the tars `names` chosen (or as `tarreads.forced` says) and said, from
+        their first reads, timed (`tarreads.Probe`): the first tar's few one after the other,
+        then one small read of each of as many tars as walk at once, all at once, then one
+        large read of each of as many as stream at once. The reads made are kept in `_walks`
+        for indexing to go on from."""
         choice = forced()
-        probe = Probe() if choice is None else None
-        read = TarRead(self.folder.child(name), self.sizes[name], self._stop_walks, probe=probe)
-        if probe is not None and rust is None:
-            self._read(read, name)
-        elif probe is not None and rust is not None:
-            waits.result(rust.submit(partial(self._read_on, rust, read, name, None)))
-        at_once = (RUST_WALKS_AT_ONCE if rust is not None else WALKS_AT_ONCE, STREAMS_AT_ONCE)
-        link = probe.link() if probe is not None else None
+        walks_at_once = RUST_WALKS_AT_ONCE if rust is not None else WALKS_AT_ONCE
+        link, spacing, tars = None, 0.0, len(names)
+        if choice is None:
+            probe = Probe()
+            reads = [(self._tar_read(name, probe if at == 0 else None), name)
+                     for at, name in enumerate(names[:walks_at_once])]
+            self._walks.update((name, read) for read, name in reads)
+            if rust is None:
+                self._probe_reads(reads, probe)
+            else:
+                waits.result(rust.submit(partial(self._probe_reads_on, rust, reads, probe)))
+            reads[0][0].probe = None
+            link = probe.link()
+            # the middle tar's: one tar of tiny members among big ones does not move it
+            spacing = statistics.median(read.spacing() for read, _ in reads)
 
         def judge(spacing: float, size: int) -> Choice:
-            return choice or choose(link, spacing, size, tars=tars, walks_at_once=at_once[0],
-                                    streams_at_once=min(at_once))
+            return choice or choose(link, spacing, size, tars=tars, walks_at_once=walks_at_once)
 
         self._judge = judge
-        self.choice = judge(probe.spacing if probe is not None else 0.0, self.sizes[name])
-        read.probe, read.judge = None, judge
-        read.streaming = read.streamed = self.choice.stream
+        self.choice = judge(spacing, self.sizes[names[0]])
+        for name in names:
+            if name in self._walks:
+                read = self._walks[name]
+                read.judge = judge
+                read.streaming = read.streamed = self.choice.stream
         log.info("%d tars without an index to read: %s", tars, self.choice.reason)
-        return read
+
+    def _probe_reads(self, reads: Sequence[tuple[TarRead, str]], probe: Probe) -> None:
+        """The probe's reads through MSC's client: the first tar's one after the other, then
+        the others' at once, a thread each."""
+        self._read(*reads[0])
+        with ThreadPoolExecutor(max_workers=WALKS_AT_ONCE) as pool:
+            started = time.perf_counter()
+            list(pool.map(lambda r: self._read_once(r[0], r[1]), reads[1:]))
+            probe.reads = (len(reads) - 1, time.perf_counter() - started)
+            pieces = reads[:STREAMS_AT_ONCE]
+            started = time.perf_counter()
+            got = sum(pool.map(lambda r: self._read_once(r[0], r[1], PROBE_PIECE), pieces))
+            probe.pieces = (len(pieces), got, time.perf_counter() - started)
+
+    async def _probe_reads_on(self, rust: RustReads, reads: Sequence[tuple[TarRead, str]],
+                              probe: Probe) -> None:
+        """`_probe_reads` on MSC's Rust client, the reads at once as tasks."""
+        await self._read_on(rust, *reads[0], None)
+        started = time.perf_counter()
+        await asyncio.gather(*(self._read_once_on(rust, *r) for r in reads[1:]))
+        probe.reads = (len(reads) - 1, time.perf_counter() - started)
+        pieces = reads[:STREAMS_AT_ONCE]
+        started = time.perf_counter()
+        got = await asyncio.gather(*(self._read_once_on(rust, *r, ahead=PROBE_PIECE)
+                                     for r in pieces))
+        probe.pieces = (len(pieces), sum(got), time.perf_counter() - started)
+
+    def _read_once(self, read: TarRead, name: str, ahead: int | None = None) -> int:
+        """One read of `read` (of at least `ahead` bytes); the bytes it read."""
+        span = read.span(ahead)
+        if span is None:
+            return 0
+        started = time.perf_counter()
+        data = self.read_range(name, *span)
+        read.feed(span[0], data, time.perf_counter() - started)
+        return len(data)
+
+    async def _read_once_on(self, rust: RustReads, read: TarRead, name: str,
+                            ahead: int | None = None) -> int:
+        """`_read_once` on MSC's Rust client."""
+        span = read.span(ahead)
+        if span is None:
+            return 0
+        started = time.perf_counter()
+        try:
+            data = await rust.read_range(name, *_length(span))
+        except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+            raise self._unreadable(name, e) from None
+        read.feed(span[0], data, time.perf_counter() - started)
+        return len(data)
 
     def _read(self, read: TarRead, name: str) -> TarRead:
         """`read` made through MSC's client until it says no more."""
@@ -472,9 +534,10 @@ class RemoteView(DatasetView):
             return offsets[1] if len(offsets) > 2 else None
         with self._probing:
             if name not in self._walks and self.choice is None:
-                rust = self.folder.rust_reads(1)
+                names = [n for n in self.sizes if n != name and self._recorded_rows(n) is None]
+                rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE)
                 try:
-                    self._walks[name] = self._probed(name, rust, len(self.sizes))
+                    self._probed([name, *names], rust)
                 finally:
                     if rust is not None:
                         rust.close()

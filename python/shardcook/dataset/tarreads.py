@@ -52,8 +52,10 @@ STREAMS_AT_ONCE = STREAM_MEMORY // (2 * STREAM_PIECE)
 #: (a request for every few KiB): such a tar is streamed, whatever the store.
 WHOLE_BELOW = 16 * READ_AHEAD
 
-#: The probe: this many small reads of the first tar (the first opens a connection, so its time
-#: is left out), then one read of `PROBE_PIECE` bytes for the bandwidth.
+#: The probe: this many small reads of the first tar, one after the other (the first opens a
+#: connection, so its time is the latency's only with the connection's), then reads at once, a
+#: small one from each of as many tars as walk at once and one of `PROBE_PIECE` bytes from each
+#: of as many as stream at once.
 PROBE_READS = 4
 PROBE_PIECE = 1 << 20
 
@@ -63,21 +65,22 @@ _LEAST_SECONDS = 1e-4
 
 @dataclass(frozen=True)
 class Link:
-    """What one read costs: `latency` seconds to its first byte, then `bandwidth` bytes a
-    second."""
+    """What the first reads found: `latency`, the seconds a read on an open connection waits
+    for its first byte; `reads_per_second`, how fast `walks` small reads at once went (as many
+    as walks run at once); `bytes_per_second`, what `streams` large reads at once delivered (as
+    many as streams run at once). The rates take in whatever bounds them: the link, the store,
+    the client's CPU, and where the store shares the client's cores, the store's CPU too."""
 
     latency: float
-    bandwidth: float
-
-    @property
-    def round_trip_bytes(self) -> float:
-        """What the link delivers in one round trip."""
-        return self.latency * self.bandwidth
+    reads_per_second: float
+    bytes_per_second: float
+    walks: int = 1
+    streams: int = 1
 
 
 @dataclass(frozen=True)
 class Choice:
-    """Stream or walk, the waits `choose` estimated for each, and why, in words."""
+    """Stream or walk, the time `choose` estimated for each, and why, in words."""
 
     stream: bool
     walk_seconds: float
@@ -93,17 +96,16 @@ def _size(n: float) -> str:
 
 
 def choose(link: Link | None, spacing: float, size: int, *, tars: int = 1,
-           walks_at_once: int = 1, streams_at_once: int = 1) -> Choice:
+           walks_at_once: int = 1) -> Choice:
     """Whether `tars` tars of `size` bytes each, whose samples are `spacing` bytes apart (a
     walk's read each), are read sooner by streaming than by walking, on `link`, with
-    `walks_at_once` walks or `streams_at_once` streams running at once.
+    `walks_at_once` walks running at once.
 
-    A walk waits `size / spacing` round trips one after the other; a stream one round trip and
-    the transfer of every byte, or a round trip a piece where that is longer (it asks for the
-    next piece as the last one arrives). Tars run in waves of as many as run at once. Without a
-    measured link (a first tar too small to measure), only members too small for ranged reads
-    to pay (`WHOLE_BELOW`) are streamed. The CPU each way costs is left out: on a store's own
-    machine it is the store's, and a client's share is small beside the waits.
+    A walk waits `size / spacing` round trips one after the other, in waves of as many tars as
+    run at once, and its reads go no faster than the first small reads at once went. A stream
+    waits a round trip and then every byte at the rate the first large reads at once got.
+    Without a measured link (a first tar too small to measure), only samples too small for
+    ranged reads to pay (`WHOLE_BELOW`) are streamed.
     """
     spacing = max(1.0, spacing)
     if spacing < WHOLE_BELOW:
@@ -111,20 +113,19 @@ def choose(link: Link | None, spacing: float, size: int, *, tars: int = 1,
                       "ranged reads to pay (each read would fetch over a sixteenth of the bytes)")
     if link is None:
         return Choice(False, 0.0, math.inf, f"samples {_size(spacing)} apart, no link measured")
-    waves_walk = math.ceil(tars / max(1, walks_at_once))
-    waves_stream = math.ceil(tars / max(1, streams_at_once))
-    per_read = link.latency + READ_AHEAD / link.bandwidth
-    walk = waves_walk * size / spacing * per_read
-    stream = waves_stream * (link.latency + max(size / link.bandwidth,
-                                                math.ceil(size / STREAM_PIECE) * link.latency))
-    measured = (f"reads take {link.latency * 1e3:.1f} ms to the first byte at "
-                f"{_size(link.bandwidth)}/s ({_size(link.round_trip_bytes)} a round trip) and "
-                f"samples are {_size(spacing)} apart")
+    reads = size / spacing
+    waves = math.ceil(tars / max(1, walks_at_once))
+    walk = max(waves * reads * link.latency, tars * reads / link.reads_per_second)
+    stream = link.latency + tars * size / link.bytes_per_second
+    measured = (f"a read waits {link.latency * 1e3:.1f} ms for its first byte, {link.walks} "
+                f"small reads at once went at {link.reads_per_second:,.0f} a second and "
+                f"{link.streams} large ones at {_size(link.bytes_per_second)}/s, and samples "
+                f"are {_size(spacing)} apart")
     if stream < walk:
-        return Choice(True, walk, stream, f"{measured}: streaming, about {stream:.2f} s of "
-                      f"transfer, beats walking the headers, about {walk:.2f} s of round trips")
-    return Choice(False, walk, stream, f"{measured}: walking the headers, about {walk:.2f} s of "
-                  f"round trips, beats streaming, about {stream:.2f} s of transfer")
+        return Choice(True, walk, stream, f"{measured}: streaming the tars, about {stream:.2f} "
+                      f"s, beats walking their headers, about {walk:.2f} s")
+    return Choice(False, walk, stream, f"{measured}: walking the headers, about {walk:.2f} s, "
+                  f"beats streaming the tars, about {stream:.2f} s")
 
 
 def forced() -> Choice | None:
@@ -142,21 +143,28 @@ def forced() -> Choice | None:
 
 
 class Probe:
-    """The first tar's reads, timed: small ones for the latency, one large for the bandwidth."""
+    """The first reads, timed: the first tar's `small` reads one after the other (the first
+    of them opened the connection), then one small read of each of several tars at once
+    (`reads`: how many, seconds), then one large read of each of several at once (`pieces`: how
+    many, bytes, seconds)."""
 
     def __init__(self) -> None:
         self.small: list[float] = []
-        self.large: tuple[int, float] | None = None
-        #: Bytes a walk advanced per small read, before the large one.
-        self.spacing = 0.0
+        self.reads: tuple[int, float] | None = None
+        self.pieces: tuple[int, int, float] | None = None
 
     def link(self) -> Link | None:
-        """The link the reads measured; None without a large read."""
-        if not self.small or self.large is None:
+        """The link the reads measured; None when the first tar ended before they could."""
+        if len(self.small) < 2 or self.pieces is None or self.pieces[1] == 0:
             return None
-        latency = max(_LEAST_SECONDS, statistics.median(self.small[1:] or self.small))
-        size, seconds = self.large
-        return Link(latency, size / max(_LEAST_SECONDS, seconds - latency))
+        latency = max(_LEAST_SECONDS, statistics.median(self.small[1:]))
+        count, seconds = self.reads or (0, 0.0)
+        # the reads at once each opened a connection, as the first tar's first read did
+        rate = (count / max(_LEAST_SECONDS, seconds - self.small[0]) if count
+                else 1 / latency)
+        streams, size, took = self.pieces
+        return Link(latency, rate, size / max(_LEAST_SECONDS, took - latency),
+                    max(1, count), streams)
 
 
 class TarRead:
@@ -164,7 +172,8 @@ class TarRead:
     with the seconds it took, until `span` says None (the end block, or `stop` set). It walks or
     streams as `stream` says at the start and, after `PROBE_READS` reads, as `judge` says of this
     tar (its spacing and the bytes left; without a judge, `choose` without a link). With a
-    `probe`, it makes the probe's reads and then stops (`span` None) until `probe` is cleared."""
+    `probe`, its reads are timed into it and it stops (`span` None) after `PROBE_READS` of them,
+    once it knows where its second sample starts, until `probe` is cleared."""
 
     def __init__(self, url: str, size: int, stop: threading.Event, *, stream: bool = False,
                  judge: Callable[[float, int], Choice] | None = None,
@@ -187,22 +196,18 @@ class TarRead:
         sample's small members and the next header in one read."""
         return self.walk.position / max(1, self.walk.samples)
 
-    def span(self) -> tuple[int, int] | None:
-        """`(start, end)` of the next read; None once the walk is complete, stopped, or a
-        probe's reads are done."""
+    def span(self, ahead: int | None = None) -> tuple[int, int] | None:
+        """`(start, end)` of the next read (of at least `ahead` bytes, when given); None once
+        the walk is complete, stopped, or a probe's reads one after the other are done."""
         needed = self.walk.needed()
         if needed is None or self.stop.is_set():
             return None
+        if (ahead is None and self.probe is not None and self.reads >= PROBE_READS
+                and self.walk.second_sample is not None):
+            return None
         start, length = needed
-        if self.streaming:
-            ahead = STREAM_PIECE
-        elif self.probe is not None:
-            if self.probe.large is not None:
-                return None
-            large = self.reads >= PROBE_READS and self.walk.second_sample is not None
-            ahead = PROBE_PIECE if large else self.ahead
-        else:
-            ahead = self.ahead
+        if ahead is None:
+            ahead = STREAM_PIECE if self.streaming else self.ahead
         return start, min(self.size, start + max(length, ahead))
 
     def feed(self, start: int, data: bytes, seconds: float) -> None:
@@ -216,11 +221,7 @@ class TarRead:
             # stopped short of a header among small members: the next reads take them all
             self.ahead = min(MAX_AHEAD, max(self.ahead, -(-(sum(needed) - start) // 512) * 512))
         if self.probe is not None:
-            if len(data) > MAX_AHEAD:
-                self.probe.large = (len(data), seconds)
-            else:
-                self.probe.small.append(seconds)
-                self.probe.spacing = self.spacing()
+            self.probe.small.append(seconds)
         elif needed is not None and not self._checked and self.reads >= PROBE_READS:
             self._checked = True
             left = self.size - self.walk.position

@@ -254,10 +254,11 @@ class RunFolder:
         return self.store.create(name, data)
 
     def read_file(self, name: str) -> bytes | None:
-        """File `name`, or None when there is none."""
+        """File `name`, or None when there is none (also where a file stands in the way of
+        the folder: writing there is refused, in its own sentence, by `check_writable`)."""
         try:
             return self.store.read(name)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     # ---- records ---------------------------------------------------------------------------

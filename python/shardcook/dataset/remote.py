@@ -67,8 +67,9 @@ log = logging.getLogger(__name__)
 #: Shards downloaded at once (and so at most on scratch): enough to keep the link busy.
 WINDOW = 4
 
-#: Small files (metadata, `.tar.idx`) copied at once.
-SMALL_FILES_AT_ONCE = 16
+#: Small files (metadata, `.tar.idx`) copied at once, each a thread waiting on a round trip:
+#: a finalize of 200 tars uploads 200 `.tar.idx`, 13 round trips one after the other at 16.
+SMALL_FILES_AT_ONCE = 64
 
 #: Tars read at once for their index (`tarreads`): a thread each through MSC's client (more
 #: threads contend for the interpreter more than they add reads), or tasks on MSC's Rust client.
@@ -398,20 +399,28 @@ class RemoteView(DatasetView):
             reads = [(self._tar_read(name, probe if at == 0 else None), name)
                      for at, name in enumerate(names[:walks_at_once])]
             self._walks.update((name, read) for read, name in reads)
-            if rust is None:
-                self._probe_reads(reads, probe)
-            else:
-                waits.result(rust.submit(partial(self._probe_reads_on, rust, reads, probe)))
+            size = int(statistics.median(self.sizes[n] for n in names))
+            for again in (False, True):
+                if rust is None:
+                    self._probe_reads(reads, probe, again)
+                else:
+                    waits.result(rust.submit(partial(self._probe_reads_on, rust, reads, probe,
+                                                     again)))
+                link = probe.link()
+                # the middle tar's: one tar of tiny members among big ones does not move it
+                spacing = statistics.median(read.spacing() for read, _ in reads)
+                close = choose(link, spacing, size, tars=tars, walks_at_once=walks_at_once)
+                # a stall of the store or of this machine in a fraction of a second of large
+                # reads halves their rate: where the two ways come close, they are read again
+                if not 0.5 < close.walk_seconds / max(1e-9, close.stream_seconds) < 2:
+                    break
             reads[0][0].probe = None
-            link = probe.link()
-            # the middle tar's: one tar of tiny members among big ones does not move it
-            spacing = statistics.median(read.spacing() for read, _ in reads)
 
         def judge(spacing: float, size: int) -> Choice:
             return choice or choose(link, spacing, size, tars=tars, walks_at_once=walks_at_once)
 
         self._judge = judge
-        self.choice = judge(spacing, self.sizes[names[0]])
+        self.choice = judge(spacing, int(statistics.median(self.sizes[n] for n in names)))
         for name in names:
             if name in self._walks:
                 read = self._walks[name]
@@ -419,31 +428,34 @@ class RemoteView(DatasetView):
                 read.streaming = read.streamed = self.choice.stream
         log.info("%d tars without an index to read: %s", tars, self.choice.reason)
 
-    def _probe_reads(self, reads: Sequence[tuple[TarRead, str]], probe: Probe) -> None:
+    def _probe_reads(self, reads: Sequence[tuple[TarRead, str]], probe: Probe,
+                     again: bool = False) -> None:
         """The probe's reads through MSC's client: the first tar's one after the other, then
-        the others' at once, a thread each."""
-        self._read(*reads[0])
+        the others' at once, a thread each; `again`: one more large read of each at once."""
         with ThreadPoolExecutor(max_workers=WALKS_AT_ONCE) as pool:
-            started = time.perf_counter()
-            list(pool.map(lambda r: self._read_once(r[0], r[1]), reads[1:]))
-            probe.reads = (len(reads) - 1, time.perf_counter() - started)
+            if not again:
+                self._read(*reads[0])
+                started = time.perf_counter()
+                list(pool.map(lambda r: self._read_once(r[0], r[1]), reads[1:]))
+                probe.reads = (len(reads) - 1, time.perf_counter() - started)
             pieces = reads[:STREAMS_AT_ONCE]
             started = time.perf_counter()
             got = sum(pool.map(lambda r: self._read_once(r[0], r[1], PROBE_PIECE), pieces))
-            probe.pieces = (len(pieces), got, time.perf_counter() - started)
+            probe.pieces.append((len(pieces), got, time.perf_counter() - started))
 
     async def _probe_reads_on(self, rust: RustReads, reads: Sequence[tuple[TarRead, str]],
-                              probe: Probe) -> None:
+                              probe: Probe, again: bool = False) -> None:
         """`_probe_reads` on MSC's Rust client, the reads at once as tasks."""
-        await self._read_on(rust, *reads[0], None)
-        started = time.perf_counter()
-        await asyncio.gather(*(self._read_once_on(rust, *r) for r in reads[1:]))
-        probe.reads = (len(reads) - 1, time.perf_counter() - started)
+        if not again:
+            await self._read_on(rust, *reads[0], None)
+            started = time.perf_counter()
+            await asyncio.gather(*(self._read_once_on(rust, *r) for r in reads[1:]))
+            probe.reads = (len(reads) - 1, time.perf_counter() - started)
         pieces = reads[:STREAMS_AT_ONCE]
         started = time.perf_counter()
         got = await asyncio.gather(*(self._read_once_on(rust, *r, ahead=PROBE_PIECE)
                                      for r in pieces))
-        probe.pieces = (len(pieces), sum(got), time.perf_counter() - started)
+        probe.pieces.append((len(pieces), sum(got), time.perf_counter() - started))
 
     def _read_once(self, read: TarRead, name: str, ahead: int | None = None) -> int:
         """One read of `read` (of at least `ahead` bytes); the bytes it read."""

@@ -145,24 +145,26 @@ def forced() -> Choice | None:
 class Probe:
     """The first reads, timed: the first tar's `small` reads one after the other (the first
     of them opened the connection), then one small read of each of several tars at once
-    (`reads`: how many, seconds), then one large read of each of several at once (`pieces`: how
-    many, bytes, seconds)."""
+    (`reads`: how many, seconds), then one large read of each of several at once, once or more
+    (`pieces`: how many, bytes, seconds; the fastest counts, as a stall only slows)."""
 
     def __init__(self) -> None:
         self.small: list[float] = []
         self.reads: tuple[int, float] | None = None
-        self.pieces: tuple[int, int, float] | None = None
+        self.pieces: list[tuple[int, int, float]] = []
 
     def link(self) -> Link | None:
         """The link the reads measured; None when the first tar ended before they could."""
-        if len(self.small) < 2 or self.pieces is None or self.pieces[1] == 0:
+        pieces = [p for p in self.pieces if p[1] > 0]
+        if len(self.small) < 2 or not pieces:
             return None
         latency = max(_LEAST_SECONDS, statistics.median(self.small[1:]))
         count, seconds = self.reads or (0, 0.0)
         # the reads at once each opened a connection, as the first tar's first read did
         rate = (count / max(_LEAST_SECONDS, seconds - self.small[0]) if count
                 else 1 / latency)
-        streams, size, took = self.pieces
+        streams, size, took = max(pieces, key=lambda p: p[1] / max(_LEAST_SECONDS,
+                                                                     p[2] - latency))
         return Link(latency, rate, size / max(_LEAST_SECONDS, took - latency),
                     max(1, count), streams)
 

@@ -6,6 +6,7 @@ prepare`, both on the same dataset in a bucket.
     python benches/object_storage.py --server moto|s3s [--s3s-fs PATH] [--rust-client] ...
     python benches/object_storage.py --store-model [--latencies 0,5,20,50] [--sizes images,latents]
         [--model-shards 200] [--images-per-shard 100] [--latents-per-shard 10] [--model-runs 3]
+    python benches/object_storage.py --serve images|latents MS   (part 5's store, to time by hand)
 
 1. `shardcook raw` of the same real photos (benches/raw_vs_peers.py's) into a local folder and
    into `msc://PROFILE/...`, alternately, best of --runs each (`--no-finalize`: the writing and
@@ -555,13 +556,54 @@ def bench_store_model(store, work: Path, shards: int, per_shard: dict[str, int],
             print(f"    shardcook {theirs / ours:.2f}x energon prepare, {ours / best:.2f}x the "
                   f"better floor ({best:.2f} s; {with_fixed:.2f}x it with the fixed cost)")
             if chosen:
-                print(f"    chose: {chosen[0].removeprefix('INFO: ')}")
+                ways = ["stream" if ": streaming the tars" in r["said"] else "walk"
+                        for r in results["shardcook"]]
+                print(f"    chose, in runs {', '.join(ways)}; the first: "
+                      f"{chosen[0].removeprefix('INFO: ')}")
             rows.append((size_name, ms, ours, theirs, best, fixed["wall"]))
         clean()
     print("\nsize, ms, shardcook s, energon s, ratio, better floor s, fixed s")
     for size_name, ms, ours, theirs, best, fixed_s in rows:
         print(f"{size_name}, {ms}, {ours:.2f}, {theirs:.2f}, {theirs / ours:.2f}, {best:.2f}, "
               f"{fixed_s:.2f}")
+
+
+def serve_store_model(store, work: Path, shards: int, per_shard: dict[str, int], size: str,
+                      ms: int) -> None:
+    """`--serve SIZE MS`: part 5's tars of one size, in two copies (`ours`, `theirs`), behind the
+    store model at MS ms, until interrupted; prints the two commands to time side by side (with
+    farm-bench or any timer) and the environment they need, in work/serve.env."""
+    from tests.helpers.s3server import add_profile
+    from tests.helpers.storeproxy import StoreProxy
+
+    member, big, small = MODEL_SAMPLES[size]
+    for shard in range(shards):
+        data = foreign_tar(shard, per_shard[size], member, big, small)
+        for copy in ("ours", "theirs"):
+            store.put(f"serve-{copy}/shard-{shard:06d}.tar", data)
+    proxy = StoreProxy(store.server.port, latency=ms / 1e3, connect=ms / 1e3,
+                       bandwidth=MODEL_LINK)
+    try:
+        boto = add_profile(store, "serveboto", endpoint_url=proxy.endpoint)
+        rust = add_profile(store, "serverust", endpoint_url=proxy.endpoint,
+                           rust_client={"allow_http": True})
+        env = work / "serve.env"
+        env.write_text("".join(f"export {k}={v}\n" for k, v in store.env.items()))
+        (work / "scratch").mkdir(parents=True, exist_ok=True)
+        print(f"{shards} tars of {size} at {ms} ms behind {proxy.endpoint}; in another shell:\n"
+              f"  . {env}\n"
+              f"  {sys.executable} -m shardcook finalize --force --encoding generic "
+              f"--scratch-dir {work / 'scratch'} {rust}/serve-ours\n"
+              f"  env AWS_RESPONSE_CHECKSUM_VALIDATION=when_required {sys.executable} -m "
+              f"megatron.energon.cli.main prepare --non-interactive --force-overwrite "
+              f"--sample-type CrudeWebdataset --split-ratio 1,0,0 {boto}/serve-theirs\n"
+              "Ctrl-C ends it.", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.stop()
 
 
 def timed_retried(label: str, cmd: list[str]) -> float | None:
@@ -601,6 +643,9 @@ def main() -> None:
     parser.add_argument("--images-per-shard", type=int, default=100)
     parser.add_argument("--latents-per-shard", type=int, default=10)
     parser.add_argument("--model-runs", type=int, default=3)
+    parser.add_argument("--serve", nargs=2, metavar=("SIZE", "MS"),
+                        help="part 5's tars of SIZE behind the store model at MS ms, until "
+                             "interrupted, for timing the commands by hand")
     if sys.argv[1:2] == ["--calibrate"]:  # part 5's minimal client, in a process of its own
         url, small, large, *names = sys.argv[2:]
         calibrate(url, names, int(small), int(large))
@@ -614,7 +659,7 @@ def main() -> None:
 
     work = ROOT / "bench-out" / "storage"
     photos = work / f"photos-{args.photos}"
-    if not photos.is_dir() and not (args.foreign_only or args.store_model):
+    if not photos.is_dir() and not (args.foreign_only or args.store_model or args.serve):
         make_photos(photos, args.photos)
     for stale in ("samples", "samples-copy", "scratch", "cfg"):
         shutil.rmtree(work / stale, ignore_errors=True)
@@ -627,6 +672,12 @@ def main() -> None:
         if args.foreign_only:
             bench_foreign(store, work, args.foreign_shards, args.foreign_per_shard,
                           args.rust_client)
+            return
+        if args.serve:
+            serve_store_model(store, work, args.model_shards,
+                              {"images": args.images_per_shard,
+                               "latents": args.latents_per_shard},
+                              args.serve[0], int(args.serve[1]))
             return
         if args.store_model:
             if args.server != "s3s":

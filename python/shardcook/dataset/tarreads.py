@@ -3,11 +3,12 @@ headers (a ranged read from each header, hopping over the member's data by its s
 streaming it (consecutive large reads, every byte, the headers parsed as the bytes pass).
 
 A walk reads a few percent of the bytes but waits a round trip per sample, one after the other:
-the next header's place is known only from the header before it. A stream waits a round trip per
-piece and then on the bandwidth. Which is faster depends on the store: the first tar's first
-reads (`Probe`) measure the time to the first byte and the bytes a second of one read (`Link`),
-and `choose` compares the two ways on those figures, for the dataset as a whole and, after its
-first reads, for each tar; `Choice.reason` says why in words.
+the next header's place is known only from the header before it, and makes a request per
+sample. A stream waits a round trip and then on the bytes. Which is faster depends on the store,
+the link and the CPU: the first reads (`Probe`) measure the time to the first byte, and how fast
+small reads and large reads went, many at once (`Link`); `choose` compares the two ways on those
+figures, for the dataset as a whole and, after its first reads, for each tar; `Choice.reason`
+says why in words.
 
 The bytes either way are the same Rust reader's (`_native.TarWalk`), so the index is the same.
 """
@@ -53,9 +54,8 @@ STREAMS_AT_ONCE = STREAM_MEMORY // (2 * STREAM_PIECE)
 WHOLE_BELOW = 16 * READ_AHEAD
 
 #: The probe: this many small reads of the first tar, one after the other (the first opens a
-#: connection, so its time is the latency's only with the connection's), then reads at once, a
-#: small one from each of as many tars as walk at once and one of `PROBE_PIECE` bytes from each
-#: of as many as stream at once.
+#: connection), then reads at once: a small one from each of as many tars as walk at once, and
+#: one of `PROBE_PIECE` bytes from each of as many as stream at once.
 PROBE_READS = 4
 PROBE_PIECE = 1 << 20
 
@@ -223,7 +223,8 @@ class TarRead:
             # stopped short of a header among small members: the next reads take them all
             self.ahead = min(MAX_AHEAD, max(self.ahead, -(-(sum(needed) - start) // 512) * 512))
         if self.probe is not None:
-            self.probe.small.append(seconds)
+            if len(data) <= MAX_AHEAD:  # its reads one after the other, not those at once
+                self.probe.small.append(seconds)
         elif needed is not None and not self._checked and self.reads >= PROBE_READS:
             self._checked = True
             left = self.size - self.walk.position

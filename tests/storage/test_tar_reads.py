@@ -14,16 +14,20 @@ import logging
 import re
 import shutil
 import tarfile
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from shardcook import finalize
 from shardcook.dataset.tarreads import (
+    PROBE_PIECE,
+    PROBE_READS,
     STREAM_PIECE,
     Choice,
     Link,
     Probe,
+    TarRead,
     choose,
     forced,
 )
@@ -151,6 +155,21 @@ def test_the_probe_measures_the_latency_and_the_rates_of_reads_at_once():
     assert link.bytes_per_second == pytest.approx((32 << 20) / 0.040)
     assert (link.walks, link.streams) == (255, 32)
     assert STREAM_PIECE >= 1 << 20
+
+
+def test_a_probed_tar_times_only_its_reads_one_after_the_other(tmp_path):
+    """The first tar's reads one after the other are the latency's; its large read at once,
+    later, is the bandwidth's. Walked over a real tar's bytes, as the index walks it."""
+    tar = next(tars_of(tmp_path / "images", "images").glob("*.tar")).read_bytes()
+    probe = Probe()
+    read = TarRead("t.tar", len(tar), threading.Event(), probe=probe)
+    while (span := read.span()) is not None:
+        read.feed(span[0], tar[span[0]:span[1]], 0.02)
+    assert read.reads == len(probe.small) >= PROBE_READS and read.walk.second_sample
+    span = read.span(PROBE_PIECE)
+    assert span is not None and span[1] == min(len(tar), span[0] + PROBE_PIECE)
+    read.feed(span[0], tar[span[0]:span[1]], 0.05)
+    assert len(probe.small) == read.reads - 1 and 0.05 not in probe.small
 
 
 def test_the_variable_forces_a_way_or_is_one_sentence(monkeypatch):

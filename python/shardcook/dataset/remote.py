@@ -493,8 +493,8 @@ class RemoteView(DatasetView):
                        slots: asyncio.Semaphore | None) -> TarRead:
         """`_read` with each read awaited on MSC's Rust client. A stream holds one of `slots`
         and asks for its next piece (from where the last one ends) before it parses the last,
-        so the next round trip passes while this piece is parsed and the link stays busy: two
-        pieces in memory at most."""
+        so the next round trip passes while this piece is parsed and the link stays busy: three
+        pieces in memory at most (`tarreads.STREAM_MEMORY`)."""
         held = False
         ahead: tuple[int, asyncio.Task[bytes]] | None = None
         tail = (0, b"")  # the end of the last piece, for a header that runs into the next

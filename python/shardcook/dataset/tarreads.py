@@ -39,15 +39,15 @@ READ_AHEAD = 2048
 MAX_AHEAD = 16 << 10
 
 #: A tar read through is read in pieces of this many bytes, each one ranged GET: MSC's Rust
-#: client hands a read over whole, so the piece bounds the memory a stream holds (two pieces:
-#: the one being parsed and the next arriving). At 50 MB/s a piece takes 84 ms, several round
-#: trips of a store 10-20 ms away.
+#: client hands a read over whole, so the piece bounds the memory a stream holds (three pieces
+#: at most: the one being parsed, the next arriving, and its copy as the client hands it over).
+#: At 50 MB/s a piece takes 84 ms, several round trips of a store 10-20 ms away.
 STREAM_PIECE = 4 << 20
 
 #: The memory all streams hold at once bounds how many run at once; walks hold one small read
 #: each and wait on the store, so many more run at once (see `remote`).
-STREAM_MEMORY = 256 << 20
-STREAMS_AT_ONCE = STREAM_MEMORY // (2 * STREAM_PIECE)
+STREAM_MEMORY = 384 << 20
+STREAMS_AT_ONCE = STREAM_MEMORY // (3 * STREAM_PIECE)
 
 #: A walk advancing less than this per read fetches more than a sixteenth of the bytes it passes
 #: (a request for every few KiB): such a tar is streamed, whatever the store.

@@ -450,7 +450,6 @@ def bench_store_model(store, work: Path, shards: int, per_shard: dict[str, int],
     store over a network (`tests/helpers/storeproxy.py`), at each latency and sample size; each
     way of shardcook's (as it chooses, walking, streaming) and energon's, `runs` times in turn,
     with the floors of each point."""
-    from shardcook.dataset.remote import RUST_WALKS_AT_ONCE
     from shardcook.dataset.tarreads import STREAMS_AT_ONCE
 
     from tests.helpers.s3server import add_profile
@@ -532,7 +531,8 @@ def bench_store_model(store, work: Path, shards: int, per_shard: dict[str, int],
                 proxy.stop()
             walk = results["walk"][len(results["walk"]) // 2]
             stream = results["stream"][len(results["stream"]) // 2]
-            floor_walk = floors(walk, shards, latency, RUST_WALKS_AT_ONCE, per_get, per_byte)
+            # the walk's floor at full concurrency: every tar at once
+            floor_walk = floors(walk, shards, latency, shards, per_get, per_byte)
             floor_stream = floors(stream, shards, latency, STREAMS_AT_ONCE, per_get, per_byte)
             best = min(max(floor_walk.values()), max(floor_stream.values()))
             ours = sorted(r["wall"] for r in results["shardcook"])[runs // 2]

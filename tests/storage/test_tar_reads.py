@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import finalize
+from shardcook.dataset.remote import RUST_WALKS_AT_ONCE
 from shardcook.dataset.tarreads import (
     PROBE_PIECE,
     PROBE_READS,
@@ -83,16 +84,17 @@ def bucket(s3_server, tmp_path_factory):
 # -- the choice, on given measurements ---------------------------------------------------------
 
 #: 200 tars: of 100 samples of ~100 KB images (10 MB), or of 10 samples of ~2 MB latents (20 MB).
-IMAGES = {"spacing": 100_000, "size": 10_000_000, "tars": 200, "walks_at_once": 256}
-LATENTS = {"spacing": 2_000_000, "size": 20_000_000, "tars": 200, "walks_at_once": 256}
+IMAGES = {"spacing": 100_000, "size": 10_000_000, "tars": 200, "walks_at_once": RUST_WALKS_AT_ONCE}
+LATENTS = {"spacing": 2_000_000, "size": 20_000_000, "tars": 200,
+           "walks_at_once": RUST_WALKS_AT_ONCE}
 
-#: A store 20 ms away, a client with cores to spare: 256 small reads at once at 20,000 a second,
+#: A store 20 ms away, a client with cores to spare: 128 small reads at once at 20,000 a second,
 #: 32 large ones at 50 MB/s each.
-AWAY = Link(0.020, 20_000, 32 * 50e6, walks=256, streams=32)
+AWAY = Link(0.020, 20_000, 32 * 50e6, walks=128, streams=32)
 #: A store on the client's two cores (the bench's): requests cost the store's CPU too.
-SHARED = Link(0.0008, 2_800, 880e6, walks=256, streams=32)
+SHARED = Link(0.0008, 2_800, 880e6, walks=128, streams=32)
 #: A store on the same machine that answers requests cheaply.
-NEAR = Link(0.0005, 20_000, 1e9, walks=256, streams=32)
+NEAR = Link(0.0005, 20_000, 1e9, walks=128, streams=32)
 
 
 def _choose(link: Link | None, case: dict) -> Choice:
@@ -101,12 +103,12 @@ def _choose(link: Link | None, case: dict) -> Choice:
 
 
 def test_20_ms_away_images_stream_and_latents_walk():
-    """Images: 100 round trips a tar, 2 s, against 2 GB at 1.6 GB/s; latents: 10 round trips
-    against 4 GB."""
+    """Images: 100 round trips a tar, two waves of 128 tars, 4 s, against 2 GB at 1.6 GB/s;
+    latents: 10 round trips a tar against 4 GB."""
     images = _choose(AWAY, IMAGES)
     assert images.stream and images.stream_seconds < images.walk_seconds
     assert images.reason == (
-        "a read waits 20.0 ms for its first byte, 256 small reads at once went at 20,000 a "
+        "a read waits 20.0 ms for its first byte, 128 small reads at once went at 20,000 a "
         "second and 32 large ones at 1.6 GB/s, and samples are 100.0 KB apart: streaming the "
         f"tars, about {images.stream_seconds:.2f} s, beats walking their headers, about "
         f"{images.walk_seconds:.2f} s")
@@ -129,12 +131,13 @@ def test_a_near_store_that_answers_requests_cheaply_is_walked():
 
 
 def test_the_longer_the_round_trip_the_larger_the_samples_that_stream():
+    def stream(latency: float, spacing: int) -> bool:
+        return choose(Link(latency, 20_000, 32 * 50e6), spacing, 10_000_000, tars=200,
+                      walks_at_once=RUST_WALKS_AT_ONCE).stream
+
     for latency, largest in ((0.020, 100_000), (0.050, 250_000), (0.100, 500_000)):
-        link = Link(latency, 20_000, 32 * 50e6)
-        assert choose(link, largest, 10_000_000, tars=200, walks_at_once=256).stream, latency
-        assert not choose(link, 8 * largest, 10_000_000, tars=200, walks_at_once=256).stream
-    assert not choose(Link(0.005, 20_000, 32 * 50e6), 100_000, 10_000_000, tars=200,
-                      walks_at_once=256).stream
+        assert stream(latency, largest) and not stream(latency, 8 * largest), latency
+    assert not stream(0.005, 100_000)
 
 
 def test_members_too_small_for_ranged_reads_stream_even_unmeasured():

@@ -73,11 +73,11 @@ SMALL_FILES_AT_ONCE = 64
 
 #: Tars read at once for their index (`tarreads`): a thread each through MSC's client (more
 #: threads contend for the interpreter more than they add reads), or tasks on MSC's Rust client.
-#: A walk waits on the store and holds one small read, so on the Rust client as many run as the
-#: store takes connections from one client (each read in flight is one): 256, a quarter of a
-#: process's usual limit of 1,024 open files. Streams hold a piece each: `STREAMS_AT_ONCE`.
+#: A walk waits on the store and holds one small read, so on the Rust client as many run as it
+#: keeps connections (each read in flight is one; more wait for one): its `max_pool_connections`,
+#: 128 unless the profile says otherwise. Streams hold pieces: `tarreads.STREAMS_AT_ONCE`.
 WALKS_AT_ONCE = 32
-RUST_WALKS_AT_ONCE = 256
+RUST_WALKS_AT_ONCE = 128
 
 #: Walked shards merged into the index at once, at most.
 MERGED_AT_ONCE = 64

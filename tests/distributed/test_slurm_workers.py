@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -20,33 +19,16 @@ from shardcook.pipeline.ledger import run_status
 
 from tests.helpers.raw import make_folder
 from tests.helpers.s3server import free_port
+from tests.helpers.slurm import array, launch_env
 
-#: What a launcher sets; cleared from every worker's environment before the test's own.
-LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                    "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
 INPUTS, SHARD = 14, 2  # 7 units
 SQLITE = ".nv-meta/index.sqlite"
 
 
-def _env(**slurm: object) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
-    env.update({k: str(v) for k, v in slurm.items()})
-    return env
-
-
 def srun(task: int, tasks: int, job: int = 70) -> dict[str, str]:
-    return _env(SLURM_PROCID=task, SLURM_NTASKS=tasks, SLURM_LOCALID=task, SLURM_NODEID=0,
-                SLURM_NNODES=1, SLURM_JOB_ID=job, SLURM_JOB_NODELIST="localhost")
-
-
-def array(task: int, first: int, last: int, count: int | None = None, job: int = 90
-          ) -> dict[str, str]:
-    """Array task `task` of `sbatch --array=first-last` (its batch step: SLURM_NTASKS=1 too)."""
-    return _env(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=task,
-                SLURM_ARRAY_TASK_COUNT=count or last - first + 1, SLURM_ARRAY_TASK_MIN=first,
-                SLURM_ARRAY_TASK_MAX=last, SLURM_JOB_ID=job + task + 1, SLURM_NTASKS=1,
-                SLURM_PROCID=0, SLURM_LOCALID=0, SLURM_NODEID=0, SLURM_NNODES=1)
+    return launch_env(SLURM_PROCID=task, SLURM_NTASKS=tasks, SLURM_LOCALID=task,
+                      SLURM_NODEID=0, SLURM_NNODES=1, SLURM_JOB_ID=job,
+                      SLURM_JOB_NODELIST="localhost")
 
 
 def _args(src: Path, out: str, *extra: str, size: str = "32") -> list[str]:
@@ -75,7 +57,7 @@ def workers(args: list[str], envs: list[dict[str, str]], launcher: tuple[str, ..
 
 def status(out: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "shardcook", "status", out, *extra],
-                          env=_env(), capture_output=True, text=True, timeout=60, check=False)
+                          env=launch_env(), capture_output=True, text=True, timeout=60, check=False)
 
 
 def files(root: Path) -> dict[str, str]:
@@ -114,7 +96,7 @@ def src(tmp_path_factory):
 def reference(src, tmp_path_factory):
     """The dataset one process writes alone."""
     ref = tmp_path_factory.mktemp("slurm_ref") / "ref"
-    workers(_args(src, str(ref)), [_env()])
+    workers(_args(src, str(ref)), [launch_env()])
     return ref
 
 
@@ -179,7 +161,7 @@ def test_another_number_of_workers_completes_a_run(src, reference, tmp_path, res
     listed = status(str(out)).stdout
     assert "srun task 0: units 0,3,6" in listed and "srun task 2: units 2,5" in listed
     envs = {"two srun tasks": [srun(t, 2, job=71) for t in range(2)],
-            "one process": [_env()], "two torchrun ranks": [_env()],
+            "one process": [launch_env()], "two torchrun ranks": [launch_env()],
             "an array of two": [array(t, 0, 1) for t in range(2)]}[resume]
     workers(_args(src, str(out)), envs, TORCHRUN if resume == "two torchrun ranks" else ())
     assert_same(out, reference)
@@ -202,8 +184,8 @@ def test_srun_tasks_given_master_addr_form_a_process_group(src, reference, tmp_p
 def test_a_half_set_environment_stops_before_any_work(src, tmp_path):
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "shardcook", *_args(src, str(out))],
-                       env=_env(SLURM_ARRAY_TASK_ID=2, SLURM_ARRAY_JOB_ID=5), capture_output=True,
-                       text=True, timeout=60, check=False)
+                       env=launch_env(SLURM_ARRAY_TASK_ID=2, SLURM_ARRAY_JOB_ID=5),
+                       capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert ("SLURM_ARRAY_TASK_COUNT, SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_MAX are missing"
             in r.stderr)
@@ -234,7 +216,7 @@ def test_workers_in_a_bucket_without_a_shared_folder(src, reference, s3_store, t
     workers([*_args(src, url), "--scratch-dir", str(tmp_path / "scratch")],
             [dict(array(t, 0, 2), **s3_store.env) for t in (0, 2)])
     r = subprocess.run([sys.executable, "-m", "shardcook", "status", url],
-                       env=dict(_env(), **s3_store.env), capture_output=True, text=True,
+                       env=dict(launch_env(), **s3_store.env), capture_output=True, text=True,
                        timeout=60, check=False)
     assert r.returncode == 1 and "--array=1" in r.stdout, r.stdout + r.stderr
     workers([*_args(src, url), "--scratch-dir", str(tmp_path / "scratch")],

@@ -212,3 +212,27 @@ def slurm_vars(path: Path) -> dict[str, str]:
     """The `SLURM_*` variables of an `env` listing (a task's output file)."""
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
     return {k: v for k, v in pairs if k.startswith("SLURM_")}
+
+
+#: torchrun's variables, which a worker started by Slurm alone must not see.
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                    "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
+
+
+def launch_env(**slurm: object) -> dict[str, str]:
+    """This process's environment without any launcher's variables, plus `slurm`'s."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
+    env.update({k: str(v) for k, v in slurm.items()})
+    return env
+
+
+def array(task: int, first: int, last: int, count: int | None = None, job: int = 90
+          ) -> dict[str, str]:
+    """Array task `task` of `sbatch --array=first-last` (its batch step: SLURM_NTASKS=1 too)."""
+    return launch_env(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=task,
+                      SLURM_ARRAY_TASK_COUNT=count or last - first + 1,
+                      SLURM_ARRAY_TASK_MIN=first, SLURM_ARRAY_TASK_MAX=last,
+                      SLURM_JOB_ID=job + task + 1, SLURM_NTASKS=1, SLURM_PROCID=0,
+                      SLURM_LOCALID=0, SLURM_NODEID=0, SLURM_NNODES=1)
+

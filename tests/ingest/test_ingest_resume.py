@@ -20,6 +20,7 @@ from shardcook.dataset import info, validate
 from shardcook.jobs.ingest.run import run_ingest
 
 from tests.helpers.mlperf import serve, write_arrow_set, write_manifest
+from tests.helpers.slurm import array
 
 
 def _ingest(*args: str) -> subprocess.CompletedProcess[str]:
@@ -365,14 +366,8 @@ def test_a_dataset_the_first_ingest_wrote_takes_another_split(tmp_path):
 
 def _array_task(task: int, *args: str) -> subprocess.CompletedProcess[str]:
     """`shardcook ingest ARGS` as task `task` of `sbatch --array=0-1`."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(SLURM_ARRAY_JOB_ID="90", SLURM_ARRAY_TASK_ID=str(task),
-               SLURM_ARRAY_TASK_COUNT="2", SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_MAX="1",
-               SLURM_JOB_ID=str(91 + task), SLURM_NTASKS="1", SLURM_PROCID="0",
-               SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NNODES="1")
     return subprocess.run([sys.executable, "-m", "shardcook", "ingest", *args], check=False,
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=300, env=array(task, 0, 1))
 
 
 def test_status_while_array_tasks_add_a_split_counts_the_new_units(tmp_path):

@@ -57,8 +57,21 @@ def _stopped_after_first_unit(proc: subprocess.Popen, units_done: Callable[[], i
     while proc.poll() is None and units_done() == 0 and time.monotonic() < deadline:
         time.sleep(0.005)
     proc.send_signal(signal.SIGSTOP)
-    assert proc.poll() is None, "the first run ended before the second could meet it"
+    _until_stopped(proc)
     assert units_done() > 0
+
+
+def _until_stopped(proc: subprocess.Popen) -> None:
+    """Waits until the kernel shows `proc` stopped: SIGSTOP is delivered asynchronously, and a
+    process still running for a moment after `kill` returns may write one more file."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the first run ended before the second could meet it"
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] in ("T", "t"):
+            return
+        time.sleep(0.001)
+    raise AssertionError("the first run did not stop within 10 s of SIGSTOP")
 
 
 def _finished(proc: subprocess.Popen) -> str:

@@ -21,7 +21,8 @@ fn picture(w: u32, h: u32) -> Vec<u8> {
             state ^= state >> 7;
             state ^= state << 17;
             let noise = (state & 31) as u32;
-            let rings = (((x as f64 - 1500.0).hypot(y as f64 - 900.0) / 7.0).sin() * 60.0) as i32;
+            let rings =
+                (((f64::from(x) - 1500.0).hypot(f64::from(y) - 900.0) / 7.0).sin() * 60.0) as i32;
             let tiles = if (x / 96 + y / 64) % 2 == 0 { 40 } else { -40 };
             let r = (x * 255 / w) as i32 + rings + noise as i32 / 2;
             let g = (y * 255 / h) as i32 + tiles + noise as i32 / 2;
@@ -47,7 +48,7 @@ fn benches(c: &mut Criterion) {
                     Ok(decode::Request { denom, rows: None })
                 })
                 .unwrap()
-            })
+            });
         });
     }
     let full = |_: &decode::Header| {
@@ -57,10 +58,10 @@ fn benches(c: &mut Criterion) {
         })
     };
     g.bench_function("png", |b| {
-        b.iter(|| decode::decode(black_box(&png), DEFAULT_MAX_PIXELS, full).unwrap())
+        b.iter(|| decode::decode(black_box(&png), DEFAULT_MAX_PIXELS, full).unwrap());
     });
     g.bench_function("webp_lossy", |b| {
-        b.iter(|| decode::decode(black_box(&webp), DEFAULT_MAX_PIXELS, full).unwrap())
+        b.iter(|| decode::decode(black_box(&webp), DEFAULT_MAX_PIXELS, full).unwrap());
     });
     g.finish();
 
@@ -79,7 +80,7 @@ fn benches(c: &mut Criterion) {
                     size,
                     Filter::Lanczos3,
                 )
-            })
+            });
         });
     }
     g.finish();
@@ -102,7 +103,7 @@ fn benches(c: &mut Criterion) {
             max_pixels: DEFAULT_MAX_PIXELS,
         };
         g.bench_function(name, |b| {
-            b.iter(|| preprocess_one(black_box(&jpg), &options).unwrap())
+            b.iter(|| preprocess_one(black_box(&jpg), &options).unwrap());
         });
     }
     g.finish();

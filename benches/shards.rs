@@ -41,17 +41,17 @@ fn bench(c: &mut Criterion) {
         b.iter_with_setup(
             || tempfile::tempdir().unwrap(),
             |dir| write_dataset(dir.path(), 1),
-        )
+        );
     });
 
     let dir = tempfile::tempdir().unwrap();
     write_dataset(dir.path(), 20);
     let shard = dir.path().join("000000.tar");
     g.bench_function("read 1000 samples", |b| {
-        b.iter(|| SampleReader::open(&shard, true).unwrap().count())
+        b.iter(|| SampleReader::open(&shard, true).unwrap().count());
     });
     g.bench_function("count 1000 samples", |b| {
-        b.iter(|| count_samples(&shard).unwrap())
+        b.iter(|| count_samples(&shard).unwrap());
     });
 
     let shards: Vec<String> = (0..20).map(|i| format!("{i:06}.tar")).collect();
@@ -62,7 +62,9 @@ fn bench(c: &mut Criterion) {
             &sqlite,
             |b, &sqlite| {
                 let db = dir.path().join("index.sqlite");
-                b.iter(|| build_index(dir.path(), &shards, sqlite.then_some(db.as_path())).unwrap())
+                b.iter(|| {
+                    build_index(dir.path(), &shards, sqlite.then_some(db.as_path())).unwrap()
+                });
             },
         );
     }

@@ -148,7 +148,7 @@ impl Print {
 impl Hash for Print {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Already a hash: its bits are the table's hash.
-        state.write_u64(((self.0[0] as u64) << 32) | self.0[1] as u64);
+        state.write_u64((u64::from(self.0[0]) << 32) | u64::from(self.0[1]));
     }
 }
 
@@ -162,7 +162,7 @@ impl Hasher for PrintHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes.iter().take(8) {
-            self.0 = (self.0 << 8) | b as u64;
+            self.0 = (self.0 << 8) | u64::from(b);
         }
     }
     fn write_u64(&mut self, n: u64) {
@@ -273,7 +273,7 @@ impl SqliteSink {
     /// dataset's duplicate check: a key held twice fails the insert, reported naming both
     /// shards (`names`, by `tar_file_id`).
     fn insert(&mut self, tar_file_id: u32, scan: &ShardScan, names: &[String]) -> Result<()> {
-        let id = tar_file_id as i64;
+        let id = i64::from(tar_file_id);
         // OR FAIL, not the default ABORT: a failed statement keeps the rows before the failing
         // one instead of undoing them, so SQLite keeps no statement journal (the database is
         // thrown away on any failure).
@@ -324,7 +324,7 @@ impl SqliteSink {
                 .query_row([s.key.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             match held {
-                Some((tar, index)) if (tar, index) != (id as i64, i as i64) => {
+                Some((tar, index)) if (tar, index) != (i64::from(id), i as i64) => {
                     return Ok(Some(duplicate_key(&s.key, tar as u32, id, names)));
                 }
                 _ => {}

@@ -113,7 +113,7 @@ pub fn decode(
                 format!("header says {}×{}", h.width, h.height),
             ));
         }
-        if h.width as u64 * h.height as u64 > max_pixels {
+        if u64::from(h.width) * u64::from(h.height) > max_pixels {
             return Err(Error::image(
                 ImageKind::TooLarge,
                 format!(
@@ -158,9 +158,9 @@ fn to_rgb8(buf: &[u8], channels: usize, sixteen: bool, pixels: usize) -> Vec<u8>
     let sample = |px: &[u8], c: usize| -> u32 {
         if sixteen {
             // round(v / 257): 16-bit scaled to 8-bit
-            (u16::from_be_bytes([px[2 * c], px[2 * c + 1]]) as u32 + 128) / 257
+            (u32::from(u16::from_be_bytes([px[2 * c], px[2 * c + 1]])) + 128) / 257
         } else {
-            px[c] as u32
+            u32::from(px[c])
         }
     };
     let over_white = |c: u32, a: u32| ((c * a + 255 * (255 - a) + 127) / 255) as u8;
@@ -358,7 +358,7 @@ fn decode_webp_scaled(data: &[u8], header: Header, denom: u32) -> Result<(Header
     };
     // SAFETY: libwebp reads at most `data.len()` bytes and writes into `buf` only, whose size
     // and stride it was given; with external memory it allocates no output to free.
-    let status = unsafe { w::WebPDecode(data.as_ptr(), data.len(), &mut config) };
+    let status = unsafe { w::WebPDecode(data.as_ptr(), data.len(), &raw mut config) };
     if status != w::VP8StatusCode::VP8_STATUS_OK {
         return Err(err(
             Format::Webp,
@@ -388,7 +388,7 @@ fn decode_other(
     let mut decoder = reader.into_decoder().map_err(e)?;
     let (width, height) = decoder.dimensions();
     let orientation = decoder.orientation().map_or(Orientation::NORMAL, |o| {
-        Orientation::from_tag(o.to_exif() as u32)
+        Orientation::from_tag(u32::from(o.to_exif()))
     });
     let header = Header {
         format,
@@ -445,8 +445,8 @@ mod jpeg {
                 .unwrap_or(&[]);
             let is_sof = (0xC0..=0xCF).contains(&marker) && ![0xC4, 0xC8, 0xCC].contains(&marker);
             if is_sof && body.len() >= 5 && size.is_none() {
-                let h = u16::from_be_bytes([body[1], body[2]]) as u32;
-                let w = u16::from_be_bytes([body[3], body[4]]) as u32;
+                let h = u32::from(u16::from_be_bytes([body[1], body[2]]));
+                let w = u32::from(u16::from_be_bytes([body[3], body[4]]));
                 size = Some((w, h));
             }
             if marker == 0xE1 && !seen_exif && body.starts_with(b"Exif\0\0") {
@@ -545,8 +545,8 @@ mod jpeg {
                 buf = buf
                     .chunks_exact(4)
                     .flat_map(|p| {
-                        let k = p[3] as u32;
-                        [0, 1, 2].map(|c| ((p[c] as u32 * k + 127) / 255) as u8)
+                        let k = u32::from(p[3]);
+                        [0, 1, 2].map(|c| ((u32::from(p[c]) * k + 127) / 255) as u8)
                     })
                     .collect();
             }

@@ -33,7 +33,7 @@ pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) ->
                 let mut c = mozjpeg::Compress::new(mozjpeg::ColorSpace::JCS_RGB);
                 c.set_fastest_defaults();
                 c.set_size(width as usize, height as usize);
-                c.set_quality(quality as f32);
+                c.set_quality(f32::from(quality));
                 let mut s = c.start_compress(Vec::new())?;
                 s.write_scanlines(rgb)?;
                 s.finish()
@@ -68,14 +68,14 @@ pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) ->
                     width as i32,
                     height as i32,
                     width as i32 * 3,
-                    quality as f32,
-                    &mut ptr,
+                    f32::from(quality),
+                    &raw mut ptr,
                 );
                 if ptr.is_null() || n == 0 {
                     return Err(e("libwebp failed".into()));
                 }
                 let v = std::slice::from_raw_parts(ptr, n).to_vec();
-                libwebp_sys::WebPFree(ptr as *mut _);
+                libwebp_sys::WebPFree(ptr.cast());
                 Ok(v)
             }
         }

@@ -82,11 +82,11 @@ impl Mode {
 /// least 64); pairs with h ≤ w and w/h ≤ 2 are kept together with their transposes. Sorted by
 /// aspect ratio (tallest first).
 pub fn default_buckets(size: u32) -> Vec<(u32, u32)> {
-    let area = size as f64 * size as f64;
+    let area = f64::from(size) * f64::from(size);
     let mut out: Vec<(u32, u32)> = Vec::new();
     let mut w = 64u32;
     while w <= size.max(64).saturating_mul(2) {
-        let h = ((area / w as f64 / 64.0).round() as u32).max(1) * 64;
+        let h = ((area / f64::from(w) / 64.0).round() as u32).max(1) * 64;
         if h <= w && w <= 2 * h {
             for b in [(w, h), (h, w)] {
                 if !out.contains(&b) {
@@ -99,7 +99,9 @@ pub fn default_buckets(size: u32) -> Vec<(u32, u32)> {
     if out.is_empty() {
         out.push((64, 64));
     }
-    out.sort_by(|a, b| (a.0 as f64 / a.1 as f64).total_cmp(&(b.0 as f64 / b.1 as f64)));
+    out.sort_by(|a, b| {
+        (f64::from(a.0) / f64::from(a.1)).total_cmp(&(f64::from(b.0) / f64::from(b.1)))
+    });
     out
 }
 
@@ -111,7 +113,7 @@ pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
             format!("image has no pixels: {w}×{h}"),
         ));
     }
-    let (wf, hf) = (w as f64, h as f64);
+    let (wf, hf) = (f64::from(w), f64::from(h));
     let centred = |bw: f64, bh: f64| SourceBox {
         left: ((wf - bw) / 2.0).max(0.0),
         top: ((hf - bh) / 2.0).max(0.0),
@@ -120,20 +122,20 @@ pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
     };
     let (tw, th, source) = match mode {
         Mode::Crop { size } => {
-            let side = w.min(h) as f64;
+            let side = f64::from(w.min(h));
             (*size, *size, centred(side, side))
         }
         Mode::Stretch { size } => (*size, *size, centred(wf, hf)),
         Mode::Variable { max_size } => {
-            let m = w.max(h) as u64;
-            let max_size = *max_size as u64;
+            let m = u64::from(w.max(h));
+            let max_size = u64::from(*max_size);
             // floor(w·s/16)·16 with s = min(1, max_size/m), in exact integer arithmetic.
             let (tw, th, s) = if m <= max_size {
-                (w as u64 / 16 * 16, h as u64 / 16 * 16, 1.0)
+                (u64::from(w) / 16 * 16, u64::from(h) / 16 * 16, 1.0)
             } else {
                 (
-                    w as u64 * max_size / m / 16 * 16,
-                    h as u64 * max_size / m / 16 * 16,
+                    u64::from(w) * max_size / m / 16 * 16,
+                    u64::from(h) * max_size / m / 16 * 16,
                     max_size as f64 / m as f64,
                 )
             };
@@ -150,18 +152,18 @@ pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
             let (bw, bh) = *buckets
                 .iter()
                 .min_by(|a, b| {
-                    let da = ((a.0 as f64 / a.1 as f64).ln() - aspect).abs();
-                    let db = ((b.0 as f64 / b.1 as f64).ln() - aspect).abs();
+                    let da = ((f64::from(a.0) / f64::from(a.1)).ln() - aspect).abs();
+                    let db = ((f64::from(b.0) / f64::from(b.1)).ln() - aspect).abs();
                     da.total_cmp(&db)
                 })
                 .expect("buckets checked non-empty");
-            let s = (bw as f64 / wf).max(bh as f64 / hf);
-            (bw, bh, centred(bw as f64 / s, bh as f64 / s))
+            let s = (f64::from(bw) / wf).max(f64::from(bh) / hf);
+            (bw, bh, centred(f64::from(bw) / s, f64::from(bh) / s))
         }
     };
     let crop = (
-        (source.top * th as f64 / source.height).round() as u32,
-        (source.left * tw as f64 / source.width).round() as u32,
+        (source.top * f64::from(th) / source.height).round() as u32,
+        (source.left * f64::from(tw) / source.width).round() as u32,
     );
     Ok(Geometry {
         width: tw,
@@ -179,8 +181,8 @@ mod tests {
         let s = g.source;
         s.left >= 0.0
             && s.top >= 0.0
-            && s.left + s.width <= w as f64 + 1e-9
-            && s.top + s.height <= h as f64 + 1e-9
+            && s.left + s.width <= f64::from(w) + 1e-9
+            && s.top + s.height <= f64::from(h) + 1e-9
     }
 
     #[test]
@@ -217,7 +219,7 @@ mod tests {
         assert!(buckets.contains(&(1216, 832)) && buckets.contains(&(832, 1216)));
         for (w, h) in &buckets {
             assert!(w % 64 == 0 && h % 64 == 0);
-            let area = (*w * *h) as f64 / (1024.0 * 1024.0);
+            let area = f64::from(*w * *h) / (1024.0 * 1024.0);
             assert!((0.85..1.15).contains(&area), "{w}x{h}");
         }
         let g = geometry(3000, 2000, &Mode::Bucket { buckets }).unwrap();

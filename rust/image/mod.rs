@@ -46,15 +46,15 @@ impl Options {
     /// Refuses a mode whose output alone would exceed [`Options::output_limit`], so a huge size
     /// is one clear error before any work instead of a failed allocation per image.
     pub fn check(&self) -> Result<()> {
-        let side = |s: u32| s as u64 * s as u64;
+        let side = |s: u32| u64::from(s) * u64::from(s);
         let (what, pixels) = match &self.mode {
             Mode::Crop { size } | Mode::Stretch { size } => (format!("size {size}"), side(*size)),
             Mode::Bucket { buckets } => {
                 let (w, h) = *buckets
                     .iter()
-                    .max_by_key(|(w, h)| *w as u64 * *h as u64)
+                    .max_by_key(|(w, h)| u64::from(*w) * u64::from(*h))
                     .expect("buckets checked non-empty");
-                (format!("bucket {w}x{h}"), w as u64 * h as u64)
+                (format!("bucket {w}x{h}"), u64::from(w) * u64::from(h))
             }
             Mode::Variable { .. } => return Ok(()), // never larger than the input
         };
@@ -103,7 +103,9 @@ pub struct Processed {
 pub fn decode_denom(bw: f64, bh: f64, tw: u32, th: u32) -> u32 {
     [8u32, 4, 2]
         .into_iter()
-        .find(|&k| bw / k as f64 >= 2.0 * tw as f64 && bh / k as f64 >= 2.0 * th as f64)
+        .find(|&k| {
+            bw / f64::from(k) >= 2.0 * f64::from(tw) && bh / f64::from(k) >= 2.0 * f64::from(th)
+        })
         .unwrap_or(1)
 }
 
@@ -113,7 +115,7 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
     let plan = |h: &Header| -> Result<decode::Request> {
         let (ow, oh) = h.orientation.oriented_size(h.width, h.height);
         let g = geometry(ow, oh, &options.mode)?;
-        if g.width as u64 * g.height as u64 > options.output_limit() {
+        if u64::from(g.width) * u64::from(g.height) > options.output_limit() {
             return Err(Error::image(
                 ImageKind::TooLarge,
                 format!(
@@ -135,9 +137,9 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
         }
         if h.format == Format::Jpeg {
             // Rows below the box plus the kernel's reach are never needed.
-            let scaled_h = (h.height as f64 / request.denom as f64).ceil();
-            let fy = scaled_h / h.height as f64;
-            let reach = options.filter.support() * (stored.height * fy / th as f64).max(1.0);
+            let scaled_h = (f64::from(h.height) / f64::from(request.denom)).ceil();
+            let fy = scaled_h / f64::from(h.height);
+            let reach = options.filter.support() * (stored.height * fy / f64::from(th)).max(1.0);
             let bottom = ((stored.top + stored.height) * fy + reach).ceil() + 1.0;
             if bottom < scaled_h {
                 request.rows = Some(bottom as u32);
@@ -149,8 +151,8 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
     let (header, px) = decode::decode(data, options.max_pixels, plan)?;
     let (g, stored, tw, th, (ow, oh)) = plan_out.expect("plan ran before decoding");
     // The box in decoded pixels (the decode may be scaled by 1/2..1/8).
-    let fx = px.full_width as f64 / header.width as f64;
-    let fy = px.full_height as f64 / header.height as f64;
+    let fx = f64::from(px.full_width) / f64::from(header.width);
+    let fy = f64::from(px.full_height) / f64::from(header.height);
     let scaled = SourceBox {
         left: stored.left * fx,
         top: stored.top * fy,
@@ -187,7 +189,7 @@ pub fn pool(workers: usize) -> Result<Arc<rayon::ThreadPool>> {
     let mut pools = POOLS
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(p) = pools.get(&workers) {
         return Ok(p.clone());
     }
@@ -282,7 +284,7 @@ mod tests {
         let mse = a
             .iter()
             .zip(b)
-            .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+            .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
             .sum::<f64>()
             / a.len() as f64;
         10.0 * (255.0f64 * 255.0 / mse.max(1e-10)).log10()

@@ -50,7 +50,7 @@ impl Orientation {
 
     /// The stored-frame box that shows as `b` in the oriented frame.
     pub fn box_to_stored(self, b: SourceBox, w: u32, h: u32) -> SourceBox {
-        let (w, h) = (w as f64, h as f64);
+        let (w, h) = (f64::from(w), f64::from(h));
         let (x0, y0) = self.to_stored(b.left, b.top, w, h);
         let (x1, y1) = self.to_stored(b.left + b.width, b.top + b.height, w, h);
         SourceBox {
@@ -120,8 +120,8 @@ pub fn from_exif(data: &[u8]) -> Orientation {
             let entry = ifd.checked_add(2 + 12 * i)?;
             if u16_at(entry)? == 0x0112 {
                 let value = match u16_at(entry + 2)? {
-                    3 => u16_at(entry + 8)? as u32, // SHORT
-                    4 => u32_at(entry + 8)?,        // LONG
+                    3 => u32::from(u16_at(entry + 8)?), // SHORT
+                    4 => u32_at(entry + 8)?,            // LONG
                     _ => return None,
                 };
                 return Some(Orientation::from_tag(value));
@@ -175,8 +175,8 @@ mod tests {
             for y in 0..oh {
                 for x in 0..ow {
                     let b = SourceBox {
-                        left: x as f64,
-                        top: y as f64,
+                        left: f64::from(x),
+                        top: f64::from(y),
                         width: 1.0,
                         height: 1.0,
                     };

@@ -87,12 +87,15 @@ pub fn resize(
     let mut dst =
         Image::from_vec_u8(tw, th, buffer, PixelType::U8x3).map_err(|x| e(x.to_string()))?;
     // Clamp the box to the image (it may overshoot by rounding after a scaled decode).
-    let left = source.left.clamp(0.0, width as f64);
-    let top = source.top.clamp(0.0, height as f64);
-    let bw = source.width.min(width as f64 - left).max(f64::MIN_POSITIVE);
+    let left = source.left.clamp(0.0, f64::from(width));
+    let top = source.top.clamp(0.0, f64::from(height));
+    let bw = source
+        .width
+        .min(f64::from(width) - left)
+        .max(f64::MIN_POSITIVE);
     let bh = source
         .height
-        .min(height as f64 - top)
+        .min(f64::from(height) - top)
         .max(f64::MIN_POSITIVE);
     let options = ResizeOptions::new()
         .resize_alg(filter.alg())

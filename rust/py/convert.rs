@@ -75,7 +75,7 @@ impl IntArg {
             _ => format!("{name} must be from {min} to {max}, not {v}"),
         };
         match self {
-            IntArg::Value(n) if *n >= min as i128 && *n <= max as i128 => Ok(*n as u64),
+            IntArg::Value(n) if *n >= i128::from(min) && *n <= i128::from(max) => Ok(*n as u64),
             IntArg::Value(n) => Err(range(n)),
             IntArg::Huge(text) => Err(range(text)),
             IntArg::NotInt(kind) => Err(format!("{name} must be an integer, not a {kind}")),

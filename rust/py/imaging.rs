@@ -119,7 +119,7 @@ impl PreprocessedImage {
 #[pyfunction]
 #[pyo3(signature = (inputs, *, size = IntArg::Value(1024), mode_name = "crop",
     max_size = IntArg::Value(1024), buckets = None, filter = "lanczos3",
-    max_pixels = IntArg::Value(image::DEFAULT_MAX_PIXELS as i128), workers = None),
+    max_pixels = IntArg::Value(i128::from(image::DEFAULT_MAX_PIXELS)), workers = None),
     text_signature = "(inputs, *, size=1024, mode_name='crop', max_size=1024, buckets=None, \
     filter='lanczos3', max_pixels=178956970, workers=None)")]
 #[allow(clippy::too_many_arguments)]
@@ -143,7 +143,7 @@ fn preprocess_batch(
     };
     let workers = match workers {
         Some(w) => int_option(py, &w, "workers", 1, MAX_WORKERS)? as usize,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
     };
     let held: Vec<Held> = inputs.iter().enumerate().map(|(i, v)| hold(v, i)).collect();
     let batch: Vec<Input<'_>> = held
@@ -210,8 +210,8 @@ fn image_geometry(
     max_size: IntArg,
     buckets: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<ImageGeometry> {
-    let width = int_option(py, &width, "width", 0, u32::MAX as u64)? as u32;
-    let height = int_option(py, &height, "height", 0, u32::MAX as u64)? as u32;
+    let width = int_option(py, &width, "width", 0, u64::from(u32::MAX))? as u32;
+    let height = int_option(py, &height, "height", 0, u64::from(u32::MAX))? as u32;
     let m = mode(py, mode_name, &size, &max_size, buckets)?;
     let g = image::geometry(width, height, &m).map_err(|e| to_py(py, e))?;
     let s = g.source;

@@ -47,9 +47,9 @@ fn number(field: &[u8]) -> Option<u64> {
         if field[0] == 0xff {
             return None; // negative
         }
-        let mut n: u64 = (field[0] & 0x7f) as u64;
+        let mut n: u64 = u64::from(field[0] & 0x7f);
         for &b in &field[1..] {
-            n = n.checked_mul(256)?.checked_add(b as u64)?;
+            n = n.checked_mul(256)?.checked_add(u64::from(b))?;
         }
         return Some(n);
     }
@@ -66,14 +66,14 @@ fn number(field: &[u8]) -> Option<u64> {
 /// this runs once per member and dominates header parsing.
 fn checksum_matches(block: &[u8; 512], stored: u64) -> bool {
     let field = &block[148..156];
-    let unsigned: i64 = block.iter().map(|&b| b as i64).sum::<i64>()
-        - field.iter().map(|&b| b as i64).sum::<i64>()
+    let unsigned: i64 = block.iter().map(|&b| i64::from(b)).sum::<i64>()
+        - field.iter().map(|&b| i64::from(b)).sum::<i64>()
         + 8 * 32;
     if stored as i64 == unsigned {
         return true;
     }
-    let signed: i64 = block.iter().map(|&b| (b as i8) as i64).sum::<i64>()
-        - field.iter().map(|&b| (b as i8) as i64).sum::<i64>()
+    let signed: i64 = block.iter().map(|&b| i64::from(b as i8)).sum::<i64>()
+        - field.iter().map(|&b| i64::from(b as i8)).sum::<i64>()
         + 8 * 32;
     stored as i64 == signed
 }
@@ -138,7 +138,7 @@ pub fn build(name: &[u8], size: u64, typeflag: u8) -> [u8; 512] {
     let sum: u64 = h
         .iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { b' ' } else { b } as u64)
+        .map(|(i, &b)| u64::from(if (148..156).contains(&i) { b' ' } else { b }))
         .sum();
     h[148..154].copy_from_slice(format!("{sum:06o}").as_bytes());
     h[154] = 0;
@@ -187,7 +187,7 @@ pub fn parse_pax(data: &[u8]) -> Result<(Option<Vec<u8>>, Option<u64>), &'static
                         .ok()
                         .and_then(|s| s.parse().ok())
                         .ok_or("malformed PAX size")?,
-                )
+                );
             }
             _ => {}
         }

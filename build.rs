@@ -1,6 +1,6 @@
 //! Stops a build whose JPEG decoder would lack SIMD, unless that is asked for (the rules and the
-//! message are in rust/jpeg_simd_check.rs), and records what the native core is built from for
-//! `shardcook --version` (rust/build_info.rs reads these as `SHARDCOOK_BUILD_*`).
+//! message are in `rust/jpeg_simd_check.rs`), and records what the native core is built from for
+//! `shardcook --version` (`rust/build_info.rs` reads these as `SHARDCOOK_BUILD_*`).
 
 use std::env;
 use std::fs;
@@ -60,7 +60,7 @@ fn main() {
     }
 }
 
-/// The `jconfig.h` mozjpeg-sys generated: its include path reaches us as DEP_JPEG_INCLUDE.
+/// The `jconfig.h` mozjpeg-sys generated: its include path reaches us as `DEP_JPEG_INCLUDE`.
 fn jconfig_h() -> PathBuf {
     let include = env::var_os("DEP_JPEG_INCLUDE").expect("mozjpeg-sys sets DEP_JPEG_INCLUDE");
     env::split_paths(&include)

@@ -38,7 +38,8 @@ pub struct BuildInfo {
     pub png: String,
     /// The resizer crate and version.
     pub resizer: String,
-    /// The SIMD extension fast_image_resize picked for this CPU ("avx2", "sse4_1", "neon", "none").
+    /// The SIMD extension `fast_image_resize` picked for this CPU: `avx2`, `sse4_1`, `neon` or
+    /// `none`.
     pub resizer_cpu_extensions: String,
 }
 
@@ -54,6 +55,7 @@ fn cpu_extensions_name(extensions: CpuExtensions) -> String {
 }
 
 /// This build, with the JPEG SIMD and resizer extensions as they are on this CPU.
+#[must_use]
 pub fn build_info() -> BuildInfo {
     // SAFETY: both only read libjpeg-turbo's CPU detection (run once, idempotent).
     let simd_active = unsafe { jsimd_can_idct_islow() != 0 && jsimd_can_ycc_rgb() != 0 };

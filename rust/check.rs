@@ -57,6 +57,7 @@ fn idx_problems(name: &str, idx_path: &Path, expected: &[u8]) -> Vec<String> {
 /// Verifies shards (relative to `root`) against their `.tar.idx` files and expected counts, and
 /// checks that keys are unique across all of them. Returns one report per shard, then the
 /// dataset-wide problems.
+#[must_use]
 pub fn verify_shards(
     root: &Path,
     shards: &[(String, Option<u64>)],

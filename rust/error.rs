@@ -70,6 +70,7 @@ pub enum ImageKind {
 
 impl ImageKind {
     /// The machine-readable name Python sees (`ImageError.kind`, `error_kind`).
+    #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             ImageKind::BadOption => "bad_option",
@@ -95,6 +96,7 @@ impl Error {
     }
 
     /// The machine-readable kind of this error (`ShardcookError.kind` in Python).
+    #[must_use]
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "io",

@@ -49,6 +49,7 @@ pub struct ShardScan {
 
 impl ShardScan {
     /// The `.tar.idx` contents: sample offsets and the end offset, native-endian u64.
+    #[must_use]
     pub fn idx_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity((self.samples.len() + 1) * 8);
         for s in &self.samples {
@@ -89,16 +90,19 @@ impl ScanBuilder {
     }
 
     /// Where the second sample starts (the first one's end), once a member of it was added.
+    #[must_use]
     pub fn second_sample(&self) -> Option<u64> {
         self.samples.get(1).map(|s| s.offset)
     }
 
     /// Samples with a member added so far.
+    #[must_use]
     pub fn sample_count(&self) -> usize {
         self.samples.len()
     }
 
     /// The scan, once the end-of-archive block was found at `end`.
+    #[must_use]
     pub fn finish(mut self, end: u64) -> ShardScan {
         if let Some(last) = self.samples.last_mut() {
             last.size = end - last.offset;
@@ -126,6 +130,7 @@ pub fn scan_shard(path: &Path) -> Result<ShardScan> {
 
 /// A 128-bit fingerprint of a key (XXH3-128): collisions are out of reach even for billions of
 /// keys, and it costs far less memory than the keys.
+#[must_use]
 pub fn fingerprint(key: &str) -> u128 {
     xxh3_128(key.as_bytes())
 }

@@ -20,7 +20,7 @@ pub fn nasm_usable(nasm_version: &str) -> bool {
 
 /// None when the build may go on; otherwise the one sentence that tells the user what to do.
 /// `nasm_version` is what `nasm -v` printed, None when it could not run; `target_arch` is
-/// cargo's (only x86 and x86_64 assemble their SIMD code with nasm).
+/// cargo's (only x86 and `x86_64` assemble their SIMD code with nasm).
 pub fn refusal(
     simd: bool,
     nasm_version: Option<&str>,

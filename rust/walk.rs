@@ -65,6 +65,7 @@ impl HeaderWalk {
     }
 
     /// The range `(offset, length)` to fetch next, or None once the end block was reached.
+    #[must_use]
     pub fn needed(&self) -> Option<(u64, u64)> {
         self.need
     }
@@ -108,12 +109,14 @@ impl HeaderWalk {
     }
 
     /// Bytes of the tar walked so far (where the next header starts).
+    #[must_use]
     pub fn position(&self) -> u64 {
         self.reader.tar().position()
     }
 
     /// Where the second sample starts, once the walk has read one of its headers (the first
     /// sample's end: what a reader of the first sample alone needs).
+    #[must_use]
     pub fn second_sample(&self) -> Option<u64> {
         match (&self.scan, &self.done) {
             (Some(scan), _) => scan.second_sample(),
@@ -123,6 +126,7 @@ impl HeaderWalk {
     }
 
     /// Samples whose first header the walk has read.
+    #[must_use]
     pub fn samples(&self) -> usize {
         match (&self.scan, &self.done) {
             (Some(scan), _) => scan.sample_count(),
@@ -132,6 +136,7 @@ impl HeaderWalk {
     }
 
     /// The scan, once the walk reached the end block.
+    #[must_use]
     pub fn scan(&self) -> Option<&ShardScan> {
         self.done.as_ref()
     }

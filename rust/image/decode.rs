@@ -23,6 +23,7 @@ pub enum Format {
 }
 
 impl Format {
+    #[must_use]
     pub fn sniff(data: &[u8]) -> Option<Format> {
         Some(match data {
             [0xFF, 0xD8, 0xFF, ..] => Format::Jpeg,
@@ -35,6 +36,7 @@ impl Format {
         })
     }
 
+    #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Format::Jpeg => "JPEG",

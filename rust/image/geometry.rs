@@ -81,6 +81,7 @@ impl Mode {
 /// For every width w = 64k (k ≥ 1) up to 2·size, h = the multiple of 64 nearest size²/w (at
 /// least 64); pairs with h ≤ w and w/h ≤ 2 are kept together with their transposes. Sorted by
 /// aspect ratio (tallest first).
+#[must_use]
 pub fn default_buckets(size: u32) -> Vec<(u32, u32)> {
     let area = f64::from(size) * f64::from(size);
     let mut out: Vec<(u32, u32)> = Vec::new();

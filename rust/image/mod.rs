@@ -39,6 +39,7 @@ pub struct Options {
 impl Options {
     /// The most pixels one output may have: `max_pixels`, but never below the default, so a
     /// strict input limit does not forbid upscaling small images to a usual training size.
+    #[must_use]
     pub fn output_limit(&self) -> u64 {
         self.max_pixels.max(DEFAULT_MAX_PIXELS)
     }
@@ -100,6 +101,7 @@ pub struct Processed {
 
 /// The largest decode scale denominator (1, 2, 4, 8) that still leaves at least twice the
 /// target resolution inside the box (`bw`×`bh` source pixels to `tw`×`th`).
+#[must_use]
 pub fn decode_denom(bw: f64, bh: f64, tw: u32, th: u32) -> u32 {
     [8u32, 4, 2]
         .into_iter()

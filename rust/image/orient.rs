@@ -13,6 +13,7 @@ pub struct Orientation(pub u8);
 impl Orientation {
     pub const NORMAL: Orientation = Orientation(1);
 
+    #[must_use]
     pub fn from_tag(value: u32) -> Orientation {
         match value {
             1..=8 => Orientation(value as u8),
@@ -21,11 +22,13 @@ impl Orientation {
     }
 
     /// Whether width and height swap (5–8).
+    #[must_use]
     pub fn transposes(self) -> bool {
         self.0 >= 5
     }
 
     /// Oriented (displayed) size of a stored `w`×`h` image.
+    #[must_use]
     pub fn oriented_size(self, w: u32, h: u32) -> (u32, u32) {
         if self.transposes() {
             (h, w)
@@ -49,6 +52,7 @@ impl Orientation {
     }
 
     /// The stored-frame box that shows as `b` in the oriented frame.
+    #[must_use]
     pub fn box_to_stored(self, b: SourceBox, w: u32, h: u32) -> SourceBox {
         let (w, h) = (f64::from(w), f64::from(h));
         let (x0, y0) = self.to_stored(b.left, b.top, w, h);
@@ -62,6 +66,7 @@ impl Orientation {
     }
 
     /// Orients a packed RGB image of stored size `w`×`h`; returns the oriented pixels.
+    #[must_use]
     pub fn apply(self, rgb: Vec<u8>, w: usize, h: usize) -> Vec<u8> {
         if self.0 <= 1 || self.0 > 8 {
             return rgb;
@@ -90,6 +95,7 @@ impl Orientation {
 
 /// Reads the orientation tag (0x0112) from a TIFF-structured EXIF block (with or without the
 /// "Exif\0\0" prefix). Bounded: reads only IFD0, never allocates.
+#[must_use]
 pub fn from_exif(data: &[u8]) -> Orientation {
     let data = data.strip_prefix(b"Exif\0\0").unwrap_or(data);
     let le = match data.get(0..4) {

@@ -16,6 +16,7 @@ pub struct PillowHeader {
 }
 
 /// Pillow's facts of the image `data`, when its header settles them; None: ask Pillow.
+#[must_use]
 pub fn pillow_header(data: &[u8]) -> Option<PillowHeader> {
     if data.starts_with(b"\xff\xd8\xff") {
         jpeg(data)
@@ -67,7 +68,7 @@ fn header(
     })
 }
 
-/// JpegImagePlugin: the segments up to the start of scan, one 8-bit frame of 1, 3 or 4
+/// `JpegImagePlugin`: the segments up to the start of scan, one 8-bit frame of 1, 3 or 4
 /// components (L, RGB, CMYK). An MPF APP2 segment (Pillow may open the file as MPO) and any
 /// marker outside the usual header segments answer None.
 fn jpeg(data: &[u8]) -> Option<PillowHeader> {
@@ -128,7 +129,7 @@ fn quantization_tables(mut body: &[u8]) -> bool {
     true
 }
 
-/// PngImagePlugin: IHDR's size and its (bit depth, colour type) mode, then the chunks before
+/// `PngImagePlugin`: IHDR's size and its (bit depth, colour type) mode, then the chunks before
 /// the first IDAT, each with a sound CRC (Pillow checks them) and a length its handler takes;
 /// a chunk Pillow has no handler for is skipped, as Pillow skips it. The chunks whose handlers
 /// decompress or start an animation (iCCP, zTXt, iTXt, eXIf, acTL, fcTL) answer None.
@@ -215,7 +216,7 @@ fn vp8(body: &[u8]) -> Option<(u32, u32)> {
     Some((le16(body, 6)? & 0x3fff, le16(body, 8)? & 0x3fff))
 }
 
-/// WebPImagePlugin: the WebPAnimDecoder's canvas, and RGBA when `WebPGetFeatures` says the
+/// `WebPImagePlugin`: the `WebPAnimDecoder`'s canvas, and RGBA when `WebPGetFeatures` says the
 /// image has alpha (RGB otherwise). Only a still image whose RIFF chunks fit exactly is
 /// answered; an animation answers None.
 fn webp(data: &[u8]) -> Option<PillowHeader> {

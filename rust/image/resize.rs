@@ -44,6 +44,7 @@ impl Filter {
     }
 
     /// Half-width of the kernel in source pixels at unit scale.
+    #[must_use]
     pub fn support(self) -> f64 {
         match self {
             Filter::Nearest | Filter::Box => 0.5,

@@ -1,4 +1,4 @@
-//! `build_info()`: the native core's build (crate::build_info) as nested dicts.
+//! `build_info()`: the native core's build (`crate::build_info`) as nested dicts.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

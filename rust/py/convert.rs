@@ -43,7 +43,7 @@ pub(super) fn type_name(value: &Bound<'_, PyAny>) -> String {
 pub(super) const UNBOUNDED: u64 = i64::MAX as u64;
 
 /// An integer argument as given; [`IntArg::check`] holds it to its parameter's range, so a wrong
-/// value is one sentence of ours instead of pyo3's TypeError or OverflowError.
+/// value is one sentence of ours instead of pyo3's `TypeError` or `OverflowError`.
 pub(super) enum IntArg {
     Value(i128),
     /// An int too large even for i128, as Python writes it.

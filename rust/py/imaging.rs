@@ -1,6 +1,6 @@
 //! Bindings for the image core: batch preprocess, geometry, default buckets, encode. Every
 //! argument is checked here, so a wrong one is an `ImageError` (kind `bad_option`) in one
-//! sentence, never an OverflowError or a failed allocation.
+//! sentence, never an `OverflowError` or a failed allocation.
 
 use std::path::PathBuf;
 
@@ -31,7 +31,7 @@ fn side(py: Python<'_>, value: &IntArg, name: &str) -> PyResult<u32> {
     Ok(int_option(py, value, name, 1, MAX_SIDE)? as u32)
 }
 
-/// `buckets` as (width, height) pairs with sides in 1..=MAX_SIDE.
+/// `buckets` as (width, height) pairs with sides in `1..=MAX_SIDE`.
 fn bucket_list(py: Python<'_>, buckets: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, u32)>> {
     let items =
         list_arg(buckets, "buckets", "(width, height) pairs").map_err(|m| bad_option(py, m))?;

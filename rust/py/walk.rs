@@ -1,5 +1,5 @@
 //! `TarWalk` and `write_walks`: indexing tars in object storage from ranged reads of their
-//! headers (crate::walk); the caller fetches, the core parses and writes.
+//! headers (`crate::walk`); the caller fetches, the core parses and writes.
 
 use std::path::PathBuf;
 

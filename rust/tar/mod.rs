@@ -13,6 +13,7 @@ pub use writer::ShardWriter;
 pub const BLOCK: u64 = 512;
 
 /// Rounds a data size up to whole blocks.
+#[must_use]
 pub fn padded(size: u64) -> u64 {
     size.div_ceil(BLOCK) * BLOCK
 }

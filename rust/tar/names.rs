@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// The key is everything before the first dot of the last path component. When that component
 /// starts with a dot, the regex lets the key end with the parent folder's slash, which only works
 /// if that folder's name has no dot.
+#[must_use]
 pub fn split_name(name: &str) -> Option<(&str, &str)> {
     let base_start = name.rfind('/').map_or(0, |i| i + 1);
     let dot = base_start + name[base_start..].find('.')?;
@@ -28,12 +29,14 @@ pub fn split_name(name: &str) -> Option<(&str, &str)> {
 }
 
 /// True for members Energon skips as metadata: the first path component is `__…__`.
+#[must_use]
 pub fn is_meta(name: &str) -> bool {
     let first = name.split('/').next().unwrap_or("");
     first.len() >= 4 && first.starts_with("__") && first.ends_with("__")
 }
 
 /// True when a member name could escape the folder it is extracted into.
+#[must_use]
 pub fn escapes(name: &str) -> bool {
     name.starts_with('/') || name.split('/').any(|c| c == "..")
 }

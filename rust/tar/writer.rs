@@ -20,6 +20,7 @@ pub const TMP_DIR: &str = ".shardcook/tmp";
 const PARTIAL_SUFFIX: &str = ".partial";
 
 /// The file name of shard `number` with `prefix`: `{prefix}{number:06}.tar`.
+#[must_use]
 pub fn shard_file_name(prefix: &str, number: u64) -> String {
     format!("{prefix}{number:06}.tar")
 }
@@ -218,6 +219,7 @@ impl ShardWriter {
         }
     }
 
+    #[must_use]
     pub fn samples_in_open_shard(&self) -> u64 {
         self.current.as_ref().map_or(0, |s| s.count)
     }

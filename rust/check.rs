@@ -9,6 +9,10 @@ use crate::index::{scan_shard, KeyRegistry};
 use crate::tar::SampleReader;
 
 /// Counts the samples of one shard, reading headers only.
+///
+/// # Errors
+///
+/// `Error::Io` when the file cannot be read, `Error::Shard` when its bytes are not a tar.
 pub fn count_samples(path: &Path) -> Result<u64> {
     let mut reader = SampleReader::open(path, false)?;
     let mut count = 0;

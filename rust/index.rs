@@ -116,6 +116,14 @@ impl ScanBuilder {
 }
 
 /// Reads the headers of one shard.
+///
+/// # Errors
+///
+/// `Error::Io` when the file cannot be read, `Error::Shard` when its bytes are not a tar.
+#[expect(
+    clippy::missing_panics_doc,
+    reason = "its one expect is the reader's contract: it stops only at the end block"
+)]
 pub fn scan_shard(path: &Path) -> Result<ShardScan> {
     let mut reader = SampleReader::open(path, false)?;
     let mut scan = ScanBuilder::default();
@@ -184,11 +192,20 @@ pub struct KeyRegistry {
 }
 
 impl KeyRegistry {
+    /// Records `key` as seen in `shard` (an index into `names`, which the error quotes).
+    ///
+    /// # Errors
+    ///
+    /// `Error::DuplicateKey` when the key was added before.
     pub fn add(&mut self, key: &str, shard: u32, names: &[String]) -> Result<()> {
         self.add_print(fingerprint(key), key, shard, names)
     }
 
     /// As `add`, with the key's `fingerprint` already computed.
+    ///
+    /// # Errors
+    ///
+    /// `Error::DuplicateKey` when the key was added before.
     pub fn add_print(
         &mut self,
         print: u128,
@@ -385,6 +402,11 @@ fn tmp_name(path: &Path) -> PathBuf {
 
 /// Indexes `shards` (paths relative to `root`, in `tar_file_id` order): writes every
 /// `<shard>.idx` and, when `sqlite` is given, that database file.
+///
+/// # Errors
+///
+/// `Error::Dataset` for no shards, a shard's read error, `Error::DuplicateKey`, or a failed
+/// write; the files written so far under temporary names are removed then.
 pub fn build_index(root: &Path, shards: &[String], sqlite: Option<&Path>) -> Result<IndexSummary> {
     if shards.is_empty() {
         return Err(Error::Dataset(format!(
@@ -498,6 +520,10 @@ fn build_into_tmp(
 /// Writes the `.tar.idx` of each of `scans` (`(shard, scan)`, paths relative to `root`, in
 /// `tar_file_id` order from 0) and their rows into a new database at `sqlite`, refusing a key
 /// found twice among them.
+///
+/// # Errors
+///
+/// `Error::DuplicateKey`, or the write's `Error::Io` or `Error::Sqlite`.
 pub fn write_scans(root: &Path, scans: &[(String, &ShardScan)], sqlite: &Path) -> Result<()> {
     let names: Vec<String> = scans.iter().map(|(name, _)| name.clone()).collect();
     let mut sink = SqliteSink::create(sqlite)?;

@@ -48,6 +48,10 @@ pub struct HeaderWalk {
 
 impl HeaderWalk {
     /// A walk of the tar `name` (for errors) of `len` bytes; `needed` says what to fetch first.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Shard` when the first bytes (none are fetched yet) already cannot be a tar.
     pub fn new(name: &str, len: u64) -> Result<Self> {
         let source = Fetched {
             len,

@@ -88,6 +88,11 @@ fn err(format: Format, what: impl std::fmt::Display) -> Error {
 }
 
 /// Reads the header, lets `plan` check it and choose a [`Request`], then decodes.
+///
+/// # Errors
+///
+/// An `Error::Image` when the bytes are empty, not a known format or cannot be decoded, when
+/// the image has more than `max_pixels` pixels, or the error `plan` returns.
 pub fn decode(
     data: &[u8],
     max_pixels: u64,

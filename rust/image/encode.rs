@@ -5,6 +5,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::error::{Error, ImageKind, Result};
 
 /// Encodes `rgb` (`width`×`height`, packed RGB8) as "jpg"/"jpeg", "png" or "webp".
+///
+/// # Errors
+///
+/// An `Error::Image` when `rgb` is not `width`×`height` RGB, `quality` is outside 1..=100,
+/// `format` is unknown, or the encoder fails.
 pub fn encode(rgb: &[u8], width: u32, height: u32, format: &str, quality: u8) -> Result<Vec<u8>> {
     let e = |what: String| {
         Error::image(

@@ -40,6 +40,10 @@ pub struct Geometry {
 
 impl Mode {
     /// Parses a mode name with its parameters; `buckets` of None means the default set.
+    ///
+    /// # Errors
+    ///
+    /// An `Error::Image` of kind `BadOption` for an unknown name or a size the mode cannot use.
     pub fn from_name(
         name: &str,
         size: u32,
@@ -107,6 +111,14 @@ pub fn default_buckets(size: u32) -> Vec<(u32, u32)> {
 }
 
 /// The geometry of `mode` for an oriented image of `w`×`h` pixels.
+///
+/// # Errors
+///
+/// An `Error::Image` when the image has no pixels or is too small for the mode.
+///
+/// # Panics
+///
+/// For a `Mode::Bucket` without buckets, which [`Mode::from_name`] never makes.
 pub fn geometry(w: u32, h: u32, mode: &Mode) -> Result<Geometry> {
     if w == 0 || h == 0 {
         return Err(Error::image(

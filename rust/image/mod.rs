@@ -46,6 +46,14 @@ impl Options {
 
     /// Refuses a mode whose output alone would exceed [`Options::output_limit`], so a huge size
     /// is one clear error before any work instead of a failed allocation per image.
+    ///
+    /// # Errors
+    ///
+    /// An `Error::Image` of kind `BadOption` when the output would exceed the limit.
+    ///
+    /// # Panics
+    ///
+    /// For a `Mode::Bucket` without buckets, which [`Mode::from_name`] never makes.
     pub fn check(&self) -> Result<()> {
         let side = |s: u32| u64::from(s) * u64::from(s);
         let (what, pixels) = match &self.mode {
@@ -74,6 +82,10 @@ impl Options {
 }
 
 /// A zeroed buffer of `len` bytes for `what`, or an error (never an abort) when memory is short.
+///
+/// # Errors
+///
+/// An `Error::Image` of kind `TooLarge` when the allocation fails.
 pub fn zeroed(len: usize, what: &str) -> Result<Vec<u8>> {
     let mut buffer = Vec::new();
     buffer.try_reserve_exact(len).map_err(|_| {
@@ -112,6 +124,14 @@ pub fn decode_denom(bw: f64, bh: f64, tw: u32, th: u32) -> u32 {
 }
 
 /// Decodes, orients, and resamples one image.
+///
+/// # Errors
+///
+/// An `Error::Image` that says why the image cannot be decoded, fitted or resampled.
+#[expect(
+    clippy::missing_panics_doc,
+    reason = "its one expect is decode's contract: pixels come only after the plan ran"
+)]
 pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
     let mut plan_out = None;
     let plan = |h: &Header| -> Result<decode::Request> {
@@ -174,6 +194,10 @@ pub fn preprocess_one(data: &[u8], options: &Options) -> Result<Processed> {
 }
 
 /// [`preprocess_one`] that turns a panic anywhere below into an error value.
+///
+/// # Errors
+///
+/// As [`preprocess_one`], and one of kind `Internal` for a panic.
 pub fn preprocess_guarded(data: &[u8], options: &Options) -> Result<Processed> {
     match catch_unwind(AssertUnwindSafe(|| preprocess_one(data, options))) {
         Ok(r) => r,
@@ -185,6 +209,10 @@ pub fn preprocess_guarded(data: &[u8], options: &Options) -> Result<Processed> {
 }
 
 /// A rayon pool with `workers` threads, built once per distinct count.
+///
+/// # Errors
+///
+/// An `Error::Image` of kind `Internal` when the threads cannot be started.
 pub fn pool(workers: usize) -> Result<Arc<rayon::ThreadPool>> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let workers = workers.max(1);
@@ -227,6 +255,10 @@ impl Input<'_> {
 }
 
 /// Preprocesses a batch in parallel on `workers` threads, one result per input, in order.
+///
+/// # Errors
+///
+/// The error of [`Options::check`] or [`pool`]; each input's own failure is its item's `Err`.
 pub fn preprocess_batch(
     inputs: &[Input<'_>],
     options: &Options,

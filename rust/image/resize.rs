@@ -22,6 +22,11 @@ pub enum Filter {
 }
 
 impl Filter {
+    /// The filter of a name Python passes (`lanczos` is `lanczos3`).
+    ///
+    /// # Errors
+    ///
+    /// An `Error::Image` of kind `BadOption` for an unknown name.
     pub fn from_name(name: &str) -> Result<Filter> {
         Ok(match name {
             "nearest" => Filter::Nearest,
@@ -73,6 +78,10 @@ thread_local! {
 }
 
 /// Resamples `source` of the packed RGB image `rgb` (`width`×`height`) to `tw`×`th`.
+///
+/// # Errors
+///
+/// An `Error::Image` when the buffers do not match the sizes or the output cannot be allocated.
 pub fn resize(
     rgb: &[u8],
     width: u32,

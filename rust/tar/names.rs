@@ -42,6 +42,10 @@ pub fn escapes(name: &str) -> bool {
 }
 
 /// Checks a key we are about to write (docs/FORMAT.md §2).
+///
+/// # Errors
+///
+/// `Error::InvalidName` with the reason the key is refused.
 pub fn check_key(key: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::InvalidName(format!(
@@ -64,6 +68,10 @@ pub fn check_key(key: &str) -> Result<()> {
 }
 
 /// Checks a part name we are about to write (docs/FORMAT.md §2).
+///
+/// # Errors
+///
+/// `Error::InvalidName` with the reason the part name is refused.
 pub fn check_part(key: &str, part: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::InvalidName(format!(

@@ -33,8 +33,11 @@ pub struct Entry {
 pub trait Source {
     /// The tar's size in bytes.
     fn size(&self) -> u64;
-    /// Fills `buf` with the bytes at `offset` (within `size`), or fails with
-    /// `Error::NotFetched` when they are not at hand yet.
+    /// Fills `buf` with the bytes at `offset` (within `size`).
+    ///
+    /// # Errors
+    ///
+    /// `Error::NotFetched` when the bytes are not at hand yet, or the source's own read error.
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
 }
 
@@ -47,6 +50,11 @@ pub struct FileSource {
 }
 
 impl FileSource {
+    /// The file at `path`, read from its start.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Io` when the file cannot be opened or its size read.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(io(path))?;
         let len = file.metadata().map_err(io(path))?.len();
@@ -91,6 +99,11 @@ pub struct TarReader<S = FileSource> {
 }
 
 impl TarReader {
+    /// A reader of the tar file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Io` when the file cannot be opened.
     pub fn open(path: &Path) -> Result<Self> {
         Ok(Self::new(path, FileSource::open(path)?))
     }
@@ -196,6 +209,11 @@ impl<S: Source> TarReader<S> {
     /// fails with `Error::NotFetched` for every byte from the member's first header on (past
     /// the end block, for the bytes after it not checked yet), and leaves the reader where it
     /// was, so the call can be repeated once they are fetched.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Shard` for bytes that are not a valid tar member, the source's `Error::Io`, and
+    /// `Error::NotFetched` as above.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         if self.end.is_some() {
             return Ok(None);
@@ -325,6 +343,10 @@ impl<S: Source> TarReader<S> {
     }
 
     /// Reads the data of the entry just returned by `next_entry`.
+    ///
+    /// # Errors
+    ///
+    /// The source's error when the bytes cannot be read (or are not fetched).
     pub fn read_data(&mut self, entry: &Entry) -> Result<Vec<u8>> {
         let mut data = vec![0u8; entry.size as usize];
         self.read_exact_at(entry.data_offset, &mut data)?;
@@ -361,6 +383,11 @@ pub struct SampleReader<S = FileSource> {
 }
 
 impl SampleReader {
+    /// A reader of the shard at `path`; `with_data` reads each part's bytes too.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Io` when the file cannot be opened.
     pub fn open(path: &Path, with_data: bool) -> Result<Self> {
         Ok(Self::new(TarReader::open(path)?, with_data))
     }
@@ -390,6 +417,10 @@ impl<S: Source> SampleReader<S> {
 
     /// The next member that belongs to a sample: (key, part, header offset). Repeatable after
     /// `Error::NotFetched`, as `TarReader::next_entry`.
+    ///
+    /// # Errors
+    ///
+    /// As [`TarReader::next_entry`], and `Error::Shard` for a member name that escapes the shard.
     pub fn next_part(&mut self) -> Result<Option<(String, Part, u64)>> {
         while let Some(entry) = self.tar.next_entry()? {
             if !entry.regular {
@@ -427,6 +458,11 @@ impl<S: Source> SampleReader<S> {
         Ok(None)
     }
 
+    /// The next sample: the run of parts that share a key, or `None` after the last.
+    ///
+    /// # Errors
+    ///
+    /// As [`SampleReader::next_part`].
     pub fn next_sample(&mut self) -> Result<Option<Sample>> {
         let first = match self.pending.take() {
             Some(p) => p,

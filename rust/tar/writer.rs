@@ -28,6 +28,10 @@ pub fn shard_file_name(prefix: &str, number: u64) -> String {
 /// Removes the partial shards a killed run left in `dir`'s tmp folder; returns how many.
 ///
 /// Only for a folder no writer is using: a live writer's open shard would go too.
+///
+/// # Errors
+///
+/// `Error::Io` when the tmp folder cannot be listed or a partial shard cannot be removed.
 pub fn remove_partial_shards(dir: &Path) -> Result<u64> {
     let tmp = dir.join(TMP_DIR);
     let entries = match fs::read_dir(&tmp) {
@@ -78,6 +82,11 @@ const ZEROS: [u8; 1024] = [0; 1024];
 
 impl ShardWriter {
     /// Shards are named `{prefix}{n:06}.tar`, starting at `first_shard`.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Config` for a zero `shard_size`, `Error::InvalidName` for a prefix with '/', and
+    /// `Error::Io` when the tmp folder cannot be made.
     pub fn new(dir: &Path, shard_size: u64, prefix: &str, first_shard: u64) -> Result<Self> {
         if shard_size == 0 {
             return Err(Error::Config("shard_size must be at least 1, not 0".into()));
@@ -102,6 +111,11 @@ impl ShardWriter {
     }
 
     /// Appends one sample; `parts` are written in the order given.
+    ///
+    /// # Errors
+    ///
+    /// `Error::InvalidName` for a bad, repeated or part-less sample, `Error::Dataset` when the
+    /// next shard exists, and `Error::Io` when writing fails.
     pub fn write<B: AsRef<[u8]>>(&mut self, key: &str, parts: &[(&str, B)]) -> Result<()> {
         names::check_key(key)?;
         if parts.is_empty() {
@@ -122,10 +136,13 @@ impl ShardWriter {
                 "sample key {key:?} was already written; keys must be unique across the dataset"
             )));
         }
-        if self.current.is_none() {
-            self.open_next()?;
-        }
-        let shard = self.current.as_mut().expect("a shard is open");
+        let shard = match &mut self.current {
+            Some(shard) => shard,
+            None => {
+                let opened = self.open_next()?;
+                self.current.insert(opened)
+            }
+        };
         let path = &shard.tmp_path;
         for (part, data) in parts {
             let name = format!("{key}.{part}");
@@ -139,7 +156,7 @@ impl ShardWriter {
         Ok(())
     }
 
-    fn open_next(&mut self) -> Result<()> {
+    fn open_next(&mut self) -> Result<OpenShard> {
         let name = shard_file_name(&self.prefix, self.next_shard);
         self.next_shard += 1;
         let final_path = self.dir.join(&name);
@@ -155,13 +172,12 @@ impl ShardWriter {
             .join(TMP_DIR)
             .join(format!("{name}{PARTIAL_SUFFIX}"));
         let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
-        self.current = Some(OpenShard {
+        Ok(OpenShard {
             name,
             tmp_path,
             out: BufWriter::with_capacity(1 << 20, file),
             count: 0,
-        });
-        Ok(())
+        })
     }
 
     fn finish_current(&mut self) -> Result<()> {
@@ -199,6 +215,10 @@ impl ShardWriter {
     }
 
     /// Completes the open shard and returns every shard written, with its sample count.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Io` when a shard cannot be written, synced or renamed into place.
     pub fn close(&mut self) -> Result<Vec<(String, u64)>> {
         self.finish_current()?;
         while !self.syncing.is_empty() {

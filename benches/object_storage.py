@@ -180,7 +180,7 @@ def bench_finalize(store, photos: Path, work: Path, per_shard: int) -> None:
     """`shardcook raw --no-finalize` of the photos into the bucket, then on three copies of
     those objects: `shardcook finalize` (which uses the index rows the run recorded), the same
     with the rows removed (what finalize does on tars another tool wrote), `energon prepare`."""
-    from shardcook.dataset.shardrows import ROWS_DIR
+    from shardcook.dataset.index.shardrows import ROWS_DIR
 
     timed([sys.executable, "-m", "shardcook", "raw", "--input-dir", str(photos),
            "--output-dir", store.url("run"), "--shard-size", str(per_shard), "--no-finalize",

@@ -35,7 +35,7 @@ from pathlib import Path
 from PIL import Image
 from shardcook import ShardWriter, finalize
 from shardcook.dataset import metadata
-from shardcook.dataset.splits import collapse
+from shardcook.dataset.index.splits import collapse
 from shardcook.layouts.names import INDEX_SQLITE, META_DIR
 
 PER_SHARD = 1000

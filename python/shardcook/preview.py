@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
-from shardcook.dataset.jsonl import PART, jsonl_file
+from shardcook.dataset.jsonl.file import PART, jsonl_file
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError

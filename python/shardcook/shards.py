@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from shardcook import _native
-from shardcook.dataset.braces import BRACE_CHARS
+from shardcook.braces import BRACE_CHARS
 from shardcook.errors import ConfigError, InvalidNameError, ShardError
 from shardcook.files import file_kind
 from shardcook.paths import check_local_path

@@ -1,7 +1,7 @@
 """The engine reads where a worker stands and hands it down, and the jobs take what it hands
-them: only `workers.py` reads the launcher's local variables, no job computes its place or its
-share of the units again, and no caller outside `output/` asks which output folder it has. Read
-from the package's code with `ast`."""
+them: only `runtime/workers.py` reads the launcher's local variables, no job computes its place
+or its share of the units again, and no caller outside `output/` asks which output folder it
+has. Read from the package's code with `ast`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_only_workers_reads_the_local_variables_of_a_launch():
     names = {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_LOCALID"}
     found = sorted({module for module, tree in _trees() for node in ast.walk(tree)
                     if isinstance(node, ast.Constant) and node.value in names})
-    assert found == ["workers.py"]
+    assert found == ["runtime/workers.py"]
 
 
 def test_jobs_take_the_place_and_units_the_engine_hands_them():

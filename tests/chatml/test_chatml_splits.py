@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 from shardcook import ShardWriter, finalize
-from shardcook.dataset.splits import collapse, split_by_patterns
+from shardcook.dataset.index.splits import collapse, split_by_patterns
 from shardcook.errors import ConfigError
 
 from tests.helpers.chatml import turns, write_images, write_jsonl

@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 from shardcook import ConfigError, ShardWriter, finalize, validate
-from shardcook.dataset.braces import MAX_EXPANSIONS, expand_braces
+from shardcook.braces import MAX_EXPANSIONS, expand_braces
 from shardcook.layouts import LAYOUTS
 
 from tests.helpers.chatml import small_chatml_run

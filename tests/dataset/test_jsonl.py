@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from megatron.energon.epathlib import EPath
 from megatron.energon.flavors.jsonl.jsonl_prepare import JsonlPreparator
 from PIL import Image
-from shardcook.dataset.jsonlindex import record_offsets
+from shardcook.dataset.jsonl.offsets import record_offsets
 from shardcook.errors import DatasetError
 
 from tests.helpers.dataset import cli, one_error_line

@@ -1,4 +1,4 @@
-"""The index rows a bucket run records per shard (`dataset/shardrows.py`): they are the native
+"""The index rows a bucket run records per shard (`dataset/index/shardrows.py`): they are the native
 indexer's, name the object they describe, and are used only while it is unchanged."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sqlite3
 import struct
 
 from shardcook import ShardWriter, _native
-from shardcook.dataset import shardrows
+from shardcook.dataset.index import shardrows
 
 from tests.helpers.dataset import raw_parts
 

@@ -38,7 +38,7 @@ def test_torchrun_two_ranks_match_one_process(tmp_path):
 def test_plan_units_and_rank_assignment():
     from shardcook.pipeline.ledger import Split, units_for
     from shardcook.pipeline.plan import plan_units, sample_key
-    from shardcook.workers import Place
+    from shardcook.runtime.workers import Place
 
     units = plan_units(10, 4)
     assert [(u.unit, u.start, u.stop, u.name) for u in units] == [

@@ -14,7 +14,7 @@ import pytest
 from shardcook.errors import ConfigError
 from shardcook.pipeline.ledger import Split, ranges, units_for
 from shardcook.pipeline.plan import plan_units
-from shardcook.workers import Place, where
+from shardcook.runtime.workers import Place, where
 
 ARRAY = {"SLURM_ARRAY_JOB_ID": "90", "SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_COUNT": "4",
          "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_MAX": "8"}

@@ -256,7 +256,7 @@ def test_a_worker_takes_its_share_of_the_cores_from_the_place_the_engine_hands_i
     encode's threads come from that place, not from the environment read again."""
     from shardcook.config import resolve
     from shardcook.jobs.encode.job import EncodeJob
-    from shardcook.workers import Place
+    from shardcook.runtime.workers import Place
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # what the place says wins

@@ -17,7 +17,7 @@ import pytest
 import torch
 from shardcook.config import resolve
 from shardcook.config.sections import ModelConfig
-from shardcook.dataset.samplecheck import check_bridge_flux, check_wan
+from shardcook.dataset.check.samples import check_bridge_flux, check_wan
 from shardcook.encoders.models import (
     FLUX,
     LATENTS_MEAN_STD,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 import pytest
-from shardcook import waits
 from shardcook.pipeline.bytesqueue import BytesQueue
+from shardcook.runtime import waits
 
 LATE_S = 5.0
 

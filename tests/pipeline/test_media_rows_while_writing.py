@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shardcook.dataset import mediascan
+from shardcook.dataset.media import scan as mediascan
 
 from tests.helpers.chatml import write_images, write_jsonl
 from tests.helpers.chatml_media import write_audio, write_clip

@@ -9,7 +9,7 @@ import itertools
 import pytest
 import yaml
 from shardcook import validate
-from shardcook.dataset.splits import fit_shard_size, inputs_by_split, split_by_ratio
+from shardcook.dataset.index.splits import fit_shard_size, inputs_by_split, split_by_ratio
 
 from tests.helpers.raw import energon_parts, make_folder, manifest, run_cli, shard_hashes
 

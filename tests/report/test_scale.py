@@ -9,7 +9,7 @@ import re
 import sqlite3
 
 import pytest
-from shardcook.dataset import checks
+from shardcook.dataset.check import scans as checks
 from shardcook.htmlreport import make_report
 
 from tests.helpers.dataset import write_dataset

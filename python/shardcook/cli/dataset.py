@@ -33,9 +33,9 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     """Write Energon's metadata (index, splits, dataset.yaml) for a folder of shards, then
     validate it."""
     from shardcook.dataset import finalize as run
-    from shardcook.dataset.jsonl import jsonl_file
+    from shardcook.dataset.index.splits import parse_split_parts
+    from shardcook.dataset.jsonl.file import jsonl_file
     from shardcook.dataset.sampletype import parse_field_map
-    from shardcook.dataset.splits import parse_split_parts
 
     split_parts, field_map = options.pop("split_parts"), options.pop("field_map")
     if options.pop("shuffle_tars"):
@@ -182,7 +182,7 @@ def prepare_media(directory: Annotated[Path, typer.Argument(
     audio in its index.sqlite, or make a plain folder of media files a filesystem dataset, as
     energon prepare-media does."""
     from shardcook.dataset.arguments import media_filter
-    from shardcook.dataset.preparemedia import prepare_media as run
+    from shardcook.dataset.media.prepare import prepare_media as run
 
     try:
         chosen = media_filter(options["media_metadata_by_glob"],

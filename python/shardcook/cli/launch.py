@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import typer
 
 from shardcook.errors import ConfigError
-from shardcook.workers import where
+from shardcook.runtime.workers import where
 
 #: The commands that run under torchrun (with their Primus names).
 PIPELINE_COMMANDS = frozenset({"raw", "encode", "chatml", "ingest", "diffusion-raw",

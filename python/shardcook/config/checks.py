@@ -19,7 +19,7 @@ from shardcook.config.sections import (
     SourceConfig,
     VideoConfig,
 )
-from shardcook.dataset.splits import parse_ratio
+from shardcook.dataset.index.splits import parse_ratio
 from shardcook.errors import ConfigError
 from shardcook.fields import PLACE, check_fields
 from shardcook.layouts import LAYOUTS, EncodeSpec, Layout

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.media.meta import MediaFilter
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.errors import ConfigError
 from shardcook.fields import LOCAL, PLACE, URL, Place, bounded, matching, one_of, option, setting
@@ -191,7 +191,7 @@ class OutputConfig(Section):
            "(scratch space: about this many shards plus the one being written).", OUTPUT,
         rules=[AT_LEAST_1])
     #: Energon's media metadata of the parts written, recorded per shard as each is written
-    #: (`dataset/mediarecords.py`), for finalize's index.sqlite (at most one of the three).
+    #: (`dataset/media/records.py`), for finalize's index.sqlite (at most one of the three).
     media_metadata_by_extension: bool = option(
         False, "Record the media metadata (size, format, duration) of the image, video and "
                "audio parts as they are written, for finalize's index.sqlite, taking them by "

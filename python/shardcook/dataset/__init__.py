@@ -2,11 +2,11 @@
 dataset (`finalize`), prove it whole (`validate`) and describe it (`info`). Its metadata files are
 read and written only by `metadata`; the rules of each layout come from `shardcook.layouts`."""
 
+from shardcook.dataset.check.validate import ValidationReport, validate
+from shardcook.dataset.check.verdict import validate_energon_dataset
 from shardcook.dataset.finalize import FinalizeResult, finalize
-from shardcook.dataset.index import IndexResult, build_index, list_shards
+from shardcook.dataset.index.build import IndexResult, build_index, list_shards
 from shardcook.dataset.summary import DatasetSummary, info
-from shardcook.dataset.validate import ValidationReport, validate
-from shardcook.dataset.verdict import validate_energon_dataset
 
 __all__ = [
     "DatasetSummary",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.media.meta import MediaFilter
 from shardcook.fields import RULES, Rule, bounded, check_rules, option, setting, typed
 from shardcook.layouts import encodings
 from shardcook.layouts.names import DATASET_YAML, INFO_YAML, SPLIT_YAML

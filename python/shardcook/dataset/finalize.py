@@ -12,15 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import jsonl, mediarecords, mediatables, metadata, trust
+from shardcook.dataset import metadata
 from shardcook.dataset.arguments import check_arguments, check_finalize_arguments, media_filter
-from shardcook.dataset.index import IndexPlan, IndexResult, plan_index, write_index
+from shardcook.dataset.check import trust
+from shardcook.dataset.check.validate import ValidationReport, validate_view
+from shardcook.dataset.index.build import IndexPlan, IndexResult, plan_index, write_index
+from shardcook.dataset.jsonl import file as jsonl
 from shardcook.dataset.location import dataset_view
-from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.media import records as mediarecords
+from shardcook.dataset.media import tables as mediatables
+from shardcook.dataset.media.meta import MediaFilter
 from shardcook.dataset.sampletype import CLASS_KEYS, check_typed, class_keys
 from shardcook.dataset.summary import jsonl_summary
 from shardcook.dataset.undo import finish_interrupted, undone_on_failure
-from shardcook.dataset.validate import ValidationReport, validate_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout, registry_function

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from shardcook import safeyaml
-from shardcook.dataset.braces import expand_braces
+from shardcook.braces import expand_braces
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.files import remove_temporaries, write_atomic
 from shardcook.layouts import LAYOUTS, Layout, by_encoding

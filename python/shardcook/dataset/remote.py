@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
-from shardcook import _native, waits
-from shardcook.dataset import shardrows, tarindex
+from shardcook import _native
+from shardcook.dataset.index import shardrows, tarindex
 from shardcook.dataset.tarreads import (
     PROBE_PIECE,
     STREAM_PIECE,
@@ -50,6 +50,7 @@ from shardcook.dataset.tarreads import (
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
+from shardcook.runtime import waits
 from shardcook.storage import (
     Listed,
     Remote,

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import jsonl, legacy, metadata
+from shardcook.dataset import metadata
+from shardcook.dataset.check import legacy
+from shardcook.dataset.check.npyparts import describe_npy
+from shardcook.dataset.check.tensorinfo import pickled_summary, tensor_info
+from shardcook.dataset.jsonl import file as jsonl
 from shardcook.dataset.location import dataset_view
-from shardcook.dataset.npyparts import describe_npy
-from shardcook.dataset.tensorinfo import pickled_summary, tensor_info
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from shardcook import _native
-from shardcook.dataset import checks, shardrows
+from shardcook.dataset.check import scans as checks
+from shardcook.dataset.index import shardrows
 
 __all__ = ["DatasetView"]
 

@@ -9,7 +9,7 @@ Example:
     >>> batch = {k: v.cuda(non_blocking=True) for k, v in batch.items()}  # its tensors
 """
 
-from shardcook.dataset.verdict import validate_energon_dataset
+from shardcook.dataset.check.verdict import validate_energon_dataset
 from shardcook.energon.blend import BlendEntry, parse_blend_entry, write_blend
 from shardcook.energon.cookers import (
     cook_bridge_crude,

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import safeyaml
-from shardcook.dataset import metadata, trust
-from shardcook.dataset.jsonl import JsonlFile, jsonl_file
+from shardcook.dataset import metadata
+from shardcook.dataset.check import trust
+from shardcook.dataset.jsonl.file import JsonlFile, jsonl_file
 from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR

@@ -396,7 +396,7 @@ class _PickledTensorsUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         from collections import OrderedDict
 
-        from shardcook.dataset.tensorinfo import REBUILD_TENSOR, STORAGE_FROM_BYTES
+        from shardcook.dataset.check.tensorinfo import REBUILD_TENSOR, STORAGE_FROM_BYTES
 
         if (module, name) == REBUILD_TENSOR:
             return torch._utils._rebuild_tensor_v2

@@ -67,7 +67,7 @@ def _check_readable(path: str | Path) -> None:
         ConfigError: `path` is no path, a URL no client opens, or a JSONL dataset.
         DatasetError: `path` is local and does not exist.
     """
-    from shardcook.dataset import jsonl
+    from shardcook.dataset.jsonl import file as jsonl
     from shardcook.errors import ConfigError, DatasetError
     from shardcook.storage.location import locate
 

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook.dataset import jsonl, metadata
+from shardcook.dataset import metadata
 from shardcook.dataset.arguments import DEFAULT_REPORT_SAMPLES, ReportOptions
+from shardcook.dataset.check.validate import validate_view
+from shardcook.dataset.jsonl import file as jsonl
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import read_metadata, summarize
-from shardcook.dataset.validate import validate_view
 from shardcook.dataset.view import DatasetView
 from shardcook.encoders.models import MODELS
 from shardcook.errors import ConfigError, DatasetError

@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from shardcook.dataset.checks import sqlite_problems
-from shardcook.dataset.tarindex import light_problems
+from shardcook.dataset.check.scans import sqlite_problems
+from shardcook.dataset.index.tarindex import light_problems
 from shardcook.dataset.view import DatasetView
 
 

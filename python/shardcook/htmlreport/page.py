@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from shardcook.dataset.check.validate import ValidationReport
 from shardcook.dataset.summary import DatasetSummary
-from shardcook.dataset.validate import ValidationReport
 from shardcook.htmlreport.plots import channel_plot, histogram
 from shardcook.htmlreport.stats import LatentCheck, Tally
 from shardcook.layouts import Layout

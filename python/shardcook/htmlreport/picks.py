@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from shardcook.dataset.tarindex import idx_offsets
+from shardcook.dataset.index.tarindex import idx_offsets
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ShardcookError
 

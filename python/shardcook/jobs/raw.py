@@ -26,8 +26,8 @@ from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+from shardcook.runtime.workers import Place
 from shardcook.sources.base import Item, Source
-from shardcook.workers import Place
 
 
 class RawProcessor(Processor[bytes]):

@@ -22,8 +22,8 @@ BRIDGE_FLUX = Layout(
         cooker="shardcook.energon.cookers:cook_bridge_flux",
         reads_unmarked=True,
         task_encoder="shardcook.energon:BridgeFluxTaskEncoder",
-        checker="shardcook.dataset.samplecheck:check_bridge_flux",
-        agreement="shardcook.dataset.samplecheck:bridge_flux_agreement",
+        checker="shardcook.dataset.check.samples:check_bridge_flux",
+        agreement="shardcook.dataset.check.samples:bridge_flux_agreement",
         preview="shardcook.preview:bridge_flux_picture",
     ),
     encode=EncodeSpec(

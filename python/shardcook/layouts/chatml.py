@@ -166,6 +166,6 @@ CHATML = Layout(
     sample_type=SAMPLE_TYPE,
     subflavored=False,
     reading=Reading(cooker=None, task_encoder=None,  # Bridge's ChatMLWebdataset reads it
-                    checker="shardcook.dataset.samplecheck:check_chatml"),
+                    checker="shardcook.dataset.check.samples:check_chatml"),
     field_map_from="shardcook.layouts.chatml:field_map_of",
 )

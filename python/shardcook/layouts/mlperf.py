@@ -35,9 +35,9 @@ MLPERF = Layout(
         cooker="shardcook.energon.mlperf:cook_preencoded_numpy_diffusion",
         task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
         task_encoder_options=("resample_latents",),
-        checker="shardcook.dataset.npyparts:check_mlperf",
-        split_checker="shardcook.dataset.npyparts:check_mlperf_split",
-        timesteps="shardcook.dataset.npyparts:timestep_histogram",
+        checker="shardcook.dataset.check.npyparts:check_mlperf",
+        split_checker="shardcook.dataset.check.npyparts:check_mlperf_split",
+        timesteps="shardcook.dataset.check.npyparts:timestep_histogram",
         preview="shardcook.preview:mlperf_picture",
     ),
     encode=EncodeSpec(

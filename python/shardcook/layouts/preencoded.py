@@ -22,8 +22,8 @@ PREENCODED = Layout(
         task_encoder="shardcook.energon:EncodedDiffusionTaskEncoder",
         task_encoder_options=("resample_latents",),
         posterior_parts=POSTERIOR_PARTS,
-        checker="shardcook.dataset.samplecheck:check_preencoded",
-        agreement="shardcook.dataset.samplecheck:preencoded_agreement",
+        checker="shardcook.dataset.check.samples:check_preencoded",
+        agreement="shardcook.dataset.check.samples:preencoded_agreement",
         preview="shardcook.preview:preencoded_picture",
     ),
     encode=EncodeSpec(

@@ -17,8 +17,8 @@ WAN = Layout(
     encoding="wan",
     parts=(LATENT_PART, EMBEDDING_PART, META_PART),
     required=(LATENT_PART, EMBEDDING_PART, META_PART),
-    reading=Reading(checker="shardcook.dataset.samplecheck:check_wan",
-                    agreement="shardcook.dataset.samplecheck:wan_agreement",
+    reading=Reading(checker="shardcook.dataset.check.samples:check_wan",
+                    agreement="shardcook.dataset.check.samples:wan_agreement",
                     preview="shardcook.preview:wan_picture"),
     encode=EncodeSpec(
         part_builder="shardcook.jobs.encode.wan_parts:encoded_wan_parts",

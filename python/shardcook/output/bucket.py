@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from shardcook import _native
-from shardcook.dataset import mediarecords, shardrows
+from shardcook.dataset.index import shardrows
+from shardcook.dataset.media import records as mediarecords
 from shardcook.dataset.metadata import parse_manifest
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import (
@@ -262,9 +263,9 @@ class BucketRunFolder:
     def finish_unit(self, unit: int, record: dict[str, Any],
                     media: mediarecords.UnitMedia | None = None) -> None:
         """Indexes the unit's staged shard, and hands shard and index to the uploader; once
-        both are in the bucket, the shard's index rows and its media record, when `media` holds
-        one (named by the object's ETag: see `dataset/shardrows.py`), and then the unit's marker
-        are written. Waits while the upload queue is full.
+        both are in the bucket, the shard's index rows and its media record, when `media`
+        holds one (named by the object's ETag: see `dataset/index/shardrows.py`), and then the
+        unit's marker are written. Waits while the upload queue is full.
 
         Raises:
             ShardcookIOError: an earlier upload failed for good.

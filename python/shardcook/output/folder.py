@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardcook.config.sections import OutputConfig
-from shardcook.dataset.mediarecords import UnitMedia
+from shardcook.dataset.media.records import UnitMedia
 from shardcook.output.bucket import BucketRunFolder
 from shardcook.output.local import RunFolder
 from shardcook.output.lock import Holder

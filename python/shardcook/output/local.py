@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from shardcook import _native
-from shardcook.dataset import mediarecords, metadata, shardrows, undo
+from shardcook.dataset import metadata, undo
+from shardcook.dataset.index import shardrows
+from shardcook.dataset.media import records as mediarecords
 from shardcook.errors import ConfigError
 from shardcook.layouts.names import (
     MANIFEST_JSON,

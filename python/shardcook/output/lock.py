@@ -40,9 +40,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shardcook import waits
-from shardcook.envvars import env_seconds
 from shardcook.errors import ConfigError, DatasetError
+from shardcook.runtime import waits
+from shardcook.runtime.envvars import env_seconds
 from shardcook.storage import Remote
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
-from shardcook import waits
 from shardcook.errors import ShardcookError, ShardcookIOError
+from shardcook.runtime import waits
 from shardcook.storage import Remote, describe_error
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import threading
 from collections import deque
 from typing import Generic, TypeVar
 
-from shardcook import waits
+from shardcook.runtime import waits
 
 T = TypeVar("T")
 

@@ -34,8 +34,8 @@ from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import WorkUnit, plan_units
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Processor, RunStats, run_units
+from shardcook.runtime.workers import Place, where
 from shardcook.sources.base import Source
-from shardcook.workers import Place, where
 
 if TYPE_CHECKING:
     from shardcook.dataset.view import DatasetView
@@ -146,7 +146,7 @@ def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
     leaves a split with a non-zero ratio no shard, the inputs are split as one input per shard
     would split them, in shards as large as that allows (`splits.fit_shard_size`): the size is
     set in `cfg`, so the manifest records the size used, and a resume picks it again."""
-    from shardcook.dataset.splits import empty_splits, fit_shard_size, train_need
+    from shardcook.dataset.index.splits import empty_splits, fit_shard_size, train_need
 
     o = cfg.output
     given = shard_size_given(cfg)
@@ -170,7 +170,7 @@ def ratio_units(cfg: RunConfig, source: Source) -> list[WorkUnit]:
 
 def fit_line(num_inputs: int, asked: int, used: int, split: list[float]) -> str:
     """What `ratio_units` chose instead of the default --shard-size, and why, in one line."""
-    from shardcook.dataset.splits import SPLIT_NAMES, empty_splits, inputs_by_split
+    from shardcook.dataset.index.splits import SPLIT_NAMES, empty_splits, inputs_by_split
 
     empty = empty_splits(num_inputs, asked, split)
     shares = [f"{n:,} {name}" for name, n in
@@ -298,7 +298,7 @@ def _run(cfg: RunConfig, job: Job, place: Place) -> JsonObject | None:
     t_start = time.perf_counter()
     if place.launcher == "array" or (place.count > 1 and not place.collective):
         return _run_alone(cfg, job, place, t_start)
-    from shardcook import distributed
+    from shardcook.runtime import distributed
 
     dist = distributed.init(place.index, place.count, job.backend)
     folder: OutputFolder | None = None

@@ -37,7 +37,7 @@ from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.output.lock import Holder
 from shardcook.output.records import record_json
 from shardcook.pipeline.plan import WorkUnit
-from shardcook.workers import Place
+from shardcook.runtime.workers import Place
 
 LEDGER = f"{OURS_DIR}/{LEDGER_JSON}"
 #: What a run's finalize writes that the loader and validate need (finalize.json before

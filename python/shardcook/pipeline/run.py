@@ -24,15 +24,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from shardcook import waits
 from shardcook._native import ShardWriter
-from shardcook.dataset.mediameta import MediaFilter
-from shardcook.dataset.mediarecords import UnitMedia
+from shardcook.dataset.media.meta import MediaFilter
+from shardcook.dataset.media.records import UnitMedia
 from shardcook.errors import SkipReason
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.bytesqueue import BytesQueue
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
+from shardcook.runtime import waits
 from shardcook.sources.base import Item, Source
 
 #: What a job's processor loads and prepares for one input (its `Processor.load`, then its

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardcook._native import count_samples, read_shard
-from shardcook.dataset.braces import expand_braces
-from shardcook.dataset.tarindex import block_offsets, idx_offsets
+from shardcook.braces import expand_braces
+from shardcook.dataset.index.tarindex import block_offsets, idx_offsets
 from shardcook.errors import ConfigError, DatasetError, ShardcookError, SkipReason
 from shardcook.sources.base import (
     Item,

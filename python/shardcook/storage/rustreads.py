@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from shardcook import waits
+from shardcook.runtime import waits
 
 __all__ = ["RustReads"]
 

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from contextlib import AbstractContextManager, nullcontext
 
 from shardcook.config import ChatmlConfig, RunConfig
-from shardcook.dataset.mediameta import MediaFilter
+from shardcook.dataset.media.meta import MediaFilter
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.jobs.chatml.media import ChatmlProcessor
@@ -20,9 +20,9 @@ from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.driver import JobBasics
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
+from shardcook.runtime.workers import Place
 from shardcook.sources.base import Source
 from shardcook.sources.chat import SPLITS, ChatmlSource
-from shardcook.workers import Place
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from dataclasses import replace
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
-from shardcook import waits
 from shardcook.config import RunConfig
 from shardcook.dataset.view import DatasetView
 from shardcook.encoders.transfer import HostCopy
@@ -42,8 +41,9 @@ from shardcook.pipeline.driver import JobBasics, finalize_by_ratio, ratio_units
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+from shardcook.runtime import waits
+from shardcook.runtime.workers import Place
 from shardcook.sources.base import Item, Source
-from shardcook.workers import Place
 
 if TYPE_CHECKING:
     import torch

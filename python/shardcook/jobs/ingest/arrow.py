@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcook.dataset.npyparts import STORED_DTYPE, npy_header
+from shardcook.dataset.check.npyparts import STORED_DTYPE, npy_header
 from shardcook.errors import ErrorKind, ShardcookError
 from shardcook.layouts.mlperf import (
     ARROW_COLUMNS,

@@ -41,9 +41,9 @@ from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
 from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
+from shardcook.runtime.workers import Place
 from shardcook.sources.base import Item
 from shardcook.storage.urls import redact
-from shardcook.workers import Place
 
 log = logging.getLogger(__name__)
 

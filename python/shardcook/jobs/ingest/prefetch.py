@@ -13,12 +13,12 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from shardcook import waits
 from shardcook.config.ingest import IngestConfig
 from shardcook.files import process_running
 from shardcook.jobs.ingest.download import DownloadError, download, safe_name
 from shardcook.jobs.ingest.plan import Input
 from shardcook.output.lock import machine_id
+from shardcook.runtime import waits
 
 #: Downloaded Arrow files wait in `SCRATCH/downloads/SPLIT/` until converted (written under a
 #: temporary name there until whole and verified).

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 
-from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.dataset.index.sqlitedb import open_read_only
 
 __all__ = ["TABLES", "entry_count", "kept", "write"]
 

@@ -109,7 +109,7 @@ def where() -> Place:
     Raises:
         ConfigError: a half-set or contradictory environment, in one sentence.
     """
-    from shardcook.distributed import env_int
+    from shardcook.runtime.distributed import env_int
 
     place = _launch()
     local = place.local_rank
@@ -129,7 +129,7 @@ def _launch() -> Place:
     """The place the launcher's own variables give (a local rank only from `SLURM_LOCALID`:
     `where` applies torchrun's local variables, which other launches may be given too)."""
     if any(n in os.environ for n in _TORCHRUN):
-        from shardcook.distributed import env_rank_world
+        from shardcook.runtime.distributed import env_rank_world
 
         rank, world = env_rank_world()
         return Place("torchrun", rank, world, collective=world > 1)

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.dataset.index.sqlitedb import open_read_only
 from shardcook.errors import DuplicateKeyError
 from shardcook.layouts.names import OURS_DIR
 

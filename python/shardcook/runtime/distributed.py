@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from shardcook.envvars import env_seconds
 from shardcook.errors import ConfigError
+from shardcook.runtime.envvars import env_seconds
 
 if TYPE_CHECKING:
     from torch.distributed import Store  # type: ignore[attr-defined]

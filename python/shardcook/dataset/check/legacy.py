@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from shardcook.dataset import metadata
-from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.dataset.index.sqlitedb import open_read_only
 from shardcook.layouts.names import INDEX_SQLITE, INDEX_UUID, INFO_JSON, INFO_YAML, META_DIR
 
 #: The table index.sqlite has had from Energon 6 on, and the one Energon 7.0 added.

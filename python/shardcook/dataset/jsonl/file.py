@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardcook.dataset.jsonlindex import INDEX_DTYPE, record_offsets
+from shardcook.dataset.jsonl.offsets import INDEX_DTYPE, record_offsets
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import JSONL_INDEX_SUFFIX, JSONL_SUFFIX
 from shardcook.storage.local import LocalStore

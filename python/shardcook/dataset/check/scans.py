@@ -18,8 +18,8 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
-from shardcook.dataset.samplecheck import Checker, SplitAgreement, check_sample
-from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.dataset.check.samples import Checker, SplitAgreement, check_sample
+from shardcook.dataset.index.sqlitedb import open_read_only
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.base import registry_function

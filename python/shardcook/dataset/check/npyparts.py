@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shardcook.dataset.tensorinfo import TensorInfo
+from shardcook.dataset.check.tensorinfo import TensorInfo
 from shardcook.layouts.mlperf import (
     JSON_PART,
     LOGVAR_PART,

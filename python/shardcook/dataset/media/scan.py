@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardcook.dataset.mediameta import MediaFilter, media_row
+from shardcook.dataset.media.meta import MediaFilter, media_row
 from shardcook.errors import DatasetError
 from shardcook.files import file_kind
 from shardcook.layouts.names import META_DIR

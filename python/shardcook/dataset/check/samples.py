@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.dataset.tensorinfo import (
+from shardcook.dataset.check.tensorinfo import (
     TensorInfo,
     is_torch_save_part,
     tensor_info,
@@ -294,7 +294,7 @@ def _pickled(parts: Mapping[str, bytes], part: str) -> tuple[object, list[str]]:
     """What pickle part `part` holds (tensors as `TensorInfo`, nothing run), or the problem."""
     import pickle
 
-    from shardcook.dataset.tensorinfo import pickled_tensors_info
+    from shardcook.dataset.check.tensorinfo import pickled_tensors_info
 
     try:
         return pickled_tensors_info(parts[part]), []

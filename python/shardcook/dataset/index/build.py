@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from shardcook.dataset import duplicates, mediarecords, mediatables, metadata
+from shardcook.braces import BRACE_CHARS
+from shardcook.dataset import metadata
 from shardcook.dataset.arguments import check_index_arguments
-from shardcook.dataset.braces import BRACE_CHARS
-from shardcook.dataset.location import dataset_view
-from shardcook.dataset.mediameta import MediaFilter
-from shardcook.dataset.splits import (
+from shardcook.dataset.index import duplicates
+from shardcook.dataset.index.splits import (
     Splits,
     check_parts,
     collapse,
@@ -32,6 +31,10 @@ from shardcook.dataset.splits import (
     split_by_patterns,
     split_by_ratio,
 )
+from shardcook.dataset.location import dataset_view
+from shardcook.dataset.media import records as mediarecords
+from shardcook.dataset.media import tables as mediatables
+from shardcook.dataset.media.meta import MediaFilter
 from shardcook.dataset.undo import finish_interrupted, undone_on_failure
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError

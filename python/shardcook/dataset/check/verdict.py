@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from shardcook.dataset.validate import validate
+from shardcook.dataset.check.validate import validate
 
 __all__ = ["validate_energon_dataset"]
 

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.dataset import mediascan, metadata, shardrows
-from shardcook.dataset.mediameta import MediaFilter
-from shardcook.dataset.mediascan import MediaRow
-from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.dataset import metadata
+from shardcook.dataset.index import shardrows
+from shardcook.dataset.index.sqlitedb import open_read_only
+from shardcook.dataset.media import scan as mediascan
+from shardcook.dataset.media.meta import MediaFilter
+from shardcook.dataset.media.scan import MediaRow
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import OURS_DIR
 

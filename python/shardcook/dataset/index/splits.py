@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shardcook.dataset.braces import expand_braces
+from shardcook.braces import expand_braces
 from shardcook.errors import ConfigError
 
 log = logging.getLogger(__name__)

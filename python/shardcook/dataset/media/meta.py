@@ -25,7 +25,7 @@ from fnmatch import fnmatch
 from pathlib import PurePosixPath
 from typing import IO, Any
 
-from shardcook.dataset.avmeta import av_metadata
+from shardcook.dataset.media.avmeta import av_metadata
 from shardcook.errors import ConfigError
 
 __all__ = ["AV", "IMAGE", "MediaFilter", "media_row"]

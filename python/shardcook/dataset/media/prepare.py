@@ -20,10 +20,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardcook.dataset import mediatables, metadata
-from shardcook.dataset.mediameta import GLOB, MediaFilter
-from shardcook.dataset.mediascan import MediaRow, Tally, folder_files, folder_rows, shard_rows
-from shardcook.dataset.sqlitedb import open_read_only
+from shardcook.dataset import metadata
+from shardcook.dataset.index.sqlitedb import open_read_only
+from shardcook.dataset.media import tables as mediatables
+from shardcook.dataset.media.meta import GLOB, MediaFilter
+from shardcook.dataset.media.scan import MediaRow, Tally, folder_files, folder_rows, shard_rows
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
 from shardcook.storage.location import locate

@@ -12,21 +12,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardcook.dataset import checks, jsonl, legacy, metadata, trust, undo
-from shardcook.dataset.index import (
-    compile_excludes,
-    list_shards,
-    lost_shards,
-    shard_name_problem,
-)
-from shardcook.dataset.location import dataset_view
-from shardcook.dataset.samplecheck import (
+from shardcook.dataset import metadata, undo
+from shardcook.dataset.check import legacy, trust
+from shardcook.dataset.check import scans as checks
+from shardcook.dataset.check.samples import (
     Checker,
     SplitAgreement,
     load_agreement,
     load_checker,
     load_split_checker,
 )
+from shardcook.dataset.index.build import (
+    compile_excludes,
+    list_shards,
+    lost_shards,
+    shard_name_problem,
+)
+from shardcook.dataset.jsonl import file as jsonl
+from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import (
     NO_SAMPLE_TABLES,
     DatasetSummary,

@@ -17,12 +17,10 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.storage import Store
-from shardcook.storage.local import LocalStore
 from shardcook.storage.location import Location, locate
 from shardcook.storage.store import normalized
 
@@ -132,12 +130,9 @@ def read_ahead(fn: Callable[[S], T], inputs: Iterable[S], threads: int) -> Itera
 
 
 def open_folder(value: str | os.PathLike[str] | Location | Folder, what: str) -> Folder:
-    """The folder `value` names (see `storage.locate`): a URL's over its `storage.Remote`
-    (ConfigError in one sentence when the store cannot be opened), anything else's over a
-    `storage.LocalStore`; a Folder is returned as it is."""
+    """The folder `value` names (see `storage.locate`; ConfigError in one sentence when its
+    store cannot be opened), over its store named from anywhere (`Store.absolute`); a Folder
+    is returned as it is."""
     if isinstance(value, Folder):
         return value
-    location = locate(value, what)
-    if location.remote is not None:
-        return Folder(location.remote)
-    return Folder(LocalStore(Path(os.path.abspath(location.path))))
+    return Folder(locate(value, what).store.absolute())

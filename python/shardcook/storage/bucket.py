@@ -19,6 +19,7 @@ from typing import Any
 
 from shardcook.errors import ConfigError
 from shardcook.storage.messages import access_problem, describe_error, profile_problem
+from shardcook.storage.msc import provider_of
 from shardcook.storage.rustreads import RustReads
 from shardcook.storage.store import Listed, normalized
 from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
@@ -202,23 +203,18 @@ class Remote:
         """Writes the object only when `name` does not exist yet: a conditional PUT
         (`If-None-Match: *`), which the store refuses when the name is taken, so of several
         callers at once exactly one gets True. MSC's client has no such call, so it is made on
-        the client's storage provider; where there is none (a client with a metadata provider,
-        a store that refuses the condition), see `_create_by_reading_back`."""
-        from multistorageclient.types import PreconditionFailedError
-
+        the client's storage provider (`msc.provider_of`); where there is none (a client with a
+        metadata provider, a store that refuses the condition), see
+        `_create_by_reading_back`."""
         client, path = self._resolve(name)
         body = data.encode() if isinstance(data, str) else data
-        single = getattr(client, "_delegate", None)
-        provider = getattr(single, "_storage_provider", None)
-        if provider is None or getattr(single, "_metadata_provider", None) is not None:
+        provider = provider_of(client)
+        if provider is None:
             return self._create_by_reading_back(name, body)
         try:
-            provider.put_object(path, body, if_none_match="*")
-        except PreconditionFailedError:
-            return False
+            return provider.put_if_absent(path, body)
         except NotImplementedError:
             return self._create_by_reading_back(name, body)
-        return True
 
     def _create_by_reading_back(self, name: str, body: bytes) -> bool:
         """`create` on a store without conditional writes: `body` is written when the name is
@@ -275,6 +271,12 @@ class Remote:
         probe = f"{folder}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.write_bytes(probe, b"")
         self.delete(probe)
+
+    def keep_mode(self, name: str, like: str) -> None:
+        """Nothing: objects have no permissions of their own."""
+
+    def absolute(self) -> Remote:
+        return self
 
     def upload(self, local_path: str | os.PathLike[str], name: str) -> None:
         """Uploads a local file as object `name`; it appears only once complete."""

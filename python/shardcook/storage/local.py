@@ -6,6 +6,7 @@ folder's `store.Store`, and its own `store.Contents` (the file system answers ea
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -173,3 +174,10 @@ class LocalStore:
         probe = f"{folder}/.probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.write_bytes(probe, b"")
         self.delete(probe)
+
+    def keep_mode(self, name: str, like: str) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(self.root / name, stat.S_IMODE(os.stat(self.root / like).st_mode) | 0o600)
+
+    def absolute(self) -> LocalStore:
+        return LocalStore(Path(os.path.abspath(self.root)))

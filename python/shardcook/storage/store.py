@@ -156,3 +156,14 @@ class Store(Protocol):
         """Writes and deletes an empty object in subfolder `folder`: proof that the folder
         takes writes and deletes, before any work."""
         ...
+
+    def keep_mode(self, name: str, like: str) -> None:
+        """Gives object `name` the permissions of `like` where files have them (locally: as
+        Energon leaves the files it writes), readable and writable by their owner; a courtesy
+        that never fails. Nothing in a bucket."""
+        ...
+
+    def absolute(self) -> Store:
+        """The same folder, named from anywhere: locally by its absolute path (the working
+        folder may change while it is read), a bucket's as it is."""
+        ...

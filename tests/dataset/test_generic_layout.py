@@ -157,3 +157,17 @@ def test_finalize_without_validation_does_not_import_energon(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_bare_npy_part_is_read_as_an_array_by_a_deep_validate(tmp_path):
+    # webdataset names a member `key.npy`'s part plain `npy`: its array is read, not refused
+    array = io.BytesIO()
+    np.save(array, np.arange(12, dtype=np.float32).reshape(3, 4))
+    root = foreign_tars(tmp_path / "ds", extra={"npy": array.getvalue()})
+    r = cli("finalize", root, "--encoding", "generic", "--no-validate")
+    assert r.code == 0, r.stdout + r.stderr
+    report = validate(root, deep=True)
+    assert report.ok, report
+    broken = foreign_tars(tmp_path / "broken", extra={"npy": b"not an array"})
+    assert cli("finalize", broken, "--encoding", "generic", "--no-validate").code == 0
+    assert not validate(broken, deep=True).ok

@@ -119,10 +119,11 @@ def is_torch_save_part(part: str) -> bool:
 
 
 def tensor_info(data: bytes, part: str) -> TensorInfo | None:
-    """The shape and dtype of a `.pth` (torch.save zip format) or `.npy` part; None when the
-    bytes hold something else (which is not an error here: parts may be anything)."""
+    """The shape and dtype of a `pth` (torch.save zip format) or `npy` part, named so alone or
+    as a suffix (`latents.npy`); None when the bytes hold something else (which is not an error
+    here: parts may be anything)."""
     try:
-        if part.endswith(".npy"):
+        if _named(part, ("npy",)):
             import numpy as np
 
             arr = np.load(io.BytesIO(data), allow_pickle=False, mmap_mode=None)

@@ -275,7 +275,7 @@ def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: b
     With `rust_client`, finalize's profile turns on MSC's Rust client (energon prepare keeps
     boto3: under that profile it fails on s3s-fs, not finding the index.sqlite it wrote)."""
     from tests.helpers.s3server import add_profile
-    from tests.helpers.slowproxy import SlowProxy
+    from tests.helpers.tcpproxy import TcpProxy
 
     (work / "scratch").mkdir(parents=True, exist_ok=True)
     size = 0
@@ -285,7 +285,7 @@ def bench_foreign(store, work: Path, shards: int, per_shard: int, rust_client: b
         store.put(f"foreign/shard-{shard:06d}.tar", data)
     for copy in ("foreign-counted", "foreign-energon", "foreign-energon-counted"):
         copy_objects(store, "foreign", copy, skip=".nv-meta")
-    proxy = SlowProxy(store.server.port, bytes_per_second=1 << 40)
+    proxy = TcpProxy(store.server.port)
     direct = f"msc://{store.profile}"
     counted = add_profile(store, "counted" + store.profile, endpoint_url=proxy.endpoint)
     ours, ours_counted = direct, counted

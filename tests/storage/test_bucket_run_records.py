@@ -5,60 +5,25 @@ name may be works end to end (finalize's local view is named otherwise)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.raw import make_folder, run_cli
 from tests.helpers.s3server import add_profile
+from tests.helpers.tcpproxy import TcpProxy
 
 PREFIX = "data/set"
 
 
-class MarkerReadsCut:
-    """Forwards 127.0.0.1 to the S3 server; once `cut` is set, a connection that asks for a
-    unit marker (`GET .../.shardcook/progress/...`) is closed before the server sees it: a store
-    that still lists but no longer answers those reads. The client is not touched."""
-
-    def __init__(self, upstream: int) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._upstream = upstream
-        self.cut = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def stop(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self._upstream))
-            for src, dst, up in ((client, server, True), (server, client, False)):
-                threading.Thread(target=self._pump, args=(src, dst, up), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
-        try:
-            while data := src.recv(1 << 16):
-                line = data.split(b"\r\n", 1)[0]
-                if (up and self.cut.is_set() and line.startswith(b"GET ")
-                        and b"/.shardcook/progress/" in line):
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
+def _marker_read(cut: threading.Event) -> Callable[[bytes], bool]:
+    """Once `cut` is set, a request for a unit marker (`GET .../.shardcook/progress/...`): a
+    store that still lists but no longer answers those reads."""
+    return lambda line: (cut.is_set() and line.startswith(b"GET ")
+                         and b"/.shardcook/progress/" in line)
 
 
 def _raw_args(src: Path, out: str, *extra: str) -> list[str]:
@@ -77,7 +42,8 @@ def test_a_store_that_stops_answering_reads_is_named_not_missing_work(src, s3_st
     same command each say, in one sentence (exit 2), that the store cannot be reached; neither
     counts the units as missing (status said "7 of 7 units are missing", the run redid them
     and said "7 work unit(s) are not finished")."""
-    proxy = MarkerReadsCut(s3_server.port)
+    cut = threading.Event()
+    proxy = TcpProxy(s3_server.port, drop=_marker_read(cut))
     try:
         url = add_profile(s3_store, "cut" + s3_store.profile, endpoint_url=proxy.endpoint)
         url = f"{url}/{PREFIX}"
@@ -86,7 +52,7 @@ def test_a_store_that_stops_answering_reads_is_named_not_missing_work(src, s3_st
         run_cli(*args, env_extra=env)
         shards = {k: s3_store.get(k) for k in s3_store.keys(f"{PREFIX}/") if k.endswith(".tar")}
         assert len(shards) == 7
-        proxy.cut.set()
+        cut.set()
         for r in (run_cli("status", url, env_extra=env, check=False),
                   run_cli(*args, env_extra=env, check=False)):
             assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr

@@ -236,10 +236,10 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
     """Uploads through a slow link: with --upload-queue 1 at most one shard waits while the
     next is written; with a longer queue the same run stages more (so the bound is what holds
     the first run back)."""
-    from tests.helpers.slowproxy import SlowProxy
+    from tests.helpers.tcpproxy import TcpProxy
 
     src, _ = local_raw
-    proxy = SlowProxy(s3_server.port, bytes_per_second=50_000)
+    proxy = TcpProxy(s3_server.port, bytes_per_second=50_000)
     try:  # a second profile on the same bucket, through the proxy
         slow = add_profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         staged = {}
@@ -268,10 +268,10 @@ def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
         local_raw, s3_store, s3_server, tmp_path):
     from shardcook.output.uploader import TRIES
 
-    from tests.helpers.slowproxy import SlowProxy
+    from tests.helpers.tcpproxy import TcpProxy
 
     src, ref = local_raw
-    proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
+    proxy = TcpProxy(s3_server.port, bytes_per_second=100_000)
     try:
         slow = add_profile(s3_store, "gone" + s3_store.profile, endpoint_url=proxy.endpoint)
         proc = subprocess.Popen(
@@ -336,10 +336,10 @@ def test_a_two_node_run_killed_mid_way_is_completed_from_another_machine(
     recorded; one process elsewhere (its own scratch folder, none of theirs) completes the run:
     the same objects as an uninterrupted run."""
     from tests.helpers.s3server import free_port
-    from tests.helpers.slowproxy import SlowProxy
+    from tests.helpers.tcpproxy import TcpProxy
 
     src, ref = local_raw
-    proxy = SlowProxy(s3_server.port, bytes_per_second=100_000)
+    proxy = TcpProxy(s3_server.port, bytes_per_second=100_000)
     try:
         slow = add_profile(s3_store, "slow" + s3_store.profile, endpoint_url=proxy.endpoint)
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",

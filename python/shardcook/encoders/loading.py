@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +192,21 @@ def _failed(src: EncoderSource, e: Exception, token: str | None) -> ConfigError:
         f"Could not download the {src.name} encoder from the hub repo {src.source!r} ({first}). "
         "If the model is gated, accept its licence on huggingface.co and give a token in one of "
         f"three ways: {TOKEN_WAYS[0]}; {TOKEN_WAYS[1]}; or {TOKEN_WAYS[2]}.")
+
+
+def loaded(src: EncoderSource, token: str | None, load: Callable[[], Any]) -> Any:
+    """`load()`'s model, a failure turned into one sentence naming the encoder."""
+    try:
+        return load()
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
+        raise _failed(src, e, token) from None
+
+
+def ready(model: torch.nn.Module, device: str) -> None:
+    """`model` on `device`, in eval mode, without gradients."""
+    model.to(device).eval().requires_grad_(False)
 
 
 def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str, Any]:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
-    _failed,
     _kwargs,
     _where,
+    loaded,
+    ready,
     run_facts,
     vae_config,
 )
@@ -59,7 +60,7 @@ def prompt_clean(text: str) -> str:
 
 @dataclass(frozen=True)
 class Normalisation:
-    """A Wan VAE's per-channel latent statistics, from its config."""
+    """A VAE's per-channel latent statistics, from its config (Wan's, Qwen-Image's)."""
 
     latents_mean: tuple[float, ...]
     latents_std: tuple[float, ...]
@@ -68,14 +69,16 @@ class Normalisation:
         return {"latents_mean": list(self.latents_mean), "latents_std": list(self.latents_std)}
 
 
-def normalisation(config: Mapping[str, Any]) -> Normalisation:
-    """The VAE config's `latents_mean` / `latents_std`; ConfigError when it lacks them."""
+def normalisation(config: Mapping[str, Any], model: str = "Wan") -> Normalisation:
+    """The VAE config's `latents_mean` / `latents_std`; ConfigError naming the `model` whose VAE
+    lacks them (Qwen-Image's VAE keeps them the same way)."""
     mean, std = config.get("latents_mean"), config.get("latents_std")
     z_dim = config.get("z_dim")
     if not isinstance(mean, list) or not isinstance(std, list) or not mean or (
             len(mean) != len(std) or (z_dim is not None and len(mean) != z_dim)):
-        raise ConfigError("The Wan VAE's config.json must hold latents_mean and latents_std, one "
-                          "value per latent channel; this VAE cannot normalise its latents.")
+        raise ConfigError(f"The {model} VAE's config.json must hold latents_mean and "
+                          "latents_std, one value per latent channel; this VAE cannot normalise "
+                          "its latents.")
     return Normalisation(tuple(float(v) for v in mean), tuple(float(v) for v in std))
 
 
@@ -95,29 +98,15 @@ def resolve_sources(model_path: str | None, revision: str | None = None
     return out
 
 
-def _loaded(src: EncoderSource, token: str | None, load: Any) -> Any:
-    """`load()`'s model, a failure turned into one sentence naming the encoder."""
-    try:
-        return load()
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
-        raise _failed(src, e, token) from None
-
-
-def _ready(model: torch.nn.Module, device: str) -> None:
-    model.to(device).eval().requires_grad_(False)
-
-
 def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
              ) -> AutoencoderKLWan:
     """The Wan VAE in eval mode on `device`."""
     # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
     from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
 
-    vae: AutoencoderKLWan = _loaded(src, token, lambda: AutoencoderKLWan.from_pretrained(
+    vae: AutoencoderKLWan = loaded(src, token, lambda: AutoencoderKLWan.from_pretrained(
         src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    _ready(vae, device)
+    ready(vae, device)
     return vae
 
 
@@ -126,12 +115,12 @@ def load_umt5(src: EncoderSource, token: str | None, dtype: torch.dtype, device:
     """UMT5 in eval mode on `device`, and its tokenizer."""
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    umt5 = _loaded(src, token, lambda: UMT5EncoderModel.from_pretrained(
+    umt5 = loaded(src, token, lambda: UMT5EncoderModel.from_pretrained(
         src.source, dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    tok = _loaded(src, token, lambda: AutoTokenizer.from_pretrained(
+    tok = loaded(src, token, lambda: AutoTokenizer.from_pretrained(
         src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
     assert isinstance(umt5, UMT5EncoderModel)  # the class loads itself
-    _ready(umt5, device)
+    ready(umt5, device)
     return umt5, tok
 
 

@@ -44,6 +44,17 @@ def tiny_wan(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_flux2(tmp_path_factory) -> Path:
+    """Tiny random-weight FLUX.2 models in a pipeline folder (tests/helpers/tiny_flux2.py)."""
+    from tests.helpers.tiny_flux2 import build_tiny_flux2
+
+    root = tmp_path_factory.getbasetemp() / "tiny_flux2"
+    if not (root / "DEMO_WEIGHTS.txt").is_file():
+        build_tiny_flux2(root)
+    return root
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """One S3-compatible server over HTTP on 127.0.0.1 for the whole session."""
     from tests.helpers.s3server import S3Server

@@ -22,10 +22,15 @@ if TYPE_CHECKING:
     import torch
 
 #: The normalisation conventions (a manifest's `normalisation.kind`): one scale and shift for
-#: every channel, `(z - shift) * scale` (FLUX), or a mean and standard deviation per channel
-#: from the VAE's config, `(z - latents_mean) / latents_std` (Wan).
+#: every channel, `(z - shift) * scale` (FLUX), a mean and standard deviation per channel
+#: from the VAE's config, `(z - latents_mean) / latents_std` (Wan), or the latent patchified 2x2
+#: and normalised per channel by the VAE's batch-norm running statistics from its weights,
+#: `(patchify(z) - bn_mean) / bn_std` (FLUX.2).
 SCALING_SHIFT: Final = "scaling_shift"
 LATENTS_MEAN_STD: Final = "latents_mean_std"
+PATCH_BATCH_NORM: Final = "patch_batch_norm"
+#: The conventions that normalise each channel to mean 0 and standard deviation 1.
+PER_CHANNEL: Final = (LATENTS_MEAN_STD, PATCH_BATCH_NORM)
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,14 @@ class Latents:
     """A family's stored latents, as `validate` and `report` check them.
 
     Attributes:
-        convention: `SCALING_SHIFT` or `LATENTS_MEAN_STD`: how its latents are normalised, and
-            the `kind` of the normalisation record its manifests hold.
+        convention: `SCALING_SHIFT`, `LATENTS_MEAN_STD` or `PATCH_BATCH_NORM`: how its latents
+            are normalised, and the `kind` of the normalisation record its manifests hold.
         rank: The dimensions of one latent: 3 for [C, h, w], 4 for [C, T', h, w].
         usual_factors: (scaling, shift) that a `SCALING_SHIFT` dataset recording no factors
             is taken to use (FLUX.1's), marked approximate; None: nothing to assume.
     """
 
-    convention: Literal["scaling_shift", "latents_mean_std"]
+    convention: Literal["scaling_shift", "latents_mean_std", "patch_batch_norm"]
     rank: int
     usual_factors: tuple[float, float] | None = None
 
@@ -144,7 +149,8 @@ class ModelFamily:
             (sources, normalisation read from the VAE config, precision, latent mode); `model`
             is the run's `config.ModelConfig`.
         normalisation: `module:function(vae_config)` giving the normalisation record of its
-            `latents.convention` (`kind` and its values) read from a VAE config.
+            `latents.convention` (`kind` and its values) read from a VAE config (FLUX.2's: with
+            the batch-norm statistics its weights hold).
         default_model: What `--model-path` is when not given (a hub id).
         version: What trainers record as the model's version (Bridge's `model_version`).
         sizes: The size rules (`Sizes`).
@@ -200,6 +206,17 @@ WAN = ModelFamily(
                       "script does)"),
     latents=Latents(LATENTS_MEAN_STD, rank=4),
     decoder="shardcook.encoders.wan:WanDecoder")
+FLUX2 = ModelFamily(
+    name="flux2", input_kind="image",
+    encoders="shardcook.encoders.flux2:Flux2Encoders",
+    manifest="shardcook.encoders.flux2:flux2_manifest",
+    normalisation="shardcook.encoders.flux2:flux2_normalisation",
+    default_model="black-forest-labs/FLUX.2-dev", version="flux2",
+    sizes=Sizes(16, "the VAE downsamples by 8 and FLUX.2 patchifies 2x2 latents", downsample=16),
+    text=Text(outputs=("prompt_embeds",),
+              padding="FLUX.2's Mistral text encoder always pads captions to 512 tokens (as "
+                      "AutoModel's processor does)"),
+    latents=Latents(PATCH_BATCH_NORM, rank=3))
 
 #: Every model family, by registry name.
-MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, WAN)}
+MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN)}

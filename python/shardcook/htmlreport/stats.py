@@ -13,7 +13,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcook.encoders.models import LATENTS_MEAN_STD, SCALING_SHIFT, ModelFamily
+from shardcook.encoders.models import (
+    LATENTS_MEAN_STD,
+    PATCH_BATCH_NORM,
+    PER_CHANNEL,
+    SCALING_SHIFT,
+    ModelFamily,
+)
 from shardcook.htmlreport.pictures import SINGLE_IMAGE_PARTS, image_parts
 from shardcook.layouts.bridge_flux import LATENT_PART
 from shardcook.layouts.chatml import CONVERSATION_PART, MULTI_IMAGE_PART, TURNS_KEY
@@ -118,15 +124,16 @@ class Normalisation:
 
     @property
     def expected(self) -> tuple[float, float]:
-        """(mean, std) of every channel: normalised latents (`(z - shift) * scale`, or `(z -
-        latents_mean) / latents_std` per channel) have mean 0 and standard deviation 1; FLUX's
-        unscaled ones mean `shift` and standard deviation `1 / scale`."""
+        """(mean, std) of every channel: normalised latents (`(z - shift) * scale`, or per
+        channel `(z - latents_mean) / latents_std` or by the batch norm's statistics) have mean 0
+        and standard deviation 1; FLUX's unscaled ones mean `shift` and standard deviation
+        `1 / scale`."""
         return (0.0, 1.0) if self.scaled else (self.shift_factor, 1.0 / self.scaling_factor)
 
     @property
     def stored(self) -> str:
         """The stored latents in a word ("scaled latents have ...")."""
-        if self.kind == LATENTS_MEAN_STD:
+        if self.kind in PER_CHANNEL:
             return "normalised" if self.scaled else "unnormalised"
         return "scaled" if self.scaled else "unscaled"
 
@@ -135,6 +142,8 @@ class Normalisation:
         """What a wrong spread and a wrong mean point to."""
         if self.kind == LATENTS_MEAN_STD:
             return "the division by latents_std", "latents_mean"
+        if self.kind == PATCH_BATCH_NORM:
+            return "the division by the batch norm's standard deviation", "its running mean"
         return "the scaling factor", "the shift factor"
 
     def describe(self) -> str:
@@ -144,6 +153,11 @@ class Normalisation:
                    + (f"the {self.channels} means and standard deviations of the VAE's config "
                       "that manifest.json records" if not self.approximate else
                       "the VAE config's means and standard deviations"))
+        elif self.kind == PATCH_BATCH_NORM:
+            how = ("patchified 2x2 and normalised per channel, (z - bn_mean) / bn_std, with "
+                   + (f"the {self.channels} batch-norm statistics of the VAE that manifest.json "
+                      "records" if not self.approximate else
+                      "the VAE's batch-norm running statistics"))
         else:
             how = (("scaled: (z - shift) * scale" if self.scaled else "unscaled: the VAE's z")
                    + f", with scaling factor {self.scaling_factor:g} and shift "
@@ -169,11 +183,13 @@ def normalisation(family: ModelFamily, scaled: bool, manifest: dict[str, Any]
 
     record = manifest.get("normalisation")
     kind = record.get("kind") if isinstance(record, dict) else None
-    if kind == LATENTS_MEAN_STD and isinstance(record, dict):
-        means, stds = record.get("latents_mean"), record.get("latents_std")
+    if kind in PER_CHANNEL and isinstance(record, dict):
+        names = ("latents_mean", "latents_std") if kind == LATENTS_MEAN_STD else (
+            "bn_mean", "bn_std")
+        means, stds = record.get(names[0]), record.get(names[1])
         if isinstance(means, list) and isinstance(stds, list) and means and len(means) == len(
                 stds) and scaled:
-            return Normalisation(LATENTS_MEAN_STD, scaled, channels=len(means))
+            return Normalisation(str(kind), scaled, channels=len(means))
     if kind == SCALING_SHIFT and isinstance(record, dict):
         scale, shift = number(record.get("scaling_factor")), record.get("shift_factor")
         if scale is not None:
@@ -183,8 +199,8 @@ def normalisation(family: ModelFamily, scaled: bool, manifest: dict[str, Any]
     if scale is not None and convention == SCALING_SHIFT:
         return Normalisation(SCALING_SHIFT, scaled, scale,
                              number(manifest.get("shift_factor")) or 0.0)
-    if convention == LATENTS_MEAN_STD:
-        return Normalisation(LATENTS_MEAN_STD, scaled, approximate=True) if scaled else None
+    if convention in PER_CHANNEL:
+        return Normalisation(convention, scaled, approximate=True) if scaled else None
     if family.latents.usual_factors is None:
         return None
     usual_scale, usual_shift = family.latents.usual_factors

@@ -511,9 +511,9 @@ fn build_into_tmp(
             Ok(())
         })();
         drop(send);
-        let consumed = consumer.join().expect("index writer thread panicked");
+        let summary = consumer.join().expect("index writer thread panicked");
         produced?;
-        consumed
+        summary
     })
 }
 

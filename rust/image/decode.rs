@@ -6,7 +6,6 @@
 //! - PNG: the `png` crate. WebP: libwebp. GIF, BMP, TIFF: the `image` crate, first frame.
 
 use std::io::Cursor;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::orient::{self, Orientation};
 use crate::error::{Error, ImageKind, Result};
@@ -257,12 +256,12 @@ fn decode_png(
 }
 
 /// The payload of the first RIFF chunk named `fourcc` in a WebP file.
-fn webp_chunk<'a>(data: &'a [u8], fourcc: &[u8; 4]) -> Option<&'a [u8]> {
+fn webp_chunk(data: &[u8], fourcc: [u8; 4]) -> Option<&[u8]> {
     let mut i = 12usize;
     while let Some(head) = data.get(i..i + 8) {
         let len = u32::from_le_bytes(head[4..8].try_into().ok()?) as usize;
         let body = data.get(i + 8..(i + 8).checked_add(len)?)?;
-        if &head[..4] == fourcc {
+        if head[..4] == fourcc {
             return Some(body);
         }
         i = i + 8 + len + (len & 1);
@@ -293,7 +292,7 @@ fn decode_webp(
         format: Format::Webp,
         width: features.width as u32,
         height: features.height as u32,
-        orientation: webp_chunk(data, b"EXIF").map_or(Orientation::NORMAL, orient::from_exif),
+        orientation: webp_chunk(data, *b"EXIF").map_or(Orientation::NORMAL, orient::from_exif),
     };
     let request = plan(&header)?;
     if request.denom > 1 && features.has_alpha == 0 {
@@ -416,10 +415,11 @@ fn decode_other(
 }
 
 mod jpeg {
-    use super::*;
+    use super::{err, orient, Format, Header, Orientation, Pixels, Request, Result};
     use mozjpeg::{ColorSpace, Decompress};
     use mozjpeg_sys as ffi;
     use std::os::raw::c_int;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
 
     /// Reads the frame size and the EXIF orientation by walking the marker segments up to the
     /// first scan; bounded by the data, allocates nothing.
@@ -586,6 +586,10 @@ mod jpeg {
 mod tests {
     use super::*;
 
+    #[expect(
+        clippy::unnecessary_wraps,
+        reason = "a plan returns a Result: the real ones may refuse the header"
+    )]
     fn any(_: &Header) -> Result<Request> {
         Ok(Request {
             denom: 1,

@@ -218,7 +218,13 @@ mod tests {
     fn variable_never_upscales_and_floors_to_16() {
         let g = geometry(1000, 700, &Mode::Variable { max_size: 1024 }).unwrap();
         assert_eq!((g.width, g.height), (992, 688));
-        assert_eq!(g.source.width, 992.0);
+        let centred = SourceBox {
+            left: 4.0,
+            top: 6.0,
+            width: 992.0,
+            height: 688.0,
+        };
+        assert_eq!(g.source, centred);
         let g = geometry(3000, 2000, &Mode::Variable { max_size: 1024 }).unwrap();
         assert_eq!((g.width, g.height), (1024, 672));
         assert!(inside(&g, 3000, 2000));

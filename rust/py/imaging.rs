@@ -246,14 +246,21 @@ fn encode_image<'py>(
             format!("pixels must be H×W×3 uint8 (RGB), got shape {shape:?}"),
         ));
     }
-    let (h, w) = (shape[0] as u32, shape[1] as u32);
+    let side = |n: usize| {
+        u32::try_from(n).map_err(|_| {
+            bad_option(
+                py,
+                format!("pixels of shape {shape:?} are too large to encode"),
+            )
+        })
+    };
+    let (h, w) = (side(shape[0])?, side(shape[1])?);
     let owned;
-    let data: &[u8] = match pixels.as_slice() {
-        Ok(s) => s,
-        Err(_) => {
-            owned = pixels.as_array().iter().copied().collect::<Vec<u8>>();
-            &owned
-        }
+    let data: &[u8] = if let Ok(s) = pixels.as_slice() {
+        s
+    } else {
+        owned = pixels.as_array().iter().copied().collect::<Vec<u8>>();
+        &owned
     };
     let bytes = py
         .detach(|| image::encode(data, w, h, format, quality))

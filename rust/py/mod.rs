@@ -1,6 +1,10 @@
 //! The PyO3 layer: argument conversion and GIL release only. Errors become the Python classes
 //! of `shardcook.errors`, so Python code catches one hierarchy rooted at `ShardcookError`, and
 //! each carries the core's machine-readable `kind`.
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "PyO3 extracts a function's arguments as owned values (PathBuf, Vec, IntArg)"
+)]
 
 use pyo3::prelude::*;
 

@@ -1,8 +1,6 @@
 //! Reading and writing single 512-byte tar header blocks (ustar layout, as Python's `tarfile`
 //! reads them).
 
-use super::BLOCK;
-
 pub const REGULAR: u8 = b'0';
 pub const REGULAR_OLD: u8 = 0;
 pub const CONTIGUOUS: u8 = b'7';
@@ -115,16 +113,19 @@ fn put_octal(field: &mut [u8], value: u64) {
     field[digits] = 0;
 }
 
+/// The largest value the size field's 11 octal digits hold.
+const MAX_OCTAL_SIZE: u64 = (1 << 33) - 1;
+
 /// A deterministic ustar header: mode 0644, uid/gid 0, empty owner names, mtime 0.
 /// `name` must fit in 100 bytes; longer names get a PAX record first (see `pax_path`).
 pub fn build(name: &[u8], size: u64, typeflag: u8) -> [u8; 512] {
     debug_assert!(name.len() <= 100);
-    let mut h = [0u8; BLOCK as usize];
+    let mut h = [0u8; 512];
     h[..name.len()].copy_from_slice(name);
     put_octal(&mut h[100..108], 0o644);
     put_octal(&mut h[108..116], 0);
     put_octal(&mut h[116..124], 0);
-    if size < 0o77777777777 {
+    if size < MAX_OCTAL_SIZE {
         put_octal(&mut h[124..136], size);
     } else {
         // GNU base-256 for members of 8 GiB and more.

@@ -346,9 +346,16 @@ impl<S: Source> TarReader<S> {
     ///
     /// # Errors
     ///
-    /// The source's error when the bytes cannot be read (or are not fetched).
+    /// The source's error when the bytes cannot be read (or are not fetched), and
+    /// `Error::Shard` for a member larger than this machine's address space.
     pub fn read_data(&mut self, entry: &Entry) -> Result<Vec<u8>> {
-        let mut data = vec![0u8; entry.size as usize];
+        let Ok(size) = usize::try_from(entry.size) else {
+            return self.fail(
+                entry.offset,
+                format!("member of {} bytes does not fit in memory", entry.size),
+            );
+        };
+        let mut data = vec![0u8; size];
         self.read_exact_at(entry.data_offset, &mut data)?;
         Ok(data)
     }

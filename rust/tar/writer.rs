@@ -136,12 +136,11 @@ impl ShardWriter {
                 "sample key {key:?} was already written; keys must be unique across the dataset"
             )));
         }
-        let shard = match &mut self.current {
-            Some(shard) => shard,
-            None => {
-                let opened = self.open_next()?;
-                self.current.insert(opened)
-            }
+        let shard = if let Some(shard) = &mut self.current {
+            shard
+        } else {
+            let opened = self.open_next()?;
+            self.current.insert(opened)
         };
         let path = &shard.tmp_path;
         for (part, data) in parts {

@@ -15,13 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import (
-    EncoderSource,
-    _failed,
-    _kwargs,
-    _where,
-    run_facts,
-)
+from shardcook.encoders.loading import EncoderSource, _kwargs, _where, loaded, ready, run_facts
 from shardcook.encoders.models import FLUX2, PATCH_BATCH_NORM, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
@@ -76,23 +70,6 @@ def resolve_sources(model_path: str | None, revision: str | None = None
     return out
 
 
-def _loaded(src: EncoderSource, token: str | None, load: Any) -> Any:
-    """`load()`'s model, a failure turned into one sentence naming the encoder."""
-    from shardcook.encoders.loading import _quiet
-
-    try:
-        with _quiet():
-            return load()
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
-        raise _failed(src, e, token) from None
-
-
-def _ready(model: torch.nn.Module, device: str) -> None:
-    model.to(device).eval().requires_grad_(False)
-
-
 def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
              ) -> AutoencoderKLFlux2:
     """The FLUX.2 VAE in eval mode on `device`, its batch norm's statistics in `dtype` as the
@@ -100,9 +77,9 @@ def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: 
     # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
     from diffusers.models.autoencoders.autoencoder_kl_flux2 import AutoencoderKLFlux2
 
-    vae: AutoencoderKLFlux2 = _loaded(src, token, lambda: AutoencoderKLFlux2.from_pretrained(
+    vae: AutoencoderKLFlux2 = loaded(src, token, lambda: AutoencoderKLFlux2.from_pretrained(
         src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    _ready(vae, device)
+    ready(vae, device)
     return vae
 
 
@@ -113,12 +90,12 @@ def load_mistral(src: EncoderSource, token: str | None, dtype: torch.dtype, devi
     and chat template are the folder's)."""
     from transformers import AutoProcessor, Mistral3ForConditionalGeneration
 
-    mistral = _loaded(src, token, lambda: Mistral3ForConditionalGeneration.from_pretrained(
+    mistral = loaded(src, token, lambda: Mistral3ForConditionalGeneration.from_pretrained(
         src.source, dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    tok = _loaded(src, token, lambda: AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+    tok = loaded(src, token, lambda: AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
         src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
     assert isinstance(mistral, Mistral3ForConditionalGeneration)  # the class loads itself
-    _ready(mistral, device)
+    ready(mistral, device)
     return mistral, tok
 
 

@@ -548,6 +548,27 @@ def shardcook_encode(*options: object) -> list[str]:
             "--overwrite", "--quiet"]
 
 
+def flux_encoders_alone(args: argparse.Namespace, model: Path, flops: dict) -> list[dict]:
+    """FLUX's encoders alone: each variant at every size and batch, the baselines first (under
+    --deadline, the variants that would start past it are skipped)."""
+    rows = []
+    for variant in ("baseline", "channels_last", "channels_last+compile"):
+        for size in args.sizes:
+            for batch in args.batches:
+                row: dict = {"size": size, "batch": batch, "variant": variant,
+                             "images_per_s": overdue(args.deadline)}
+                if row["images_per_s"] is None:
+                    try:
+                        row.update(encoder_only(model, size, batch, args.device, args.precision,
+                                                variant, args.t5_len, flops.get(size)))
+                    except Exception as e:  # noqa: BLE001 - a failing variant is reported
+                        row["images_per_s"] = (f"failed: {type(e).__name__}: "
+                                               f"{str(e).splitlines()[0][:200]}")
+                rows.append(row)
+                print("encoder_only", json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], object]]]:
     """FLUX's phases, in order: build and photos, FLOPs per sample, the pipeline per size, the
     first batch of a fresh process, Bridge, encoders alone."""
@@ -585,25 +606,7 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
                                    args.t5_len, args.bridge_script)
 
     def alone(results: dict) -> list[dict]:
-        """Each variant at every size and batch, the baselines first (under --deadline, the
-        variants that would start past it are skipped)."""
-        rows = []
-        for variant in ("baseline", "channels_last", "channels_last+compile"):
-            for size in args.sizes:
-                for batch in args.batches:
-                    row: dict = {"size": size, "batch": batch, "variant": variant,
-                                 "images_per_s": overdue(args.deadline)}
-                    if row["images_per_s"] is None:
-                        try:
-                            row.update(encoder_only(state["model"], size, batch, args.device,
-                                                    args.precision, variant, args.t5_len,
-                                                    state["flops"].get(size)))
-                        except Exception as e:  # noqa: BLE001 - a failing variant is reported
-                            row["images_per_s"] = (f"failed: {type(e).__name__}: "
-                                                   f"{str(e).splitlines()[0][:200]}")
-                    rows.append(row)
-                    print("encoder_only", json.dumps(rows[-1]), flush=True)
-        return rows
+        return flux_encoders_alone(args, state["model"], state["flops"])
 
     phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built),
                                                           ("tflop_per_sample", counted)]

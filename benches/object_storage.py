@@ -62,6 +62,8 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -450,124 +452,167 @@ def bench_store_model(store, work: Path, shards: int, per_shard: dict[str, int],
     store over a network (`tests/helpers/storeproxy.py`), at each latency and sample size; each
     way of shardcook's (as it chooses, walking, streaming) and energon's, `runs` times in turn,
     with the floors of each point."""
-    from shardcook.dataset.tarreads import STREAMS_AT_ONCE
-
-    from tests.helpers.s3server import add_profile
-    from tests.helpers.storeproxy import StoreProxy
-
     (work / "scratch").mkdir(parents=True, exist_ok=True)
-    server_pid = store.server.process.pid
     client = store.server.client()
-    cores = os.cpu_count() or 1
     rows = []
     for size_name in sizes:
-        member, big, small = MODEL_SAMPLES[size_name]
-        samples = per_shard[size_name]
-        prefix = f"model-{size_name}"
-        total = 0
-        for shard in range(shards):
-            data = foreign_tar(shard, samples, member, big, small)
-            total += len(data)
-            store.put(f"{prefix}/shard-{shard:06d}.tar", data)
-        store.put("model-one/shard-000000.tar", foreign_tar(0, 1, member, big, small))
-        names = [f"shard-{shard:06d}.tar" for shard in range(shards)]
-        print(f"{size_name}: {shards} tars x {samples} samples of a ~{member / 1e3:,.0f} KB "
-              f".{big} and {', '.join('.' + e for e in small)}, {total / 2**20:,.0f} MiB",
-              flush=True)
-
-        def clean(prefix: str = prefix) -> None:
-            # what a finalize or prepare wrote: the next run starts from the tars alone
-            keys = [k for k in store.keys(f"{prefix}/") if not k.endswith(".tar")]
-            for at in range(0, len(keys), 1000):
-                client.delete_objects(Bucket=store.bucket, Delete={
-                    "Objects": [{"Key": k} for k in keys[at:at + 1000]]})
-
+        prefix, names, total = upload_model_tars(store, size_name, shards, per_shard[size_name])
         for ms in latencies:
-            latency = ms / 1e3
-            proxy = StoreProxy(store.server.port, latency=latency, connect=latency,
-                               bandwidth=MODEL_LINK)
-            try:
-                tag = f"{size_name}{ms}"
-                boto = add_profile(store, f"modelboto{tag}", endpoint_url=proxy.endpoint)
-                rust = add_profile(store, f"modelrust{tag}", endpoint_url=proxy.endpoint,
-                                   rust_client={"allow_http": True})
-                env = {**os.environ, **store.env}
-                per_get, per_byte = model_costs(f"{rust}/{prefix}", names, env, server_pid,
-                                                proxy)
-                clean()
-                results: dict[str, list[dict[str, float]]] = {}
-                finalize = [sys.executable, "-m", "shardcook", "finalize", "--encoding",
-                            "generic", "--scratch-dir", str(work / "scratch")]
-                fixed = measured([*finalize, f"{rust}/model-one"], env, server_pid, proxy)
-                clean("model-one")
-                for _ in range(runs):
-                    for label, way in MODEL_WAYS.items():
-                        results.setdefault(label, []).append(measured(
-                            [*finalize, f"{rust}/{prefix}"],
-                            {**env, "SHARDCOOK_TAR_READS": way}, server_pid, proxy))
-                        clean()
-                    for attempt in range(3):  # energon may fail a shard (the module says)
-                        try:
-                            results.setdefault("energon", []).append(measured(
-                                ["env", "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
-                                 sys.executable, "-m", "megatron.energon.cli.main", "prepare",
-                                 "--non-interactive", "--sample-type", "CrudeWebdataset",
-                                 "--split-ratio", "1,0,0", f"{boto}/{prefix}"],
-                                env, server_pid, proxy))
-                            break
-                        except SystemExit as e:
-                            print(f"  energon prepare failed, attempt {attempt + 1}: "
-                                  f"{str(e).strip().splitlines()[-1]}")
-                            clean()
-                    else:
-                        print("  energon prepare failed 3 times: this run has no figure of it")
-                        continue
-                    counts = json.loads(store.get(f"{prefix}/.nv-meta/.info.json"))
-                    short = {n: c for n, c in counts["shard_counts"].items() if c != samples}
-                    if short:
-                        print(f"  energon prepare indexed shards short: {short}")
-                    clean()
-            finally:
-                proxy.stop()
-            walk = results["walk"][len(results["walk"]) // 2]
-            stream = results["stream"][len(results["stream"]) // 2]
-            # the walk's floor at full concurrency: every tar at once
-            floor_walk = floors(walk, shards, latency, shards, per_get, per_byte)
-            floor_stream = floors(stream, shards, latency, STREAMS_AT_ONCE, per_get, per_byte)
-            best = min(max(floor_walk.values()), max(floor_stream.values()))
-            ours = sorted(r["wall"] for r in results["shardcook"])[runs // 2]
-            theirs_all = sorted(r["wall"] for r in results.get("energon", []))
-            theirs = theirs_all[len(theirs_all) // 2] if theirs_all else float("nan")
-            chosen = [line for line in results["shardcook"][0]["said"].splitlines()
-                      if "without an index" in line]
-            print(f"  {ms} ms to first byte, {MODEL_LINK / 1e6:.0f} MB/s a connection "
-                  f"({runs} runs each, median (min-max)); costs {per_get * 1e3:.3f} ms of CPU "
-                  f"a GET, {per_byte * 2**20 * 1e3:.2f} ms a MiB (client, server and proxy, "
-                  f"{cores} cores); a finalize of one tar of one sample {fixed['wall']:.2f} s")
-            for label, rs in results.items():
-                med = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]
-                cpu = med["client"] + med["server"] + med["proxy"]
-                print(f"    {label:9} {spread([r['wall'] for r in rs])}  {med['gets']:6,} GETs "
-                      f"{med['bytes'] / 2**20:8,.1f} MiB ({100 * med['bytes'] / total:5.1f}%)  "
-                      f"CPU client {med['client']:5.1f} s server {med['server']:5.1f} s proxy "
-                      f"{med['proxy']:5.1f} s ({cpu / med['wall'] / cores:4.0%} of the cores)")
-            for label, floor in (("walk", floor_walk), ("stream", floor_stream)):
-                print(f"    floor of the {label:6}: round trips {floor['latency']:5.2f} s, "
-                      f"links {floor['links']:5.2f} s, CPU {floor['cpu']:5.2f} s")
-            with_fixed = ours / (best + fixed["wall"])
-            print(f"    shardcook {theirs / ours:.2f}x energon prepare, {ours / best:.2f}x the "
-                  f"better floor ({best:.2f} s; {with_fixed:.2f}x it with the fixed cost)")
-            if chosen:
-                ways = ["stream" if ": streaming the tars" in r["said"] else "walk"
-                        for r in results["shardcook"]]
-                print(f"    chose, in runs {', '.join(ways)}; the first: "
-                      f"{chosen[0].removeprefix('INFO: ')}")
-            rows.append((size_name, ms, ours, theirs, best, fixed["wall"]))
-        clean()
+            point = measure_model_point(store, client, work, prefix, names, ms, runs,
+                                        per_shard[size_name])
+            ours, theirs, best = report_model_point(point, ms, runs, shards, total)
+            rows.append((size_name, ms, ours, theirs, best, point.fixed["wall"]))
+        clear_model_outputs(store, client, prefix)
     print("\nsize, ms, shardcook s, energon s, ratio, better floor s, fixed s")
     for size_name, ms, ours, theirs, best, fixed_s in rows:
         print(f"{size_name}, {ms}, {ours:.2f}, {theirs:.2f}, {theirs / ours:.2f}, {best:.2f}, "
               f"{fixed_s:.2f}")
+
+
+def upload_model_tars(store, size_name: str, shards: int, samples: int
+                      ) -> tuple[str, list[str], int]:
+    """Part 5's tars of one sample size, and one tar of one sample (`model-one`, the fixed
+    cost): their prefix, the tar names and their bytes in all."""
+    member, big, small = MODEL_SAMPLES[size_name]
+    prefix = f"model-{size_name}"
+    total = 0
+    for shard in range(shards):
+        data = foreign_tar(shard, samples, member, big, small)
+        total += len(data)
+        store.put(f"{prefix}/shard-{shard:06d}.tar", data)
+    store.put("model-one/shard-000000.tar", foreign_tar(0, 1, member, big, small))
+    names = [f"shard-{shard:06d}.tar" for shard in range(shards)]
+    print(f"{size_name}: {shards} tars x {samples} samples of a ~{member / 1e3:,.0f} KB "
+          f".{big} and {', '.join('.' + e for e in small)}, {total / 2**20:,.0f} MiB",
+          flush=True)
+    return prefix, names, total
+
+
+def clear_model_outputs(store, client, prefix: str) -> None:
+    """Deletes what a finalize or prepare wrote under `prefix`: the next run starts from the
+    tars alone."""
+    keys = [k for k in store.keys(f"{prefix}/") if not k.endswith(".tar")]
+    for at in range(0, len(keys), 1000):
+        client.delete_objects(Bucket=store.bucket, Delete={
+            "Objects": [{"Key": k} for k in keys[at:at + 1000]]})
+
+
+@dataclass
+class ModelPoint:
+    """One latency's runs: each way's measured runs by label, the CPU costs per GET and per
+    byte, the finalize of one tar of one sample, and the latency in seconds."""
+
+    results: dict[str, list[dict[str, float]]]
+    per_get: float
+    per_byte: float
+    fixed: dict[str, float]
+    latency: float
+
+
+def measure_model_point(store, client, work: Path, prefix: str, names: list[str], ms: int,
+                        runs: int, samples: int) -> ModelPoint:
+    """Every way at `ms` ms to first byte, `runs` times in turn, behind a fresh store proxy."""
+    from tests.helpers.s3server import add_profile
+    from tests.helpers.storeproxy import StoreProxy
+
+    server_pid = store.server.process.pid
+    latency = ms / 1e3
+    proxy = StoreProxy(store.server.port, latency=latency, connect=latency, bandwidth=MODEL_LINK)
+    try:
+        tag = f"{prefix.removeprefix('model-')}{ms}"
+        boto = add_profile(store, f"modelboto{tag}", endpoint_url=proxy.endpoint)
+        rust = add_profile(store, f"modelrust{tag}", endpoint_url=proxy.endpoint,
+                           rust_client={"allow_http": True})
+        env = {**os.environ, **store.env}
+        per_get, per_byte = model_costs(f"{rust}/{prefix}", names, env, server_pid, proxy)
+        clear_model_outputs(store, client, prefix)
+        results: dict[str, list[dict[str, float]]] = {}
+        finalize = [sys.executable, "-m", "shardcook", "finalize", "--encoding",
+                    "generic", "--scratch-dir", str(work / "scratch")]
+        fixed = measured([*finalize, f"{rust}/model-one"], env, server_pid, proxy)
+        clear_model_outputs(store, client, "model-one")
+        prepare = ["env", "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required", sys.executable,
+                   "-m", "megatron.energon.cli.main", "prepare", "--non-interactive",
+                   "--sample-type", "CrudeWebdataset", "--split-ratio", "1,0,0",
+                   f"{boto}/{prefix}"]
+        for _ in range(runs):
+            for label, way in MODEL_WAYS.items():
+                results.setdefault(label, []).append(measured(
+                    [*finalize, f"{rust}/{prefix}"],
+                    {**env, "SHARDCOOK_TAR_READS": way}, server_pid, proxy))
+                clear_model_outputs(store, client, prefix)
+            energon_prepare_run(store, client, prefix, samples, results.setdefault("energon", []),
+                                lambda: measured(prepare, env, server_pid, proxy))
+    finally:
+        proxy.stop()
+    return ModelPoint(results, per_get, per_byte, fixed, latency)
+
+
+def energon_prepare_run(store, client, prefix: str, samples: int,
+                        energon: list[dict[str, float]],
+                        run: Callable[[], dict[str, float]]) -> None:
+    """One energon prepare, tried up to 3 times (energon may fail a shard, the module says),
+    its figures appended to `energon`."""
+    for attempt in range(3):
+        try:
+            energon.append(run())
+            break
+        except SystemExit as e:
+            print(f"  energon prepare failed, attempt {attempt + 1}: "
+                  f"{str(e).strip().splitlines()[-1]}")
+            clear_model_outputs(store, client, prefix)
+    else:
+        print("  energon prepare failed 3 times: this run has no figure of it")
+        return
+    counts = json.loads(store.get(f"{prefix}/.nv-meta/.info.json"))
+    short = {n: c for n, c in counts["shard_counts"].items() if c != samples}
+    if short:
+        print(f"  energon prepare indexed shards short: {short}")
+    clear_model_outputs(store, client, prefix)
+
+
+def report_model_point(point: ModelPoint, ms: int, runs: int, shards: int, total: int
+                       ) -> tuple[float, float, float]:
+    """Prints one latency's runs, the costs and the floors; returns shardcook's median, energon
+    prepare's and the better floor, in seconds."""
+    from shardcook.dataset.tarreads import STREAMS_AT_ONCE
+
+    results, per_get, per_byte, fixed = point.results, point.per_get, point.per_byte, point.fixed
+    cores = os.cpu_count() or 1
+    walk = results["walk"][len(results["walk"]) // 2]
+    stream = results["stream"][len(results["stream"]) // 2]
+    # the walk's floor at full concurrency: every tar at once
+    floor_walk = floors(walk, shards, point.latency, shards, per_get, per_byte)
+    floor_stream = floors(stream, shards, point.latency, STREAMS_AT_ONCE, per_get, per_byte)
+    best = min(max(floor_walk.values()), max(floor_stream.values()))
+    ours = sorted(r["wall"] for r in results["shardcook"])[runs // 2]
+    theirs_all = sorted(r["wall"] for r in results.get("energon", []))
+    theirs = theirs_all[len(theirs_all) // 2] if theirs_all else float("nan")
+    chosen = [line for line in results["shardcook"][0]["said"].splitlines()
+              if "without an index" in line]
+    print(f"  {ms} ms to first byte, {MODEL_LINK / 1e6:.0f} MB/s a connection "
+          f"({runs} runs each, median (min-max)); costs {per_get * 1e3:.3f} ms of CPU "
+          f"a GET, {per_byte * 2**20 * 1e3:.2f} ms a MiB (client, server and proxy, "
+          f"{cores} cores); a finalize of one tar of one sample {fixed['wall']:.2f} s")
+    for label, rs in results.items():
+        med = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]
+        cpu = med["client"] + med["server"] + med["proxy"]
+        print(f"    {label:9} {spread([r['wall'] for r in rs])}  {med['gets']:6,} GETs "
+              f"{med['bytes'] / 2**20:8,.1f} MiB ({100 * med['bytes'] / total:5.1f}%)  "
+              f"CPU client {med['client']:5.1f} s server {med['server']:5.1f} s proxy "
+              f"{med['proxy']:5.1f} s ({cpu / med['wall'] / cores:4.0%} of the cores)")
+    for label, floor in (("walk", floor_walk), ("stream", floor_stream)):
+        print(f"    floor of the {label:6}: round trips {floor['latency']:5.2f} s, "
+              f"links {floor['links']:5.2f} s, CPU {floor['cpu']:5.2f} s")
+    with_fixed = ours / (best + fixed["wall"])
+    print(f"    shardcook {theirs / ours:.2f}x energon prepare, {ours / best:.2f}x the "
+          f"better floor ({best:.2f} s; {with_fixed:.2f}x it with the fixed cost)")
+    if chosen:
+        ways = ["stream" if ": streaming the tars" in r["said"] else "walk"
+                for r in results["shardcook"]]
+        print(f"    chose, in runs {', '.join(ways)}; the first: "
+              f"{chosen[0].removeprefix('INFO: ')}")
+    return ours, theirs, best
 
 
 def serve_store_model(store, work: Path, shards: int, per_shard: dict[str, int], size: str,

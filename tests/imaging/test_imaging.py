@@ -101,6 +101,13 @@ def with_alpha(a: np.ndarray) -> np.ndarray:
 def make_case(case: str) -> tuple[bytes, np.ndarray | None]:
     """(encoded bytes, optional 8-bit RGB(A) image the reference should start from)."""
     rgb = photo("astronaut") if "big" not in case else big_photo()
+    for prefix, make in (("jpeg", jpeg_case), ("png", png_case), ("webp", webp_case)):
+        if case.startswith(prefix):
+            return make(case, rgb)
+    return other_format_case(case, rgb)
+
+
+def jpeg_case(case: str, rgb: np.ndarray) -> tuple[bytes, np.ndarray | None]:
     im = Image.fromarray(rgb)
     if case in ("jpeg", "jpeg_big"):
         return save(im, "JPEG", quality=92), None
@@ -116,6 +123,11 @@ def make_case(case: str) -> tuple[bytes, np.ndarray | None]:
         o = int(case[-1])
         src = Image.fromarray(photo("coffee"))  # not square: orientation changes the geometry
         return save(src, "JPEG", quality=92, exif=exif_bytes(o)), None
+    raise AssertionError(case)
+
+
+def png_case(case: str, rgb: np.ndarray) -> tuple[bytes, np.ndarray | None]:
+    im = Image.fromarray(rgb)
     if case == "png":
         return save(im, "PNG"), None
     if case == "png_exif6":
@@ -132,21 +144,27 @@ def make_case(case: str) -> tuple[bytes, np.ndarray | None]:
         return save(Image.fromarray(with_alpha(rgb)), "PNG"), None
     if case == "png_interlaced":
         return png_bytes(rgb, interlace=True), rgb
+    raise AssertionError(case)
+
+
+def webp_case(case: str, rgb: np.ndarray) -> tuple[bytes, np.ndarray | None]:
     if case in ("webp", "webp_big"):  # big: decoded at 1/2-1/4 scale by libwebp's rescaler
-        return save(im, "WEBP", quality=92), None
+        return save(Image.fromarray(rgb), "WEBP", quality=92), None
     if case == "webp_lossless":
-        return save(im, "WEBP", lossless=True), None
+        return save(Image.fromarray(rgb), "WEBP", lossless=True), None
     if case == "webp_alpha":
         return save(Image.fromarray(with_alpha(rgb)), "WEBP", quality=92), None
     if case == "webp_exif8":
         return save(Image.fromarray(photo("coffee")), "WEBP", quality=92, exif=exif_bytes(8)), None
-    if case == "gif":
-        return save(im, "GIF"), None
-    if case == "bmp":
-        return save(im, "BMP"), None
-    if case == "tiff":
-        return save(im, "TIFF"), None
     raise AssertionError(case)
+
+
+def other_format_case(case: str, rgb: np.ndarray) -> tuple[bytes, np.ndarray | None]:
+    """GIF, BMP and TIFF: decoded whole, the astronaut as each format saves it."""
+    formats = {"gif": "GIF", "bmp": "BMP", "tiff": "TIFF"}
+    if case not in formats:
+        raise AssertionError(case)
+    return save(Image.fromarray(rgb), formats[case]), None
 
 
 CASES = [

@@ -130,7 +130,7 @@ def test_the_output_folder_is_reached_only_as_a_location():
     with pytest.raises(ConfigError, match=r"^--output-dir is required"):
         OutputConfig().location  # noqa: B018 - the property raises
     out = resolve({"input_dir": "in", "output_dir": "runs/out"}, {"input_dir", "output_dir"})
-    assert out.output.location.remote is None
+    assert out.output.location.is_local
     assert out.output.location.path == pathlib.Path("runs/out")
 
 

@@ -58,21 +58,23 @@ def test_a_url_that_cannot_work_is_one_sentence(s3_store, url, words):
 
 
 def test_a_location_is_parsed_once_into_a_path_or_a_folder_in_a_bucket(s3_store, tmp_path):
-    """`locate`: a local path keeps its text and has no store; a URL's folder has its client
+    """`locate`: a local path keeps its text and has a local store; a URL's folder has its client
     resolved and knows its folders above; a Location passes through as it is, except a URL
     where only local paths are read."""
     from shardcook.storage.location import locate
 
     local = locate(tmp_path / "out", "--output-dir")
-    assert local.remote is None and local.path == tmp_path / "out"
+    assert local.is_local and local.path == tmp_path / "out"
+    assert local.store.child("a") == str(tmp_path / "out" / "a")
     assert local.split() == (locate(str(tmp_path), "x"), "out")
     url = s3_store.url("data/set") + "/"
     there = locate(url, "--output-dir")
-    assert there.remote is not None and str(there) == url and there.remote.url == url[:-1]
+    assert not there.is_local and str(there) == url and str(there.store) == url[:-1]
+    assert there.given == url
     parent, name = there.split()
     assert (str(parent), name) == (s3_store.url("data"), "set")
-    assert [f.url for f in there.remote.above()] == [s3_store.url("data"), s3_store.url()]
-    assert there.remote.where("a/../b/./c") == s3_store.url("data/set/b/c")
+    assert [f.url for f in there.store.above()] == [s3_store.url("data"), s3_store.url()]
+    assert there.store.where("a/../b/./c") == s3_store.url("data/set/b/c")
     assert locate(there, "y") is there
     with pytest.raises(ConfigError, match=r"--out .* is a URL \(msc://\); --out takes local"):
         locate(there, "--out", urls=False)

@@ -15,6 +15,7 @@ from shardcook.dataset.remote import RemoteView
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ShardcookError
 from shardcook.paths import dataset_folder
+from shardcook.storage.bucket import Remote
 from shardcook.storage.location import Location, locate
 
 __all__ = ["dataset_view", "readable"]
@@ -34,11 +35,12 @@ def dataset_view(value: str | os.PathLike[str] | Location, *,
         DatasetError: the folder or URL holds no dataset folder.
     """
     location = locate(value, "The dataset folder")
-    if location.remote is None:
+    if location.is_local:  # a folder is its own view
         root = dataset_folder(location.path)
         yield DatasetView(root, str(root))
         return
-    with RemoteView.open(location.remote, scratch_dir=scratch_dir) as view:
+    assert isinstance(location.store, Remote)
+    with RemoteView.open(location.store, scratch_dir=scratch_dir) as view:
         try:
             yield view
         except ShardcookError as e:
@@ -58,7 +60,7 @@ def readable(value: str | os.PathLike[str] | Location, *, first_sample_of: str |
         ConfigError, DatasetError: as `dataset_view`, for a URL.
     """
     location = locate(value, "The dataset folder")
-    if location.remote is None:
+    if location.is_local:
         yield location.path
         return
     from shardcook.dataset import metadata

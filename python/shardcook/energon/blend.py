@@ -43,7 +43,7 @@ class BlendEntry:
 
 def _location(text: str) -> Path | str:
     """A URL stays a str (a Path would fold its `//`); anything else is a Path."""
-    return text if locate(text, "The blended dataset").remote is not None else Path(text)
+    return locate(text, "The blended dataset").given
 
 
 def parse_blend_entry(spec: str) -> BlendEntry:
@@ -347,7 +347,7 @@ def write_blend(
     located = [locate(entry.path, "The blended dataset") for entry in parsed]
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
-    _check_out(out, [at.path.resolve() for at in located if at.remote is None], force)
+    _check_out(out, [at.path.resolve() for at in located if at.is_local], force)
     base = out.resolve().parent
     aux_references = _aux_references(aux, base)
     blend = []
@@ -397,7 +397,7 @@ def _checked_entry(at: Location, out: Path) -> Path | None:
         with readable(at) as files:
             _check_dataset(files.resolve(), out)
             _refuse_untrusted_code(files.resolve())
-    return at.path.resolve() if at.remote is None else None
+    return at.path.resolve() if at.is_local else None
 
 
 def _refuse_untrusted_code(path: Path) -> None:

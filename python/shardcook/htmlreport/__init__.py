@@ -128,19 +128,16 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
 def default_out(dataset: str | os.PathLike[str] | Location) -> str:
     """Where `write_report` writes without `out`: the dataset's own `.shardcook/report.html`, as
     a run's `--report-html` does (the path, or the URL)."""
-    where = locate(dataset, "The dataset folder")
-    if where.remote is not None:
-        return where.remote.where(REPORT_PAGE)
-    return str(where.path / REPORT_PAGE)
+    return locate(dataset, "The dataset folder").store.child(REPORT_PAGE)
 
 
 def _write_into(dataset: Location, page: bytes) -> str:
     """`page` written as the dataset's `.shardcook/report.html`; returns where."""
     target = default_out(dataset)
     rather = "; give --out FILE.html to write the page elsewhere."
-    if dataset.remote is not None:
+    if not dataset.is_local:
         try:
-            dataset.remote.write_bytes(REPORT_PAGE, page)
+            dataset.store.write_bytes(REPORT_PAGE, page)
         except Exception as e:  # noqa: BLE001 - the client's errors, as one sentence
             said = access_problem("The report page", target, "write", e)
             raise ConfigError((said or f"cannot write {target} ({describe_error(e)})."

@@ -41,7 +41,7 @@ from shardcook.output.lock import BucketLease, Holder, check_no_workers
 from shardcook.output.place import check_bucket_place
 from shardcook.output.records import record_json
 from shardcook.output.uploader import Uploader, retried
-from shardcook.storage import access_problem, credentials_of, describe_error
+from shardcook.storage import Remote, access_problem, credentials_of, describe_error
 from shardcook.storage.location import Location
 from shardcook.storage.messages import unreachable
 
@@ -63,8 +63,8 @@ class BucketRunFolder:
 
     def __init__(self, location: Location, scratch: str | None = None,
                  upload_queue: int = 4, what: str = "--output-dir") -> None:
-        assert location.remote is not None, f"{location} is a local folder"
-        self.store = location.remote
+        assert isinstance(location.store, Remote), f"{location} is not in a bucket"
+        self.store = location.store
         self.url = self.store.url
         self._what = what
         self._scratch = Path(scratch) if scratch is not None else Path(tempfile.gettempdir())

@@ -117,6 +117,6 @@ def run_folder(output: OutputConfig, what: str = "--output-dir") -> OutputFolder
         ConfigError: no output folder given, or a URL the Multi-Storage Client cannot open.
     """
     location = output.location
-    if location.remote is not None:
+    if not location.is_local:
         return BucketRunFolder(location, output.scratch_dir, output.upload_queue, what)
     return RunFolder(location.path)

@@ -112,7 +112,7 @@ def _check_local(name: str, data_files: Sequence[str | Location] | None) -> list
         for file in files:
             # in a store, a pattern matching nothing is datasets' error
             if not glob.has_magic(file.text) and not _exists(file, base):
-                where = f" in {name!r}" if path.is_dir() and file.remote is None else ""
+                where = f" in {name!r}" if path.is_dir() and file.is_local else ""
                 raise ConfigError(f"--hf-data-files {file.text!r} does not exist{where}; check "
                                   "the name.")
     return [str(file) for file in files]
@@ -120,10 +120,10 @@ def _check_local(name: str, data_files: Sequence[str | Location] | None) -> list
 
 def _exists(file: Location, base: Path) -> bool:
     """Data file `file` exists: an object in its store, or a file under `base`."""
-    if file.remote is None:
+    if file.is_local:  # relative to the dataset folder, as `datasets` reads it
         return (base / file.text).exists()
     folder, name = file.split()
-    return folder.remote is not None and folder.remote.exists(name)
+    return folder.store.exists(name)
 
 
 def _root(path: str) -> str:

@@ -130,8 +130,8 @@ def expand_tars(input_path: str | Location) -> list[Tar]:
         alternatives = expand_braces(pattern)
     except ConfigError as e:
         raise ConfigError(f"--input-path: {e}.") from None
-    if location.remote is not None:
-        return _remote_tars(location.remote, pattern, alternatives)
+    if isinstance(location.store, Remote):  # listed once; a local pattern is globbed
+        return _remote_tars(location.store, pattern, alternatives)
     return [LocalTar(p) for p in _local_tars(pattern, alternatives)]
 
 

@@ -45,11 +45,6 @@ class Location:
         return hash(self.text)
 
     @property
-    def remote(self) -> Remote | None:
-        """The store when it is a bucket's (callers move to `store` and `is_local`)."""
-        return self.store if isinstance(self.store, Remote) else None
-
-    @property
     def is_local(self) -> bool:
         """A path on this machine's file system, which a tool needing a file can be given."""
         return isinstance(self.store, LocalStore)

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from shardcook.runtime import waits
+from shardcook.storage.msc import provider_of
 
 __all__ = ["RustReads"]
 
@@ -47,34 +48,17 @@ class RustReads:
     def of(cls, client: Any, path_of: Callable[[str], str], at_once: int) -> RustReads | None:
         """Reads on MSC storage client `client` of the objects whose paths on it `path_of`
         gives, when its profile has the Rust client on a single store with no metadata provider
-        (no path mapping to honour); None otherwise."""
-        single = getattr(client, "_delegate", None)
-        provider = getattr(single, "_storage_provider", None)
-        rust = getattr(provider, "_rust_client", None)
-        if provider is None or rust is None or getattr(single, "_metadata_provider", None):
-            return None
-        try:
-            from multistorageclient.utils import split_path
-        except ImportError:
+        (no path mapping to honour: `msc.provider_of`); None otherwise."""
+        provider = provider_of(client)
+        rust = provider.rust if provider is not None else None
+        if provider is None or rust is None:
             return None
 
         @functools.cache  # a walk reads its object once per sample: resolve its name once
         def key_of(name: str) -> tuple[str, str]:
-            # as the provider's own GET: its base path, then the bucket and the key inside it
-            bucket, key = split_path(provider._prepend_base_path(path_of(name)))
-            return str(bucket), str(key)
+            return provider.bucket_key(path_of(name))
 
-        def failed(error: Exception, bucket: str, key: str) -> Exception:
-            # MSC's own translation (404: FileNotFoundError, 403: PermissionError ...)
-            def again() -> None:
-                raise error
-            try:
-                provider._translate_errors(again, operation="GET", bucket=bucket, key=key)
-            except Exception as translated:  # noqa: BLE001 - what MSC raises is the answer
-                return translated
-            return error
-
-        return cls(rust, key_of, failed, at_once)
+        return cls(rust, key_of, provider.translated, at_once)
 
     async def read_range(self, name: str, offset: int, size: int) -> bytes:
         """`size` bytes of object `name` from `offset` (one ranged GET).

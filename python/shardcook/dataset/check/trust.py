@@ -89,8 +89,8 @@ def _joined(base: Place, path: str) -> Place:
     """`path` as a metadataset in `base` names it: a URL as it is, else relative to `base` (in
     a URL, `..` and `.` resolved as Energon resolves them)."""
     location = locate(path, "The blended dataset")
-    if location.remote is not None:
-        return location.remote
+    if isinstance(location.store, Remote):
+        return location.store
     if isinstance(base, Remote):
         return Remote(base.where(path))
     return base / path

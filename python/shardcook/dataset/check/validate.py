@@ -220,7 +220,7 @@ def _validate_jsonl(dataset: jsonl.JsonlFile, deep: bool) -> ValidationReport:
     if not report.problems:
         at = dataset.location
         report.problems += checks.energon_load_problems(
-            at.path if at.remote is None else str(at), {"train": [dataset.name]}, None)
+            at.given, {"train": [dataset.name]}, None)
     return report
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,7 +19,6 @@ import numpy as np
 from shardcook.dataset.jsonl.offsets import INDEX_DTYPE, record_offsets
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import JSONL_INDEX_SUFFIX, JSONL_SUFFIX
-from shardcook.storage.local import LocalStore
 from shardcook.storage.location import Location, locate
 from shardcook.storage.store import Store
 
@@ -73,10 +70,7 @@ class JsonlFile:
         """
         with self._reading(self.index_name, "written"):
             self.store.write_bytes(self.index_name, offsets.astype(INDEX_DTYPE).tobytes())
-        if isinstance(self.store, LocalStore):
-            path, index = self.store.child(self.name), self.store.child(self.index_name)
-            with contextlib.suppress(OSError):  # as Energon: the mode is a courtesy
-                os.chmod(index, stat.S_IMODE(os.stat(path).st_mode) | 0o600)
+        self.store.keep_mode(self.index_name, self.name)
 
     def read_index(self) -> np.ndarray:
         """The index on disk.
@@ -175,11 +169,10 @@ def jsonl_file(value: object) -> JsonlFile | None:
     location = locate(value, "The dataset")
     if not str(location).endswith(JSONL_SUFFIX):
         return None
-    if location.remote is None and location.path.is_dir():
+    if location.is_local and location.path.is_dir():
         return None
     folder, name = location.split()
-    store: Store = folder.remote if folder.remote is not None else LocalStore(folder.path)
-    return JsonlFile(location, store, name)
+    return JsonlFile(location, folder.store, name)
 
 
 def index_problems(jsonl: JsonlFile) -> tuple[list[str], np.ndarray | None]:

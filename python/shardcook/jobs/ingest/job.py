@@ -168,7 +168,7 @@ class IngestJob:
                       if empty is not None else None)
         old = None if cfg.output.overwrite else folder.read_manifest()
         there = folder.location
-        if there.remote is None:  # only a local folder can hold a local input
+        if there.is_local:  # only a local folder can hold a local input
             cleared = folder.plan_overwrite().remove if cfg.output.overwrite else []
             refuse_inputs_inside(there.path, cleared, ours, self.ingest)
         self.inputs = _with_earlier(str(folder), ours, old)
@@ -190,12 +190,16 @@ class IngestJob:
         finished = folder.read_markers([u.unit for u in self.units_])
         pending = [self.inputs[u.start] for u in units if u.unit not in done]
         location = folder.location
-        prefetch = (Prefetch(pending, self.ingest, location.path / OURS_DIR)
-                    if location.remote is None
-                    else Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True))
+        # locally: downloads beside the run's records, and a resumed run's shapes read from
+        # its shards there; a bucket's downloads are scratch, its shards not read back
+        if location.is_local:
+            prefetch = Prefetch(pending, self.ingest, location.path / OURS_DIR)
+            shapes = self._finished_shapes(location.path, finished)
+        else:
+            prefetch = Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True)
+            shapes = {}
         self.processor_ = IngestProcessor(self.inputs, prefetch)
-        if location.remote is None:
-            self.processor_.shapes = self._finished_shapes(location.path, finished)
+        self.processor_.shapes = shapes
         return self.processor_
 
     def _finished_shapes(self, location: Path, finished: dict[int, JsonObject],
@@ -250,7 +254,7 @@ class IngestJob:
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
         location = folder.location
-        if (not self.cfg.output.finalize and location.remote is None
+        if (not self.cfg.output.finalize and location.is_local
                 and any(s["shards"] for s in splits.values())):
             # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
             metadata.write_finalize_record(location.path, metadata.FinalizeRecord(
@@ -281,7 +285,7 @@ class IngestJob:
         names = []
         with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
             for e in entries:
-                kept = (there.remote is None and (there.path / subdir / e.name).is_file()
+                kept = (there.is_local and (there.path / subdir / e.name).is_file()
                         and md5_of(there.path / subdir / e.name) == e.md5)
                 try:
                     if not kept:

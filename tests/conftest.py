@@ -44,6 +44,13 @@ def tiny_wan(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen_image(tmp_path_factory) -> Path:
+    """A tiny random-weight Qwen-Image pipeline folder (vae/, text_encoder/, tokenizer/,
+    scheduler/, model_index.json)."""
+    return _tiny_models(tmp_path_factory, "tiny_qwen_image")
+
+
+@pytest.fixture(scope="session")
 def tiny_flux2(tmp_path_factory) -> Path:
     """Tiny random-weight FLUX.2 models in a pipeline folder (tests/helpers/tiny_flux2.py)."""
     from tests.helpers.tiny_flux2 import build_tiny_flux2

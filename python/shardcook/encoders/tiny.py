@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 #: Written into the folder so nobody mistakes it for a real model.
 LABEL = "DEMO WEIGHTS: tiny random-weight encoders built by shardcook; not a real FLUX model."
@@ -173,4 +174,105 @@ def build_tiny_wan(root: str | Path, *, seed: int = 0) -> Path:
     (root / "DEMO_WEIGHTS.txt").write_text(WAN_LABEL + "\n", encoding="utf-8")
     (root / "model_index.json").write_text(json.dumps(
         {"_class_name": "WanPipeline", "_shardcook_note": WAN_LABEL}, indent=2), encoding="utf-8")
+    return root
+
+
+QWEN_IMAGE_LABEL = ("DEMO WEIGHTS: tiny random-weight encoders built by shardcook; not a real "
+                    "Qwen-Image model.")
+TINY_QWEN_DIM = 32
+#: The special tokens of Qwen2.5-VL's tokenizer that its prompt template and config name.
+QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
+                       "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+#: Words whose last merge the tiny tokenizer leaves out, so the prompt template's system turn
+#: is 34 tokens, as Qwen2.5-VL's own tokenizer makes it (the first tokens Qwen-Image drops).
+_SPLIT_WORDS = ("Ġdetailing", "Ġrelationships", "Ġquantity")
+
+
+def _qwen_tokenizer(folder: Path) -> None:
+    """A byte-level BPE tokenizer of Qwen2's class, trained on Qwen-Image's prompt template and a
+    few words."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    from shardcook.encoders.qwen_image import PROMPT_TEMPLATE
+
+    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow",
+             "circle", "square", "triangle", "star", "photo", "picture", "cat", "dog",
+             "astronaut", "coffee", "rocket", "camera", "white", "background"]
+    corpus = [PROMPT_TEMPLATE.format(" ".join(words[i:] + words[:i])) for i in range(len(words))]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=list(QWEN_SPECIAL_TOKENS), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    trained = json.loads(tok.to_str())["model"]
+    # pairs, which the tokenizer's BPE model takes (its annotation says strings)
+    merges: list[Any] = [tuple(m) for m in trained["merges"] if "".join(m) not in _SPLIT_WORDS]
+    qwen = Qwen2Tokenizer(vocab=trained["vocab"], merges=merges,
+                          extra_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]))
+    qwen.save_pretrained(folder)
+
+
+def build_tiny_qwen_image(root: str | Path, *, seed: int = 0) -> Path:
+    """Writes a tiny Qwen-Image pipeline folder with random weights (seeded) under `root`, as
+    diffusers' QwenImagePipeline loads it without its transformer; returns it.
+
+    Layout: vae/ (AutoencoderKLQwenImage, base dim 8, 16 latent channels, downsampling 8,
+    latents_mean/std of its own, measured on seeded noise images: not Qwen-Image's, so tests see
+    they are read from the config), text_encoder/ (Qwen2_5_VLForConditionalGeneration, hidden 32,
+    a one-block vision tower) + tokenizer/ (Qwen2Tokenizer), scheduler/, model_index.json.
+    """
+    import torch
+    from diffusers.models.autoencoders.autoencoder_kl_qwenimage import AutoencoderKLQwenImage
+    from diffusers.schedulers.scheduling_flow_match_euler_discrete import (
+        FlowMatchEulerDiscreteScheduler,
+    )
+    from transformers import (
+        AutoTokenizer,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+    )
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    channels = 16
+    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=channels, dim_mult=[1, 1, 1, 1],
+                                 num_res_blocks=1, temperal_downsample=[False, True, True])
+    images = torch.rand(4, 3, 1, 64, 96, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    with torch.inference_mode():
+        z = vae.encode(images).latent_dist.mean.transpose(0, 1).reshape(channels, -1)
+    vae.register_to_config(latents_mean=[round(float(v), 4) for v in z.mean(dim=1)],
+                           latents_std=[round(float(v), 4) for v in z.std(dim=1)])
+    vae.save_pretrained(root / "vae")
+    _qwen_tokenizer(root / "tokenizer")
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    vocab = tok.get_vocab()
+    ids = {t: vocab[t] for t in QWEN_SPECIAL_TOKENS}
+    text = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tok), "hidden_size": TINY_QWEN_DIM, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "max_position_embeddings": 2048, "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+            # Qwen2.5-VL's rotary sections (time, height, width) fill half a head of 16
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                "mrope_section": [2, 3, 3]}},
+        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+                       "out_hidden_size": TINY_QWEN_DIM, "fullatt_block_indexes": [0]},
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"]))
+    text.save_pretrained(root / "text_encoder")
+    FlowMatchEulerDiscreteScheduler().save_pretrained(root / "scheduler")
+    (root / "DEMO_WEIGHTS.txt").write_text(QWEN_IMAGE_LABEL + "\n", encoding="utf-8")
+    (root / "model_index.json").write_text(json.dumps({
+        "_class_name": "QwenImagePipeline", "_shardcook_note": QWEN_IMAGE_LABEL,
+        "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
+        "tokenizer": ["transformers", "Qwen2Tokenizer"],
+        "transformer": ["diffusers", "QwenImageTransformer2DModel"],
+        "vae": ["diffusers", "AutoencoderKLQwenImage"]}, indent=2), encoding="utf-8")
     return root

@@ -47,9 +47,10 @@ RAW_OPTIONS = (*SOURCE_FIELDS, "image_column", "caption_column", *OUTPUT_FIELDS,
                "image_format", "image_quality", "min_size", "workers", "hf_token_file")
 VIDEO_FIELDS = ("height", "width", "video_mode", "num_frames", "video.max_frames",
                 "frame_stride", "aspect_ratio")
+AUTOMODEL_FIELDS = ("model_type", "automodel.max_pixels", "resolution_preset", "caption_field")
 ENCODE_OPTIONS = ("hf_token_file", *MODEL_FIELDS, *SOURCE_FIELDS, "image_column",
                   "caption_column", *OUTPUT_FIELDS, *RESIZE_FIELDS, "min_size", "workers",
-                  *VIDEO_FIELDS)
+                  *VIDEO_FIELDS, *AUTOMODEL_FIELDS)
 CHATML_OPTIONS = (
     "hf_dataset", "hf_split", "hf_data_files", "max_samples", "image_column",
     "conversation_column", "question_column", "answer_column", "system_prompt", "output_dir",
@@ -126,9 +127,9 @@ def encode(ctx: typer.Context, config: ConfigOpt = None, print_config: PrintConf
     """Images and captions into FLUX latents, T5 and CLIP embeddings (or videos into Wan latents
     and UMT5 embeddings: --layout wan) in finalized Energon shards. Resumable; one GPU or many
     under torchrun. Alias: diffusion-encoded."""
-    from shardcook.jobs.encode.job import EncodeJob
+    from shardcook.jobs.encode.job import encode_job
 
-    _run_job(ctx, config, print_config, EncodeJob, encode=True,
+    _run_job(ctx, config, print_config, encode_job, encode=True,
              renamed=config_names(ENCODE_OPTIONS))
 
 

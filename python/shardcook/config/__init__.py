@@ -31,6 +31,7 @@ from shardcook.config.primus import (
 from shardcook.config.sections import (
     _SECTION_CLASSES,
     IMAGE_FORMAT_ALIASES,
+    AutoModelConfig,
     ChatmlConfig,
     ImageConfig,
     RunConfig,
@@ -43,12 +44,15 @@ from shardcook.paths import check_local_path
 
 
 def _section(cfg: RunConfig, name: str) -> Any:
-    """The section object `name` of `cfg`, creating the optional chatml and video sections on
-    first use (`check_encode` drops the video section of a run that encodes images)."""
+    """The section object `name` of `cfg`, creating the optional chatml, video and automodel
+    sections on first use (`check_encode` drops the video section of a run that encodes images,
+    and the automodel section of a run of another layout)."""
     if name == "chatml" and cfg.chatml is None:
         cfg.chatml = ChatmlConfig()
     if name == "video" and cfg.video is None:
         cfg.video = VideoConfig()
+    if name == "automodel" and cfg.automodel is None:
+        cfg.automodel = AutoModelConfig()
     return getattr(cfg, name)
 
 

@@ -7,9 +7,11 @@ import dataclasses
 import json
 import logging
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from shardcook.config.sections import (
+    AutoModelConfig,
     CHATML_IMAGE_FORMATS,
     MAX_WORKERS_PER_CPU,
     VIDEO_RESIZE_MODES,
@@ -114,6 +116,12 @@ def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset(
     from shardcook.encoders.models import MODELS
 
     cfg.layout, spec = encode_layout(cfg.model.layout)
+    if spec.model_by_type:
+        spec = model_by_type(cfg)
+        cfg.layout = replace(cfg.layout, encode=spec)
+    else:
+        refuse_section(cfg, chosen, "automodel", "--layout automodel")
+        cfg.automodel = None
     family = MODELS[spec.model]
     m, i = cfg.model, cfg.image
     if ("model", "model_path") not in chosen:
@@ -139,6 +147,35 @@ def check_encode(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset(
     if i.resize_mode in ("crop", "stretch") and i.image_size % sizes.multiple:
         raise ConfigError(f"--image-size must be a multiple of {sizes.multiple} for encode "
                           f"({sizes.why}), not {i.image_size}.")
+
+
+def refuse_section(cfg: RunConfig, chosen: frozenset[tuple[str, str]], section: str,
+                   what: str) -> None:
+    """Refuses an option of `section` given to a run without it (it would change nothing)."""
+    given = sorted(key for name, key in chosen if name == section)
+    if given:
+        assert cfg.layout is not None
+        raise ConfigError(f"--{given[0].replace('_', '-')} is for {what}, not --layout "
+                          f"{cfg.layout.name}.")
+
+
+def model_by_type(cfg: RunConfig) -> EncodeSpec:
+    """The encode spec of a layout whose family `--model-type` names, that family's."""
+    from shardcook.encoders.models import by_model_type, model_types
+
+    assert cfg.layout is not None and cfg.layout.encode is not None
+    if cfg.automodel is None:
+        cfg.automodel = AutoModelConfig()
+    a = cfg.automodel
+    check_fields(a)
+    family = by_model_type(a.model_type or "")
+    if family is None:
+        raise ConfigError(f"--layout {cfg.layout.name} needs --model-type, AutoModel's "
+                          f"processor: one of {', '.join(model_types())}.")
+    if a.max_pixels is not None and a.resolution_preset is not None:
+        raise ConfigError("--max-pixels and --resolution-preset both set the pixel budget; "
+                          "give one.")
+    return replace(cfg.layout.encode, model=family.name)
 
 
 def check_text_options(family: ModelFamily, chosen: frozenset[tuple[str, str]]) -> None:

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from shardcook.dataset.media.meta import MediaFilter
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
+from shardcook.encoders.models import model_types
 from shardcook.errors import ConfigError
 from shardcook.fields import LOCAL, PLACE, URL, Place, bounded, matching, one_of, option, setting
 from shardcook.layouts import (
@@ -19,6 +20,7 @@ from shardcook.layouts import (
     encode_default_help,
     encode_layouts_help,
 )
+from shardcook.layouts.automodel import RESOLUTION_PRESETS
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 from shardcook.storage.location import Location, locate
 
@@ -398,6 +400,27 @@ class VideoConfig(Section):
 
 
 @dataclass
+class AutoModelConfig(Section):
+    """How `encode --layout automodel` writes NeMo AutoModel's cache: its processor, its
+    resolution buckets, its caption field; the section exists only in such runs."""
+
+    model_type: str | None = option(
+        None, lambda: "AutoModel's processor (--layout automodel): "
+                      f"{', '.join(model_types())}.", MODEL,
+        rules=[one_of(tuple(model_types()))])
+    max_pixels: int | None = option(
+        None, "The resolution buckets' pixel budget (--layout automodel; default: AutoModel's, "
+              "65536 for images, 262144 for video).", MODEL, rules=[AT_LEAST_1])
+    resolution_preset: str | None = option(
+        None, f"A pixel budget by name: {', '.join(RESOLUTION_PRESETS)} (--layout automodel).",
+        MODEL, rules=[one_of(tuple(RESOLUTION_PRESETS))])
+    caption_field: str = option(
+        "internvl", "The field of <prefix>_internvl.json's lines holding the caption "
+                    "(--layout automodel): internvl or usr.", MODEL,
+        rules=[one_of(("internvl", "usr"))])
+
+
+@dataclass
 class RunConfig:
     """The whole resolved configuration of one run."""
 
@@ -411,6 +434,8 @@ class RunConfig:
     chatml: ChatmlConfig | None = None
     #: Only runs of a video model have this section.
     video: VideoConfig | None = None
+    #: Only `encode --layout automodel` runs have this section.
+    automodel: AutoModelConfig | None = None
     #: The layout `model.layout` names, resolved once by `resolve(..., encode=True)`; not a
     #: section: the config records the name.
     layout: Layout | None = field(default=None, repr=False, compare=False)

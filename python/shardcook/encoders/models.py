@@ -88,6 +88,62 @@ class Latents:
 
 
 @dataclass(frozen=True)
+class AutoModelCache:
+    """How a family writes NeMo AutoModel's diffusion cache (`encode --layout automodel`).
+
+    Attributes:
+        processors: AutoModel's processor names (`--model-type`) this family answers.
+        model_type: The processor's `model_type`, which the cache and its metadata record.
+        encoders: `module:Class` of the encoders that compute what AutoModel's processor does,
+            in its dtypes (the `Encoders` protocol; its `encode_text` gives every text tensor
+            the cache stores, its `encode_pixels` the latent as the cache stores it).
+        cache: `module:function(sample)` building one cache file's dict, AutoModel's
+            `get_cache_data`, from a `CacheSample`.
+        quantization: The bucket sides' multiple (AutoModel's image tool: 64; a video
+            processor's `quantization`).
+    """
+
+    processors: tuple[str, ...]
+    model_type: str
+    encoders: str
+    cache: str
+    quantization: int
+
+
+@dataclass(frozen=True)
+class CacheSample:
+    """What a family's `AutoModelCache.cache` builds one cache file's dict from: one input
+    after its `AutoModelCache.encoders`, tensors on the CPU as they compute them.
+
+    Attributes:
+        latent: The latent as the cache stores it (FLUX: [C, h, w] fp16).
+        text: The encoders' text tensors by name, one row each (no batch dimension).
+        path: The input's absolute path (AutoModel's `image_path` / `video_path`).
+        prompt: Its caption.
+        original_resolution: (width, height) of the input.
+        bucket_resolution: (width, height) it was resized and cropped to.
+        crop_offset: (left, top) of the crop in the resized input.
+        bucket_id: The bucket's id (None for an explicit video size).
+        aspect_ratio: The bucket's aspect ratio.
+        model_type: The processor's `model_type`.
+        extra: Family-specific facts of the input (a video's frame counts), by AutoModel's
+            names.
+    """
+
+    latent: torch.Tensor
+    text: dict[str, torch.Tensor]
+    path: str
+    prompt: str
+    original_resolution: tuple[int, int]
+    bucket_resolution: tuple[int, int]
+    crop_offset: tuple[int, int]
+    bucket_id: int | None
+    aspect_ratio: float
+    model_type: str
+    extra: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class EncodedPixels:
     """What `Encoders.encode_pixels` gives for a batch, on the device.
 
@@ -158,6 +214,7 @@ class ModelFamily:
         latents: How `validate` and `report` check its latents (`Latents`).
         empty_encodings: (text output, file name) of each `empty_encodings/` file `encode`
             writes from `encode_text([""])` (FLUX trainers' caption dropout); () for none.
+        automodel: How it writes NeMo AutoModel's cache (`AutoModelCache`), or None.
         decoder: `module:Class` made as `Class(model_path, manifest, token_file)`, turning what
             a layout's `preview` gives into RGB pixels for `preview --model-path`; None: the
             FLUX VAE decoder `preview` has.
@@ -175,6 +232,7 @@ class ModelFamily:
     latents: Latents
     empty_encodings: tuple[tuple[str, str], ...] = ()
     decoder: str | None = None
+    automodel: AutoModelCache | None = None
 
     def function(self, what: str) -> Any:
         """The object one of this entry's `module:name` fields names."""
@@ -193,7 +251,11 @@ FLUX = ModelFamily(
               options=(("t5_max_length", "FLUX's T5 padding length"),)),
     latents=Latents(SCALING_SHIFT, rank=3, usual_factors=(0.3611, 0.1159)),
     empty_encodings=(("prompt_embeds", "t5_empty.npy"),
-                     ("pooled_prompt_embeds", "clip_empty.npy")))
+                     ("pooled_prompt_embeds", "clip_empty.npy")),
+    automodel=AutoModelCache(
+        processors=("flux",), model_type="flux",
+        encoders="shardcook.encoders.automodel_flux:AutoModelFluxEncoders",
+        cache="shardcook.encoders.automodel_flux:flux_cache", quantization=64))
 WAN = ModelFamily(
     name="wan", input_kind="video",
     encoders="shardcook.encoders.wan:WanEncoders",
@@ -232,3 +294,13 @@ FLUX2 = ModelFamily(
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (
     FLUX, FLUX2, WAN, QWEN_IMAGE)}
+
+def by_model_type(name: str) -> ModelFamily | None:
+    """The family whose `automodel` entry answers AutoModel's processor name `name`."""
+    return next((m for m in MODELS.values()
+                 if m.automodel is not None and name in m.automodel.processors), None)
+
+
+def model_types() -> list[str]:
+    """Every AutoModel processor name a family answers (what `--model-type` accepts)."""
+    return [n for m in MODELS.values() if m.automodel is not None for n in m.automodel.processors]

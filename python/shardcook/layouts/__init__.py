@@ -3,6 +3,7 @@ registry of layouts. A new layout is one module beside this file plus one line i
 
 from __future__ import annotations
 
+from shardcook.layouts.automodel import AUTOMODEL
 from shardcook.layouts.base import EncodeSpec, Layout, Reading, registry_function
 from shardcook.layouts.bridge_flux import BRIDGE_FLUX
 from shardcook.layouts.chatml import CHATML
@@ -14,7 +15,8 @@ from shardcook.layouts.wan import WAN
 
 #: Every layout, by registry name.
 LAYOUTS: dict[str, Layout] = {
-    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC, WAN)}
+    layout.name: layout for layout in (PREENCODED, RAW, CHATML, BRIDGE_FLUX, MLPERF, GENERIC, WAN,
+                                      AUTOMODEL)}
 
 #: The layout `encode` writes when `--layout` is not given.
 DEFAULT_ENCODE_LAYOUT = PREENCODED.name

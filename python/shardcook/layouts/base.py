@@ -100,6 +100,10 @@ class EncodeSpec:
             `latents_scaled` and `t5_attention_mask` there also set the encoders.
         model: The model family whose encoders write it (a key of `encoders.models.MODELS`,
             whose entry declares its encoders, input kind, sizes, text and latents).
+        job: `module:Class` of the job writing it, when not `encode`'s own (`EncodeJob`'s
+            subclass for a layout whose inputs, samples or finalize differ), else None.
+        model_by_type: The family is the one `--model-type` names (NeMo AutoModel's processor
+            names, which each family's `automodel` entry declares), not `model`.
     """
 
     part_builder: str
@@ -111,6 +115,8 @@ class EncodeSpec:
     refusal: str = ""
     encoder_facts: tuple[tuple[str, object], ...] = ()
     model: str = "flux"
+    job: str | None = None
+    model_by_type: bool = False
 
     def encoder_fact(self, key: str, default: object) -> object:
         """The value this layout's `encoder_facts` give `key`, else `default`."""

@@ -378,3 +378,12 @@ class EncodeJob(JobBasics):
 
     def finalize(self, view: DatasetView, report: JsonObject) -> None:
         finalize_by_ratio(self.cfg, view, self.layout)
+
+
+def encode_job(cfg: RunConfig, *, token_file: str | None = None) -> EncodeJob:
+    """The job writing the run's layout: its own (`EncodeSpec.job`) or `EncodeJob`."""
+    spec = cfg.layout.encode if cfg.layout is not None else None
+    if spec is not None and spec.job is not None:
+        job: EncodeJob = registry_function(spec.job)(cfg, token_file=token_file)
+        return job
+    return EncodeJob(cfg, token_file=token_file)

@@ -14,7 +14,7 @@ from shardcook.layouts import LAYOUTS, EncodeSpec, Layout, Reading, registry_fun
 #: The reading spec's and the encode spec's fields that name a `module:name`.
 SPEC_FIELDS = {Reading: ("cooker", "checker", "split_checker", "agreement", "timesteps",
                          "task_encoder", "preview"),
-               EncodeSpec: ("part_builder",)}
+               EncodeSpec: ("part_builder", "job")}
 FORMAT_MD = Path(__file__).parents[2] / "docs" / "FORMAT.md"
 
 

@@ -2,8 +2,9 @@
 --help panel, flags) and the rules its value must meet (`Rule`: choices, ranges, a pattern). The
 one validator is `typed` (a value against the field's type hint) with `check_fields` (every
 field's rules), and every failure is the one sentence `refusal` words: "WHERE must be WHAT, not
-VALUE." The run config's sections (`config.sections`) and the dataset commands' arguments
-(`dataset.arguments`) are declared this way; the command line is built from the declarations."""
+VALUE." The run config's sections (`config.sections`), the dataset commands' arguments
+(`dataset.arguments`) and the loader side's (`energon.arguments`) are declared this way; the
+command line is built from the declarations."""
 
 from __future__ import annotations
 
@@ -45,10 +46,12 @@ class CliOption:
 @dataclass(frozen=True)
 class Rule:
     """What a field's value must be: `holds(value)` is true for a good one, `says` is the words
-    after "must be" (a None value is never checked: it means "not set")."""
+    after "must be" (a None value is never checked: it means "not set"), `shown(value)` the
+    words after "not" (a value whose repr is long or misleading is said another way)."""
 
     holds: Callable[[Any], bool]
     says: str
+    shown: Callable[[Any], str] = repr
 
 
 def one_of(choices: Sequence[str]) -> Rule:
@@ -123,10 +126,12 @@ def _field(default: Any, metadata: dict[str, Any]) -> Any:
     return field(default=default, metadata=metadata)
 
 
-def refusal(where: str, says: str, value: Any) -> ConfigError:
+def refusal(where: str, says: str, value: Any, shown: Callable[[Any], str] = repr
+            ) -> ConfigError:
     """The one sentence a value that fails a check becomes: `where` is how its user spelled the
-    setting (`--image-size`, `image.image_size` in backticks, `shuffle_seed`)."""
-    return ConfigError(f"{where} must be {says}, not {value!r}.")
+    setting (`--image-size`, `image.image_size` in backticks, `shuffle_seed`), `shown` how the
+    value is said."""
+    return ConfigError(f"{where} must be {says}, not {shown(value)}.")
 
 
 def check_fields(values: Any, where: Callable[[str], str] | None = None) -> None:
@@ -141,7 +146,7 @@ def check_rules(where: str, value: Any, declared: dataclasses.Field[Any]) -> Non
     `declared`."""
     for rule in declared.metadata.get(RULES, ()) if value is not None else ():
         if not rule.holds(value):
-            raise refusal(where, rule.says, value)
+            raise refusal(where, rule.says, value, rule.shown)
 
 
 def flag(name: str) -> str:

@@ -140,12 +140,33 @@ def test_a_dataset_recording_no_encoding_is_read_by_a_single_layout_encoder(data
     ({"checkpoint_every_sec": float("nan")},
      "checkpoint_every_sec must be a finite number of seconds, 0 or more, not nan"),
     ({"checkpoint_every_min_n_samples": 0}, "checkpoint_every_min_n_samples must be a whole"),
+    ({"repeat": None}, "^repeat must be True or False, not None\\.$"),
+    ({"split": 3}, "^split must be a split name such as 'train', not 3\\.$"),
+    ({"task_encoder": RawDiffusionTaskEncoder},
+     "^task_encoder must be a megatron.energon.TaskEncoder such as "
+     "shardcook.energon.EncodedDiffusionTaskEncoder\\(\\), not .+ \\(pass an instance: "
+     "add the parentheses\\)\\.$"),
     ({"resample_latents": True, "task_encoder": EncodedDiffusionTaskEncoder()},
      "with task_encoder= pass it there"),
 ])
 def test_bad_loader_arguments_are_one_sentence(datasets, kwargs, message):
     with pytest.raises(ConfigError, match=message):
         _loader(datasets["encoded"], **kwargs)
+
+
+def test_each_declared_loader_argument_is_one_a_function_takes():
+    """A rule is declared beside its argument's field (`energon.arguments`): none is left over
+    when a function stops taking it."""
+    import dataclasses
+    import inspect
+
+    from shardcook.energon import cookers
+    from shardcook.energon.arguments import LoaderArguments
+
+    taken = {name for f in (get_diffusion_loader, EncodedDiffusionTaskEncoder,
+                            RawDiffusionTaskEncoder, cookers.cook_raw_images)
+             for name in inspect.signature(f).parameters}
+    assert {f.name for f in dataclasses.fields(LoaderArguments)} <= taken
 
 
 @pytest.mark.parametrize("loader", [None, 5, "data/flux"])

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from megatron.energon import basic_sample_keys, stateless
 
+from shardcook.energon import arguments
 from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
 from shardcook.energon.samples import DiffusionSample, PartsSample, RawImageSample
 from shardcook.errors import ConfigError
@@ -36,7 +37,6 @@ from shardcook.layouts import IMAGE_PARTS
 __all__ = [
     "IMAGE_PARTS",
     "ImageFormat",
-    "check_image_format",
     "cook_bridge_crude",
     "cook_bridge_flux",
     "cook_parts",
@@ -325,12 +325,6 @@ def _image(sample: dict[str, Any], part: str, image_format: ImageFormat | None) 
     return torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).contiguous()
 
 
-def check_image_format(image_format: object, *, allow_none: bool = False) -> None:
-    """Refuses an `image_format` other than `"tensor"` or `"pil"` (or None, with `allow_none`)."""
-    if image_format not in ("tensor", "pil") and not (allow_none and image_format is None):
-        raise ConfigError(f"image_format must be 'tensor' or 'pil', not {image_format!r}.")
-
-
 @stateless
 def cook_raw_images(
     sample: dict[str, Any], *, image_format: ImageFormat | None = None
@@ -354,7 +348,8 @@ def cook_raw_images(
         SampleDecodeError: No image part, an undecodable image, or a missing caption.
     """
     check_crude(sample, "cook_raw_images")
-    check_image_format(image_format, allow_none=True)
+    if image_format is not None:
+        arguments.check(image_format=image_format)
     part = next((p for p in IMAGE_PARTS if p in sample), None)
     if part is None:
         parts = sorted(k for k in sample if not k.startswith("__"))

@@ -202,22 +202,6 @@ def _dataset_splits(path: Path) -> list[str] | None:
     return list(split_yaml.parts)
 
 
-def _check_loader_args(
-    path: object, batch_size: object, split: object, num_workers: object
-) -> None:
-    from shardcook.errors import ConfigError
-
-    if not isinstance(path, (str, Path)):
-        raise ConfigError(f"path must be a dataset folder or a metadataset .yaml, not {path!r}.")
-    _check_readable(path)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ConfigError(f"num_workers must be a whole number of 0 or more, not {num_workers!r}.")
-    if not isinstance(split, str):
-        raise ConfigError(f"split must be a split name such as 'train', not {split!r}.")
-
-
 def _check_metadata(path: Path) -> None:
     """Reads the Energon metadata of every dataset folder `path` reads through shardcook's
     readers, so a bad file is one sentence naming it rather than an error from inside Energon.
@@ -328,21 +312,15 @@ def get_diffusion_loader(
     from shardcook.energon.state import CheckedSavableDataLoader, dataset_identity
     from shardcook.errors import ConfigError
 
-    _check_loader_args(path, batch_size, split, num_workers)
-    arguments.check_optional_count("shuffle_buffer_size", shuffle_buffer_size, minimum=0,
-                                   off="(no shuffling)")
-    arguments.check_optional_count("max_samples_per_sequence", max_samples_per_sequence,
-                                   minimum=1, off="(no limit)")
-    for name, flag in (("repeat", repeat), ("resample_latents", resample_latents)):
-        arguments.check_bool(name, flag)
-    if batch_drop_last is not None:
-        arguments.check_bool("batch_drop_last", batch_drop_last)
-    arguments.check_choice("image_format", image_format, ("tensor", "pil"))
-    arguments.check_seconds("checkpoint_every_sec", checkpoint_every_sec)
-    arguments.check_optional_count("checkpoint_every_min_n_samples",
-                                   checkpoint_every_min_n_samples, minimum=1, off="(no minimum)")
-    arguments.check_task_encoder(task_encoder)
-    arguments.check_worker_config(worker_config)
+    arguments.check(path=path)
+    _check_readable(path)
+    arguments.check(
+        batch_size=batch_size, num_workers=num_workers, split=split,
+        shuffle_buffer_size=shuffle_buffer_size, max_samples_per_sequence=max_samples_per_sequence,
+        repeat=repeat, resample_latents=resample_latents, batch_drop_last=batch_drop_last,
+        image_format=image_format, checkpoint_every_sec=checkpoint_every_sec,
+        checkpoint_every_min_n_samples=checkpoint_every_min_n_samples, task_encoder=task_encoder,
+        worker_config=worker_config)
     picked = task_encoder is None
     if not picked and resample_latents:
         raise ConfigError(

@@ -29,8 +29,8 @@ from megatron.energon import (
 )
 from megatron.energon.errors import FatalSampleError
 
-from shardcook.energon.arguments import check_bool, check_factor, check_worker_config
-from shardcook.energon.cookers import ImageFormat, check_image_format
+from shardcook.energon import arguments
+from shardcook.energon.cookers import ImageFormat
 from shardcook.energon.decoder import SafeSampleDecoder
 from shardcook.energon.errors import SampleDecodeError, UnsafeSampleError
 from shardcook.energon.samples import (
@@ -104,7 +104,7 @@ def _declares_cookers(encoder: TaskEncoder[Any, Any, Any, Any]) -> bool:
 def _init_common(encoder: Any, worker_config: object, cookers: list[Cooker[Any]]) -> None:
     """Keeps `worker_config` (Primus passes it; Energon takes it from `get_train_dataset`) and
     registers `cookers` unless the class declares its own."""
-    check_worker_config(worker_config)
+    arguments.check(worker_config=worker_config)
     encoder.worker_config = worker_config
     if not _declares_cookers(encoder):
         encoder.cookers = cookers
@@ -269,9 +269,8 @@ class EncodedDiffusionTaskEncoder(
         scaling_factor: float | None = None,
         shift_factor: float | None = None,
     ) -> None:
-        check_bool("resample_latents", resample_latents)
-        check_factor("scaling_factor", scaling_factor)
-        check_factor("shift_factor", shift_factor)
+        arguments.check(resample_latents=resample_latents, scaling_factor=scaling_factor,
+                        shift_factor=shift_factor)
         _init_common(self, worker_config, registry_cookers(EncodedDiffusionTaskEncoder))
         self.resample_latents = resample_latents
         self.scaling_factor = scaling_factor
@@ -319,7 +318,7 @@ class RawDiffusionTaskEncoder(
     def __init__(
         self, worker_config: WorkerConfig | None = None, *, image_format: ImageFormat = "pil"
     ) -> None:
-        check_image_format(image_format)
+        arguments.check(image_format=image_format)
         _init_common(self, worker_config, registry_cookers(
             RawDiffusionTaskEncoder, options={"image_format": image_format}))
 
@@ -363,8 +362,7 @@ class DiffusionTaskEncoder(
         image_format: ImageFormat = "tensor",
         resample_latents: bool = False,
     ) -> None:
-        check_bool("resample_latents", resample_latents)
-        check_image_format(image_format)
+        arguments.check(resample_latents=resample_latents, image_format=image_format)
         # a blend's datasets each record their encoding: none is read as unmarked
         _init_common(self, worker_config, registry_cookers(
             EncodedDiffusionTaskEncoder, RawDiffusionTaskEncoder,

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shardcook._native import read_shard
 from shardcook.errors import DatasetError
 from shardcook.files import write_atomic
 from shardcook.layouts.automodel import (
@@ -20,7 +21,6 @@ from shardcook.layouts.automodel import (
     METADATA_SHARD_SIZE,
     metadata_shard_name,
 )
-from shardcook.shards import read_shard
 
 
 def _entry(root: Path, parts: Mapping[str, bytes], shard: str) -> dict[str, Any]:

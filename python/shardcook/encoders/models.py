@@ -268,17 +268,6 @@ WAN = ModelFamily(
                       "script does)"),
     latents=Latents(LATENTS_MEAN_STD, rank=4),
     decoder="shardcook.encoders.wan:WanDecoder")
-QWEN_IMAGE = ModelFamily(
-    name="qwen_image", input_kind="image",
-    encoders="shardcook.encoders.qwen_image:QwenImageEncoders",
-    manifest="shardcook.encoders.qwen_image:qwen_image_manifest",
-    normalisation="shardcook.encoders.qwen_image:qwen_image_normalisation",
-    default_model="Qwen/Qwen-Image", version="qwen_image",
-    sizes=Sizes(16, "the VAE downsamples by 8 and Qwen-Image packs 2x2 latents"),
-    text=Text(outputs=("prompt_embeds", "prompt_embeds_mask"),
-              padding="Qwen-Image keeps each caption's own tokens, up to 1024"),
-    latents=Latents(LATENTS_MEAN_STD, rank=3),
-    decoder="shardcook.encoders.qwen_image:QwenImageDecoder")
 FLUX2 = ModelFamily(
     name="flux2", input_kind="image",
     encoders="shardcook.encoders.flux2:Flux2Encoders",
@@ -290,10 +279,22 @@ FLUX2 = ModelFamily(
               padding="FLUX.2's Mistral text encoder always pads captions to 512 tokens (as "
                       "AutoModel's processor does)"),
     latents=Latents(PATCH_BATCH_NORM, rank=3))
+QWEN_IMAGE = ModelFamily(
+    name="qwen_image", input_kind="image",
+    encoders="shardcook.encoders.qwen_image:QwenImageEncoders",
+    manifest="shardcook.encoders.qwen_image:qwen_image_manifest",
+    normalisation="shardcook.encoders.qwen_image:qwen_image_normalisation",
+    default_model="Qwen/Qwen-Image", version="qwen_image",
+    sizes=Sizes(16, "the VAE downsamples by 8 and Qwen-Image packs 2x2 latents"),
+    text=Text(outputs=("prompt_embeds", "prompt_embeds_mask"),
+              padding="Qwen-Image keeps each caption's own tokens, up to 1024"),
+    latents=Latents(LATENTS_MEAN_STD, rank=3),
+    decoder="shardcook.encoders.qwen_image:QwenImageDecoder")
 
 #: Every model family, by registry name.
-MODELS: dict[str, ModelFamily] = {model.name: model for model in (
-    FLUX, FLUX2, WAN, QWEN_IMAGE)}
+MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN,
+                                                                  QWEN_IMAGE)}
+
 
 def by_model_type(name: str) -> ModelFamily | None:
     """The family whose `automodel` entry answers AutoModel's processor name `name`."""

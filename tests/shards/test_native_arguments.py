@@ -85,6 +85,17 @@ def test_other_native_functions_check_their_integers():
         imaging.geometry(-4, 10)
 
 
+def test_an_array_taller_than_a_u32_side_is_refused_before_it_is_copied():
+    """2^32 + 1 rows would wrap to 1; the zero-stride view takes no memory, and the refusal comes
+    before the copy a non-contiguous array gets."""
+    tall = np.lib.stride_tricks.as_strided(np.zeros(3, np.uint8), shape=(2**32 + 1, 1, 3),
+                                           strides=(0, 0, 1))
+    with pytest.raises(ImageError, match=r"^pixels of shape \[4294967297, 1, 3\] are too large"
+                                         r" to encode$") as caught:
+        imaging.encode_image(tall, "png")
+    assert caught.value.kind == "bad_option"
+
+
 def test_a_huge_bucket_is_refused_once_before_any_work():
     with pytest.raises(ImageError, match="bucket 60000x60000 asks for 3600000000 output pixels"):
         imaging.preprocess([PHOTO], mode="bucket", buckets=[(60_000, 60_000)])

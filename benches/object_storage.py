@@ -382,7 +382,7 @@ def calibrate(url: str, names: list[str], small: int, large: int) -> None:
     """The minimal client (`--calibrate`): `small` ranged reads of 3 KiB and `large` of 8 MiB of
     the objects `names` under `url` on MSC's Rust client, as many at once as finalize has; prints
     the CPU seconds each phase cost this process, as JSON."""
-    from shardcook.dataset.remote import RUST_WALKS_AT_ONCE
+    from shardcook.dataset.fetched import RUST_WALKS_AT_ONCE
     from shardcook.dataset.tarreads import STREAM_PIECE, STREAMS_AT_ONCE
     from shardcook.storage import Remote
 

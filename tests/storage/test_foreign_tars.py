@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import ShardError, finalize
-from shardcook.dataset.remote import RemoteView
+from shardcook.dataset.fetched import Fetched
 from shardcook.errors import DatasetError
 from shardcook.storage import Remote
 
@@ -127,7 +127,7 @@ def test_a_tar_gone_before_its_walk_is_named_with_its_url(foreign, client):
     options = {"rust_client": {"allow_http": True}} if client == "rust" else {}
     profile = add_profile(store, f"gone{client}", **options)
     store.upload_folder(local, f"gone-{client}")
-    with RemoteView.open(Remote(f"{profile}/gone-{client}"), scratch_dir=tmp) as view:
+    with Fetched.open(Remote(f"{profile}/gone-{client}"), scratch_dir=tmp) as view:
         store.server.client().delete_object(Bucket=store.bucket,
                                             Key=f"gone-{client}/pax-01.tar")
         with pytest.raises(DatasetError) as e:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from shardcook import DuplicateKeyError, ShardWriter, build_index, finalize, read_shard
-from shardcook.dataset.remote import PLACEHOLDER, WINDOW
+from shardcook.dataset.fetched import PLACEHOLDER, WINDOW
 
 from tests.helpers.dataset import cli, one_error_line, raw_parts
 from tests.helpers.energon import encoded_parts

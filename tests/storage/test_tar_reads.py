@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shardcook import finalize
-from shardcook.dataset.remote import RUST_WALKS_AT_ONCE
+from shardcook.dataset.fetched import RUST_WALKS_AT_ONCE
 from shardcook.dataset.tarreads import (
     PROBE_PIECE,
     PROBE_READS,
@@ -214,7 +214,7 @@ def test_either_way_indexes_as_energon_prepare_does_on_a_local_copy(
     monkeypatch.setenv("SHARDCOOK_TAR_READS", way)
     try:
         url = add_profile(store, f"{kind}{way}{client}", endpoint_url=proxy.endpoint, **options)
-        with caplog.at_level(logging.INFO, logger="shardcook.dataset.remote"):
+        with caplog.at_level(logging.INFO, logger="shardcook.dataset.fetched"):
             result = finalize(f"{url}/{prefix}", encoding="generic", split="1,0,0",
                               scratch_dir=tmp)
         counted = proxy.stats()
@@ -223,7 +223,7 @@ def test_either_way_indexes_as_energon_prepare_does_on_a_local_copy(
     count, samples, big = SIZES[kind]
     assert result.index.num_samples == count * samples
     assert_same_index(_downloaded(store, prefix, tmp), theirs[kind])
-    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
+    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.fetched"]
     assert f"SHARDCOOK_TAR_READS={way} says so" in said[0]
     assert said[-1].startswith(f"indexed {count} tars from their bytes: {count} "
                                f"{'streamed' if way == 'stream' else 'walked'} ("), said
@@ -264,11 +264,11 @@ def test_through_a_store_100_ms_away_images_stream_and_latents_walk(
     try:
         url = add_profile(store, f"away{kind}", endpoint_url=proxy.endpoint,
                           rust_client={"allow_http": True})
-        with caplog.at_level(logging.INFO, logger="shardcook.dataset.remote"):
+        with caplog.at_level(logging.INFO, logger="shardcook.dataset.fetched"):
             finalize(f"{url}/{prefix}", encoding="generic", split="1,0,0", scratch_dir=tmp)
     finally:
         proxy.stop()
-    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
+    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.fetched"]
     count = SIZES[kind][0]
     assert said[0].startswith(f"{count} tars without an index to read: a read waits "), said
     assert ("streaming the tars, about" if way == "streamed" else "walking the headers, about"
@@ -299,11 +299,11 @@ def test_a_tar_of_tiny_members_among_walked_ones_is_streamed(bucket, s3_server, 
     try:
         url = add_profile(store, "mixedaway", endpoint_url=proxy.endpoint,
                           rust_client={"allow_http": True})
-        with caplog.at_level(logging.INFO, logger="shardcook.dataset.remote"):
+        with caplog.at_level(logging.INFO, logger="shardcook.dataset.fetched"):
             finalize(f"{url}/mixed", encoding="generic", split="1,0,0", scratch_dir=tmp)
     finally:
         proxy.stop()
-    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.remote"]
+    said = [r.getMessage() for r in caplog.records if r.name == "shardcook.dataset.fetched"]
     assert "walking the headers, about" in said[0], said
     assert said[-1].startswith("indexed 4 tars from their bytes: 1 streamed ("), said
     assert "), 3 walked (" in said[-1], said

@@ -1,4 +1,6 @@
-"""The local view of a dataset in object storage (`msc://PROFILE/path`, `s3://bucket/path`).
+"""`Fetched`: how a dataset in a store other than a local folder (a bucket: `msc://PROFILE/path`,
+`s3://bucket/path`; a `storage.memory.MemoryStore`) is seen through a local folder, a
+`dataset.view.DatasetView`'s `Fetch`. It asks only the `storage.store.Store`.
 
 Under a scratch folder, the view holds the dataset's small files (`.nv-meta/*`, `.shardcook/*`,
 every `*.tar.idx`) and, for each shard, a placeholder: a sparse file of the shard's size whose
@@ -15,7 +17,7 @@ at once, each merged into the index as soon as the ones before it are.
 
 What a command writes (finalize: `.tar.idx` files, `.nv-meta/*`, `.shardcook/finalize.json`) is
 uploaded by `publish`, each object written whole, `.info.json` (what makes a folder an Energon
-dataset) last; a command that fails before `publish` leaves the bucket as it was.
+dataset) last; a command that fails before `publish` leaves the store as it was.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from shardcook import _native
 from shardcook.dataset.index import shardrows, tarindex
+from shardcook.dataset.inplace import scanned_problems
 from shardcook.dataset.tarreads import (
     PROBE_PIECE,
     STREAM_PIECE,
@@ -47,21 +50,20 @@ from shardcook.dataset.tarreads import (
     choose,
     forced,
 )
-from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.runtime import waits
 from shardcook.storage import (
     Listed,
-    Remote,
     RustReads,
+    Store,
     access_problem,
     bad_segment,
     credentials_of,
     describe_error,
 )
 
-__all__ = ["PLACEHOLDER", "WINDOW", "RemoteView"]
+__all__ = ["PLACEHOLDER", "WINDOW", "Fetched"]
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +113,10 @@ def _safe_name(url: str, name: str) -> str:
     return name
 
 
-def _view_name(folder: Remote) -> str:
-    """The local name of the view of `folder`: its last segment, unless a file name cannot be
+def _view_name(store: Store) -> str:
+    """The local name of the view of `store`: its last segment, unless a file name cannot be
     that long (an object key's segment can: 1,024 bytes), then one made of its digest."""
-    name = folder.name or "dataset"
+    name = store.name or "dataset"
     if len(os.fsencode(name)) <= 255:
         return name
     return f"dataset-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
@@ -124,12 +126,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-class RemoteView(DatasetView):
-    """A dataset folder in object storage, seen through a local folder (see the module)."""
+class Fetched:
+    """A dataset folder in `store`, seen through the local folder `root` (see the module);
+    `name` is how messages name it: the store's URL."""
 
-    def __init__(self, folder: Remote, root: Path, sizes: dict[str, int], window: int) -> None:
-        super().__init__(root, folder.url)
-        self.folder = folder
+    def __init__(self, store: Store, root: Path, sizes: dict[str, int], window: int) -> None:
+        self.root = root
+        self.name = str(store)
+        self.store = store
         self.window = window
         #: Every shard's size in the bucket.
         self.sizes = sizes
@@ -152,9 +156,9 @@ class RemoteView(DatasetView):
 
     @classmethod
     @contextmanager
-    def open(cls, folder: Remote, *, scratch_dir: str | os.PathLike[str] | None = None,
-             window: int = WINDOW) -> Iterator[RemoteView]:
-        """Builds the view of the dataset `folder` under a new folder in `scratch_dir`, removed
+    def open(cls, store: Store, *, scratch_dir: str | os.PathLike[str] | None = None,
+             window: int = WINDOW) -> Iterator[Fetched]:
+        """Builds the view of the dataset in `store` under a new folder in `scratch_dir`, removed
         when the block ends.
 
         Raises:
@@ -169,7 +173,7 @@ class RemoteView(DatasetView):
             raise DatasetError(f"cannot make a scratch folder in {where} ({e.strerror or e}); "
                                "give --scratch-dir a folder with room") from None
         try:
-            view = cls(folder, scratch / _view_name(folder), {}, window)
+            view = cls(store, scratch / _view_name(store), {}, window)
             view._materialise()
             yield view
         finally:
@@ -177,7 +181,7 @@ class RemoteView(DatasetView):
 
     def _listing(self) -> list[Listed]:
         try:
-            found = list(self.folder.listing())
+            found = list(self.store.listing())
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "read", e) or
                               f"cannot list {self.name} ({describe_error(e)}); check the "
@@ -224,11 +228,11 @@ class RemoteView(DatasetView):
         """
         try:
             if first_bytes is None:
-                self.folder.download(name, path)
+                self.store.download(name, path)
             else:
-                path.write_bytes(self.folder.read_range(name, 0, first_bytes) + _END_BLOCKS)
+                path.write_bytes(self.store.read_range(name, 0, first_bytes) + _END_BLOCKS)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-            raise DatasetError(f"cannot download {self.folder.child(name)} "
+            raise DatasetError(f"cannot download {self.store.child(name)} "
                                f"({describe_error(e)})") from None
 
     def _download(self, name: str, first_sample: bool) -> None:
@@ -252,12 +256,12 @@ class RemoteView(DatasetView):
     def read_range(self, shard: str, start: int, end: int) -> bytes:
         """One ranged GET of the shard object."""
         try:
-            return self.folder.read_range(shard, start, end - start)
+            return self.store.read_range(shard, start, end - start)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise self._unreadable(shard, e) from None
 
     def _unreadable(self, shard: str, error: Exception) -> DatasetError:
-        return DatasetError(f"cannot read {self.folder.child(shard)} ({describe_error(error)})")
+        return DatasetError(f"cannot read {self.store.child(shard)} ({describe_error(error)})")
 
     def windows(self, shards: Sequence[str]) -> Iterator[list[str]]:
         for start in range(0, len(shards), self.window):
@@ -281,7 +285,7 @@ class RemoteView(DatasetView):
         entries as `.info.json` says samples (plus the end), increasing block offsets, and an
         object long enough to hold them."""
         here = [(name, n) for name, n in shards if name in self._present]
-        problems = super().verify_shards(here) if here else []
+        problems = scanned_problems(self.root, here) if here else []
         return problems + self._light_problems([s for s in shards if s[0] not in self._present])
 
     def _light_problems(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
@@ -363,7 +367,7 @@ class RemoteView(DatasetView):
         streaming, else a thread each through MSC's client, `WALKS_AT_ONCE` at a time. When the
         block ends, reads still under way stop."""
         walks: dict[str, Future[TarRead]] = {}
-        rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE) if names else None
+        rust = self.store.rust_reads(RUST_WALKS_AT_ONCE) if names else None
         pool = ThreadPoolExecutor(max_workers=WALKS_AT_ONCE)
         try:
             if names and self.choice is None:
@@ -383,7 +387,7 @@ class RemoteView(DatasetView):
     def _tar_read(self, name: str, probe: Probe | None = None) -> TarRead:
         """A read of shard `name` in the way the probe chose (before it: walking)."""
         stream = self.choice is not None and self.choice.stream
-        return TarRead(self.folder.child(name), self.sizes[name], self._stop_walks,
+        return TarRead(self.store.child(name), self.sizes[name], self._stop_walks,
                        stream=stream, judge=self._judge, probe=probe)
 
     def _probed(self, names: Sequence[str], rust: RustReads | None) -> None:
@@ -548,7 +552,7 @@ class RemoteView(DatasetView):
         with self._probing:
             if name not in self._walks and self.choice is None:
                 names = [n for n in self.sizes if n != name and self._recorded_rows(n) is None]
-                rust = self.folder.rust_reads(RUST_WALKS_AT_ONCE)
+                rust = self.store.rust_reads(RUST_WALKS_AT_ONCE)
                 try:
                     self._probed([name, *names], rust)
                 finally:
@@ -577,7 +581,7 @@ class RemoteView(DatasetView):
             ConfigError: the store refused the write, in one sentence.
         """
         try:
-            self.folder.probe_write(OURS_DIR)
+            self.store.probe_write(OURS_DIR)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise ConfigError(access_problem("The dataset", self.name, "write", e) or
                               f"cannot write to {self.name} ({describe_error(e)}); check the "
@@ -594,12 +598,12 @@ class RemoteView(DatasetView):
         gone = [name for name in self.copied if name not in now]
         last = changed[-1:] if changed and changed[-1] == f"{META_DIR}/{INFO_JSON}" else []
         try:
-            self._in_parallel(lambda name: self.folder.upload(now[name], name),
+            self._in_parallel(lambda name: self.store.upload(now[name], name),
                               changed[:len(changed) - len(last)], SMALL_FILES_AT_ONCE)
             for name in gone:
-                self.folder.delete(name)
+                self.store.delete(name)
             for name in last:
-                self.folder.upload(now[name], name)
+                self.store.upload(now[name], name)
         except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
             raise DatasetError(
                 f"cannot write the new index to {self.name} ({describe_error(e)}); what was "

@@ -1,7 +1,7 @@
 """Where a dataset command or API call finds its dataset: the one place its argument, a local
 folder or a URL (`msc://PROFILE/path`, `s3://bucket/path`), or the `storage.Location` a run
-parsed, becomes a `DatasetView`. A folder is its own view; a URL gets a `RemoteView` under a
-scratch folder, removed when the command ends.
+parsed, becomes a `DatasetView`. A local folder is its own view; a dataset in any other store
+is fetched (`dataset.fetched.Fetched`) under a scratch folder, removed when the command ends.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from shardcook.dataset.remote import RemoteView
+from shardcook.dataset.fetched import Fetched
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ShardcookError
 from shardcook.paths import dataset_folder
-from shardcook.storage.bucket import Remote
 from shardcook.storage.location import Location, locate
 
 __all__ = ["dataset_view", "readable"]
@@ -39,8 +38,8 @@ def dataset_view(value: str | os.PathLike[str] | Location, *,
         root = dataset_folder(location.path)
         yield DatasetView(root, str(root))
         return
-    assert isinstance(location.store, Remote)
-    with RemoteView.open(location.store, scratch_dir=scratch_dir) as view:
+    with Fetched.open(location.store, scratch_dir=scratch_dir) as fetched:
+        view = DatasetView(fetched.root, fetched.name, fetched)
         try:
             yield view
         except ShardcookError as e:

@@ -6,9 +6,7 @@ and the samples it shows, never every shard's headers nor every row of index.sql
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
 from shardcook.dataset.check.scans import sqlite_problems
 from shardcook.dataset.index.tarindex import light_problems
@@ -19,16 +17,7 @@ class IndexedView(DatasetView):
     """`view` with the light shard and index checks; everything else is `view`'s."""
 
     def __init__(self, view: DatasetView) -> None:
-        super().__init__(view.root, view.name)
-        self.inner = view
-
-    @contextmanager
-    def fetched(self, shards: Sequence[str], *, first_sample: bool = False) -> Iterator[None]:
-        with self.inner.fetched(shards, first_sample=first_sample):
-            yield
-
-    def read_range(self, shard: str, start: int, end: int) -> bytes:
-        return self.inner.read_range(shard, start, end)
+        super().__init__(view.root, view.name, view.fetch)
 
     def verify_shards(self, shards: Sequence[tuple[str, int | None]]) -> list[str]:
         sizes = {name: os.stat(os.path.join(self.root, name)).st_size for name, _ in shards}
@@ -37,10 +26,3 @@ class IndexedView(DatasetView):
     def verify_index(self, counts: Mapping[str, int], expected: bool,
                      samples_only_ok: bool) -> list[str]:
         return sqlite_problems(self.root, counts, expected, samples_only_ok, light=True)
-
-    @property
-    def location(self) -> Path | str:
-        return self.inner.location
-
-    def shown(self, text: str) -> str:
-        return self.inner.shown(text)

@@ -74,6 +74,10 @@ class LocalStore:
     def __str__(self) -> str:
         return str(self.root)
 
+    @property
+    def name(self) -> str:
+        return self.root.name
+
     def child(self, name: str) -> str:
         return str(self.root / name)
 
@@ -178,6 +182,9 @@ class LocalStore:
     def keep_mode(self, name: str, like: str) -> None:
         with contextlib.suppress(OSError):
             os.chmod(self.root / name, stat.S_IMODE(os.stat(self.root / like).st_mode) | 0o600)
+
+    def rust_reads(self, at_once: int) -> None:
+        return None
 
     def absolute(self) -> LocalStore:
         return LocalStore(Path(os.path.abspath(self.root)))

@@ -49,6 +49,12 @@ class MemoryStore:
 
     # ---- where names lead ----------------------------------------------------------------
 
+    @property
+    def name(self) -> str:
+        """The last segment of the folder's path ("" for the store's root, as a bucket's)."""
+        path = self.url.partition("://")[2].partition("/")[2]
+        return path.rpartition("/")[2]
+
     def child(self, name: str) -> str:
         return f"{self.url}/{name.lstrip('/')}"
 
@@ -144,6 +150,9 @@ class MemoryStore:
 
     def keep_mode(self, name: str, like: str) -> None:
         """Nothing: objects have no permissions."""
+
+    def rust_reads(self, at_once: int) -> None:
+        return None
 
     def absolute(self) -> MemoryStore:
         return self

@@ -15,7 +15,10 @@ import io
 import os
 import posixpath
 from collections.abc import Iterator
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from shardcook.storage.rustreads import RustReads
 
 __all__ = ["Contents", "Listed", "Store", "normalized"]
 
@@ -70,6 +73,11 @@ class Store(Protocol):
     #: How many reads at once pay when a reader reads ahead of their use: 1 for a local folder
     #: (the file is read when it is needed), more for a bucket (each read waits on a request).
     readers: int
+
+    @property
+    def name(self) -> str:
+        """The folder's last segment ("" for a bucket's or profile's root)."""
+        ...
 
     def child(self, name: str) -> str:
         """The path or URL of `name`, for messages."""
@@ -161,6 +169,12 @@ class Store(Protocol):
         """Gives object `name` the permissions of `like` where files have them (locally: as
         Energon leaves the files it writes), readable and writable by their owner; a courtesy
         that never fails. Nothing in a bucket."""
+        ...
+
+    def rust_reads(self, at_once: int) -> RustReads | None:
+        """Ranged reads of the folder's objects, `at_once` at a time, on MSC's Rust client
+        where the store is a bucket whose profile turns it on (`storage.rustreads`); None
+        otherwise (a local folder's and memory's reads are the store's own)."""
         ...
 
     def absolute(self) -> Store:

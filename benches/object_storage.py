@@ -595,6 +595,9 @@ def report_model_point(point: ModelPoint, ms: int, runs: int, shards: int, total
           f"a GET, {per_byte * 2**20 * 1e3:.2f} ms a MiB (client, server and proxy, "
           f"{cores} cores); a finalize of one tar of one sample {fixed['wall']:.2f} s")
     for label, rs in results.items():
+        if not rs:
+            print(f"    {label:9} no figure: every try failed")
+            continue
         med = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]
         cpu = med["client"] + med["server"] + med["proxy"]
         print(f"    {label:9} {spread([r['wall'] for r in rs])}  {med['gets']:6,} GETs "

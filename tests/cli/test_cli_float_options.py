@@ -23,7 +23,8 @@ def _float_options() -> list[tuple[str, str]]:
     for section, cls in _SECTION_CLASSES.items():
         for name, hint in typing.get_type_hints(cls).items():
             if hint is float:
-                commands = ("chatml",) if section == "chatml" else ("raw", "encode")
+                commands = {"chatml": ("chatml",), "ingest": ("ingest",)}.get(
+                    section, ("raw", "encode"))
                 out += [(c, f"--{name.replace('_', '-')}") for c in commands]
     return out
 
@@ -41,7 +42,7 @@ def inputs(tmp_path_factory):
 def test_the_float_options_are_found():
     found = _float_options()
     assert {("chatml", "--video-fps"), ("chatml", "--val-fraction"),
-            ("chatml", "--test-fraction")} <= set(found)
+            ("chatml", "--test-fraction"), ("ingest", "--stall-timeout")} <= set(found)
 
 
 @pytest.mark.parametrize("command, option", _float_options())
@@ -50,7 +51,7 @@ def test_float_option_values_that_cannot_work(inputs, tmp_path, command, option,
     src, jsonl = inputs
     out = tmp_path / "out"
     given = f"{value},0,0" if option == "--split" else value
-    source = ["--input", jsonl] if command == "chatml" else ["--input-dir", src]
+    source = {"chatml": ["--input", jsonl], "ingest": [src]}.get(command, ["--input-dir", src])
     r = cli(command, *source, "--output-dir", out, f"{option}={given}")
     if option == "--split" and value == "1e308":  # 1e308,0,0 is the ratio 1,0,0
         assert r.code == 0 and r.escaped is None, (r.code, r.stderr, r.escaped)

@@ -21,7 +21,7 @@ def test_an_empty_encodings_folder_outside_the_output_or_in_its_records_is_refus
     config.write_text("empty_encodings:\n  manifest_url: http://127.0.0.1:9/empty.uri\n"
                       f"  output_subdir: '{subdir}'\n")
     out = tmp_path / "out"
-    r = cli("ingest", "--config", config, "--output-dir", out, "--split", "train", arrow)
+    r = cli("ingest", "--config", config, "--output-dir", out, "--split-part", "train", arrow)
     assert r.code == 2
     assert one_error_line(r) == (
         f"error: empty_encodings.output_subdir {subdir!r} must be one plain folder name inside "

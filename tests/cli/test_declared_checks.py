@@ -11,7 +11,7 @@ import typing
 
 import pytest
 from shardcook.config import resolve
-from shardcook.config.sections import _SECTION_CLASSES, OPTION_SECTION
+from shardcook.config.sections import _SECTION_CLASSES, OPTION_SECTION, option_field
 from shardcook.errors import ConfigError
 from shardcook.fields import RULES, bounded, matching, one_of, typed
 
@@ -24,7 +24,7 @@ def _ruled_fields() -> list[tuple[str, str, object]]:
         for f in dataclasses.fields(cls):
             if f.metadata.get(RULES):
                 name = f.name if OPTION_SECTION[f.name] == section else f"{section}.{f.name}"
-                bad = "nope" if str in (hints[f.name], *typing.get_args(hints[f.name])) else -1
+                bad = "no pe" if str in (hints[f.name], *typing.get_args(hints[f.name])) else -1
                 found.append((section, name, bad))
     return found
 
@@ -44,10 +44,17 @@ def test_every_ruled_field_refuses_in_one_sentence(tmp_path, section, name, bad)
     if section == "video":  # a video model's encode run has the section
         values |= {"layout": "wan"}
     with pytest.raises(ConfigError) as caught:
-        resolve(values, set(values), encode=section in ("model", "video"))
+        if section == "ingest":  # ingest resolves its section itself (`config.ingest`)
+            from shardcook.config.ingest import INGEST_OPTIONS, ingest_config
+
+            defaults = {n: option_field(n)[0].default for n in INGEST_OPTIONS}
+            ingest_config({**defaults, "output_dir": str(tmp_path / "out"), name: bad}, {name},
+                          [tmp_path / "in"], None)
+        else:
+            resolve(values, set(values), encode=section in ("model", "video"))
     option = f"--{name.rpartition('.')[2].replace('_', '-')}"
     assert str(caught.value).startswith(f"{option} must be "), str(caught.value)
-    assert re.search(r", not (-1(\.0)?|'nope')\.$", str(caught.value)), str(caught.value)
+    assert re.search(r", not (-1(\.0)?|'no pe')\.$", str(caught.value)), str(caught.value)
 
 
 @pytest.mark.parametrize(("rule", "words"), [

@@ -240,7 +240,7 @@ def test_a_file_unlike_the_split_in_its_timestep_column_fails_alone(tmp_path,
     for n in range(3):
         write_arrow(folder / f"part-{n:05d}.arrow", n, 3,
                     timesteps=first_has_timesteps != (n == 1))
-    result = _ingest(str(folder), "--split", "val", "--output-dir", str(out))
+    result = _ingest(str(folder), "--split-part", "val", "--output-dir", str(out))
     assert result.returncode == 1, result.stderr
     report = json.loads((out / ".shardcook" / "report.json").read_text())
     assert [(f["file"], f["stage"]) for f in report["failed"]] == [
@@ -259,9 +259,9 @@ def test_a_resumed_run_checks_the_timestep_column_against_the_earlier_runs_shard
     folder.mkdir()
     write_arrow(folder / "part-00000.arrow", 0, 3, timesteps=True)
     (folder / "part-00001.arrow").write_bytes(b"not yet an Arrow file")
-    assert _ingest(str(folder), "--split", "val", "--output-dir", str(out)).returncode == 1
+    assert _ingest(str(folder), "--split-part", "val", "--output-dir", str(out)).returncode == 1
     write_arrow(folder / "part-00001.arrow", 1, 3, timesteps=False)
-    result = _ingest(str(folder), "--split", "val", "--output-dir", str(out))
+    result = _ingest(str(folder), "--split-part", "val", "--output-dir", str(out))
     assert result.returncode == 1, result.stderr
     assert ("failed: part-00001.arrow (conversion): the file has no timestep column"
             in result.stderr), result.stderr

@@ -24,7 +24,7 @@ def test_ingest_into_a_bucket_writes_the_dataset_there(s3_store, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     url = s3_store.url("mlperf")
     assert (run := _ingest(str(train.folder), "--output-dir", url)).returncode == 0, run.stderr
-    assert (run := _ingest(str(val.folder), "--split", "val", "--output-dir", url)
+    assert (run := _ingest(str(val.folder), "--split-part", "val", "--output-dir", url)
             ).returncode == 0, run.stderr
     assert not (tmp_path / "msc:").exists()
     keys = s3_store.keys()

@@ -110,7 +110,7 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path):
     cases = [
         ([str(train.folder)], "--output-dir"),
         ([str(tmp_path / "missing"), "--output-dir", str(tmp_path / "o")], "does not exist"),
-        ([str(train.folder), "--output-dir", str(tmp_path / "o"), "--split", "Val"],
+        ([str(train.folder), "--output-dir", str(tmp_path / "o"), "--split-part", "Val"],
          "lowercase"),
         (["--manifest", str(tmp_path / "m.md5"), "--output-dir", str(tmp_path / "o")],
          "base_url"),
@@ -169,7 +169,7 @@ def test_a_foreign_split_folder_or_other_inputs_are_refused_before_anything_is_w
     (out / "val").rmdir()
     assert _ingest("--config", str(config)).returncode == 0
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    result = _ingest(str(val.folder), str(train.files[0]), "--split", "val", "--output-dir",
+    result = _ingest(str(val.folder), str(train.files[0]), "--split-part", "val", "--output-dir",
                      str(out))
     assert result.returncode == 2 and "other inputs" in result.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
@@ -304,7 +304,7 @@ def test_splits_ingested_one_command_each_make_the_same_dataset_as_one_config(tm
     assert _ingest("--config", str(config)).returncode == 0
     two = str(tmp_path / "two")
     assert _ingest(str(train.folder), "--output-dir", two).returncode == 0
-    assert _ingest(str(val.folder), "--split", "val", "--output-dir", two).returncode == 0
+    assert _ingest(str(val.folder), "--split-part", "val", "--output-dir", two).returncode == 0
     assert _hashes(tmp_path / "two") == _hashes(tmp_path / "one")
     report = validate(two, deep=True)
     assert report.ok, report.problems
@@ -316,7 +316,7 @@ def test_no_finalize_then_finalize_keeps_each_split_in_its_folder(tmp_path):
     val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
     out = str(tmp_path / "out")
     assert _ingest(str(train.folder), "--output-dir", out, "--no-finalize").returncode == 0
-    assert _ingest(str(val.folder), "--split", "val", "--output-dir", out,
+    assert _ingest(str(val.folder), "--split-part", "val", "--output-dir", out,
                    "--no-finalize").returncode == 0
     done = subprocess.run([sys.executable, "-m", "shardcook", "finalize", out],
                           capture_output=True, text=True, timeout=300, check=False)
@@ -357,7 +357,7 @@ def test_a_dataset_the_first_ingest_wrote_takes_another_split(tmp_path):
     kept = {p: p.stat().st_mtime_ns for p in (out / "train").glob("*.tar")}
     assert len(kept) == 2
     for folder in (reference, out):
-        result = _ingest(str(val.folder), "--split", "val", "--output-dir", str(folder))
+        result = _ingest(str(val.folder), "--split-part", "val", "--output-dir", str(folder))
         assert result.returncode == 0, result.stderr
     assert {p: p.stat().st_mtime_ns for p in (out / "train").glob("*.tar")} == kept
     assert _hashes(out) == _hashes(reference)
@@ -379,7 +379,7 @@ def test_status_while_array_tasks_add_a_split_counts_the_new_units(tmp_path):
     out = str(tmp_path / "out")
     for task in (0, 1):
         assert _array_task(task, str(train.folder), "--output-dir", out).returncode == 0
-    first = _array_task(0, str(val.folder), "--split", "val", "--output-dir", out)
+    first = _array_task(0, str(val.folder), "--split-part", "val", "--output-dir", out)
     assert first.returncode == 0, first.stderr
     status = subprocess.run([sys.executable, "-m", "shardcook", "status", out], check=False,
                             capture_output=True, text=True, timeout=300)
@@ -387,7 +387,8 @@ def test_status_while_array_tasks_add_a_split_counts_the_new_units(tmp_path):
     assert "damaged" not in said and status.returncode == 1, said
     manifest = json.loads((Path(out) / ".shardcook" / "manifest.json").read_text())
     assert manifest["num_inputs"] == 4
-    assert _array_task(1, str(val.folder), "--split", "val", "--output-dir", out).returncode == 0
+    assert _array_task(1, str(val.folder), "--split-part", "val", "--output-dir", out
+                       ).returncode == 0
     status = subprocess.run([sys.executable, "-m", "shardcook", "status", out], check=False,
                             capture_output=True, text=True, timeout=300)
     assert status.returncode == 0, status.stdout + status.stderr

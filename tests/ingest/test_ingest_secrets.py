@@ -91,7 +91,8 @@ def test_a_later_command_for_another_split_cannot_download_what_needs_the_passwo
         late.unlink()  # not there yet: the first command fails it
         first = _shardcook("ingest", "--manifest-url", url, "--output-dir", str(out))
         late.write_bytes(kept)
-        other = _shardcook("ingest", str(val.folder), "--split", "val", "--output-dir", str(out))
+        other = _shardcook("ingest", str(val.folder), "--split-part", "val", "--output-dir",
+                           str(out))
         report = json.loads((out / ".shardcook" / "report.json").read_text())
         again = _shardcook("ingest", "--manifest-url", url, "--output-dir", str(out))
     assert first.returncode == 1, first.stderr

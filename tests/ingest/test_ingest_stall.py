@@ -68,7 +68,7 @@ def test_a_bad_stall_timeout_is_one_sentence(tmp_path, stall):
                              "--output-dir", str(tmp_path / "out"), "--stall-timeout", stall],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2, result.stderr
-    assert "stall timeout must be a number of seconds above 0" in result.stderr
+    assert "--stall-timeout must be a number of seconds above 0" in result.stderr
     assert not (tmp_path / "out").exists()
 
 

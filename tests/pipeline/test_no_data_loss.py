@@ -127,8 +127,8 @@ def _blend_cli(*args: str):
     ("dataset_file", "already exists inside the dataset"),
     ("own_input", "is one of the blend's own inputs"),
     ("existing", "already exists; add --force to replace it"),
-    ("split_space", "--split 'tr ain' is not a split part name"),
-    ("split_empty", "--split '' is not a split part name"),
+    ("split_space", "--split-part 'tr ain' is not a split part name"),
+    ("split_empty", "--split-part '' is not a split part name"),
     ("split_missing", "Energon cannot load split 'val'"),
 ])
 def test_blend_refuses_and_writes_nothing(tmp_path, dataset, case, message):
@@ -140,9 +140,9 @@ def test_blend_refuses_and_writes_nothing(tmp_path, dataset, case, message):
         "dataset_file": [str(dataset / "notes.yaml"), f"{dataset}=1", "--force"],
         "own_input": [str(good), f"{good}=1", "--force"],
         "existing": [str(good), f"{dataset}=2"],
-        "split_space": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", "tr ain"],
-        "split_empty": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", ""],
-        "split_missing": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split", "val"],
+        "split_space": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split-part", "tr ain"],
+        "split_empty": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split-part", ""],
+        "split_missing": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split-part", "val"],
     }[case]
     def state():
         return {**tree_state(dataset), **{f"../{k}": v for k, v in tree_state(tmp_path).items()}}

@@ -186,7 +186,7 @@ def test_refusals(tmp_path):
         ((unfinalized,), "run `shardcook finalize"),
         ((d, "--out", tmp_path / "page.png"), "must name an .html file"),
         ((d, "--samples", "0"), "--samples must be between 1"),
-        ((d, "--split", "val2"), "has no val2 split"),
+        ((d, "--split-part", "val2"), "has no val2 split"),
     ]:
         r = cli("report", *args)
         assert r.code == 2

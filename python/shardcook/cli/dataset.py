@@ -10,7 +10,13 @@ from typing import Annotated, Any
 import typer
 
 from shardcook.cli.app import fail
-from shardcook.cli.options import DatasetArg, declared_in, with_config_options
+from shardcook.cli.options import (
+    DatasetArg,
+    OldSplitOpt,
+    declared_in,
+    take_old_split,
+    with_config_options,
+)
 from shardcook.config.sections import option_field
 from shardcook.dataset.arguments import BlendOptions, DatasetOptions, ReportOptions
 from shardcook.errors import ConfigError, ShardcookError
@@ -143,33 +149,41 @@ def preview(directory: DatasetArg, **options: Any) -> None:
     typer.echo(f"wrote {path}")
 
 
-@with_config_options(("out", "samples", "split", "scratch_dir"), lookup=declared_in(ReportOptions))
-def report(directory: DatasetArg, **options: Any) -> None:
+@with_config_options(("out", "samples", "split_part", "scratch_dir"),
+                     lookup=declared_in(ReportOptions))
+def report(ctx: typer.Context, directory: DatasetArg, old_split: OldSplitOpt = None,
+           **options: Any) -> None:
     """One self-contained HTML page of a dataset: its facts, validate's verdict, skipped inputs,
     duplicates, latent statistics, plots and a grid of samples; no network needed to view it.
     Written into the dataset as .shardcook/report.html (as a run's --report-html), or to --out."""
     from shardcook.htmlreport import write_report
 
     try:
-        path = write_report(directory, options.pop("out"), **options)
+        take_old_split(ctx, old_split, options)
+        path = write_report(directory, options.pop("out"), samples=options["samples"],
+                            split=options["split_part"], scratch_dir=options["scratch_dir"])
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")
 
 
-@with_config_options(("split", "force", "aux"), lookup=declared_in(BlendOptions))
+@with_config_options(("split_part", "force", "aux"), lookup=declared_in(BlendOptions))
 def blend(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="The metadataset .yaml to write.",
                                         show_default=False)],
     datasets: Annotated[list[str], typer.Argument(
         help="PATH=WEIGHT per dataset (weight 1 if omitted).", show_default=False)],
+    old_split: OldSplitOpt = None,
     **options: Any,
 ) -> None:
     """Write an Energon MetadatasetV2 .yaml that mixes datasets by sampling weight."""
     from shardcook.energon.blend import write_blend
 
     try:
-        path = write_blend(out, datasets, **options)
+        take_old_split(ctx, old_split, options)
+        path = write_blend(out, datasets, split=options["split_part"], force=options["force"],
+                           aux=options["aux"])
     except ShardcookError as e:
         fail(e)
     typer.echo(f"wrote {path}")

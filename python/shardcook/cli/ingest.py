@@ -1,6 +1,6 @@
 """`shardcook ingest` (Primus's `diffusion-ingest`): MLCommons's pre-encoded Arrow files into a
-`preencoded_numpy` dataset; its options are declared in `shardcook.config.ingest`, the logic is
-in `shardcook.jobs.ingest.run`."""
+`preencoded_numpy` dataset; its options are the run config's `ingest` section and the `output`
+options it takes (`shardcook.config.ingest`), the logic is in `shardcook.jobs.ingest.run`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import typer
 
 from shardcook.cli.app import fail
 from shardcook.cli.launch import start_workers, workers_asked
-from shardcook.cli.options import declared_in, with_config_options
-from shardcook.config.ingest import INGEST_OPTIONS, SRC, IngestOptions
+from shardcook.cli.options import OldSplitOpt, given, take_old_split, with_config_options
+from shardcook.config.ingest import INGEST_OPTIONS
+from shardcook.config.sections import SOURCE
 from shardcook.errors import ShardcookError
 
 
-@with_config_options(INGEST_OPTIONS, lookup=declared_in(IngestOptions))
+@with_config_options(INGEST_OPTIONS)
 def ingest(
     ctx: typer.Context,
     inputs: Annotated[list[Path] | None, typer.Argument(
@@ -24,7 +25,9 @@ def ingest(
         show_default=False)] = None,
     config: Annotated[Path | None, typer.Option(
         help="YAML with Primus's mlperf_flux1.yaml keys (datasets, empty_encodings, output, "
-             "pipeline).", rich_help_panel=SRC)] = None,
+             "pipeline); `output` also takes the output options below.",
+        rich_help_panel=SOURCE)] = None,
+    old_split: OldSplitOpt = None,
     **options: Any,
 ) -> None:
     """MLPerf Flux.1's pre-encoded Arrow files (local, or downloaded from an MLCommons manifest
@@ -33,20 +36,20 @@ def ingest(
     converted. Alias: diffusion-ingest."""
     from shardcook.config.ingest import ingest_config
     from shardcook.jobs.ingest.run import ingest_job, run_ingest
+    from shardcook.layouts.names import OURS_DIR, REPORT_HTML
     from shardcook.pipeline.driver import check_setup
 
-    given = {n for n in options
-             if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE",
-                                                                        "ENVIRONMENT")}
+    chosen = {n for n in options if given(ctx, n)} | ({"split_part"} if old_split else set())
     try:
-        cfg = ingest_config(IngestOptions(**options), given, list(inputs or ()), config)
+        take_old_split(ctx, old_split, options)
+        run, cfg = ingest_config(options, chosen, list(inputs or ()), config)
         if workers_asked(ctx):  # the whole setup checked here, not once per worker
-            check_setup(*ingest_job(cfg, overwrite=options["overwrite"]))
+            check_setup(*ingest_job(cfg, run))
     except ShardcookError as e:
         fail(e)
     start_workers(ctx)
     try:
-        report = run_ingest(cfg, overwrite=options["overwrite"])
+        report = run_ingest(cfg, run)
     except ShardcookError as e:
         fail(e)
     if not report:  # a torchrun worker other than rank 0
@@ -56,6 +59,8 @@ def ingest(
                    f"{len(done['shards'])} shards")
     typer.echo(f"{report['bytes_converted'] / 1e6:,.1f} MB of Arrow converted in "
                f"{report['wall_seconds']} s")
+    if run.output.report_html:
+        typer.echo(f"page: {run.output.location}/{OURS_DIR}/{REPORT_HTML}")
     for f in report["failed"]:
         typer.echo(f"failed: {f['file']} ({f['stage']}): {f['reason']}", err=True)
     if report["failed"]:

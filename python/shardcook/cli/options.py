@@ -60,6 +60,37 @@ PRIMUS_ALIASES: dict[str, Any] = {
 }
 
 
+#: The panel of the old spellings a command still takes.
+DEPRECATED = "Deprecated"
+#: `--split NAME` on the commands whose `--split` named one split part, before `--split` meant
+#: ratios only (as finalize, raw and encode take it): still taken, with a warning.
+OldSplitOpt = Annotated[str | None, typer.Option(
+    "--split", help="The old spelling of --split-part NAME (--split means train,val,test "
+                    "ratios, as finalize, raw and encode take them).",
+    rich_help_panel=DEPRECATED, show_default=False)]
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter `name` was given on the command line (or its environment
+    variable), not defaulted."""
+    source = ctx.get_parameter_source(name)
+    return getattr(source, "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def take_old_split(ctx: typer.Context, old: str | None, options: dict[str, Any]) -> None:
+    """`--split NAME` (`OldSplitOpt`) as `--split-part NAME` in `options`, saying so in one
+    warning line on stderr; both given is refused (ConfigError)."""
+    from shardcook.errors import ConfigError
+
+    if old is None:
+        return
+    if given(ctx, "split_part"):
+        raise ConfigError("--split NAME is the old spelling of --split-part NAME; give "
+                          "--split-part only.")
+    typer.echo("warning: --split NAME is deprecated here; use --split-part NAME.", err=True)
+    options["split_part"] = old
+
+
 #: Finds the declaration of an option by name: its dataclass field and type.
 Lookup = Callable[[str], tuple["dataclasses.Field[Any]", Any]]
 
@@ -102,14 +133,22 @@ def with_config_options(names: Sequence[str], after: Sequence[str] = (),
         added = [(name.rpartition(".")[2], *config_option(name, command.__name__, lookup))
                  for name in names]
         added += [(name, PRIMUS_ALIASES[name], None) for name in after]
-        params = own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                          annotation=annotation, default=default)
-                        for name, annotation, default in added]
+        params = [p for p in own if not _deprecated(p)] + [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                              default=default) for name, annotation, default in added]
+        # the old spellings last, so --help lists them after every option in use
+        params += [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if _deprecated(p)]
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
 
     return build
+
+
+def _deprecated(parameter: inspect.Parameter) -> bool:
+    """Whether a command's own parameter is an old spelling (in the `DEPRECATED` panel)."""
+    return any(getattr(info, "rich_help_panel", None) == DEPRECATED
+               for info in typing.get_args(parameter.annotation)[1:])
 
 
 def config_names(names: Sequence[str]) -> dict[str, str]:

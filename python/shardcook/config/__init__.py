@@ -5,7 +5,9 @@ A YAML config has the sections `source`, `output`, `image`, `model`, `data_forma
 (`--image-size` is `image.image_size`; chatml's `--max-pixels` is `chatml.max_pixels`). AMD
 Primus's data-prep keys are accepted as well (`source.type`, `image.center_crop`,
 `model.vae_latent_mode`, ...; see `PRIMUS_KEYS`) and resolve to ours; a key given in both
-spellings with different values is an error naming both.
+spellings with different values is an error naming both. `ingest`'s section (`ingest`, with
+the `output` options it takes) is resolved from its own Primus-shaped config file by
+`config.ingest`.
 
 This module resolves a config (YAML, command line, defaults); `sections` holds the dataclasses,
 `primus` the translation of Primus's keys and flags, `checks` the checks of a resolved config.
@@ -34,6 +36,7 @@ from shardcook.config.sections import (
     AutoModelConfig,
     ChatmlConfig,
     ImageConfig,
+    IngestSourceConfig,
     RunConfig,
     VideoConfig,
     option_key,
@@ -124,7 +127,9 @@ def config_mapping(value: Any, where: str | None, keys: Collection[str],
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Reads a config file into {section: {option: value}} in our keys, checking names, types
     and that Primus spellings agree with ours."""
-    data = config_mapping(read_config_file(path), None, _SECTION_CLASSES, path)
+    # `ingest`'s section comes from its own, Primus-shaped config file (`config.ingest`)
+    sections = [name for name in _SECTION_CLASSES if name != "ingest"]
+    data = config_mapping(read_config_file(path), None, sections, path)
     ours: dict[tuple[str, str], Setting] = {}
     primus: dict[tuple[str, str], Setting] = {}
     for section, values in data.items():
@@ -200,5 +205,5 @@ def resolve(
     return cfg
 
 
-__all__ = ["PRIMUS_FLAGS", "ChatmlConfig", "ImageConfig", "RunConfig", "config_mapping",
-           "load_yaml", "output_affecting", "resolve"]
+__all__ = ["PRIMUS_FLAGS", "ChatmlConfig", "ImageConfig", "IngestSourceConfig", "RunConfig",
+           "config_mapping", "load_yaml", "output_affecting", "resolve"]

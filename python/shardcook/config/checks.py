@@ -11,12 +11,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from shardcook.config.sections import (
-    AutoModelConfig,
     CHATML_IMAGE_FORMATS,
     MAX_WORKERS_PER_CPU,
     VIDEO_RESIZE_MODES,
+    AutoModelConfig,
     ChatmlConfig,
     ImageConfig,
+    OutputConfig,
     RunConfig,
     SourceConfig,
     VideoConfig,
@@ -65,6 +66,18 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
     if s.hf_streaming and (s.source_type != "huggingface" or cfg.chatml is not None):
         raise ConfigError("--hf-streaming reads a Hugging Face dataset for raw or encode "
                           "(--source-type huggingface); drop it here.")
+    check_output(o)
+    i.workers = cap_workers(i.workers)
+    if cfg.video is None:
+        check_image_resize(i)
+    if cfg.chatml is not None:
+        check_chatml(cfg.chatml, s, i)
+        check_split_choice(cfg.chatml, chosen)
+
+
+def check_output(o: OutputConfig) -> None:
+    """The output section's checks of several fields together (every run command's, ingest's
+    too)."""
     o.location  # noqa: B018 - raises ConfigError when no output folder was given
     if o.report_html and not o.finalize:
         raise ConfigError("--report-html shows a finalized dataset; drop --no-finalize, or "
@@ -74,12 +87,6 @@ def check(cfg: RunConfig, chosen: frozenset[tuple[str, str]] = frozenset()) -> N
         parse_ratio(o.split)
     except ConfigError as e:
         raise ConfigError(f"--split: {e}") from None
-    i.workers = cap_workers(i.workers)
-    if cfg.video is None:
-        check_image_resize(i)
-    if cfg.chatml is not None:
-        check_chatml(cfg.chatml, s, i)
-        check_split_choice(cfg.chatml, chosen)
 
 
 def encode_layout(name: str) -> tuple[Layout, EncodeSpec]:

@@ -1,37 +1,47 @@
-"""`ingest`'s settings, declared once: `IngestOptions` are its command-line options (each field
-with its help, panel and rules; `cli/ingest.py` makes the options from them), `IngestConfig`
-the whole run, and `from_yaml` the translation of Primus's `mlperf_flux1.yaml` keys as written
-(`datasets` of `name`/`manifest_url`/`split_name`, `empty_encodings`, `output.output_dir` with
-its `${VAR:default}` form, `pipeline.max_workers`/`prefetch_depth`/`max_files`/
-`stall_timeout_s`), plus local inputs (`paths`) and a manifest file with a `base_url`. A value
-is checked by its field's type and rules wherever it was given, in the one sentence
-(`fields.refusal`); the run is checked whole (`check`) before any work."""
+"""`ingest`'s settings. Its options are the run config's `ingest` section and the `output`
+options it takes (`INGEST_OPTIONS`, declared in `config.sections`; `cli/ingest.py` makes the
+command line from them); `IngestConfig` is what the job reads (each split's inputs, the empty
+encodings, the download settings); `from_yaml` translates Primus's `mlperf_flux1.yaml` keys as
+written (`datasets` of `name`/`manifest_url`/`split_name`, `empty_encodings`,
+`output.output_dir` with its `${VAR:default}` form, `pipeline.max_workers`/`prefetch_depth`/
+`max_files`/`stall_timeout_s`), plus local inputs (`paths`), a manifest file with a `base_url`
+and the `output` options of every run (`output.scratch_dir`, ...); `ingest_config` resolves the
+command line and that file into both. A value is checked by its field's type and rules wherever
+it was given, in the one sentence (`fields.refusal`); the run is checked whole (`check`) before
+any work."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardcook.config.checks import check_output
+from shardcook.config.sections import (
+    SPLIT_NAME,
+    IngestSourceConfig,
+    RunConfig,
+    option_field,
+    option_key,
+)
 from shardcook.errors import ConfigError
-from shardcook.fields import Rule, bounded, check_rules, flag, matching, option, typed
+from shardcook.fields import check_rules, flag, typed
 
 ARROW_SUFFIX = ".arrow"
 _ENV_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
-SRC, RUN = "Inputs", "Run"
-AT_LEAST_1 = bounded(1)
-#: Split names become shard prefixes (`train-shard-000000.tar`), so lowercase letters only.
-SPLIT_NAME = matching(r"[a-z]+", "lowercase letters (train, val, ...)")
-#: More concurrent downloads only share the same bandwidth, and each is a thread.
-MAX_DOWNLOADS = 64
-#: Below a million seconds: a larger timeout would wait on a dead server for weeks.
-STALL = Rule(lambda v: 0 < v < 1e6, "a number of seconds above 0 (and under 1,000,000)")
+#: The `output` options `ingest` takes, as every run command does: the keys of --config's
+#: `output` mapping too (Primus's has `output_dir`).
+OUTPUT_OPTIONS = ("output_dir", "finalize", "report_html", "overwrite", "scratch_dir",
+                  "upload_queue")
+#: `ingest`'s options in --help's order within each panel: what it reads, where it writes, how
+#: it downloads.
+INGEST_OPTIONS = ("split_part", "manifest_url", "manifest", "base_url", "max_files",
+                  *OUTPUT_OPTIONS, "max_workers", "prefetch_depth", "stall_timeout")
 
 
 @dataclass(frozen=True)
@@ -46,53 +56,19 @@ class Retry:
     stall_s: float = 60.0
 
 
-@dataclass
-class IngestOptions:
-    """`shardcook ingest`'s options (besides its inputs and --config)."""
-
-    split: str = option("train", "The split the inputs or manifest become (train, val).", SRC,
-                        rules=[SPLIT_NAME])
-    manifest_url: str | None = option(
-        None, "An MLCommons manifest URL ending in .uri or .md5 (the base URL and the "
-              "`MD5 FILENAME` list side by side).", SRC)
-    manifest: str | None = option(
-        None, "A local file of `MD5 FILENAME` lines; give --base-url.", SRC)
-    base_url: str | None = option(None, "The address --manifest's files are under.", SRC)
-    output_dir: str | None = option(
-        None, "The dataset folder to write (each split in a folder of its own there): a local "
-              "path, or msc://PROFILE/path or s3://bucket/path in object storage.", RUN)
-    max_workers: int = option(4, "Concurrent downloads.", RUN,
-                              rules=[bounded(1, MAX_DOWNLOADS, why="each is a thread")])
-    prefetch_depth: int = option(6, "Most downloaded Arrow files on disk at once.", RUN,
-                                 rules=[AT_LEAST_1])
-    max_files: int | None = option(None, "Only the first N files of each split (for a trial).",
-                                   RUN, rules=[AT_LEAST_1])
-    stall_timeout: float = option(
-        60.0, "Seconds a download may go without moving 64 KiB before it is retried.", RUN,
-        rules=[STALL])
-    finalize: bool = option(True, "Index and validate at the end.", RUN,
-                            flags=("--finalize/--no-finalize",))
-    overwrite: bool = option(False, "Delete what an earlier run wrote in --output-dir first.",
-                             RUN)
-
-
-#: The options in --help's order.
-INGEST_OPTIONS = tuple(f.name for f in dataclasses.fields(IngestOptions))
-_DECLARED = {f.name: f for f in dataclasses.fields(IngestOptions)}
-_HINTS = typing.get_type_hints(IngestOptions)
-#: How the options are named in a sentence, where not as their flag.
-_SPELLED = {"stall_timeout": "the stall timeout"}
 #: Primus's `pipeline` keys -> the options they set.
 PIPELINE_KEYS = {"max_workers": "max_workers", "prefetch_depth": "prefetch_depth",
                  "max_files": "max_files", "stall_timeout_s": "stall_timeout"}
 
 
-def checked(name: str, value: Any, where: str | None = None) -> Any:
+def checked(name: str, value: Any, where: str | None = None, *, said: str | None = None
+            ) -> Any:
     """`value` of the option `name` as its type, checked by its rules; `where` is how a config
-    file spells it (in backticks), else the option's flag."""
-    value = typed(where or flag(name), value, _HINTS[name], none="null", quote=where is not None)
-    check_rules(f"`{where}`" if where else _SPELLED.get(name, flag(name)), value,
-                _DECLARED[name])
+    file spells it (in backticks), else the option's flag (`said`: how a sentence names a
+    setting made in Python)."""
+    declared, hint = option_field(name)
+    value = typed(where or flag(name), value, hint, none="null", quote=where is not None)
+    check_rules(f"`{where}`" if where else said or flag(name), value, declared)
     return value
 
 
@@ -120,8 +96,8 @@ class IngestConfig:
     output_dir: str | None = None
     datasets: list[IngestDataset] = field(default_factory=list)
     empty_encodings: EmptyEncodings | None = None
-    max_workers: int = IngestOptions.max_workers
-    prefetch_depth: int = IngestOptions.prefetch_depth
+    max_workers: int = IngestSourceConfig.max_workers
+    prefetch_depth: int = IngestSourceConfig.prefetch_depth
     max_files: int | None = None
     retry: Retry = field(default_factory=Retry)
     finalize: bool = True
@@ -147,8 +123,8 @@ def dataset_from(d: dict[str, Any], n: int,
     """The dataset of one `datasets` entry (`DATASET_KEYS` only); `spelled(key)` is how the
     command line spells a key (None: as the config's `datasets[n].key`)."""
     where = f"datasets[{n}]"
-    split = checked("split", d.get("split_name", "train"),
-                    None if spelled("split") else f"{where}.split_name")
+    split = checked("split_part", d.get("split_name", "train"),
+                    None if spelled("split_part") else f"{where}.split_name")
     paths = d.get("paths") or []
     if isinstance(paths, str) or not isinstance(paths, list):
         raise ConfigError(f"{where}.paths must be a list of Arrow files or folders")
@@ -188,9 +164,12 @@ def from_yaml(path: Path) -> tuple[IngestConfig, dict[str, Any]]:
     cfg.datasets = [dataset_from(mapping(entry, f"datasets[{n}]", DATASET_KEYS), n)
                     for n, entry in enumerate(datasets)]
     options: dict[str, Any] = {}
-    out = mapping(top.get("output"), "output", ("output_dir",))
-    if out.get("output_dir"):
-        options["output_dir"] = expand_env(str(out["output_dir"]))
+    out = mapping(top.get("output"), "output", OUTPUT_OPTIONS)
+    for key, value in out.items():
+        if key == "output_dir" and value:
+            options[key] = expand_env(str(value))
+        elif key != "output_dir" and value is not None:
+            options[key] = checked(key, value, f"output.{key}")
     empty = mapping(top.get("empty_encodings"), "empty_encodings",
                     ("manifest_url", "output_subdir"))
     if empty:
@@ -219,13 +198,18 @@ def check_subdir(subdir: str) -> None:
                           "empty)")
 
 
-def ingest_config(options: IngestOptions, given: set[str], inputs: list[Path],
-                  config: Path | None) -> IngestConfig:
-    """The run's config: an option given on the command line (`given`) beats the --config
+def ingest_config(values: dict[str, Any], given: set[str], inputs: list[Path],
+                  config: Path | None) -> tuple[RunConfig, IngestConfig]:
+    """The run's config (its `output` and `ingest` sections) and what its job reads, from the
+    options by name (`values`): one given on the command line (`given`) beats the --config
     file's value, which beats the option's default; the inputs come from the command line or
-    the config's `datasets`, not both."""
+    the config's `datasets`, not both. Everything is checked before any work.
+
+    Raises:
+        ConfigError: the first option, input or setting that cannot work.
+    """
     cfg, from_file = from_yaml(config) if config is not None else (IngestConfig(), {})
-    chosen = {name: getattr(options, name) for name in INGEST_OPTIONS}
+    chosen = {name: values[name] for name in INGEST_OPTIONS}
     chosen.update({k: v for k, v in from_file.items() if k not in given})
     for name in given:
         chosen[name] = checked(name, chosen[name])
@@ -235,14 +219,23 @@ def ingest_config(options: IngestOptions, given: set[str], inputs: list[Path],
             raise ConfigError(f"--config {config} lists datasets; give inputs there or on the "
                               "command line, not both")
         cfg.datasets = [dataset_from({
-            "split_name": chosen["split"], "paths": [str(p) for p in inputs],
+            "split_name": chosen["split_part"], "paths": [str(p) for p in inputs],
             **{k: chosen[k] for k in sources}}, 0, lambda key: flag(key))]
-    cfg.output_dir = chosen["output_dir"]
+    run = RunConfig(ingest=IngestSourceConfig())
+    for name, value in chosen.items():
+        section, key = option_key(name)
+        setattr(getattr(run, section), key, value)
+    run.output.quiet = True  # the command says its own summary
+    ingest = run.ingest
+    assert ingest is not None
+    cfg.output_dir, cfg.finalize = run.output.output_dir, run.output.finalize
     cfg.max_workers, cfg.prefetch_depth, cfg.max_files = (
-        chosen["max_workers"], chosen["prefetch_depth"], chosen["max_files"])
-    cfg.retry = dataclasses.replace(cfg.retry, stall_s=chosen["stall_timeout"])
-    cfg.finalize = chosen["finalize"]
-    return cfg
+        ingest.max_workers, ingest.prefetch_depth, ingest.max_files)
+    cfg.retry = dataclasses.replace(cfg.retry, stall_s=ingest.stall_timeout)
+    check(cfg)
+    run.output.where("scratch_dir")  # a local folder: refuses a URL
+    check_output(run.output)
+    return run, cfg
 
 
 def check(cfg: IngestConfig) -> None:
@@ -257,9 +250,9 @@ def check(cfg: IngestConfig) -> None:
         raise ConfigError(f"two datasets write the same split ({', '.join(splits)}); give each "
                           "its own split_name")
     for d in cfg.datasets:
-        checked("split", d.split)
+        checked("split_part", d.split)
     if cfg.empty_encodings is not None:
         check_subdir(cfg.empty_encodings.output_subdir)
     for name in ("max_workers", "prefetch_depth", "max_files"):
         checked(name, getattr(cfg, name))
-    checked("stall_timeout", cfg.retry.stall_s)
+    checked("stall_timeout", cfg.retry.stall_s, said="the stall timeout")

@@ -1,6 +1,7 @@
 """The run configuration's sections as dataclasses, their allowed values, and which section
-each option belongs to. A field that is a command-line option of raw, encode and chatml declares
-its --help text and panel here (`option`); `shardcook.cli` builds the options from them."""
+each option belongs to. A field that is a command-line option of raw, encode, chatml and ingest
+declares its --help text and panel here (`option`); `shardcook.cli` builds the options from
+them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,18 @@ from shardcook.dataset.media.meta import MediaFilter
 from shardcook.encoders.loading import LATENT_MODES, PRECISIONS
 from shardcook.encoders.models import model_types
 from shardcook.errors import ConfigError
-from shardcook.fields import LOCAL, PLACE, URL, Place, bounded, matching, one_of, option, setting
+from shardcook.fields import (
+    LOCAL,
+    PLACE,
+    URL,
+    Place,
+    Rule,
+    bounded,
+    matching,
+    one_of,
+    option,
+    setting,
+)
 from shardcook.layouts import (
     DEFAULT_ENCODE_LAYOUT,
     Layout,
@@ -52,8 +64,8 @@ VIDEO_MODES = ("video", "frames")
 VIDEO_RESIZE_MODES = ("bilinear", "bicubic", "nearest", "area", "lanczos")
 
 # The --help panels the run commands' options are grouped in.
-SOURCE, OUTPUT, IMAGE, DATA_FORMAT, MODEL, CHATML, VIDEO = (
-    "Source", "Output", "Image", "Data format", "Model", "ChatML", "Video")
+SOURCE, OUTPUT, IMAGE, DATA_FORMAT, MODEL, CHATML, VIDEO, DOWNLOAD = (
+    "Source", "Output", "Image", "Data format", "Model", "ChatML", "Video", "Download")
 AT_LEAST_1, AT_LEAST_0 = bounded(1), bounded(0)
 #: An image side: WebP's limit is the upper bound (said on its own, as it is the one users meet).
 IMAGE_SIDE = (AT_LEAST_1, bounded(high=MAX_IMAGE_SIDE, why="WebP's largest side"))
@@ -64,6 +76,12 @@ T5_MAX_LENGTH = 512
 #: 1280) fit; 81 frames of 1080p do not, nor a 4000 x 4000 clip kept at its own size.
 MAX_CLIP_PIXELS = 1 << 27
 FRACTION = (bounded(0, 1, below=True),)
+#: Split names become shard prefixes (`train-shard-000000.tar`), so lowercase letters only.
+SPLIT_NAME = matching(r"[a-z]+", "lowercase letters (train, val, ...)")
+#: More concurrent downloads only share the same bandwidth, and each is a thread.
+MAX_DOWNLOADS = 64
+#: Below a million seconds: a larger timeout would wait on a dead server for weeks.
+STALL = Rule(lambda v: 0 < v < 1e6, "a number of seconds above 0 (and under 1,000,000)")
 
 
 class Section:
@@ -164,7 +182,10 @@ class OutputConfig(Section):
 
     output_dir: str | None = option(
         None, "The dataset folder to write: a local path, or msc://PROFILE/path or "
-              "s3://bucket/path in object storage.", OUTPUT, place=URL)
+              "s3://bucket/path in object storage.", OUTPUT, place=URL,
+        help_for={"ingest": "The dataset folder to write (each split in a folder of its own "
+                            "there): a local path, or msc://PROFILE/path or s3://bucket/path in "
+                            "object storage."})
     shard_size: int = option(1000, "Inputs per work unit / shard; left out, fewer when the inputs "
                                    "are too few for each --split share to get a shard.", OUTPUT,
                              help_for={"chatml": "Inputs per work unit / shard, per split."},
@@ -400,6 +421,32 @@ class VideoConfig(Section):
 
 
 @dataclass
+class IngestSourceConfig(Section):
+    """What `ingest` reads (its Arrow files come as arguments or from --config's `datasets`) and
+    how it downloads; where it writes is the `output` section's."""
+
+    split_part: str = option(
+        "train", "The split part the inputs or manifest become (train, val): its shards go in a "
+                 "folder of that name.", SOURCE,
+        flags=("--split-part",), rules=[SPLIT_NAME])
+    manifest_url: str | None = option(
+        None, "An MLCommons manifest URL ending in .uri or .md5 (the base URL and the "
+              "`MD5 FILENAME` list side by side).", SOURCE)
+    manifest: str | None = option(
+        None, "A local file of `MD5 FILENAME` lines; give --base-url.", SOURCE)
+    base_url: str | None = option(None, "The address --manifest's files are under.", SOURCE)
+    max_files: int | None = option(None, "Only the first N files of each split (for a trial).",
+                                   SOURCE, rules=[AT_LEAST_1])
+    max_workers: int = option(4, "Concurrent downloads.", DOWNLOAD,
+                              rules=[bounded(1, MAX_DOWNLOADS, why="each is a thread")])
+    prefetch_depth: int = option(6, "Most downloaded Arrow files on disk at once.", DOWNLOAD,
+                                 rules=[AT_LEAST_1])
+    stall_timeout: float = option(
+        60.0, "Seconds a download may go without moving 64 KiB before it is retried.", DOWNLOAD,
+        rules=[STALL])
+
+
+@dataclass
 class AutoModelConfig(Section):
     """How `encode --layout automodel` writes NeMo AutoModel's cache: its processor, its
     resolution buckets, its caption field; the section exists only in such runs."""
@@ -436,6 +483,9 @@ class RunConfig:
     video: VideoConfig | None = None
     #: Only `encode --layout automodel` runs have this section.
     automodel: AutoModelConfig | None = None
+    #: Only `ingest` runs have this section. The manifest does not record it: its inputs are
+    #: the manifest's `source` (a URL's password hidden), the rest how downloads run.
+    ingest: IngestSourceConfig | None = None
     #: The layout `model.layout` names, resolved once by `resolve(..., encode=True)`; not a
     #: section: the config records the name.
     layout: Layout | None = field(default=None, repr=False, compare=False)
@@ -446,7 +496,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain nested dicts (JSON and YAML safe)."""
         return {f.name: dataclasses.asdict(section) for f in dataclasses.fields(self)
-                if f.name not in ("layout", "chosen")
+                if f.name not in ("layout", "chosen", "ingest")
                 and (section := getattr(self, f.name)) is not None}
 
     def to_yaml(self) -> str:

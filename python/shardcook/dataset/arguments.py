@@ -142,7 +142,8 @@ class ReportOptions:
               "where a run's --report-html writes it).")
     samples: int = option(DEFAULT_REPORT_SAMPLES, "How many samples the page shows.",
                           rules=[bounded(1, MAX_REPORT_SAMPLES)])
-    split: str | None = option(None, "Show only this split's samples (default: all).")
+    split_part: str | None = option(None, "Show only this split part's samples (default: "
+                                          "all).", flags=("--split-part",))
     scratch_dir: Path | None = option(None, DATASET_SCRATCH_HELP)
 
 
@@ -150,7 +151,8 @@ class ReportOptions:
 class BlendOptions:
     """The options of blend (`energon.blend.write_blend`)."""
 
-    split: str = option("train", "The split part the blend defines and reads.")
+    split_part: str = option("train", "The split part the blend defines and reads.",
+                             flags=("--split-part",))
     force: bool = option(False, "Replace an existing file (never a dataset's own).")
     aux: list[str] | None = option(
         None, "NAME=SOURCE, repeatable: an auxiliary source for each blended dataset that is no "

@@ -258,8 +258,8 @@ _SPLIT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 def _check_split(split: str) -> None:
     if not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split):
         raise ConfigError(
-            f"--split {split!r} is not a split part name; use letters, digits, '_', '-' or '.' "
-            "(e.g. train)."
+            f"--split-part {split!r} is not a split part name; use letters, digits, '_', '-' or "
+            "'.' (e.g. train)."
         )
 
 

@@ -14,24 +14,23 @@ from shardcook.jobs.ingest.job import IngestJob
 from shardcook.pipeline.report import JsonObject
 
 
-def run_config(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True,
-               scratch_dir: str | None = None, upload_queue: int = 4) -> RunConfig:
-    """The engine's config of an ingest run (where and how its shards are written)."""
+def run_config(cfg: IngestConfig) -> RunConfig:
+    """The engine's config of an ingest run made from an `IngestConfig` alone (in Python): its
+    output folder and --finalize, every other output option at its default, quiet. The command
+    line's is `config.ingest.ingest_config`'s."""
     if cfg.output_dir is None:
         raise ConfigError("give --output-dir (or output.output_dir in --config)")
     run = RunConfig()
-    out = run.output
-    out.output_dir, out.finalize, out.overwrite, out.quiet = (
-        str(cfg.output_dir), cfg.finalize, overwrite, quiet)
-    out.scratch_dir, out.upload_queue = scratch_dir, upload_queue
+    run.output.output_dir, run.output.finalize, run.output.quiet = (
+        str(cfg.output_dir), cfg.finalize, True)
     return run
 
 
-def run_ingest(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True,
-               scratch_dir: str | None = None, upload_queue: int = 4) -> JsonObject:
+def run_ingest(cfg: IngestConfig, run: RunConfig | None = None) -> JsonObject:
     """The whole ingest into the one dataset `OUTPUT_DIR` (its manifest, progress markers and
     report.json in `OUTPUT_DIR/.shardcook/`), on this process's rank; returns the report on
-    rank 0 (an empty one elsewhere).
+    rank 0 (an empty one elsewhere). `run` is the engine's config (where and how the shards are
+    written; default: `run_config(cfg)`).
 
     Raises:
         ConfigError: bad options, unreadable manifest, unsafe names, an input the run would
@@ -40,15 +39,11 @@ def run_ingest(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True
     """
     from shardcook.pipeline.driver import run_pipeline
 
-    report = run_pipeline(*ingest_job(cfg, overwrite=overwrite, quiet=quiet,
-                                      scratch_dir=scratch_dir, upload_queue=upload_queue))
+    report = run_pipeline(*ingest_job(cfg, run))
     return report if report is not None else {}
 
 
-def ingest_job(cfg: IngestConfig, *, overwrite: bool = False, quiet: bool = True,
-               scratch_dir: str | None = None, upload_queue: int = 4,
-               ) -> tuple[RunConfig, IngestJob]:
-    """The engine's config of the run and its job."""
-    run = run_config(cfg, overwrite=overwrite, quiet=quiet, scratch_dir=scratch_dir,
-                     upload_queue=upload_queue)
+def ingest_job(cfg: IngestConfig, run: RunConfig | None = None) -> tuple[RunConfig, IngestJob]:
+    """The engine's config of the run (`run`, default `run_config(cfg)`) and its job."""
+    run = run if run is not None else run_config(cfg)
     return run, IngestJob(run, cfg)

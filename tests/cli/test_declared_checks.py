@@ -43,6 +43,8 @@ def test_every_ruled_field_refuses_in_one_sentence(tmp_path, section, name, bad)
         values |= {"source_type": "jsonl", "input_path": str(tmp_path / "d.jsonl")}
     if section == "video":  # a video model's encode run has the section
         values |= {"layout": "wan"}
+    if section == "automodel":  # so has an AutoModel cache's
+        values |= {"layout": "automodel"}
     with pytest.raises(ConfigError) as caught:
         if section == "ingest":  # ingest resolves its section itself (`config.ingest`)
             from shardcook.config.ingest import INGEST_OPTIONS, ingest_config
@@ -51,7 +53,7 @@ def test_every_ruled_field_refuses_in_one_sentence(tmp_path, section, name, bad)
             ingest_config({**defaults, "output_dir": str(tmp_path / "out"), name: bad}, {name},
                           [tmp_path / "in"], None)
         else:
-            resolve(values, set(values), encode=section in ("model", "video"))
+            resolve(values, set(values), encode=section in ("model", "video", "automodel"))
     option = f"--{name.rpartition('.')[2].replace('_', '-')}"
     assert str(caught.value).startswith(f"{option} must be "), str(caught.value)
     assert re.search(r", not (-1(\.0)?|'no pe')\.$", str(caught.value)), str(caught.value)

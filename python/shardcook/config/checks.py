@@ -26,6 +26,7 @@ from shardcook.dataset.index.splits import parse_ratio
 from shardcook.errors import ConfigError
 from shardcook.fields import PLACE, check_fields
 from shardcook.layouts import LAYOUTS, EncodeSpec, Layout
+from shardcook.layouts.automodel import for_family
 from shardcook.layouts.chatml import VIDEO_FRAMES_PARTS
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def model_by_type(cfg: RunConfig) -> EncodeSpec:
     if a.max_pixels is not None and a.resolution_preset is not None:
         raise ConfigError("--max-pixels and --resolution-preset both set the pixel budget; "
                           "give one.")
-    return replace(cfg.layout.encode, model=family.name)
+    return for_family(cfg.layout.encode, family)
 
 
 def check_text_options(family: ModelFamily, chosen: frozenset[tuple[str, str]]) -> None:

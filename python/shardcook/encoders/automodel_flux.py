@@ -109,12 +109,5 @@ def flux_cache(sample: CacheSample) -> dict[str, object]:
         "pooled_prompt_embeds": text["pooled_prompt_embeds"],
         "t5_tokens": text[T5_TOKENS],
         "prompt_embeds": text["prompt_embeds"],
-        "original_resolution": sample.original_resolution,
-        "bucket_resolution": sample.bucket_resolution,
-        "crop_offset": sample.crop_offset,
-        "prompt": sample.prompt,
-        "image_path": sample.path,
-        "bucket_id": sample.bucket_id,
-        "aspect_ratio": sample.aspect_ratio,
-        "model_type": sample.model_type,
+        **sample.metadata(),
     }

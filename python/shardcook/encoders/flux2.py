@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import EncoderSource, _kwargs, _where, loaded, ready, run_facts
-from shardcook.encoders.models import FLUX2, PATCH_BATCH_NORM, EncodedPixels
+from shardcook.encoders.models import FLUX2, PATCH_BATCH_NORM, CacheSample, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
 
@@ -230,6 +230,17 @@ class Flux2Encoders:
             b, length, n, d = layers.shape
             embeds: torch.Tensor = layers.to(self.mistral.dtype).reshape(b, length, n * d)
             return {PROMPT_EMBEDS: embeds}
+
+
+def flux2_cache(sample: CacheSample) -> dict[str, object]:
+    """One file of NeMo AutoModel's diffusion cache, key for key as its FLUX.2 processor's
+    `get_cache_data` builds it: the latent [4C, H/16, W/16] and `prompt_embeds` [512, 3D], both
+    in float16 and without a batch dimension, then the input's facts."""
+    import torch
+
+    return {"latent": sample.latent.to(torch.float16),
+            "prompt_embeds": sample.text[PROMPT_EMBEDS].to(torch.float16),
+            **sample.metadata()}
 
 
 def flux2_normalisation(stats: Mapping[str, Any]) -> dict[str, Any]:

@@ -94,13 +94,15 @@ class AutoModelCache:
     Attributes:
         processors: AutoModel's processor names (`--model-type`) this family answers.
         model_type: The processor's `model_type`, which the cache and its metadata record.
-        encoders: `module:Class` of the encoders that compute what AutoModel's processor does,
-            in its dtypes (the `Encoders` protocol; its `encode_text` gives every text tensor
-            the cache stores, its `encode_pixels` the latent as the cache stores it).
+        encoders: `module:Class` of the encoders that compute what AutoModel's processor does
+            (the `Encoders` protocol; its `encode_text` gives every text tensor the cache
+            stores, its `encode_pixels` the latent).
         cache: `module:function(sample)` building one cache file's dict, AutoModel's
-            `get_cache_data`, from a `CacheSample`.
+            `get_cache_data`, from a `CacheSample`: its keys, shapes and dtypes.
         quantization: The bucket sides' multiple (AutoModel's image tool: 64; a video
             processor's `quantization`).
+        latent_mode: The `--latent-mode` a run takes when not given: the processor's own,
+            `sample` (a posterior draw, which shardcook seeds per sample) or `mode`.
     """
 
     processors: tuple[str, ...]
@@ -108,6 +110,7 @@ class AutoModelCache:
     encoders: str
     cache: str
     quantization: int
+    latent_mode: Literal["sample", "mode"] = "sample"
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,14 @@ class CacheSample:
     aspect_ratio: float
     model_type: str
     extra: dict[str, Any]
+
+    def metadata(self) -> dict[str, object]:
+        """The input's facts every image processor's `get_cache_data` ends its dict with, in
+        its order."""
+        return {"original_resolution": self.original_resolution,
+                "bucket_resolution": self.bucket_resolution, "crop_offset": self.crop_offset,
+                "prompt": self.prompt, "image_path": self.path, "bucket_id": self.bucket_id,
+                "aspect_ratio": self.aspect_ratio, "model_type": self.model_type}
 
 
 @dataclass(frozen=True)
@@ -278,7 +289,11 @@ FLUX2 = ModelFamily(
     text=Text(outputs=("prompt_embeds",),
               padding="FLUX.2's Mistral text encoder always pads captions to 512 tokens (as "
                       "AutoModel's processor does)"),
-    latents=Latents(PATCH_BATCH_NORM, rank=3))
+    latents=Latents(PATCH_BATCH_NORM, rank=3),
+    automodel=AutoModelCache(
+        processors=("flux2",), model_type="flux2",
+        encoders="shardcook.encoders.flux2:Flux2Encoders",
+        cache="shardcook.encoders.flux2:flux2_cache", quantization=64, latent_mode="mode"))
 QWEN_IMAGE = ModelFamily(
     name="qwen_image", input_kind="image",
     encoders="shardcook.encoders.qwen_image:QwenImageEncoders",
@@ -289,7 +304,11 @@ QWEN_IMAGE = ModelFamily(
     text=Text(outputs=("prompt_embeds", "prompt_embeds_mask"),
               padding="Qwen-Image keeps each caption's own tokens, up to 1024"),
     latents=Latents(LATENTS_MEAN_STD, rank=3),
-    decoder="shardcook.encoders.qwen_image:QwenImageDecoder")
+    decoder="shardcook.encoders.qwen_image:QwenImageDecoder",
+    automodel=AutoModelCache(
+        processors=("qwen_image",), model_type="qwen_image",
+        encoders="shardcook.encoders.qwen_image:QwenImageEncoders",
+        cache="shardcook.encoders.qwen_image:qwen_image_cache", quantization=64))
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN,

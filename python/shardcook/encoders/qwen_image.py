@@ -27,7 +27,7 @@ from shardcook.encoders.loading import (
     run_facts,
     vae_config,
 )
-from shardcook.encoders.models import LATENTS_MEAN_STD, QWEN_IMAGE, EncodedPixels
+from shardcook.encoders.models import LATENTS_MEAN_STD, QWEN_IMAGE, CacheSample, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.encoders.wan import normalisation
 from shardcook.errors import ConfigError
@@ -217,6 +217,24 @@ def unit_values(dtype: torch.dtype) -> torch.Tensor:
     import torch
 
     return ((torch.arange(256, dtype=torch.float32) / 255.0 - 0.5) / 0.5).to(dtype)
+
+
+def qwen_image_cache(sample: CacheSample) -> dict[str, object]:
+    """One file of NeMo AutoModel's diffusion cache, as its Qwen-Image processor's
+    `get_cache_data` builds it: the latent [16, H/8, W/8] in float16, `prompt_embeds` [1, L, D]
+    in bfloat16 at the caption's own length L, then the input's facts. `prompt_embeds_mask`
+    [1, L] (int64, all ones at that length) follows `prompt_embeds`: the key later AutoModel
+    processors store the mask under; this processor stores none, and its dataset ignores it."""
+    import torch
+
+    mask = sample.text[PROMPT_EMBEDS_MASK]
+    length = int(mask.sum())
+    # cloned: a slice saved would carry the whole padded row's storage into the file
+    return {"latent": sample.latent.to(torch.float16),
+            "prompt_embeds": sample.text[PROMPT_EMBEDS][:length].to(torch.bfloat16)
+            .unsqueeze(0).clone(),
+            "prompt_embeds_mask": mask[:length].unsqueeze(0).clone(),
+            **sample.metadata()}
 
 
 def qwen_image_normalisation(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,15 @@ text-to-video datasets read it: `<out>/<WxH>/<md5>.pt` (images; `.meta` for vide
 The run's shards hold the same files on their way there: each sample's `pt` part is the cache
 file's bytes and its `json` part its metadata entry; finalize writes the cache from them."""
 
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from shardcook.layouts.base import EncodeSpec, Layout
+
+if TYPE_CHECKING:
+    from shardcook.encoders.models import ModelFamily
 
 #: The `torch.save` bytes of one cache file (the family's `AutoModelCache.cache` dict).
 CACHE_PART = "pt"
@@ -29,6 +37,15 @@ def metadata_shard_name(number: int) -> str:
     return f"metadata_shard_{number:04d}.json"
 
 
+def for_family(spec: EncodeSpec, family: ModelFamily) -> EncodeSpec:
+    """The layout's encode spec for the family `--model-type` named: its encoders, and the
+    latent mode its processor stores when `--latent-mode` is not given."""
+    assert family.automodel is not None  # --model-type names only families that have one
+    defaults = tuple((name, family.automodel.latent_mode if name == "latent_mode" else value)
+                     for name, value in spec.defaults)
+    return replace(spec, model=family.name, defaults=defaults)
+
+
 AUTOMODEL = Layout(
     name="automodel",
     encoding="automodel",
@@ -39,7 +56,8 @@ AUTOMODEL = Layout(
         part_builder="shardcook.jobs.encode.automodel:AutoModelImageProcessor",
         summary="NeMo AutoModel's diffusion cache: WxH/<md5>.pt files and metadata.json, for "
                 "the family --model-type names",
-        defaults=(("precision", "bf16"), ("latent_mode", "sample")),  # as AutoModel's FLUX
+        # AutoModel's processors run in bf16; the latent mode is the family's (`for_family`)
+        defaults=(("precision", "bf16"), ("latent_mode", "sample")),
         latent_modes=("sample", "mode"),
         latents_scaled=True,
         refusal="--latent-mode {latent_mode} is not for --layout automodel; it stores sample "

@@ -32,12 +32,10 @@ from shardcook.layouts.names import (
     OURS_DIR,
     PROGRESS_DIR,
     REPORT_JSON,
-    RUN_LOCK,
-    WORKERS_DIR,
     is_shard_path,
 )
 from shardcook.output import overwrite, records
-from shardcook.output.lock import BucketLease, Holder, check_no_workers
+from shardcook.output.lock import Holder, lock_of
 from shardcook.output.place import check_bucket_place
 from shardcook.output.records import record_json
 from shardcook.output.uploader import Uploader, retried
@@ -50,7 +48,6 @@ T = TypeVar("T")
 _MANIFEST = f"{OURS_DIR}/{MANIFEST_JSON}"
 _REPORT = f"{OURS_DIR}/{REPORT_JSON}"
 _PROGRESS = f"{OURS_DIR}/{PROGRESS_DIR}/"
-_WORKERS = f"{OURS_DIR}/{WORKERS_DIR}/"
 #: Markers read at once when many are (a resume, the end of a run).
 MARKER_READERS = 8
 
@@ -75,7 +72,7 @@ class BucketRunFolder:
         self._before: set[str] | None = None
         #: Whether the store took a test write and delete from this process.
         self._probed = False
-        self._lease = BucketLease(self.store, f"{OURS_DIR}/{RUN_LOCK}")
+        self._lock = lock_of(self.store, self.url)
 
     def __str__(self) -> str:
         return self.url
@@ -151,29 +148,25 @@ class BucketRunFolder:
         comes first: a refused key is named only in a reply with a body."""
         self._checked("listing", lambda: next(iter(self.store.names()), None))
         self._checked("reading the folders above it", partial(check_bucket_place, self.store))
-        self._checked("reading the lease", self._lease.check_free)
+        self._checked("reading the lease", self._lock.check_free)
         self.check_writable()
 
     def lock(self, me: Holder) -> None:
-        """Takes the folder's lease for run `me` and renews it until `close`
-        (`lock.BucketLease`), or raises ConfigError naming the run that holds it, or saying
-        that workers share it."""
-        self._checked("reading the workers' leases", partial(check_no_workers, self.store,
-                                                             _WORKERS))
-        self._checked("writing the lease", partial(self._lease.acquire, me))
+        """Takes the folder's lease for run `me` and renews it until `close` (`lock.Lock`: a
+        lease here), or raises ConfigError naming the run that holds it, or saying that
+        workers share it."""
+        self._lock.acquire(me, self._checked)
 
     def share(self, me: Holder) -> None:
         """Joins the folder as worker `me` of a run without a process group: a lease of its
         own under `.shardcook/workers/`, renewed until `close`, or ConfigError naming the run
         that holds the folder alone."""
-        self._checked("reading the lease", self._lease.check_free)
-        self._lease = BucketLease(self.store, f"{_WORKERS}{me.run_id}.json")
-        self._checked("writing the worker's lease", partial(self._lease.acquire, me))
+        self._lock.share(me, self._checked)
 
     def check_held(self) -> None:
         """Raises DatasetError when another run took the folder over (its lease) meanwhile."""
         try:
-            self._lease.check_held()
+            self._lock.check_held()
         except OSError as e:
             raise DatasetError(f"{self.url}: cannot read the lease ({e.strerror or e}); nothing "
                                "was finalized: rerun the same command.") from None
@@ -271,7 +264,7 @@ class BucketRunFolder:
             ShardcookIOError: an earlier upload failed for good.
             DatasetError: another run took the folder over.
         """
-        if self._lease.lost:
+        if self._lock.lost:
             self.check_held()  # stop writing into a folder another run now holds
         staging, uploader = self.shard_dir, self._uploader
         assert uploader is not None  # made with the staging folder
@@ -324,7 +317,7 @@ class BucketRunFolder:
             self._uploader.close()
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
-        self._lease.release()
+        self._lock.release()
 
     def scratch_peak_bytes(self) -> int | None:
         """The most bytes staged at once (shards and indexes), measured when each shard closes."""

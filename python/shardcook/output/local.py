@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,10 @@ from shardcook.layouts.names import (
     OURS_DIR,
     PROGRESS_DIR,
     REPORT_JSON,
-    RUN_LOCK,
     TMP_DIR,
 )
 from shardcook.output import overwrite, records
-from shardcook.output.lock import Holder, LocalLock
+from shardcook.output.lock import Holder, lock_of
 from shardcook.output.place import check_local_place
 from shardcook.output.records import record_json
 from shardcook.storage.local import LocalStore
@@ -47,7 +47,7 @@ class RunFolder:
         self.root = root
         #: The folder's bytes, as a bucket run's are its `Remote`'s.
         self.store = LocalStore(root)
-        self._lock = LocalLock(root / OURS_DIR / RUN_LOCK, str(root))
+        self._lock = lock_of(self.store, str(root))
 
     def __str__(self) -> str:
         return str(self.root)
@@ -123,24 +123,26 @@ class RunFolder:
         self._lock.check_free()
 
     def lock(self, me: Holder) -> None:
-        """Takes the folder for run `me` until `close` (`lock.LocalLock`), or raises
+        """Takes the folder for run `me` until `close` (`lock.Lock`: an flock here), or raises
         ConfigError naming the run that holds it; call it once the folder is known to be
         ours."""
-        try:
-            self._lock.acquire(me)
-        except OSError as e:
-            raise self._not_writable(e) from None
+        self._lock.acquire(me, self._locally)
 
     def share(self, me: Holder) -> None:
-        """Joins the folder as a worker of a run without a process group (`lock.LocalLock.
-        share`), or raises ConfigError naming the run that holds it alone."""
+        """Joins the folder as a worker of a run without a process group (`lock.Lock.share`),
+        or raises ConfigError naming the run that holds it alone."""
+        self._lock.share(me, self._locally)
+
+    def _locally(self, doing: str, call: Callable[[], None]) -> None:
+        """`call()`; a file system that refuses it says the folder is not writable."""
         try:
-            self._lock.share()
+            call()
         except OSError as e:
             raise self._not_writable(e) from None
 
     def check_held(self) -> None:
         """Nothing to check: the lock is held until this process ends."""
+        self._lock.check_held()
 
     def check_not_a_file(self) -> None:
         """Raises ConfigError when the folder's path exists and is not a folder, DatasetError

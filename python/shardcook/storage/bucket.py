@@ -275,6 +275,10 @@ class Remote:
     def keep_mode(self, name: str, like: str) -> None:
         """Nothing: objects have no permissions of their own."""
 
+    def file(self, name: str) -> None:
+        """None: objects are no files."""
+        return None
+
     def absolute(self) -> Remote:
         return self
 

@@ -186,5 +186,8 @@ class LocalStore:
     def rust_reads(self, at_once: int) -> None:
         return None
 
+    def file(self, name: str) -> Path:
+        return self.root / name
+
     def absolute(self) -> LocalStore:
         return LocalStore(Path(os.path.abspath(self.root)))

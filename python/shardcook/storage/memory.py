@@ -154,5 +154,8 @@ class MemoryStore:
     def rust_reads(self, at_once: int) -> None:
         return None
 
+    def file(self, name: str) -> None:
+        return None
+
     def absolute(self) -> MemoryStore:
         return self

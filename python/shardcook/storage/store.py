@@ -15,6 +15,7 @@ import io
 import os
 import posixpath
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
@@ -169,6 +170,11 @@ class Store(Protocol):
         """Gives object `name` the permissions of `like` where files have them (locally: as
         Energon leaves the files it writes), readable and writable by their owner; a courtesy
         that never fails. Nothing in a bucket."""
+        ...
+
+    def file(self, name: str) -> Path | None:
+        """The file on this machine that object `name` is, for a tool that takes a path (an
+        `flock`, a database); None where objects are no files (a bucket, memory)."""
         ...
 
     def rust_reads(self, at_once: int) -> RustReads | None:

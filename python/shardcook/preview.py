@@ -31,7 +31,7 @@ from shardcook.layouts import IMAGE_PARTS, LAYOUTS, Layout, by_encoding, registr
 from shardcook.layouts.bridge_flux import LATENT_PART, META_PART
 from shardcook.layouts.mlperf import JSON_PART, MEAN_PART, TIMESTEP_COLUMN
 from shardcook.layouts.names import DATASET_YAML, JSONL_SUFFIX, MANIFEST_JSON, META_DIR, OURS_DIR
-from shardcook.paths import check_local_path
+from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 
 if TYPE_CHECKING:

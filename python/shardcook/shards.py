@@ -15,7 +15,7 @@ from shardcook import _native
 from shardcook.braces import BRACE_CHARS
 from shardcook.errors import ConfigError, InvalidNameError, ShardError
 from shardcook.files import file_kind
-from shardcook.paths import check_local_path
+from shardcook.storage.local import check_local_path
 
 if TYPE_CHECKING:
     from typing_extensions import Self

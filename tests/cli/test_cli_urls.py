@@ -9,7 +9,7 @@ import pytest
 from shardcook import ShardWriter
 from shardcook.energon import write_blend
 from shardcook.errors import ConfigError
-from shardcook.paths import check_local_path
+from shardcook.storage.local import check_local_path
 
 from tests.helpers.dataset import cli, one_error_line
 

@@ -118,7 +118,7 @@ def info(directory: DatasetArg, **options: Any) -> None:
 def _check_preview_out(out: Path | None) -> None:
     """Raises ConfigError for an --out that is not a .png in an existing folder."""
     from shardcook.errors import ConfigError
-    from shardcook.paths import check_local_path
+    from shardcook.storage.local import check_local_path
 
     if out is None:
         return

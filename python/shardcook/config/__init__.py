@@ -43,7 +43,7 @@ from shardcook.config.sections import (
 )
 from shardcook.errors import ConfigError
 from shardcook.fields import typed
-from shardcook.paths import check_local_path
+from shardcook.storage.local import check_local_path
 
 
 def _section(cfg: RunConfig, name: str) -> Any:

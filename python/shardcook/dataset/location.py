@@ -13,11 +13,30 @@ from pathlib import Path
 
 from shardcook.dataset.fetched import Fetched
 from shardcook.dataset.view import DatasetView
-from shardcook.errors import ShardcookError
-from shardcook.paths import dataset_folder
+from shardcook.errors import DatasetError, ShardcookError
+from shardcook.files import file_kind
+from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 
-__all__ = ["dataset_view", "readable"]
+__all__ = ["dataset_folder", "dataset_view", "readable"]
+
+
+def dataset_folder(directory: str | os.PathLike[str]) -> Path:
+    """`directory` as a Path, once it is known to be a local folder that exists.
+
+    Raises:
+        ConfigError: `directory` is a URL.
+        DatasetError: it does not exist, or is a file (an image, a shard, a .yaml).
+    """
+    check_local_path(directory, "The dataset folder")
+    root = Path(directory)
+    if not root.exists():
+        raise DatasetError(f"{root} does not exist; give a dataset folder.")
+    if not root.is_dir():
+        kind = "a file" if root.is_file() else file_kind(root.stat().st_mode)
+        raise DatasetError(f"{root} is {kind}, not a dataset folder; give the folder that holds "
+                           "the .tar shards and .nv-meta/.")
+    return root
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from shardcook.demo.images import COLOURS, make_images
 from shardcook.layouts.names import OURS_DIR, REPORT_HTML
-from shardcook.paths import check_local_path
+from shardcook.storage.local import check_local_path
 
 if TYPE_CHECKING:
     from shardcook.config import RunConfig

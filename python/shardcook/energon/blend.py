@@ -18,7 +18,7 @@ from shardcook.dataset.jsonl.file import JsonlFile, jsonl_file
 from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
-from shardcook.paths import check_local_path
+from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 from shardcook.storage.urls import url_scheme
 

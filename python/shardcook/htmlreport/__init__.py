@@ -29,8 +29,8 @@ from shardcook.htmlreport.page import Content, render
 from shardcook.htmlreport.stats import LatentCheck, Tally, latent_check
 from shardcook.layouts import Layout, by_encoding, registry_function
 from shardcook.layouts.names import OURS_DIR, REPORT_HTML
-from shardcook.paths import check_local_path
 from shardcook.storage import access_problem, describe_error
+from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 
 __all__ = ["DEFAULT_SAMPLES", "make_report", "write_report"]

@@ -47,7 +47,8 @@ RAW_OPTIONS = (*SOURCE_FIELDS, "image_column", "caption_column", *OUTPUT_FIELDS,
                "image_format", "image_quality", "min_size", "workers", "hf_token_file")
 VIDEO_FIELDS = ("height", "width", "video_mode", "num_frames", "video.max_frames",
                 "frame_stride", "aspect_ratio")
-AUTOMODEL_FIELDS = ("model_type", "automodel.max_pixels", "resolution_preset", "caption_field")
+AUTOMODEL_FIELDS = ("model_type", "automodel.max_pixels", "resolution_preset", "caption_field",
+                    "caption_format")
 ENCODE_OPTIONS = ("hf_token_file", *MODEL_FIELDS, *SOURCE_FIELDS, "image_column",
                   "caption_column", *OUTPUT_FIELDS, *RESIZE_FIELDS, "min_size", "workers",
                   *VIDEO_FIELDS, *AUTOMODEL_FIELDS)

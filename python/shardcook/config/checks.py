@@ -183,7 +183,25 @@ def model_by_type(cfg: RunConfig) -> EncodeSpec:
     if a.max_pixels is not None and a.resolution_preset is not None:
         raise ConfigError("--max-pixels and --resolution-preset both set the pixel budget; "
                           "give one.")
+    check_captions(a, family)
     return for_family(cfg.layout.encode, family)
+
+
+def check_captions(a: AutoModelConfig, family: ModelFamily) -> None:
+    """The caption options as AutoModel's tool takes them: its image command's --caption-field
+    (internvl or usr), its video command's --caption-format and --caption-field (any name);
+    a default left unset is set."""
+    if family.input_kind == "video":
+        a.caption_format = a.caption_format or "sidecar"
+        a.caption_field = a.caption_field or "caption"
+        return
+    if a.caption_format is not None:
+        raise ConfigError("--caption-format is for videos; images are captioned by their "
+                          "<prefix>_internvl.json, so drop it.")
+    a.caption_field = a.caption_field or "internvl"
+    if a.caption_field not in ("internvl", "usr"):
+        raise ConfigError(f"--caption-field must be internvl or usr for images, not "
+                          f"{a.caption_field!r}.")
 
 
 def check_text_options(family: ModelFamily, chosen: frozenset[tuple[str, str]]) -> None:
@@ -221,6 +239,15 @@ def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]], family: Mode
         if side is not None and side % sizes.multiple:
             raise ConfigError(f"{name} must be a multiple of {sizes.multiple} ({sizes.why}), "
                               f"not {side}.")
+    assert cfg.layout is not None and cfg.layout.encode is not None
+    if cfg.layout.encode.model_by_type:
+        # AutoModel's tool takes --num-frames frames in both modes and has no other bound
+        for name in ("max_frames", "frame_stride"):
+            if ("video", name) in chosen:
+                raise ConfigError(f"--{name.replace('_', '-')} is not for --layout "
+                                  f"{cfg.layout.name}; it takes --num-frames frames of each "
+                                  "video, evenly spread, in both video modes.")
+        return
     # an option of the other mode would change nothing: refused rather than ignored
     for name, mode in (("max_frames", "video"), ("frame_stride", "video"),
                        ("num_frames", "frames")):

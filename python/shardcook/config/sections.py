@@ -60,6 +60,8 @@ CHATML_IMAGE_FORMATS = ("jpg", "png")
 
 #: `encode`'s video modes: each clip whole, or N frames of it as 1-frame samples.
 VIDEO_MODES = ("video", "frames")
+#: Where AutoModel's video tool finds captions (its `--caption_format`).
+AUTOMODEL_CAPTION_FORMATS = ("sidecar", "meta_json", "jsonl")
 #: `--resize-mode` for video inputs: the interpolation of Bridge's Wan prep script.
 VIDEO_RESIZE_MODES = ("bilinear", "bicubic", "nearest", "area", "lanczos")
 
@@ -405,7 +407,9 @@ class VideoConfig(Section):
         "video", "video: each clip whole (the VAE keeps 1 + (T-1)//4 latent frames); frames: "
                  "--num-frames frames of each, evenly spread, as 1-frame samples.", VIDEO,
         rules=[one_of(VIDEO_MODES)])
-    num_frames: int = option(10, "frames: frames taken per video.", VIDEO, rules=[AT_LEAST_1])
+    num_frames: int = option(
+        10, "frames: frames taken per video (--layout automodel: in both modes, evenly spread "
+            "when a video holds more).", VIDEO, rules=[AT_LEAST_1])
     max_frames: int | None = option(
         None, "video: keep at most this many frames of each clip (Bridge keeps them all).",
         VIDEO, rules=[AT_LEAST_1])
@@ -461,10 +465,14 @@ class AutoModelConfig(Section):
     resolution_preset: str | None = option(
         None, f"A pixel budget by name: {', '.join(RESOLUTION_PRESETS)} (--layout automodel).",
         MODEL, rules=[one_of(tuple(RESOLUTION_PRESETS))])
-    caption_field: str = option(
-        "internvl", "The field of <prefix>_internvl.json's lines holding the caption "
-                    "(--layout automodel): internvl or usr.", MODEL,
-        rules=[one_of(("internvl", "usr"))])
+    caption_field: str | None = option(
+        None, "The caption's field (--layout automodel): images, of <prefix>_internvl.json's "
+              "lines, internvl (default) or usr; videos, of --caption-format's objects "
+              "(default: caption).", MODEL)
+    caption_format: str | None = option(
+        None, "Where video captions are (--layout automodel): sidecar (default: the video's "
+              "same-stem .json), meta_json (its folder's meta.json) or jsonl "
+              "(<prefix>_internvl.json).", MODEL, rules=[one_of(AUTOMODEL_CAPTION_FORMATS)])
 
 
 @dataclass

@@ -28,6 +28,12 @@ from typing import TYPE_CHECKING, Any
 from shardcook.config import RunConfig
 from shardcook.dataset.view import DatasetView
 from shardcook.jobs.encode import PREPARED_BYTES
+from shardcook.jobs.encode.automodel_run import (
+    automodel_config,
+    automodel_of,
+    family_of,
+    pixel_budget,
+)
 from shardcook.jobs.encode.buckets import Bucket, bucket_for, buckets, cover_size
 from shardcook.jobs.encode.job import EncodeJob, quiet_model_libraries
 from shardcook.jobs.encode.loadonce import LoadedOnce
@@ -43,41 +49,10 @@ from shardcook.sources.base import Item, Source
 if TYPE_CHECKING:
     import numpy as np
 
-    from shardcook.config.sections import AutoModelConfig
-    from shardcook.encoders.models import AutoModelCache, Encoders, ModelFamily
+    from shardcook.encoders.models import Encoders
 
 #: AutoModel's image pixel budget when neither --max-pixels nor --resolution-preset is given.
 DEFAULT_IMAGE_PIXELS = 256 * 256
-
-
-def family_of(cfg: RunConfig) -> ModelFamily:
-    """The family `--model-type` picked (the config resolved it into the layout's spec)."""
-    from shardcook.encoders.models import MODELS
-
-    assert cfg.layout is not None and cfg.layout.encode is not None
-    return MODELS[cfg.layout.encode.model]
-
-
-def automodel_config(cfg: RunConfig) -> AutoModelConfig:
-    assert cfg.automodel is not None  # the section of every automodel run (`check_encode`)
-    return cfg.automodel
-
-
-def automodel_of(family: ModelFamily) -> AutoModelCache:
-    assert family.automodel is not None  # --model-type names only families that have one
-    return family.automodel
-
-
-def pixel_budget(cfg: RunConfig, default: int) -> int:
-    """--max-pixels, else --resolution-preset's budget, else `default` (the tool's)."""
-    from shardcook.layouts.automodel import RESOLUTION_PRESETS
-
-    m = automodel_config(cfg)
-    if m.max_pixels is not None:
-        return m.max_pixels
-    if m.resolution_preset is not None:
-        return RESOLUTION_PRESETS[m.resolution_preset]
-    return default
 
 
 def cache_name(path: str, bucket: Bucket, suffix: str) -> str:
@@ -236,14 +211,19 @@ class AutoModelJob(EncodeJob):
     def source(self, cfg: RunConfig, folder: OutputFolder) -> Source:
         from shardcook.sources.automodel import AutoModelFolderSource
 
+        a = automodel_config(cfg)
+        assert a.caption_field is not None  # set by the config's checks (`check_captions`)
         return AutoModelFolderSource(cfg.source.input_dir or "", cfg.source.max_samples,
-                                     videos=cfg.video is not None,
-                                     caption_field=automodel_config(cfg).caption_field)
+                                     caption_field=a.caption_field,
+                                     caption_format=a.caption_format)
 
     def units(self, source: Source) -> list[WorkUnit]:
+        from shardcook.jobs.encode.video import clip_units
         from shardcook.pipeline.driver import ratio_units
 
-        return ratio_units(self.cfg, source)
+        units = ratio_units(self.cfg, source)
+        # frames mode writes several cache files of one video, all in its unit's shard
+        return clip_units(units) if self.cfg.video is not None else units
 
     def load_encoders(self, folder: OutputFolder, place: Place) -> Any:
         """The encoders of the family's `automodel` entry."""
@@ -253,8 +233,12 @@ class AutoModelJob(EncodeJob):
 
     def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
                   units: list[WorkUnit]) -> Processor[Any]:
-        return AutoModelImageProcessor(cfg, partial(self.load_encoders, folder, place),
-                                       self.workers)
+        load = partial(self.load_encoders, folder, place)
+        if cfg.video is not None:
+            from shardcook.jobs.encode.automodel_video import AutoModelVideoProcessor
+
+            return AutoModelVideoProcessor(cfg, load, self.workers)
+        return AutoModelImageProcessor(cfg, load, self.workers)
 
     def finalize(self, view: DatasetView, report: JsonObject) -> None:
         from shardcook.jobs.encode.automodel_cache import write_cache
@@ -264,5 +248,16 @@ class AutoModelJob(EncodeJob):
         write_cache(Path(str(view.location)), list(report["shards"]), {
             "processor": a.model_type, "model_name": self.cfg.model.model_path,
             "model_type": automodel_of(family).model_type},
-            {"caption_field": a.caption_field,
-             "max_pixels": pixel_budget(self.cfg, DEFAULT_IMAGE_PIXELS)})
+            self.closing_fields())
+
+    def closing_fields(self) -> dict[str, object]:
+        """metadata.json's fields after the shards' names, as the tool's command writes them."""
+        a, v = automodel_config(self.cfg), self.cfg.video
+        if v is None:
+            return {"caption_field": a.caption_field,
+                    "max_pixels": pixel_budget(self.cfg, DEFAULT_IMAGE_PIXELS)}
+        from shardcook.jobs.encode.automodel_video import video_pixel_budget
+
+        return {"caption_format": a.caption_format, "caption_field": a.caption_field,
+                "max_pixels": video_pixel_budget(self.cfg), "mode": v.video_mode,
+                "target_frames": None}

@@ -173,7 +173,7 @@ class EncodeProcessor(Processor[Image]):
         items = [batch[n].item for n, _ in group]
         pixels = np.stack([result_pixels(r) for _, r in group])
         out = enc.encode_pixels(pixels, [it.key for it in items], posterior=self.resample)
-        text = enc.encode_text([it.caption or "" for it in items])
+        text = shared_text(enc, [it.caption or "" for it in items])
         copy = HostCopy((out.latents, *text.values(), *out.posterior), self.stored_dtype)
         self.stage_seconds["encode"] += time.perf_counter() - t0
         return list(text), copy
@@ -227,6 +227,26 @@ class EncodeProcessor(Processor[Image]):
         while serialized:
             collect(serialized.popleft())
         return completed(outcomes)
+
+
+def shared_text(encoders: Encoders, captions: list[str]) -> dict[str, torch.Tensor]:
+    """`encoders.encode_text(captions)` with each distinct caption through the text encoders
+    once: the rows of a repeated caption are copies of its one row, gathered on the device. A
+    text encoder's rows do not depend on each other, and the batch's longest caption (which
+    sets how far a masked T5 runs) is among the distinct ones, so the values are the same; a
+    dataset of few distinct captions (class names, or none at all) skips most of the text
+    encoders' work."""
+    import torch
+
+    distinct = list(dict.fromkeys(captions))
+    text = encoders.encode_text(distinct)
+    if len(distinct) == len(captions):
+        return text
+    row = {caption: j for j, caption in enumerate(distinct)}
+    with torch.inference_mode():
+        index = [row[caption] for caption in captions]
+        return {name: t.index_select(0, torch.tensor(index, device=t.device))
+                for name, t in text.items()}
 
 
 def write_empty_encodings(out: OutputFolder, encoders: Encoders, family: ModelFamily) -> None:

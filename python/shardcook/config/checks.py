@@ -184,7 +184,8 @@ def model_by_type(cfg: RunConfig) -> EncodeSpec:
         raise ConfigError("--max-pixels and --resolution-preset both set the pixel budget; "
                           "give one.")
     check_captions(a, family)
-    return for_family(cfg.layout.encode, family)
+    assert family.automodel is not None  # `by_model_type` finds only such families
+    return for_family(cfg.layout.encode, family.name, family.automodel.latent_mode)
 
 
 def check_captions(a: AutoModelConfig, family: ModelFamily) -> None:

@@ -4,17 +4,15 @@ text-to-video datasets read it: `<out>/<WxH>/<md5>.pt` (images; `.meta` for vide
 `torch.save`d dict of the family's keys, `metadata_shard_NNNN.json` and `metadata.json`.
 
 The run's shards hold the same files on their way there: each sample's `pt` part is the cache
-file's bytes and its `json` part its metadata entry; finalize writes the cache from them."""
-
-from __future__ import annotations
+file's bytes and its `json` part its metadata entry; finalize writes the cache from them, checks
+it, records it in `.shardcook/automodel_cache.json` and then rewrites each shard with the
+metadata entries alone, so the cache is on disk once while the run's records and shards stay
+true for `status` and a rerun."""
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from shardcook.layouts.base import EncodeSpec, Layout
-
-if TYPE_CHECKING:
-    from shardcook.encoders.models import ModelFamily
+from shardcook.layouts.names import OURS_DIR
 
 #: The `torch.save` bytes of one cache file (the family's `AutoModelCache.cache` dict).
 CACHE_PART = "pt"
@@ -24,6 +22,8 @@ ENTRY_PART = "json"
 IMAGE_SUFFIX = ".pt"
 VIDEO_SUFFIX = ".meta"
 METADATA_FILE = "metadata.json"
+#: What finalize records once the cache is written and checked, before it slims the shards.
+CACHE_RECORD = f"{OURS_DIR}/automodel_cache.json"
 #: Entries per metadata shard (the tool's `--shard_size` default).
 METADATA_SHARD_SIZE = 10000
 
@@ -37,13 +37,12 @@ def metadata_shard_name(number: int) -> str:
     return f"metadata_shard_{number:04d}.json"
 
 
-def for_family(spec: EncodeSpec, family: ModelFamily) -> EncodeSpec:
-    """The layout's encode spec for the family `--model-type` named: its encoders, and the
-    latent mode its processor stores when `--latent-mode` is not given."""
-    assert family.automodel is not None  # --model-type names only families that have one
-    defaults = tuple((name, family.automodel.latent_mode if name == "latent_mode" else value)
+def for_family(spec: EncodeSpec, model: str, latent_mode: str) -> EncodeSpec:
+    """The layout's encode spec for the family `--model-type` named (`model`): its encoders,
+    and `latent_mode`, what its processor stores when `--latent-mode` is not given."""
+    defaults = tuple((name, latent_mode if name == "latent_mode" else value)
                      for name, value in spec.defaults)
-    return replace(spec, model=family.name, defaults=defaults)
+    return replace(spec, model=model, defaults=defaults)
 
 
 AUTOMODEL = Layout(
@@ -51,6 +50,7 @@ AUTOMODEL = Layout(
     encoding="automodel",
     parts=(CACHE_PART, ENTRY_PART),
     required=(CACHE_PART, ENTRY_PART),
+    finalized=(CACHE_RECORD, METADATA_FILE),
     encode=EncodeSpec(
         # its job's processor builds each sample's parts, from the family's cache dict
         part_builder="shardcook.jobs.encode.automodel:AutoModelImageProcessor",

@@ -10,6 +10,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardcook.layouts.names import (
+    DATASET_YAML,
+    FINALIZE_JSON,
+    INFO_JSON,
+    META_DIR,
+    OURS_DIR,
+    SPLIT_YAML,
+)
+
 #: A required part: one name, or a tuple of names of which any one will do.
 Need = str | tuple[str, ...]
 
@@ -18,6 +27,10 @@ CRUDE_WEBDATASET = "megatron.energon:CrudeWebdataset"
 #: decoded as Energon's default decoder does (pickles left as bytes), batched by Energon's rules.
 PARTS_COOKER = "shardcook.energon.cookers:cook_parts"
 PARTS_TASK_ENCODER = "shardcook.energon:PartsTaskEncoder"
+#: What a run's Energon finalize writes that the loader and validate need (finalize.json before
+#: dataset.yaml: a finalize killed between them leaves the first without the second).
+ENERGON_FINALIZED = (f"{OURS_DIR}/{FINALIZE_JSON}", f"{META_DIR}/{INFO_JSON}",
+                     f"{META_DIR}/{SPLIT_YAML}", f"{META_DIR}/{DATASET_YAML}")
 
 
 def registry_function(spec: str) -> Any:
@@ -145,6 +158,8 @@ class Layout:
             refuses a dataset.yaml with neither a `field_map` nor a `sample_loader`: the
             `module:function` giving the field_map from the part names the shards hold (it
             raises ValueError, saying why, when they fit no field_map). None for other classes.
+        finalized: The files, inside the dataset, a run's finalize writes last: all present,
+            `status` calls the run complete.
     """
 
     name: str
@@ -157,6 +172,7 @@ class Layout:
     reading: Reading = field(default_factory=Reading)
     encode: EncodeSpec | None = None
     field_map_from: str | None = None
+    finalized: tuple[str, ...] = ENERGON_FINALIZED
 
     def missing_parts(self, present: Collection[str]) -> list[str]:
         """The required parts a sample with parts `present` lacks, as `a|b` for alternatives."""

@@ -22,17 +22,9 @@ from typing import Any, TypeGuard
 
 from shardcook.config.sections import OutputConfig
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
-from shardcook.layouts.names import (
-    DATASET_YAML,
-    FINALIZE_JSON,
-    INFO_JSON,
-    LEDGER_JSON,
-    MANIFEST_JSON,
-    META_DIR,
-    OURS_DIR,
-    SPLIT_YAML,
-    finalizing_json,
-)
+from shardcook.layouts import by_encoding
+from shardcook.layouts.base import ENERGON_FINALIZED
+from shardcook.layouts.names import LEDGER_JSON, MANIFEST_JSON, OURS_DIR, finalizing_json
 from shardcook.output.folder import OutputFolder, run_folder
 from shardcook.output.lock import Holder
 from shardcook.output.records import record_json
@@ -40,10 +32,6 @@ from shardcook.pipeline.plan import WorkUnit
 from shardcook.runtime.workers import Place
 
 LEDGER = f"{OURS_DIR}/{LEDGER_JSON}"
-#: What a run's finalize writes that the loader and validate need (finalize.json before
-#: dataset.yaml: a finalize killed between them leaves the first without the second).
-_FINALIZED = (f"{OURS_DIR}/{FINALIZE_JSON}", f"{META_DIR}/{INFO_JSON}",
-              f"{META_DIR}/{SPLIT_YAML}", f"{META_DIR}/{DATASET_YAML}")
 #: How `shardcook status` names its argument.
 _STATUS_OUTPUT = "The run's output folder"
 _WORKER_NAMES = {"array": "array index", "srun": "srun task", "torchrun": "rank", "one": "worker"}
@@ -332,7 +320,9 @@ def _status(folder: OutputFolder, output: str) -> Status:
         missing = [u for u in range(split.units) if u not in done]
     finalize = bool(((manifest or {}).get("config") or {}).get("output", {}).get("finalize"))
     recorded = bool((manifest or {}).get("complete")) and not missing
-    unfinalized = _unfinalized(folder) if recorded and finalize else None
+    layout = by_encoding(str((manifest or {}).get("encoding")))
+    finalized = layout.finalized if layout is not None else ENERGON_FINALIZED
+    unfinalized = _unfinalized(folder, finalized) if recorded and finalize else None
     return Status(str(folder), recorded and unfinalized is None, split, missing,
                   claimant(folder, split), unfinalized)
 
@@ -350,13 +340,14 @@ def _check_units(folder: OutputFolder, split: Split, manifest: dict[str, Any] | 
                       f"manifest.json records {says}")
 
 
-def _unfinalized(folder: OutputFolder) -> str | None:
+def _unfinalized(folder: OutputFolder, finalized: tuple[str, ...]) -> str | None:
     """Why the dataset in `folder` is not finalized: an interrupted finalize's undo folder, or
-    a file finalize writes that is missing; None when it is finalized."""
+    a file of `finalized` (what its layout's finalize writes last) that is missing; None when
+    it is finalized."""
     left = folder.interrupted_finalize()
     if left is not None:
         return f"a finalize was interrupted: {left} is left"
-    missing = [name for name in _FINALIZED if folder.read_file(name) is None]
+    missing = [name for name in finalized if folder.read_file(name) is None]
     if missing:
         return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing"
     return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -241,14 +242,17 @@ class AutoModelJob(EncodeJob):
         return AutoModelImageProcessor(cfg, load, self.workers)
 
     def finalize(self, view: DatasetView, report: JsonObject) -> None:
-        from shardcook.jobs.encode.automodel_cache import write_cache
+        from shardcook.jobs.encode.automodel_cache import finish_cache
 
         family, a = family_of(self.cfg), automodel_config(self.cfg)
         assert isinstance(report["shards"], dict)
-        write_cache(Path(str(view.location)), list(report["shards"]), {
+        samples, written = finish_cache(Path(str(view.location)), list(report["shards"]), {
             "processor": a.model_type, "model_name": self.cfg.model.model_path,
             "model_type": automodel_of(family).model_type},
             self.closing_fields())
+        if not written and not self.cfg.output.quiet:
+            print(f"shardcook: the cache in {view.location} is complete ({samples} samples, "
+                  "recorded by an earlier finalize); nothing to write.", file=sys.stderr)
 
     def closing_fields(self) -> dict[str, object]:
         """metadata.json's fields after the shards' names, as the tool's command writes them."""

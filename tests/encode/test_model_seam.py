@@ -42,8 +42,8 @@ from tests.helpers.encode import run_in_process, samples
 from tests.helpers.video import CLIPS, video_folder
 
 #: The conftest fixture of each family's tiny models.
-TINY = {"flux": "tiny_flux", "wan": "tiny_wan", "qwen_image": "tiny_qwen_image",
-        "flux2": "tiny_flux2"}
+TINY = {"flux": "tiny_flux", "wan": "tiny_wan", "wan2.2": "tiny_wan",
+        "qwen_image": "tiny_qwen_image", "flux2": "tiny_flux2"}
 
 
 def test_every_family_has_tiny_models_here():

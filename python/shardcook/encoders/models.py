@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -278,7 +278,20 @@ WAN = ModelFamily(
               padding="Wan's UMT5 text encoder always pads captions to 226 tokens (as Bridge's "
                       "script does)"),
     latents=Latents(LATENTS_MEAN_STD, rank=4),
-    decoder="shardcook.encoders.wan:WanDecoder")
+    decoder="shardcook.encoders.wan:WanDecoder",
+    automodel=AutoModelCache(
+        processors=("wan", "wan2.1"), model_type="wan",
+        encoders="shardcook.encoders.automodel_wan:AutoModelWanEncoders",
+        cache="shardcook.encoders.automodel_wan:wan_cache", quantization=16,
+        latent_mode="mode"))
+#: Wan 2.2 A14B: Wan 2.1's VAE class and UMT5, its own weights, recorded as wan2.2.
+WAN22 = replace(WAN, name="wan2.2", version="wan2.2",
+                default_model="Wan-AI/Wan2.2-T2V-A14B-Diffusers",
+                automodel=AutoModelCache(
+                    processors=("wan2.2",), model_type="wan22",
+                    encoders="shardcook.encoders.automodel_wan:AutoModelWanEncoders",
+                    cache="shardcook.encoders.automodel_wan:wan_cache", quantization=16,
+                    latent_mode="mode"))
 FLUX2 = ModelFamily(
     name="flux2", input_kind="image",
     encoders="shardcook.encoders.flux2:Flux2Encoders",
@@ -311,7 +324,7 @@ QWEN_IMAGE = ModelFamily(
         cache="shardcook.encoders.qwen_image:qwen_image_cache", quantization=64))
 
 #: Every model family, by registry name.
-MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN,
+MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN, WAN22,
                                                                   QWEN_IMAGE)}
 
 

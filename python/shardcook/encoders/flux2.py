@@ -15,7 +15,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import EncoderSource, _kwargs, _where, loaded, ready, run_facts
+from shardcook.encoders.loading import (
+    EncoderSource,
+    _kwargs,
+    _where,
+    loaded,
+    read_dtype,
+    ready,
+    run_facts,
+)
 from shardcook.encoders.models import FLUX2, PATCH_BATCH_NORM, CacheSample, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
@@ -91,11 +99,11 @@ def load_mistral(src: EncoderSource, token: str | None, dtype: torch.dtype, devi
     from transformers import AutoProcessor, Mistral3ForConditionalGeneration
 
     mistral = loaded(src, token, lambda: Mistral3ForConditionalGeneration.from_pretrained(
-        src.source, dtype=dtype, **_kwargs(src, token, src.subfolder)))
+        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
     tok = loaded(src, token, lambda: AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
         src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
     assert isinstance(mistral, Mistral3ForConditionalGeneration)  # the class loads itself
-    ready(mistral, device)
+    ready(mistral, device, dtype)
     return mistral, tok
 
 

@@ -204,9 +204,24 @@ def loaded(src: EncoderSource, token: str | None, load: Callable[[], Any]) -> An
         raise _failed(src, e, token) from None
 
 
-def ready(model: torch.nn.Module, device: str) -> None:
-    """`model` on `device`, in eval mode, without gradients."""
-    model.to(device).eval().requires_grad_(False)
+def read_dtype(dtype: torch.dtype) -> torch.dtype | str:
+    """The dtype a transformers model is read in (`from_pretrained`'s `dtype`): the run's,
+    except that an fp32 run reads the checkpoint's own (`"auto"`: its config's dtype, else its
+    weights'), for `ready` to widen on the device: a bf16 checkpoint then crosses to the GPU in
+    half the bytes, and the host never holds an fp32 copy (T5-XXL's would be 19 GB)."""
+    import torch
+
+    return "auto" if dtype == torch.float32 else dtype
+
+
+def ready(model: torch.nn.Module, device: str, dtype: torch.dtype | None = None) -> None:
+    """`model` on `device`, in eval mode, without gradients; read with `read_dtype(dtype)`, it
+    is widened to an fp32 run's dtype there, after the move (a model read in the run's own
+    dtype is left as its library made it: some keep a buffer in fp32 in a bf16 model)."""
+    model.to(device)
+    if dtype is not None and read_dtype(dtype) != dtype:
+        model.to(dtype)
+    model.eval().requires_grad_(False)
 
 
 def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str, Any]:
@@ -260,7 +275,8 @@ def _load(src: EncoderSource, token: str | None, dtype: torch.dtype
     from transformers import AutoTokenizer, CLIPTextModel, T5EncoderModel
 
     cls = CLIPTextModel if src.name == "clip" else T5EncoderModel
-    model = cls.from_pretrained(src.source, dtype=dtype, **_kwargs(src, token, src.subfolder))
+    model = cls.from_pretrained(src.source, dtype=read_dtype(dtype),
+                                **_kwargs(src, token, src.subfolder))
     return model, AutoTokenizer.from_pretrained(src.source,
                                                 **_kwargs(src, token, src.tokenizer_subfolder))
 
@@ -268,7 +284,8 @@ def _load(src: EncoderSource, token: str | None, dtype: torch.dtype
 def load_encoder(
     src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase | None]:
-    """(model, tokenizer or None) for one encoder, in eval mode on `device` in `dtype`."""
+    """(model, tokenizer or None) for one encoder, in eval mode on `device` in `dtype` (a text
+    encoder read in its stored dtype and widened there, `read_dtype`)."""
     try:
         with _quiet():
             model, tok = _load(src, token, dtype)
@@ -276,5 +293,5 @@ def load_encoder(
         raise
     except Exception as e:  # noqa: BLE001 - turned into one sentence naming the encoder
         raise _failed(src, e, token) from None
-    model.to(device).eval().requires_grad_(False)
+    ready(model, device, dtype)
     return model, tok

@@ -23,6 +23,7 @@ from shardcook.encoders.loading import (
     _kwargs,
     _where,
     loaded,
+    read_dtype,
     ready,
     run_facts,
     vae_config,
@@ -88,11 +89,11 @@ def load_text_encoder(src: EncoderSource, token: str | None, dtype: torch.dtype,
     from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
 
     model = loaded(src, token, lambda: Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        src.source, dtype=dtype, **_kwargs(src, token, src.subfolder)))
+        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
     tok = loaded(src, token, lambda: AutoTokenizer.from_pretrained(
         src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
     assert isinstance(model, Qwen2_5_VLForConditionalGeneration)  # the class loads itself
-    ready(model, device)
+    ready(model, device, dtype)
     return model, tok
 
 

@@ -22,6 +22,7 @@ from shardcook.encoders.loading import (
     _kwargs,
     _where,
     loaded,
+    read_dtype,
     ready,
     run_facts,
     vae_config,
@@ -116,11 +117,11 @@ def load_umt5(src: EncoderSource, token: str | None, dtype: torch.dtype, device:
     from transformers import AutoTokenizer, UMT5EncoderModel
 
     umt5 = loaded(src, token, lambda: UMT5EncoderModel.from_pretrained(
-        src.source, dtype=dtype, **_kwargs(src, token, src.subfolder)))
+        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
     tok = loaded(src, token, lambda: AutoTokenizer.from_pretrained(
         src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
     assert isinstance(umt5, UMT5EncoderModel)  # the class loads itself
-    ready(umt5, device)
+    ready(umt5, device, dtype)
     return umt5, tok
 
 

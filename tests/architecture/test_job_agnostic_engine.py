@@ -41,7 +41,7 @@ def test_jobs_take_the_place_and_units_the_engine_hands_them():
 
 
 def test_no_caller_outside_output_asks_which_output_folder_it_has():
-    kinds = {"RunFolder", "BucketRunFolder"}
+    kinds = {"RunFolder", "Direct", "Staged"}
     asked = sorted({module for module, tree in _trees() for node in ast.walk(tree)
                     if not module.startswith("output/") and _called(node) == "isinstance"
                     and isinstance(node, ast.Call) and len(node.args) == 2

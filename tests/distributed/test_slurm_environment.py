@@ -112,11 +112,12 @@ def test_shares_of_each_launch():
 def test_workers_share_the_folder_with_each_other_and_nothing_else(tmp_path):
     """Locally: workers hold a shared flock, a run alone an exclusive one; each refuses the
     other in one sentence, and workers never remove the lock file."""
-    from shardcook.output.local import RunFolder
     from shardcook.output.lock import Holder
 
+    from tests.helpers.runfolder import local_run_folder
+
     out = tmp_path / "out"
-    first, second, alone = RunFolder(out), RunFolder(out), RunFolder(out)
+    first, second, alone = (local_run_folder(out) for _ in range(3))
     first.share(Holder.this_run())
     second.share(Holder.this_run())
     alone.check_access()  # nobody holds it alone
@@ -128,7 +129,7 @@ def test_workers_share_the_folder_with_each_other_and_nothing_else(tmp_path):
     me = Holder.this_run()
     alone.lock(me)
     with pytest.raises(ConfigError, match=f"in use by run {me.run_id}"):
-        RunFolder(out).share(Holder.this_run())
+        local_run_folder(out).share(Holder.this_run())
     alone.close()
 
 

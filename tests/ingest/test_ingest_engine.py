@@ -55,7 +55,7 @@ def test_a_run_makes_one_output_folder(tmp_path, monkeypatch):
     folder the engine hands it: a first run and a resumed one each make one `RunFolder`."""
     from shardcook.config.ingest import IngestConfig, IngestDataset
     from shardcook.jobs.ingest.run import run_ingest
-    from shardcook.output.local import RunFolder
+    from shardcook.output.runfolder import RunFolder
 
     made: list[object] = []
     init = RunFolder.__init__

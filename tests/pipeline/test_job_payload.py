@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shardcook import read_shard
-from shardcook.output.local import RunFolder
 from shardcook.pipeline.plan import WorkUnit, plan_units
 from shardcook.pipeline.run import (
     Loaded,
@@ -21,6 +20,8 @@ from shardcook.pipeline.run import (
     split_skipped,
 )
 from shardcook.sources.base import Item
+
+from tests.helpers.runfolder import local_run_folder
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,9 @@ class OneShard(WorkUnit):
 
 
 def _run(src: Path, out: Path):
-    RunFolder(out).progress_dir.mkdir(parents=True, exist_ok=True)  # the driver's setup
+    (out / ".shardcook/progress").mkdir(parents=True, exist_ok=True)  # the driver's setup
     units: list[WorkUnit] = [OneShard(u.unit, u.start, u.stop) for u in plan_units(6, 3)]
-    return run_units(RunFolder(out), TextFiles(src, 6), units, LineSamples(), batch_size=2)
+    return run_units(local_run_folder(out), TextFiles(src, 6), units, LineSamples(), batch_size=2)
 
 
 def test_a_jobs_own_payload_samples_counts_and_retries_pass_through_the_engine(tmp_path):
@@ -103,13 +104,13 @@ def test_a_jobs_own_payload_samples_counts_and_retries_pass_through_the_engine(t
     written = {key: dict(parts) for key, parts in read_shard(out / "000000.tar")}
     assert written == {"0000000000_0": {"txt": b"A"}, "0000000000_1": {"txt": b"B"},
                        "0000000002_0": {"txt": b"C"}}
-    record = RunFolder(out).read_marker(0)
+    record = local_run_folder(out).read_markers([0]).get(0)
     assert record is not None
     assert record["media_totals"] == {"lines": 3} and record["written"] == 3
     assert [(s["key"], s["reason"]) for s in record["skipped"]] == [
         ("0000000001", "unreadable_image")]
     # the failed input's unit has neither shard nor marker, and is reported
-    assert not (out / "000001.tar").exists() and RunFolder(out).read_marker(1) is None
+    assert not (out / "000001.tar").exists() and local_run_folder(out).read_markers([1]) == {}
     assert stats.failed == [{"unit": 1, "stage": "conversion", "reason": "a bad file"}]
 
     (src / "4.txt").write_text("h\ni", encoding="utf-8")
@@ -118,5 +119,5 @@ def test_a_jobs_own_payload_samples_counts_and_retries_pass_through_the_engine(t
     assert [key for key, _ in read_shard(out / "000001.tar")] == [
         "0000000003_0", "0000000003_1", "0000000003_2", "0000000004_0", "0000000004_1",
         "0000000005_0"]
-    second = RunFolder(out).read_marker(1)
+    second = local_run_folder(out).read_markers([1]).get(1)
     assert second is not None and second["media_totals"] == {"lines": 6}

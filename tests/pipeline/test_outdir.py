@@ -12,11 +12,12 @@ import shardcook
 from shardcook.dataset import finalize
 from shardcook.files import write_atomic
 from shardcook.layouts.names import is_shard_name, shard_name, split_shard_prefix
-from shardcook.output.local import RunFolder
+from shardcook.output.runfolder import marker_name
 
 from tests.helpers.energon import make_raw_dataset
 from tests.helpers.files import tree_state
 from tests.helpers.raw import make_folder, run_cli
+from tests.helpers.runfolder import local_run_folder
 
 NUMBERS = (0, 1, 9, 10, 999_999, 1_000_000, 1_234_567, 2**40)
 PREFIXES = ("", split_shard_prefix("train"), split_shard_prefix("val"),
@@ -84,18 +85,19 @@ def test_finalize_flushes_its_metadata_to_disk(tmp_path: Path, monkeypatch):
 
 
 def test_run_folder_records_round_trip(tmp_path: Path):
-    folder = RunFolder(tmp_path / "out")
+    folder = local_run_folder(tmp_path / "out")
     folder.check()
-    assert folder.read_manifest() is None and folder.read_marker(0) is None
+    assert folder.read_manifest() is None and folder.read_markers([0]) == {}
     folder.write_manifest({"encoding": "raw", "shards": None})
     folder.write_marker(3, {"unit": 3, "shard": None})
-    assert folder.read_marker(3) == {"unit": 3, "shard": None}
-    assert json.loads(folder.marker_path(3).read_text()) == {"unit": 3, "shard": None}
+    assert folder.read_markers([3]) == {3: {"unit": 3, "shard": None}}
+    marker = tmp_path / "out" / marker_name(3)
+    assert json.loads(marker.read_text()) == {"unit": 3, "shard": None}
     folder.write_marker(4, {"unit": 4, "shard": "000004.tar"})
-    assert folder.read_marker(4) is None  # its shard is not there: the unit is not done
+    assert folder.read_markers([4]) == {}  # its shard is not there: the unit is not done
     folder.write_results({"encoding": "raw", "shards": {}}, {"num_written": 0})
     assert folder.read_manifest() == {"encoding": "raw", "shards": {}}
-    assert json.loads(folder.report_path.read_text()) == {"num_written": 0}
+    assert json.loads(Path(folder.report_path).read_text()) == {"num_written": 0}
     assert folder.is_ours()
 
 
@@ -109,7 +111,7 @@ def test_overwrite_deletes_a_recorded_shard_numbered_past_a_million(tmp_path: Pa
     run_cli(*base, "--image-size", "32")
     with shardcook.ShardWriter(str(out), shard_size=1, first_shard=1_000_000) as w:
         w.write("0000000000", {"txt": b"x"})
-    manifest_path = RunFolder(out).manifest_path
+    manifest_path = out / ".shardcook/manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["shards"]["1000000.tar"] = 1
     manifest_path.write_text(json.dumps(manifest))
@@ -125,7 +127,7 @@ def test_overwrite_refuses_a_tar_named_almost_like_a_shard(tmp_path: Path):
     """`0000001.tar` (seven digits, a leading zero) is no name the writer gives: a foreign tar
     finalize would index, so nothing is deleted."""
     out = tmp_path / "out"
-    folder = RunFolder(out)
+    folder = local_run_folder(out)
     folder.check()
     folder.write_manifest({"shards": {}})
     (out / "0000001.tar").write_bytes(b"user's")

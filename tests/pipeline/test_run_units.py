@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 from shardcook.errors import ShardcookError
-from shardcook.output.local import RunFolder
+from shardcook.output.runfolder import marker_name
 from shardcook.pipeline.plan import plan_units
 from shardcook.pipeline.run import Loaded, Outcome, Processor, run_units
 from shardcook.sources.base import Item
+
+from tests.helpers.runfolder import local_run_folder
 
 
 class Numbers:
@@ -56,8 +58,8 @@ class Echo(Processor[bytes]):
 
 
 def run(out: Path, n: int, processor, **kwargs):
-    RunFolder(out).progress_dir.mkdir(parents=True, exist_ok=True)  # the driver's setup
-    return run_units(RunFolder(out), Numbers(n), plan_units(n, 5), processor, batch_size=2,
+    (out / ".shardcook/progress").mkdir(parents=True, exist_ok=True)  # the driver's setup
+    return run_units(local_run_folder(out), Numbers(n), plan_units(n, 5), processor, batch_size=2,
                      **kwargs)
 
 
@@ -133,7 +135,7 @@ def test_processor_error_keeps_finished_units_and_resume_completes(tmp_path: Pat
         run(out, 20, Echo(fail_at=12))
     # the units handed to the writer before the error are complete and recorded
     assert sorted(shards(out)) == ["000000.tar", "000001.tar"]
-    assert RunFolder(out).marker_path(1).is_file() and not RunFolder(out).marker_path(2).exists()
+    assert (out / marker_name(1)).is_file() and not (out / marker_name(2)).exists()
     assert leftovers(out) == []  # the unfinished shard was removed
     stats = run(out, 20, Echo())
     assert (stats.units_resumed, stats.units_written) == (2, 2)
@@ -146,5 +148,5 @@ def test_writer_error_reaches_the_caller(tmp_path: Path):
     with pytest.raises(ShardcookError, match="invalid part name \"bad/name\""):
         run(tmp_path, 40, Echo(bad_part_at=7), prefetch=1)
     assert sorted(shards(tmp_path)) == ["000000.tar"]
-    assert not RunFolder(tmp_path).marker_path(1).exists()
+    assert not (tmp_path / marker_name(1)).exists()
     assert leftovers(tmp_path) == []

@@ -119,6 +119,12 @@ class Section:
         self._located[name] = (list(value) if isinstance(value, list) else value, parsed)
         return parsed
 
+    def place(self, name: str, location: Location) -> None:
+        """Sets option `name` to `location`, already parsed: its text, and its store, which a
+        text may not name (a `MemoryStore`: a caller of the Python entry, or a test)."""
+        setattr(self, name, location.text)
+        self._located[name] = (location.text, location)
+
     def where(self, name: str) -> Location | None:
         """`located(name)` of an option naming one place."""
         found = self.located(name)

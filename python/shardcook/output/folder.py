@@ -1,7 +1,7 @@
 """`OutputFolder`, what the pipeline asks of a run's output folder, and `run_folder`, the one
-place that picks its implementation: `local.RunFolder` for a local path, `bucket.
-BucketRunFolder` for a URL (object storage). The driver, the per-unit loop and the jobs are typed
-against the protocol and never ask which one they have."""
+place that builds it: a `runfolder.RunFolder` over the output's store, its shards written in
+place where the store is a folder on this machine (`staging.Direct`), else staged and uploaded
+(`staged.Staged`). The driver, the per-unit loop and the jobs are typed against the protocol."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any, Protocol
 
 from shardcook.config.sections import OutputConfig
 from shardcook.dataset.media.records import UnitMedia
-from shardcook.output.bucket import BucketRunFolder
-from shardcook.output.local import RunFolder
 from shardcook.output.lock import Holder
 from shardcook.output.overwrite import ObjectPlan, OverwritePlan
+from shardcook.output.runfolder import RunFolder
+from shardcook.output.staged import Staged
+from shardcook.output.staging import Direct
 from shardcook.storage.location import Location
 
 
@@ -30,7 +31,7 @@ class OutputFolder(Protocol):
         None for a local folder, which needs none."""
 
     @property
-    def report_path(self) -> Path | str: ...
+    def report_path(self) -> str: ...
 
     def check(self) -> None: ...
 
@@ -109,14 +110,16 @@ class OutputFolder(Protocol):
 
 
 def run_folder(output: OutputConfig, what: str = "--output-dir") -> OutputFolder:
-    """The owner of `output.output_dir`: local, or in object storage (shards staged under
-    `output.scratch_dir`, at most `output.upload_queue` waiting for upload); `what` names it in
-    a bucket's sentences (`shardcook status` takes it as an argument).
+    """The owner of `output.output_dir`: a folder on this machine, written in place, or any
+    other store (object storage), its shards staged under `output.scratch_dir`, at most
+    `output.upload_queue` waiting for upload; `what` names it in a bucket's sentences
+    (`shardcook status` takes it as an argument).
 
     Raises:
         ConfigError: no output folder given, or a URL the Multi-Storage Client cannot open.
     """
-    location = output.location
-    if not location.is_local:
-        return BucketRunFolder(location, output.scratch_dir, output.upload_queue, what)
-    return RunFolder(location.path)
+    store = output.location.store
+    path = store.file("")
+    staging = (Direct(path) if path is not None
+               else Staged(store, output.scratch_dir, output.upload_queue))
+    return RunFolder(store, staging, what)

@@ -12,6 +12,7 @@ from pathlib import Path
 from shardcook.errors import ConfigError
 from shardcook.layouts.names import MANIFEST_JSON, META_DIR, OURS_DIR
 from shardcook.storage import Remote
+from shardcook.storage.store import Store
 
 #: The folders a dataset keeps for Energon and for shardcook; nothing else goes inside them.
 RESERVED_FOLDERS = (META_DIR, OURS_DIR)
@@ -55,15 +56,18 @@ def check_local_place(root: Path, what: str = "--output-dir") -> None:
         raise _inside_dataset(what, str(root), str(dataset))
 
 
-def check_bucket_place(store: Remote, what: str = "--output-dir") -> None:
+def check_store_place(store: Store, what: str = "--output-dir") -> None:
     """`check_local_place` for a folder in object storage: its path's segments, then each
-    folder above it up to the bucket (or profile) root, one listing and one lookup each.
+    folder above it up to the bucket (or profile) root, one listing and one lookup each. A
+    store with no folders above it (memory) is inside nothing.
 
     Raises:
         ConfigError: it is inside a reserved folder or a dataset.
         Exception: what the client raises when the store cannot be read (the caller's
             `_checked` turns it into one sentence).
     """
+    if not isinstance(store, Remote):
+        return
     folder = reserved_folder(store.segments)
     if folder is not None:
         raise _inside_reserved(what, store.url, folder)

@@ -1,4 +1,5 @@
-"""`Uploader`: the background uploads of a run whose output folder is in object storage.
+"""`Uploader`: the background uploads of a run whose output folder is not on this machine
+(object storage).
 
 The writer hands over each finished unit's staged files (shard and `.tar.idx`) and what to do
 once they are all in the store (write the unit's marker); a few threads upload them while the
@@ -24,7 +25,8 @@ from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponent
 
 from shardcook.errors import ShardcookError, ShardcookIOError
 from shardcook.runtime import waits
-from shardcook.storage import Remote, describe_error
+from shardcook.storage import describe_error
+from shardcook.storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ T = TypeVar("T")
 class Uploader:
     """Uploads staged files to `store`, at most `limit` units' files staged at once."""
 
-    def __init__(self, store: Remote, limit: int, root: Path) -> None:
+    def __init__(self, store: Store, limit: int, root: Path) -> None:
         self.store = store
         #: The staging folder: a file's object is its path there (`train/x.tar` for ingest).
         self.root = root
@@ -101,7 +103,7 @@ class Uploader:
             for path in files:
                 if self._error is not None:
                     return
-                retried(f"uploading {path.name} to {self.store.url}",
+                retried(f"uploading {path.name} to {self.store}",
                         partial(self.store.upload, path, path.relative_to(self.root).as_posix()))
             if self._error is None:
                 retried(what, then)

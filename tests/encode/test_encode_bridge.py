@@ -155,7 +155,7 @@ def test_layout_typo_is_one_sentence(tiny_flux, tmp_path):
     r = run_in_process(encode_args(tiny_flux, src, tmp_path / "out", "--layout", "megatron"),
                        expect=2)
     assert r.output.strip() == ("error: --layout must be one of primus, megatron-bridge, "
-                                "mlperf, wan, not 'megatron'.")
+                                "mlperf, wan, automodel, not 'megatron'.")
     r = run_in_process(encode_args(tiny_flux, src, tmp_path / "out", *BRIDGE, "--latent-mode",
                                    "resample"), expect=2)
     assert r.output.strip() == ("error: --latent-mode resample is for --layout primus; "

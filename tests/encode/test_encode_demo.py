@@ -39,6 +39,11 @@ def test_demo_runs_and_leaves_valid_datasets(tmp_path):
         "num_samples"] == 3
     assert re.search(r"energon: 00000\d: latents \[16, 3, 8, 12\], text \[226, \d+\], caption "
                      r"\"a (red|green|blue) square moving right\"", r.output)
+    # the AutoModel part: a cache file per image, as NeMo AutoModel's dataset reads it
+    metadata = json.loads((root / "automodel" / "metadata.json").read_text())
+    assert metadata["total_items"] == 24 and metadata["model_type"] == "flux"
+    assert len(list((root / "automodel").glob("*x*/*.pt"))) == 24
+    assert re.search(r"automodel: \S+: 24 cache files in \d bucket", r.output)
     # its own earlier output: replaced
     r = run_in_process(["demo", "--output-dir", str(root)])
     assert "finalized and validated" in r.output

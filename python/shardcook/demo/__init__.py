@@ -3,8 +3,9 @@
 Generates images of coloured shapes with captions naming them, builds tiny FLUX-layout encoders
 with random weights (DEMO WEIGHTS, not a real model), runs `raw` and `encode`, finalizes and
 validates both, loads a batch of each through shardcook.energon, writes a tiny ChatML dataset with
-generated clips (`demo.chatml`) and a tiny Wan dataset of clips through tiny Wan encoders
-(`demo.wan`), and says what it made where. It writes only into a new or empty
+generated clips (`demo.chatml`), a tiny Wan dataset of clips through tiny Wan encoders
+(`demo.wan`) and NeMo AutoModel's cache of the images (`demo.automodel`), and says what it made
+where. It writes only into a new or empty
 folder or an earlier demo's (`demo.folder`). The inputs are drawn by `demo.images`.
 """
 
@@ -116,6 +117,9 @@ def _run_demo(root: Path, n: int) -> DemoResult:
     from shardcook.demo.wan import run_wan_demo
 
     lines.extend(run_wan_demo(root, root / "tiny-wan-DEMO-WEIGHTS"))
+    from shardcook.demo.automodel import run_automodel_demo
+
+    lines.extend(run_automodel_demo(root, images, model))
     lines.append("  next:     shardcook info " + str(enc_out) + "   |   shardcook preview "
                  + str(enc_out) + " --model-path " + str(model))
     return DemoResult(root, images, model, raw_out, enc_out, time.perf_counter() - t0, lines)

@@ -84,6 +84,7 @@ def _t5_tokenizer(folder: Path) -> None:
         single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))])
     fast = T5TokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
                            unk_token="<unk>", extra_ids=0)
+    fast.model_max_length = 512  # FLUX.1's tokenizer_2 declares it (AutoModel pads to it)
     fast.save_pretrained(folder)
 
 

@@ -42,7 +42,7 @@ OUTPUT_FIELDS = ("output_dir", "shard_size", "split", "finalize", "report_html",
 RESIZE_FIELDS = ("image_size", "resize_mode", "max_size")
 MODEL_FIELDS = ("layout", "model_path", "vae_path", "clip_path", "t5_path", "revision",
                 "precision", "stored_dtype", "batch_size", "t5_max_length", "latent_mode", "seed",
-                "device")
+                "device", "compile")
 RAW_OPTIONS = (*SOURCE_FIELDS, "image_column", "caption_column", *OUTPUT_FIELDS, *RESIZE_FIELDS,
                "image_format", "image_quality", "min_size", "workers", "hf_token_file")
 VIDEO_FIELDS = ("height", "width", "video_mode", "num_frames", "video.max_frames",

@@ -323,6 +323,11 @@ class ModelConfig(Section):
     device: str | None = option(
         None, "cuda, cuda:N or cpu (default: cuda:LOCAL_RANK when present, else cpu).", MODEL,
         rules=[matching(r"auto|cpu|cuda(?::\d{1,4})?", "cpu, cuda or cuda:N")])
+    compile: bool = option(
+        False, "torch.compile the VAE's encoder and the text encoders, and on CUDA let cuDNN "
+               "time its convolution algorithms: faster on a GPU after a compile of tens of "
+               "seconds; values agree with a run without it to rounding, not byte for byte.",
+        MODEL)
 
 
 @dataclass

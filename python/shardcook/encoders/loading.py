@@ -57,10 +57,12 @@ class EncoderSource:
 
 def run_facts(model: Any) -> dict[str, Any]:
     """The manifest's last encoder facts, every model's (`model`: the run's `ModelConfig`):
-    precision, stored dtype, latent mode and its seed."""
+    precision, stored dtype, latent mode and its seed, and `compile` when on (a run without it
+    records no such fact, as runs did before the option)."""
     return {"precision": model.precision, "stored_dtype": model.stored_dtype or model.precision,
             "latent_mode": model.latent_mode,
-            "latent_seed": model.seed if model.latent_mode == "sample" else None}
+            "latent_seed": model.seed if model.latent_mode == "sample" else None,
+            **({"compile": True} if model.compile else {})}
 
 
 def offline() -> bool:

@@ -64,8 +64,8 @@ def _flat(config: JsonObject) -> JsonObject:
 def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
     """The differences between an earlier run's manifest and this run's, as `name: old -> new`:
     the encoding, every option of either config's sections (`output_affecting`; the model's
-    through the encoder facts a job adds to the manifest), the inputs and the job's manifest
-    entries."""
+    through the encoder facts a job adds to the manifest), the inputs and either manifest's
+    other entries."""
     diffs = []
     if old.get("encoding") != new.get("encoding"):
         diffs.append(f"encoding: {old.get('encoding')} -> {new.get('encoding')}")
@@ -77,9 +77,9 @@ def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
         diffs.append(f"number of inputs: {old.get('num_inputs')} -> {new.get('num_inputs')}")
     compared = ("config", "encoding", "num_inputs", "num_samples", "num_skipped", "shards",
                 "complete", "shardcook_version", "format_version")
-    for key, value in new.items():
-        if key not in compared and old.get(key) != value:
-            diffs.append(f"{key}: {old.get(key)!r} -> {value!r}")
+    for key in dict.fromkeys([*new, *old]):  # a fact only one run records (`compile`), too
+        if key not in compared and old.get(key) != new.get(key):
+            diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
     return diffs
 
 

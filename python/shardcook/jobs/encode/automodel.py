@@ -230,7 +230,8 @@ class AutoModelJob(EncodeJob):
         """The encoders of the family's `automodel` entry."""
         quiet_model_libraries()
         cls = registry_function(automodel_of(family_of(self.cfg)).encoders)
-        return cls.for_run(self.cfg.model, self.spec, self.device, self.token_file)
+        return self.compiled(cls.for_run(self.cfg.model, self.spec, self.device,
+                                         self.token_file))
 
     def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
                   units: list[WorkUnit]) -> Processor[Any]:

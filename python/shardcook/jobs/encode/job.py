@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardcook.config import RunConfig
 from shardcook.dataset.view import DatasetView
+from shardcook.encoders.compiled import cudnn_autotuned
 from shardcook.encoders.transfer import HostCopy
 from shardcook.errors import ConfigError
 from shardcook.imaging import ImageResult
@@ -337,7 +338,9 @@ class EncodeJob(JobBasics):
     @contextmanager
     def running(self, place: Place) -> Iterator[None]:
         """The worker at `place` on its own GPU, or on the CPU with its share of the machine's
-        cores; torch's thread count for the run, the caller's restored after.
+        cores; torch's thread count for the run, the caller's restored after; with --compile on
+        CUDA, cuDNN's autotuner (TF32 is left as torch has it: matrix products in full fp32,
+        so an fp32 run's T5 keeps the values Bridge's script computes).
 
         Raises:
             ConfigError: image options the image core refuses with this worker's threads.
@@ -356,7 +359,8 @@ class EncodeJob(JobBasics):
         callers_threads = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            yield
+            with cudnn_autotuned(self.device, self.cfg.model.compile):
+                yield
         finally:
             torch.set_num_threads(callers_threads)
 
@@ -376,10 +380,18 @@ class EncodeJob(JobBasics):
 
         quiet_model_libraries()
         family = MODELS[self.spec.model]
-        encoders = family.function("encoders").for_run(self.cfg.model, self.spec, self.device,
-                                                       self.token_file)
+        encoders = self.compiled(family.function("encoders").for_run(
+            self.cfg.model, self.spec, self.device, self.token_file))
         if family.empty_encodings and place.leads:
             write_empty_encodings(folder, encoders, family)
+        return encoders
+
+    def compiled(self, encoders: Any) -> Any:
+        """`encoders`, compiled in place with --compile (`encoders.compiled`)."""
+        if self.cfg.model.compile:
+            from shardcook.encoders.compiled import compile_encoders
+
+            compile_encoders(encoders)
         return encoders
 
     def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,

@@ -53,8 +53,9 @@ def dataset_view(value: str | os.PathLike[str] | Location, *,
         DatasetError: the folder or URL holds no dataset folder.
     """
     location = locate(value, "The dataset folder")
-    if location.is_local:  # a folder is its own view
-        root = dataset_folder(location.path)
+    here = location.store.file("")
+    if here is not None:  # a folder on this machine is its own view
+        root = dataset_folder(here)
         yield DatasetView(root, str(root))
         return
     with Fetched.open(location.store, scratch_dir=scratch_dir) as fetched:
@@ -78,8 +79,9 @@ def readable(value: str | os.PathLike[str] | Location, *, first_sample_of: str |
         ConfigError, DatasetError: as `dataset_view`, for a URL.
     """
     location = locate(value, "The dataset folder")
-    if location.is_local:
-        yield location.path
+    here = location.store.file("")
+    if here is not None:
+        yield here
         return
     from shardcook.dataset import metadata
 

@@ -11,16 +11,17 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
+from shardcook.dataset.cachesummary import CacheSummary, cache_summary
 from shardcook.dataset.check import legacy
 from shardcook.dataset.check.npyparts import describe_npy
 from shardcook.dataset.check.tensorinfo import pickled_summary, tensor_info
 from shardcook.dataset.jsonl import file as jsonl
+from shardcook.dataset.kind import dataset_kind
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function
 from shardcook.layouts.names import INDEX_SQLITE, INFO_JSON, INFO_YAML, META_DIR
-from shardcook.storage.location import locate
 
 #: What a dataset without index.sqlite's sample rows lacks.
 NO_SAMPLE_TABLES = ("no sample tables in index.sqlite (--no-sample-tables or --no-sqlite): "
@@ -105,8 +106,9 @@ def read_metadata(
     info = metadata.read_info_json(root)
     if info is None:
         raise DatasetError(
-            f"{root} has no {META_DIR}/{INFO_JSON} (nor the {INFO_YAML} of Energon before 7.0); "
-            f"run `shardcook finalize {root}` first"
+            f"{root} has no {META_DIR}/{INFO_JSON} (nor the {INFO_YAML} of Energon before 7.0) "
+            f"nor a NeMo AutoModel cache's metadata.json; if it holds shards, run `shardcook "
+            f"finalize {root}` first"
         )
     split_yaml = metadata.read_split_yaml(root)
     return info.shard_counts, split_yaml.parts if split_yaml else {}, metadata.read_dataset_yaml(
@@ -188,16 +190,18 @@ def jsonl_summary(dataset: jsonl.JsonlFile) -> DatasetSummary:
         bytes_on_disk=dataset.size())
 
 
-def info(directory: str | Path, *, scratch_dir: str | Path | None = None) -> DatasetSummary:
+def info(directory: str | Path, *, scratch_dir: str | Path | None = None
+         ) -> DatasetSummary | CacheSummary:
     """Summarizes a finalized dataset from its metadata and its first sample. `directory` is
     a folder or its URL (`msc://PROFILE/path`, `s3://bucket/path`): then its small files are
     copied under `scratch_dir` (default: the temporary folder), and of its shards only the first
     sample's bytes are read. A `.jsonl` file (or URL) is a JSONL dataset: its index's ends and
-    first record are read."""
-    location = locate(directory, "The dataset folder")
-    records = jsonl.jsonl_file(location)
-    if records is not None:
-        return jsonl_summary(records)
-    with dataset_view(location, scratch_dir=scratch_dir) as view:
+    first record are read. A NeMo AutoModel cache's summary is `cachesummary.cache_summary`'s."""
+    what = dataset_kind(directory)
+    if what.records is not None:
+        return jsonl_summary(what.records)
+    if what.cache_root is not None:
+        return cache_summary(what.cache_root)
+    with dataset_view(what.location, scratch_dir=scratch_dir) as view:
         counts, splits, dataset = read_metadata(view.root)
         return summarize(view, counts, splits, dataset)

@@ -87,6 +87,38 @@ class Latents:
     usual_factors: tuple[float, float] | None = None
 
 
+#: The facts every image processor's cache file ends with (`CacheSample.metadata`).
+IMAGE_FACTS: Final = ("original_resolution", "bucket_resolution", "crop_offset", "prompt",
+                      "image_path", "bucket_id", "aspect_ratio", "model_type")
+#: ... and every video processor's.
+VIDEO_FACTS: Final = ("original_resolution", "bucket_resolution", "bucket_id", "aspect_ratio",
+                      "num_frames", "prompt", "video_path", "deterministic_latents",
+                      "model_version", "processing_mode", "model_type")
+
+
+@dataclass(frozen=True)
+class CacheKeys:
+    """The keys of one cache file, as `validate` checks them.
+
+    Attributes:
+        latent: The latent's key.
+        latent_rank: Its dimensions (FLUX: 3, [C, h, w]; Wan: 5, [1, C, T', h, w]); its last two
+            are the bucket's height and width / `Sizes.downsample`.
+        channel_axis: Where its channels are (they differ between real and tiny models, so
+            `validate` asks only that every file has the first file's).
+        text: (key, rank) of each text tensor every file holds.
+        optional: (key, rank) of tensors a file may hold (a key later processors store).
+        facts: The other keys every file holds.
+    """
+
+    latent: str
+    latent_rank: int
+    text: tuple[tuple[str, int], ...]
+    channel_axis: int = 0
+    optional: tuple[tuple[str, int], ...] = ()
+    facts: tuple[str, ...] = IMAGE_FACTS
+
+
 @dataclass(frozen=True)
 class AutoModelCache:
     """How a family writes NeMo AutoModel's diffusion cache (`encode --layout automodel`).
@@ -101,6 +133,8 @@ class AutoModelCache:
             `get_cache_data`, from a `CacheSample`: its keys, shapes and dtypes.
         quantization: The bucket sides' multiple (AutoModel's image tool: 64; a video
             processor's `quantization`).
+        keys: What each cache file holds (`CacheKeys`), what `cache` builds and AutoModel's
+            processor writes.
         latent_mode: The `--latent-mode` a run takes when not given: the processor's own,
             `sample` (a posterior draw, which shardcook seeds per sample) or `mode`.
     """
@@ -110,6 +144,7 @@ class AutoModelCache:
     encoders: str
     cache: str
     quantization: int
+    keys: CacheKeys
     latent_mode: Literal["sample", "mode"] = "sample"
 
 
@@ -266,7 +301,14 @@ FLUX = ModelFamily(
     automodel=AutoModelCache(
         processors=("flux",), model_type="flux",
         encoders="shardcook.encoders.automodel_flux:AutoModelFluxEncoders",
-        cache="shardcook.encoders.automodel_flux:flux_cache", quantization=64))
+        cache="shardcook.encoders.automodel_flux:flux_cache", quantization=64,
+        keys=CacheKeys("latent", 3, text=(("clip_tokens", 2), ("clip_hidden", 3),
+                                          ("pooled_prompt_embeds", 2), ("t5_tokens", 2),
+                                          ("prompt_embeds", 3)))))
+#: A Wan cache file: the latent and text keep AutoModel's batch dimension of 1; `first_frame`
+#: (None in frames mode) and the video facts.
+WAN_CACHE_KEYS = CacheKeys("video_latents", 5, text=(("text_embeddings", 3),), channel_axis=1,
+                           facts=("first_frame", *VIDEO_FACTS))
 WAN = ModelFamily(
     name="wan", input_kind="video",
     encoders="shardcook.encoders.wan:WanEncoders",
@@ -283,7 +325,7 @@ WAN = ModelFamily(
         processors=("wan", "wan2.1"), model_type="wan",
         encoders="shardcook.encoders.automodel_wan:AutoModelWanEncoders",
         cache="shardcook.encoders.automodel_wan:wan_cache", quantization=16,
-        latent_mode="mode"))
+        keys=WAN_CACHE_KEYS, latent_mode="mode"))
 #: Wan 2.2 A14B: Wan 2.1's VAE class and UMT5, its own weights, recorded as wan2.2.
 WAN22 = replace(WAN, name="wan2.2", version="wan2.2",
                 default_model="Wan-AI/Wan2.2-T2V-A14B-Diffusers",
@@ -291,7 +333,7 @@ WAN22 = replace(WAN, name="wan2.2", version="wan2.2",
                     processors=("wan2.2",), model_type="wan22",
                     encoders="shardcook.encoders.automodel_wan:AutoModelWanEncoders",
                     cache="shardcook.encoders.automodel_wan:wan_cache", quantization=16,
-                    latent_mode="mode"))
+                    keys=WAN_CACHE_KEYS, latent_mode="mode"))
 FLUX2 = ModelFamily(
     name="flux2", input_kind="image",
     encoders="shardcook.encoders.flux2:Flux2Encoders",
@@ -306,7 +348,8 @@ FLUX2 = ModelFamily(
     automodel=AutoModelCache(
         processors=("flux2",), model_type="flux2",
         encoders="shardcook.encoders.flux2:Flux2Encoders",
-        cache="shardcook.encoders.flux2:flux2_cache", quantization=64, latent_mode="mode"))
+        cache="shardcook.encoders.flux2:flux2_cache", quantization=64,
+        keys=CacheKeys("latent", 3, text=(("prompt_embeds", 2),)), latent_mode="mode"))
 QWEN_IMAGE = ModelFamily(
     name="qwen_image", input_kind="image",
     encoders="shardcook.encoders.qwen_image:QwenImageEncoders",
@@ -321,7 +364,9 @@ QWEN_IMAGE = ModelFamily(
     automodel=AutoModelCache(
         processors=("qwen_image",), model_type="qwen_image",
         encoders="shardcook.encoders.qwen_image:QwenImageEncoders",
-        cache="shardcook.encoders.qwen_image:qwen_image_cache", quantization=64))
+        cache="shardcook.encoders.qwen_image:qwen_image_cache", quantization=64,
+        keys=CacheKeys("latent", 3, text=(("prompt_embeds", 3),),
+                       optional=(("prompt_embeds_mask", 2),))))
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN, WAN22,

@@ -18,9 +18,9 @@ from shardcook.dataset.jsonl.file import JsonlFile, jsonl_file
 from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
+from shardcook.storage import is_url
 from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
-from shardcook.storage.urls import url_scheme
 
 __all__ = [
     "BlendEntry", "metadataset_files", "parse_blend_entry", "read_metadataset", "write_blend",
@@ -217,8 +217,10 @@ def _aux_pair(spec: object) -> tuple[str, str]:
 def _aux_reference(source: str | os.PathLike[str], base: Path) -> str:
     """How Energon's metadataset names `source`: a URL as given; a prepared dataset's folder
     by its path from `base`; any other folder (of media files, or a filesystem dataset, which
-    `energon prepare-media` gave an index of media metadata) as `filesystem://` and that path."""
-    if url_scheme(source) is not None:
+    `energon prepare-media` gave an index of media metadata) as `filesystem://` and that path.
+    Any URL passes (Energon's own `filesystem://` too, which no store opens), so this asks
+    only whether it is one, not `locate`."""
+    if is_url(source):
         return os.fspath(source)
     check_local_path(source, "An --aux source")
     folder = Path(source)
@@ -347,7 +349,8 @@ def write_blend(
     located = [locate(entry.path, "The blended dataset") for entry in parsed]
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
-    _check_out(out, [at.path.resolve() for at in located if at.is_local], force)
+    _check_out(out, [root.resolve() for at in located
+                     if (root := at.store.file("")) is not None], force)
     base = out.resolve().parent
     aux_references = _aux_references(aux, base)
     blend = []
@@ -397,7 +400,8 @@ def _checked_entry(at: Location, out: Path) -> Path | None:
         with readable(at) as files:
             _check_dataset(files.resolve(), out)
             _refuse_untrusted_code(files.resolve())
-    return at.path.resolve() if at.is_local else None
+    root = at.store.file("")
+    return root.resolve() if root is not None else None
 
 
 def _refuse_untrusted_code(path: Path) -> None:

@@ -77,7 +77,8 @@ def _check_readable(path: str | Path) -> None:
             f"{path} is a JSONL dataset, which no shardcook task encoder reads; the loader takes a "
             "dataset folder of tar shards finalized by `shardcook finalize`, or a metadataset "
             ".yaml such as `shardcook blend` writes.")
-    if where.is_local and not where.path.exists():
+    root = where.store.file("")
+    if root is not None and not root.exists():
         raise DatasetError(f"{path} does not exist; give a dataset folder (finalized by "
                            "`shardcook finalize`) or a metadataset .yaml.")
 

@@ -135,7 +135,8 @@ def _write_into(dataset: Location, page: bytes) -> str:
     """`page` written as the dataset's `.shardcook/report.html`; returns where."""
     target = default_out(dataset)
     rather = "; give --out FILE.html to write the page elsewhere."
-    if not dataset.is_local:
+    root = dataset.store.file("")
+    if root is None:
         try:
             dataset.store.write_bytes(REPORT_PAGE, page)
         except Exception as e:  # noqa: BLE001 - the client's errors, as one sentence
@@ -144,7 +145,7 @@ def _write_into(dataset: Location, page: bytes) -> str:
                                ).removesuffix(".") + rather) from None
         return target
     try:
-        (dataset.path / OURS_DIR).mkdir(exist_ok=True)
+        (root / OURS_DIR).mkdir(exist_ok=True)
         write_atomic(Path(target), page)
     except OSError as e:
         raise ConfigError(f"cannot write {target} ({e.strerror or e}){rather}") from None

@@ -2,15 +2,19 @@
 (`RunFolder.plan_overwrite` and `RunFolder.clear` apply them).
 
 The earlier run's manifest and unit markers name its shards; the metadata files finalize writes,
-encode's empty encodings and shardcook's own `.shardcook/` are known by name. Everything is decided
-before anything is deleted: a file named like a shard that no record names, or a `.tar` finalize
-would index, refuses the whole overwrite.
+encode's empty encodings and shardcook's own `.shardcook/` are known by name, and so, when the
+manifest says the run wrote NeMo AutoModel's cache (`encode --layout automodel`), are that cache's
+files: `metadata.json`, `metadata_shard_NNNN.json` and the `<md5>.pt` / `.meta` files in its
+`WxH/` folders. Everything is decided before anything is deleted: a file named like a shard that
+no record names, or a `.tar` finalize would index, refuses the whole overwrite.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +31,7 @@ from shardcook.layouts.names import (
     INDEX_SUFFIX,
     INDEX_UUID,
     INFO_JSON,
+    MANIFEST_JSON,
     META_DIR,
     OURS_DIR,
     RUN_LOCK,
@@ -45,6 +50,13 @@ _OWN_FILES = {
 }
 #: How many names a refusal or a log line lists.
 _SHOWN = 5
+#: The files of NeMo AutoModel's cache an automodel run writes at the top of its folder, its
+#: bucket folders and the cache files in them (`layouts.automodel`).
+_CACHE_FILE = re.compile(r"^(metadata\.json|metadata_shard_\d{4,}\.json)$")
+_CACHE_FOLDER = re.compile(r"^\d+x\d+$")
+_CACHE_ENTRY = re.compile(r"^[0-9a-f]{32}\.(pt|meta)$")
+#: The manifest's encoding of a run that writes that cache.
+_CACHE_ENCODING = "automodel"
 
 
 @dataclass
@@ -152,6 +164,29 @@ def _plan_shard_folder(plan: OverwritePlan, out: Path, folder: Path, shards: set
         plan.folders.append(folder)
 
 
+def _wrote_cache(out: Path) -> bool:
+    """Whether the earlier run's manifest says it wrote NeMo AutoModel's cache into `out`."""
+    try:
+        manifest = json.loads((out / OURS_DIR / MANIFEST_JSON).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("encoding") == _CACHE_ENCODING
+
+
+def _plan_cache_folder(plan: OverwritePlan, out: Path, folder: Path) -> None:
+    """A bucket folder of the cache: its cache files are removed, any other entry kept (and the
+    folder with it)."""
+    kept = len(plan.keep)
+    with os.scandir(folder) as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            if _CACHE_ENTRY.match(entry.name) and entry.is_file(follow_symlinks=False):
+                plan.remove.append(Path(entry.path))
+            else:
+                _keep(plan, out, Path(entry.path))
+    if len(plan.keep) == kept:
+        plan.folders.append(folder)
+
+
 def _holds_records(ours: Path) -> bool:
     """Whether `.shardcook/` holds anything but the lock (of the run that overwrites, or of a
     killed one): a new folder holds only the lock, and there is no earlier run to delete."""
@@ -163,7 +198,8 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     """What `--overwrite` removes from the shardcook run in `out` and what it keeps, deleting
     nothing. Removed: `shards` (those the run's manifest or unit markers name, at the top or in
     a split's folder) and their `.tar.idx`, finalize's metadata files in `.nv-meta/`, encode's
-    files in `empty_encodings/`, `.shardcook/` (all but the lock of the run that overwrites)
+    files in `empty_encodings/`, an automodel run's cache (its metadata files and the cache
+    files in its `WxH/` folders), `.shardcook/` (all but the lock of the run that overwrites)
     and the undo folders of killed finalizes (`dataset/undo.py`: the next finalize would put
     the earlier run's metadata and `.tar.idx` back from them); every other file is kept.
 
@@ -173,10 +209,16 @@ def plan_deletions(out: Path, shards: set[str]) -> OverwritePlan:
     """
     plan = OverwritePlan()
     unrecorded: list[str] = []
+    cache = _wrote_cache(out)
     with os.scandir(out) as it:
         for entry in sorted(it, key=lambda e: e.name):
             path, own_dir = Path(entry.path), entry.is_dir(follow_symlinks=False)
-            if entry.name == OURS_DIR and own_dir:
+            if cache and own_dir and _CACHE_FOLDER.match(entry.name):
+                _plan_cache_folder(plan, out, path)
+            elif (cache and _CACHE_FILE.match(entry.name)
+                  and entry.is_file(follow_symlinks=False)):
+                plan.remove.append(path)
+            elif entry.name == OURS_DIR and own_dir:
                 if _holds_records(path):
                     plan.remove.append(path)
             elif entry.name.startswith(UNDO_PREFIX) and own_dir:

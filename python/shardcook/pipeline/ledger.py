@@ -286,8 +286,9 @@ def run_status(output: str) -> Status:
     config = OutputConfig(output_dir=output)
     location = config.located("output_dir", _STATUS_OUTPUT)  # sentences name it as status does
     assert not isinstance(location, list) and location is not None  # one place, given
-    if location.is_local:
-        _check_local(location.path)
+    root = location.store.file("")
+    if root is not None:
+        _check_local(root)
     folder = run_folder(config, _STATUS_OUTPUT)
     try:
         return _status(folder, output)

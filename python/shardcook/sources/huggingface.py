@@ -112,7 +112,8 @@ def _check_local(name: str, data_files: Sequence[str | Location] | None) -> list
         for file in files:
             # in a store, a pattern matching nothing is datasets' error
             if not glob.has_magic(file.text) and not _exists(file, base):
-                where = f" in {name!r}" if path.is_dir() and file.is_local else ""
+                here = file.store.file("") is not None
+                where = f" in {name!r}" if path.is_dir() and here else ""
                 raise ConfigError(f"--hf-data-files {file.text!r} does not exist{where}; check "
                                   "the name.")
     return [str(file) for file in files]
@@ -120,7 +121,7 @@ def _check_local(name: str, data_files: Sequence[str | Location] | None) -> list
 
 def _exists(file: Location, base: Path) -> bool:
     """Data file `file` exists: an object in its store, or a file under `base`."""
-    if file.is_local:  # relative to the dataset folder, as `datasets` reads it
+    if file.store.file("") is not None:  # relative to the dataset folder, as `datasets` reads it
         return (base / file.text).exists()
     folder, name = file.split()
     return folder.store.exists(name)

@@ -2,8 +2,8 @@
 path, or a URL) and its `store.Store` (a `LocalStore`, or a folder in object storage whose client
 is resolved; Megatron-Energon's `EPath` is the model: one path type over the Multi-Storage
 Client). The config parses its options into locations when it is resolved (`locate`), and every
-layer above asks the store for bytes, never the string which it is; `is_local` is for the few
-callers that hand a file path to a tool.
+layer above asks the store for bytes, never the string which it is, and a caller that hands a
+tool a path asks the store for it (`Store.file`).
 """
 
 from __future__ import annotations

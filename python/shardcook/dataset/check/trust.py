@@ -25,8 +25,7 @@ from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.errors import DatasetError
 from shardcook.layouts.names import DATASET_YAML, JSONL_SUFFIX, META_DIR
-from shardcook.storage import Remote
-from shardcook.storage.location import locate
+from shardcook.storage.location import Location, locate
 
 #: The packages whose modules a dataset may name (with their submodules).
 TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
@@ -77,26 +76,24 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
     return problems
 
 
-#: A place the walk reads: a local path, or one in object storage (read through its client).
-Place = Path | Remote
-
 #: What a metadataset's name ends with; a URL ending so, or inside a `.nv-meta/` folder (a
 #: dataset.yaml stand-in), is read as a YAML object, any other URL as a dataset folder.
 _YAML_SUFFIXES = (".yaml", ".yml")
 
 
-def _joined(base: Place, path: str) -> Place:
+def _joined(base: Location, path: str) -> Location:
     """`path` as a metadataset in `base` names it: a URL as it is, else relative to `base` (in
-    a URL, `..` and `.` resolved as Energon resolves them)."""
+    a store of objects, `..` and `.` resolved as Energon resolves them)."""
     location = locate(path, "The blended dataset")
-    if isinstance(location.store, Remote):
-        return location.store
-    if isinstance(base, Remote):
-        return Remote(base.where(path))
-    return base / path
+    if location.store.file("") is None:
+        return location
+    here = base.store.file("")
+    if here is None:
+        return locate(base.store.where(path), "The blended dataset")
+    return Location(str(here / path))
 
 
-def _referenced(content: Any, base: Place) -> Iterator[Place]:
+def _referenced(content: Any, base: Location) -> Iterator[Location]:
     """The datasets and metadatasets a metadataset names (`path:` at any depth, relative to
     `base`), with the dataset.yaml stand-ins its `dataset_config:` entries name."""
     if isinstance(content, dict):
@@ -112,7 +109,7 @@ def _referenced(content: Any, base: Place) -> Iterator[Place]:
             yield from _referenced(value, base)
 
 
-def _local_problems(target: Path, fix: str, todo: list[Place]) -> list[str]:
+def _local_problems(target: Path, fix: str, todo: list[Location]) -> list[str]:
     """`code_problems` of a local dataset folder's dataset.yaml or a metadataset file (whose
     entries go on `todo`); nothing for a place that cannot be read."""
     if target.is_dir():
@@ -129,24 +126,24 @@ def _local_problems(target: Path, fix: str, todo: list[Place]) -> list[str]:
         content = safeyaml.load(target.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return []
-    todo += _referenced(content, target.parent)
+    todo += _referenced(content, Location(str(target.parent)))
     return code_problems(content, str(target), fix)
 
 
-def _url_problems(folder: Remote, fix: str, todo: list[Place]) -> list[str]:
-    """`_local_problems` of a URL, read through the storage client: a `.yaml` object (a
-    metadataset, or a dataset.yaml stand-in), else a dataset folder's dataset.yaml. A missing
-    or unparsable file is passed over, as locally; one the store refuses to give is a problem,
-    since its code could not be checked.
+def _url_problems(place: Location, fix: str, todo: list[Location]) -> list[str]:
+    """`_local_problems` of a place in a store of objects, read through its store: a `.yaml`
+    object (a metadataset, or a dataset.yaml stand-in), else a dataset folder's dataset.yaml. A
+    missing or unparsable file is passed over, as locally; one the store refuses to give is a
+    problem, since its code could not be checked.
 
     Raises:
         ConfigError: the URL cannot be opened (see `storage.locate`: a `..` segment ...).
     """
-    parent, name = folder.parent(), folder.name
-    is_file = parent is not None and (name.endswith(_YAML_SUFFIXES)
-                                      or META_DIR in folder.segments[:-1])
-    store, name = ((parent, name) if parent is not None and is_file else
-                   (folder, f"{META_DIR}/{DATASET_YAML}"))
+    parent, name = place.split()
+    is_file = bool(name) and (name.endswith(_YAML_SUFFIXES)
+                              or META_DIR in place.text.split("/")[:-1])
+    store, name = ((parent.store, name) if is_file else
+                   (place.store, f"{META_DIR}/{DATASET_YAML}"))
     label = store.child(name)
     try:
         content = safeyaml.load(store.read(name).decode("utf-8"))
@@ -157,7 +154,7 @@ def _url_problems(folder: Remote, fix: str, todo: list[Place]) -> list[str]:
                  f"be checked{fix}")]
     except (UnicodeDecodeError, yaml.YAMLError):
         return []
-    if store is parent:
+    if is_file:
         todo += _referenced(content, parent)
     return code_problems(content, label, fix)
 
@@ -172,15 +169,17 @@ def blend_code_problems(path: Path, fix: str) -> list[str]:
         ConfigError: a URL a metadataset names cannot be opened (see `storage.locate`).
     """
     problems: list[str] = []
-    seen: set[Place] = set()
-    todo: list[Place] = [path]
+    seen: set[str] = set()
+    todo: list[Location] = [Location(str(path))]
     while todo:
         place = todo.pop()
-        target = place if isinstance(place, Remote) else place.resolve()
-        if target in seen:
+        here = place.store.file("")
+        target = here.resolve() if here is not None else None
+        key = str(target) if target is not None else place.text
+        if key in seen:
             continue
-        seen.add(target)
-        problems += (_url_problems(target, fix, todo) if isinstance(target, Remote) else
+        seen.add(key)
+        problems += (_url_problems(place, fix, todo) if target is None else
                      _local_problems(target, fix, todo))
     return problems
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from shardcook.dataset import metadata, undo
 from shardcook.dataset.check import legacy, trust
 from shardcook.dataset.check import scans as checks
+from shardcook.dataset.check.automodelcache import cache_problems
 from shardcook.dataset.check.samples import (
     Checker,
     SplitAgreement,
@@ -29,6 +30,7 @@ from shardcook.dataset.index.build import (
     shard_name_problem,
 )
 from shardcook.dataset.jsonl import file as jsonl
+from shardcook.dataset.kind import dataset_kind
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import (
     NO_SAMPLE_TABLES,
@@ -41,7 +43,6 @@ from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts import LAYOUTS, Layout
 from shardcook.layouts.names import DATASET_YAML, INDEX_UUID, META_DIR, SPLIT_YAML
-from shardcook.storage.location import locate
 
 T = TypeVar("T")
 
@@ -178,7 +179,10 @@ def validate(
             downloaded, except each split's first sample; `deep` downloads every shard once, a
             few at a time, into a folder under `scratch_dir` (default: the temporary folder).
             A `.jsonl` file or URL is a JSONL dataset: its index is checked against a fresh
-            scan of the file, and its first record (`deep`: every record) parsed as JSON.
+            scan of the file, and its first record (`deep`: every record) parsed as JSON. A
+            folder holding metadata.json is a NeMo AutoModel cache
+            (`check.automodelcache.cache_problems`: `deep` loads every file, else the first
+            of each bucket).
         encoding: A layout's encoding (default: what dataset.yaml or the manifest say); decides
             which parts every sample must have and how samples are checked.
         deep: Read and decode every sample, not only the first of each split.
@@ -189,13 +193,18 @@ def validate(
     Raises:
         ConfigError: `encoding` names no known layout, or the URL cannot be opened.
     """
-    location = locate(directory, "The dataset folder")  # bad usage, like a bad encoding
-    dataset = jsonl.jsonl_file(location)
-    if dataset is not None:
+    what = dataset_kind(directory)  # bad usage, like a bad encoding
+    location = what.location
+    if what.records is not None:
         if encoding is not None:
-            raise ConfigError(f"{dataset} is a JSONL dataset, whose records are crude JSON "
+            raise ConfigError(f"{what.records} is a JSONL dataset, whose records are crude JSON "
                               "samples of no layout, so --encoding does not apply; leave it out.")
-        return _validate_jsonl(dataset, deep)
+        return _validate_jsonl(what.records, deep)
+    if what.cache_root is not None:
+        if encoding is not None:
+            raise ConfigError(f"{location} is a NeMo AutoModel cache, whose metadata.json names "
+                              "its model_type, so --encoding does not apply; leave it out.")
+        return ValidationReport(str(directory), cache_problems(what.cache_root, deep))
     # bad usage: raise before reading anything
     layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
     try:

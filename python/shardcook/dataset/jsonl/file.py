@@ -169,7 +169,8 @@ def jsonl_file(value: object) -> JsonlFile | None:
     location = locate(value, "The dataset")
     if not str(location).endswith(JSONL_SUFFIX):
         return None
-    if location.is_local and location.path.is_dir():
+    root = location.store.file("")
+    if root is not None and root.is_dir():
         return None
     folder, name = location.split()
     return JsonlFile(location, folder.store, name)

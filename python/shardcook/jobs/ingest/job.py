@@ -167,10 +167,10 @@ class IngestJob:
         self.empty = (fetch_manifest(empty.manifest_url, self.ingest.retry)
                       if empty is not None else None)
         old = None if cfg.output.overwrite else folder.read_manifest()
-        there = folder.location
-        if there.is_local:  # only a local folder can hold a local input
+        root = folder.location.store.file("")
+        if root is not None:  # only a folder on this machine can hold a local input
             cleared = folder.plan_overwrite().remove if cfg.output.overwrite else []
-            refuse_inputs_inside(there.path, cleared, ours, self.ingest)
+            refuse_inputs_inside(root, cleared, ours, self.ingest)
         self.inputs = _with_earlier(str(folder), ours, old)
         shard = dict.fromkeys((i.split for i in self.inputs), 0)
         self.units_ = []
@@ -189,12 +189,12 @@ class IngestJob:
         upgrade_markers(folder, units, done)
         finished = folder.read_markers([u.unit for u in self.units_])
         pending = [self.inputs[u.start] for u in units if u.unit not in done]
-        location = folder.location
+        root = folder.location.store.file("")
         # locally: downloads beside the run's records, and a resumed run's shapes read from
         # its shards there; a bucket's downloads are scratch, its shards not read back
-        if location.is_local:
-            prefetch = Prefetch(pending, self.ingest, location.path / OURS_DIR)
-            shapes = self._finished_shapes(location.path, finished)
+        if root is not None:
+            prefetch = Prefetch(pending, self.ingest, root / OURS_DIR)
+            shapes = self._finished_shapes(root, finished)
         else:
             prefetch = Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True)
             shapes = {}
@@ -253,11 +253,11 @@ class IngestJob:
                 self.shard_inputs[record["shard"]] = self.inputs[record["start"]]
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
-        location = folder.location
-        if (not self.cfg.output.finalize and location.is_local
+        root = folder.location.store.file("")
+        if (not self.cfg.output.finalize and root is not None
                 and any(s["shards"] for s in splits.values())):
             # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
-            metadata.write_finalize_record(location.path, metadata.FinalizeRecord(
+            metadata.write_finalize_record(root, metadata.FinalizeRecord(
                 encoding=MLPERF.encoding,
                 split_parts=split_parts(s for s, r in splits.items() if r["shards"])))
         proc = self.processor_
@@ -281,12 +281,12 @@ class IngestJob:
             return []
         subdir = self.ingest.empty_encodings.output_subdir
         base, entries = self.empty
-        there = folder.location
+        root = folder.location.store.file("")
         names = []
         with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
             for e in entries:
-                kept = (there.is_local and (there.path / subdir / e.name).is_file()
-                        and md5_of(there.path / subdir / e.name) == e.md5)
+                kept = (root is not None and (root / subdir / e.name).is_file()
+                        and md5_of(root / subdir / e.name) == e.md5)
                 try:
                     if not kept:
                         dest = Path(scratch) / safe_name(e.name)

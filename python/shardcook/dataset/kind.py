@@ -1,0 +1,54 @@
+"""What a dataset argument is, decided here once for `validate`, `info` and `report`: a JSONL
+file (a path or URL whose name ends in `.jsonl`), a NeMo AutoModel diffusion cache (a local
+folder holding `metadata.json` and no `.nv-meta/`), else an Energon dataset (a folder of shards
+with `.nv-meta/`, or its URL), whose own reader says in one sentence when it is none."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from shardcook.dataset.cachefolder import is_cache_folder
+from shardcook.dataset.jsonl import file as jsonl
+from shardcook.layouts.names import META_DIR
+from shardcook.storage.location import Location, locate
+
+ENERGON: Literal["energon"] = "energon"
+JSONL: Literal["jsonl"] = "jsonl"
+AUTOMODEL_CACHE: Literal["automodel_cache"] = "automodel_cache"
+
+
+@dataclass(frozen=True)
+class DatasetKind:
+    """A dataset argument, located, and what it is.
+
+    Attributes:
+        kind: `ENERGON`, `JSONL` or `AUTOMODEL_CACHE`.
+        location: Where it is.
+        records: The JSONL file, for `JSONL`.
+        cache_root: The cache's folder, for `AUTOMODEL_CACHE`.
+    """
+
+    kind: Literal["energon", "jsonl", "automodel_cache"]
+    location: Location
+    records: jsonl.JsonlFile | None = None
+    cache_root: Path | None = None
+
+
+def dataset_kind(value: str | os.PathLike[str] | Location) -> DatasetKind:
+    """What `value` is (reading at most two names in a local folder).
+
+    Raises:
+        ConfigError: a bad path or a URL no client can open.
+    """
+    location = locate(value, "The dataset folder")
+    records = jsonl.jsonl_file(location)
+    if records is not None:
+        return DatasetKind(JSONL, location, records)
+    folder = location.store.file("")  # a cache is read on this machine only
+    if folder is not None and folder.is_dir() and is_cache_folder(folder) and (
+            not (folder / META_DIR).is_dir()):
+        return DatasetKind(AUTOMODEL_CACHE, location, cache_root=folder)
+    return DatasetKind(ENERGON, location)

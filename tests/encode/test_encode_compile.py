@@ -73,3 +73,15 @@ def test_resume_with_the_other_compile_setting_is_refused(tiny_flux, photos, tmp
     assert "holds a run made with different options" in r.output, r.output
     assert "compile" in r.output and r.output.strip().count("\n") == 0, r.output
     assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == before
+
+
+def test_cudnn_autotuner_only_for_cuda_with_compile():
+    """Setting the flag needs no GPU: on for a CUDA device with --compile, the caller's after."""
+    from shardcook.encoders.compiled import cudnn_autotuned
+
+    callers = torch.backends.cudnn.benchmark
+    for device, on, inside in (("cuda:0", True, True), ("cuda", False, callers),
+                               ("cpu", True, callers)):
+        with cudnn_autotuned(device, on):
+            assert torch.backends.cudnn.benchmark is inside, (device, on)
+        assert torch.backends.cudnn.benchmark is callers

@@ -1,0 +1,337 @@
+"""`shardcook encode --layout automodel` side by side with NeMo AutoModel's own image preprocessing
+(`tools/diffusion/preprocessing_multiprocess.py image`, one image at a time: PIL decode, bucket,
+resize and crop, VAE, text encoders, torch.save, metadata shards) on the same photos with the same
+random-weight models of the real classes, on the CPU, per family (FLUX.1, FLUX.2, Qwen-Image).
+
+    python benches/automodel_vs_tool.py [--families flux flux2 qwen_image] [--n 64]
+                                        [--width 4] [--repeats 1]
+
+AutoModel's side. Its tool cannot run on a CPU: `preprocess_dataset` raises "No GPUs available"
+when `torch.cuda.device_count()` is 0, and each worker starts with `torch.cuda.set_device`. So the
+bench runs, as a process of its own, the tool file itself (vendored with its imports re-pointed in
+tests/vendored/automodel/preprocessing_multiprocess.py) on one device, "cpu": the parts of
+`preprocess_dataset` for a local folder (`_get_media_files`, `_load_all_captions`), the body of
+`_init_worker` without its `torch.cuda.set_device` (the processor's own `load_models`, the bucket
+calculator), the tool's `_process_image` on every image in turn as `_process_shard_on_gpu`'s loop
+calls it, then `_save_metadata_shards`. Left out: the one-worker spawn Pool the tool starts for one
+GPU (one more interpreter start on its side).
+
+shardcook's side: `python -m shardcook encode --layout automodel --model-type F --device cpu` with
+its default batching and workers. Both: the default pixel budget (256 x 256), bf16 as AutoModel
+loads the models, torch's default threads. Each side runs as a fresh process on n photos and on
+2n (the n plus n more): the whole-process rate at 2n, and the steady-state rate
+n / (time(2n) - time(n)), in which start-up and loading cancel out. Both caches must hold the
+same files under the same names with the same metadata entries and the same keys, dtypes and
+shapes; the bench prints how many files are also equal bit for bit (FLUX.1 and Qwen-Image sample
+their latents, the tool from an unseeded generator, and batched bf16 kernels may round
+differently from one-image ones, so that count is reported, not required).
+
+Models: the tiny builders' folders (shardcook.encoders.tiny for FLUX.1 and Qwen-Image,
+tests/helpers/tiny_flux2.py for FLUX.2), then widened --width times (VAE channels, text encoder
+hidden sizes) with fresh seeded weights of the same classes, so encoding, not start-up, dominates.
+Photos: benches/raw_vs_peers.py's 1-4 MP JPEG/PNG/WebP photos, aspect 0.6-1.6 (several buckets),
+captions in one `<prefix>_internvl.json`. Work files go under bench-out/automodel_vs_tool
+(git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench-out" / "automodel_vs_tool"
+MAX_PIXELS = 256 * 256
+
+#: AutoModel's side, in its own process: the tool's own functions, on the CPU.
+TOOL_DRIVER = """
+import importlib, logging, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tqdm import tqdm
+from tests.vendored.automodel import preprocessing_multiprocess as tool
+family, model, image_dir, out, max_pixels = sys.argv[2:7]
+max_pixels = int(max_pixels)
+# what the tool's `from tools.diffusion.processors import ...` does: register the processor
+importlib.import_module(f"tests.vendored.automodel.processors.{family}")
+logging.basicConfig(level=logging.INFO)
+# preprocess_dataset for a local folder, on one device
+out = Path(out)
+out.mkdir(parents=True, exist_ok=True)
+processor = tool.ProcessorRegistry.get(family)
+image_files = tool._get_media_files(Path(image_dir), tool.IMAGE_EXTENSIONS)
+caption_cache = tool._load_all_captions(image_files, "internvl", verbose=True)
+# _init_worker, less torch.cuda.set_device
+tool._worker_device = "cpu"
+tool._worker_processor = tool.ProcessorRegistry.get(family)
+tool._worker_models = tool._worker_processor.load_models(model, "cpu")
+tool._worker_calculator = tool.MultiTierBucketCalculator(quantization=64, max_pixels=max_pixels)
+# _process_shard_on_gpu's loop
+results = []
+for image_path in tqdm(image_files, desc="cpu"):
+    caption = caption_cache.get(image_path.name)
+    result = tool._process_image((str(image_path), str(out), False, caption))
+    if result:
+        results.append(result)
+tool._save_metadata_shards(results, out, family, model, processor.model_type, 10000,
+                           {"caption_field": "internvl", "max_pixels": max_pixels})
+"""
+
+
+# ---- models -------------------------------------------------------------------------------
+
+
+def _rebuild_diffusers(folder: Path, cls: Any, **changes: Any) -> None:
+    """Replaces the model in `folder` with a fresh one of its class, its config changed."""
+    config = dict(cls.load_config(folder))
+    config.update(changes)
+    cls.from_config(config).save_pretrained(folder)
+
+
+def _rebuild_transformers(folder: Path, cls: Any, edit: Any) -> None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder)
+    edit(config)
+    cls(config).save_pretrained(folder)
+
+
+def flux_models(root: Path, width: int) -> Path:
+    """FLUX.1: tiny AutoencoderKL, CLIPTextModel and T5EncoderModel, each `width` times wider, in
+    the folder FluxPipeline.from_pretrained reads (AutoModel's `load_models`; no transformer)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
+    from shardcook.encoders.tiny import build_tiny_flux
+    from transformers import CLIPTextModel, T5EncoderModel
+
+    build_tiny_flux(root)
+    _rebuild_diffusers(root / "vae", AutoencoderKL,
+                       block_out_channels=[c * width for c in (8, 8, 16, 16)])
+
+    def clip(c: Any) -> None:
+        c.hidden_size, c.intermediate_size = 24 * width, 48 * width
+        c.projection_dim = 24 * width
+
+    def t5(c: Any) -> None:
+        c.d_model, c.d_ff, c.d_kv = 32 * width, 64 * width, 8 * width
+
+    _rebuild_transformers(root / "text_encoder", CLIPTextModel, clip)
+    _rebuild_transformers(root / "text_encoder_2", T5EncoderModel, t5)
+    FlowMatchEulerDiscreteScheduler(shift=3.0).save_pretrained(root / "scheduler")
+    index = json.loads((root / "model_index.json").read_text())
+    index.update({
+        "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "CLIPTextModel"],
+        "text_encoder_2": ["transformers", "T5EncoderModel"],
+        "tokenizer": ["transformers", "CLIPTokenizer"],
+        "tokenizer_2": ["transformers", "T5TokenizerFast"],
+        "transformer": ["diffusers", "FluxTransformer2DModel"],
+        "vae": ["diffusers", "AutoencoderKL"]})
+    (root / "model_index.json").write_text(json.dumps(index, indent=2))
+    return root
+
+
+def flux2_models(root: Path, width: int) -> Path:
+    """FLUX.2: tiny AutoencoderKLFlux2 and Mistral3 (32 layers), `width` times wider."""
+    from diffusers import AutoencoderKLFlux2
+    from transformers import Mistral3ForConditionalGeneration
+
+    from tests.helpers.tiny_flux2 import build_tiny_flux2
+
+    build_tiny_flux2(root)
+    _rebuild_diffusers(root / "vae", AutoencoderKLFlux2,
+                       block_out_channels=[c * width for c in (8, 8, 16, 16)])
+
+    def mistral(c: Any) -> None:
+        t = c.text_config
+        t.hidden_size, t.intermediate_size = 16 * width, 32 * width
+        t.num_attention_heads, t.num_key_value_heads = 2 * width, width
+
+    _rebuild_transformers(root / "text_encoder", Mistral3ForConditionalGeneration, mistral)
+    return root
+
+
+def qwen_image_models(root: Path, width: int) -> Path:
+    """Qwen-Image: tiny AutoencoderKLQwenImage and Qwen2.5-VL, `width` times wider (the heads
+    keep their size of 16, which Qwen2.5-VL's rotary sections fill)."""
+    from diffusers.models.autoencoders.autoencoder_kl_qwenimage import AutoencoderKLQwenImage
+    from shardcook.encoders.tiny import build_tiny_qwen_image
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    build_tiny_qwen_image(root)
+    _rebuild_diffusers(root / "vae", AutoencoderKLQwenImage, base_dim=8 * width)
+
+    def qwen(c: Any) -> None:
+        t = c.text_config
+        t.hidden_size, t.intermediate_size = 32 * width, 64 * width
+        t.num_attention_heads, t.num_key_value_heads = 2 * width, width
+        c.vision_config.out_hidden_size = 32 * width
+
+    _rebuild_transformers(root / "text_encoder", Qwen2_5_VLForConditionalGeneration, qwen)
+    return root
+
+
+FAMILIES = {"flux": flux_models, "flux2": flux2_models, "qwen_image": qwen_image_models}
+
+
+# ---- inputs -------------------------------------------------------------------------------
+
+
+def make_inputs(folder: Path, n: int) -> dict:
+    """n photos `photos_sample<i>.<ext>` with their captions in `photos_internvl.json` (the
+    JSONL AutoModel's tool reads, and shardcook's layout with it)."""
+    from raw_vs_peers import make_photos
+
+    info = make_photos(folder, n)
+    lines = []
+    for caption_file in sorted(folder.glob("*.txt")):
+        photo = next(p for p in folder.glob(caption_file.stem + ".*") if p.suffix != ".txt")
+        name = f"photos_sample{photo.name}"
+        photo.rename(folder / name)
+        lines.append(json.dumps({"file_name": name, "internvl": caption_file.read_text()}))
+        caption_file.unlink()
+    (folder / "photos_internvl.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return info
+
+
+def first_photos(src: Path, n: int, dest: Path) -> Path:
+    """dest: hard links to the first n photos of src, with their captions' lines."""
+    dest.mkdir(parents=True)
+    lines = (src / "photos_internvl.json").read_text().splitlines()[:n]
+    for line in lines:
+        os.link(src / json.loads(line)["file_name"], dest / json.loads(line)["file_name"])
+    (dest / "photos_internvl.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dest
+
+
+# ---- runs ---------------------------------------------------------------------------------
+
+
+def timed(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:6])} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def shardcook_cmd(family: str, model: Path, src: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "shardcook", "encode", "--layout", "automodel", "--model-type",
+            family, "--model-path", str(model), "--input-dir", str(src), "--output-dir",
+            str(out), "--device", "cpu", "--overwrite", "--quiet"]
+
+
+def tool_cmd(family: str, model: Path, src: Path, out: Path) -> list[str]:
+    return [sys.executable, "-c", TOOL_DRIVER, str(ROOT), family, str(model), str(src),
+            str(out), str(MAX_PIXELS)]
+
+
+def cache_files(out: Path) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in out.glob("*x*/*.pt"))
+
+
+def entries(out: Path) -> list[dict]:
+    """The metadata shards' entries, cache files relative to the cache."""
+    rows = []
+    for shard in sorted(out.glob("metadata_shard_*.json")):
+        for row in json.loads(shard.read_text()):
+            rows.append({**row, "cache_file": str(Path(row["cache_file"]).relative_to(out))})
+    return rows
+
+
+def compare_caches(ours: Path, theirs: Path) -> tuple[int, int]:
+    """Asserts both caches hold the same files, entries, keys, dtypes and shapes; returns
+    (files equal bit for bit, files)."""
+    import torch
+
+    names = cache_files(theirs)
+    assert cache_files(ours) == names, "the caches hold different files"
+    key = "cache_file"
+    assert sorted(entries(ours), key=lambda e: e[key]) == sorted(entries(theirs),
+                                                                key=lambda e: e[key])
+    equal = 0
+    for name in names:
+        a = torch.load(ours / name, weights_only=True)
+        b = torch.load(theirs / name, weights_only=True)
+        assert list(b) == [k for k in a if k in b], name  # shardcook may add keys (Qwen's mask)
+        same = True
+        for k, v in b.items():
+            if isinstance(v, torch.Tensor):
+                assert (a[k].dtype, a[k].shape) == (v.dtype, v.shape), (name, k)
+                same = same and torch.equal(a[k], v)
+            else:
+                assert a[k] == v, (name, k)
+        equal += same
+    return equal, len(names)
+
+
+def bench_family(family: str, args: argparse.Namespace, src: dict[int, Path]) -> dict:
+    model = FAMILIES[family](WORK / f"{family}-x{args.width}-DEMO-WEIGHTS", args.width)
+    sizes = sorted(src)
+    names = ("shardcook encode", "AutoModel's tool")
+    times: dict[tuple[str, int], list[float]] = {(k, n): [] for k in names for n in sizes}
+    equal = (0, 0)
+    for r in range(args.repeats):  # alternate, so background load hits both alike
+        for n in sizes:
+            outs = {name: WORK / f"{family}-{i}-{r}-{n}" for i, name in enumerate(names)}
+            times[names[1], n].append(timed(tool_cmd(family, model, src[n], outs[names[1]])))
+            times[names[0], n].append(timed(shardcook_cmd(family, model, src[n],
+                                                          outs[names[0]])))
+            for out in outs.values():
+                assert len(cache_files(out)) == n, f"{out.name}: skipped images"
+            if r == 0 and n == sizes[-1]:
+                equal = compare_caches(outs[names[0]], outs[names[1]])
+            for out in outs.values():
+                shutil.rmtree(out)
+    rates = {}
+    for name in names:
+        t_n, t_2n = (statistics.median(times[name, n]) for n in sizes)
+        # on a loaded machine the larger run can finish sooner: no steady state then
+        steady = sizes[0] / (t_2n - t_n) if t_2n > t_n else float("nan")
+        rates[name] = (t_n, t_2n, sizes[1] / t_2n, steady)
+    return {"rates": rates, "equal": equal}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=sorted(FAMILIES))
+    ap.add_argument("--n", type=int, default=64, help="photos of the smaller run (the other: 2n)")
+    ap.add_argument("--width", type=int, default=4,
+                    help="how many times wider than the tests' tiny models")
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "benches"))
+    sys.path.insert(0, str(ROOT))  # tests.helpers' FLUX.2 builder
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    sizes = (args.n, 2 * args.n)
+    src = {sizes[1]: WORK / f"photos-{sizes[1]}"}
+    info = make_inputs(src[sizes[1]], sizes[1])
+    src[sizes[0]] = first_photos(src[sizes[1]], sizes[0], WORK / f"photos-{sizes[0]}")
+    print(f"{sizes[1]} photos of {info['mp_min']}-{info['mp_max']} MP (mean {info['mp_mean']}, "
+          f"{info['formats']}), buckets of <= {MAX_PIXELS} px, models {args.width}x the tests' "
+          f"tiny ones, bf16, CPU ({os.cpu_count()} cores); medians of {args.repeats} run(s), "
+          "each a fresh process (start-up, loading, encoding, writing)")
+    for family in args.families:
+        result = bench_family(family, args, src)
+        rates = result["rates"]
+        print(f"{family}:")
+        for name, (t_n, t_2n, whole, steady) in rates.items():
+            print(f"  {name:<17} {sizes[0]} photos {t_n:6.2f} s, {sizes[1]} photos {t_2n:6.2f} "
+                  f"s: whole run {whole:6.2f} images/s, steady state {steady:6.2f} images/s")
+        (a, b) = (rates["shardcook encode"], rates["AutoModel's tool"])
+        equal, files = result["equal"]
+        print(f"  ratio: whole run {a[2] / b[2]:.2f}x, steady state {a[3] / b[3]:.2f}x; "
+              f"same {files} file names, entries, keys, dtypes and shapes; {equal} of {files} "
+              "files equal bit for bit")
+
+
+if __name__ == "__main__":
+    main()

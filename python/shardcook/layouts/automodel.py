@@ -11,7 +11,7 @@ true for `status` and a rerun."""
 
 from dataclasses import replace
 
-from shardcook.layouts.base import EncodeSpec, Layout
+from shardcook.layouts.base import NOT_COOKED, EncodeSpec, Layout
 from shardcook.layouts.names import OURS_DIR
 
 #: The `torch.save` bytes of one cache file (the family's `AutoModelCache.cache` dict).
@@ -51,6 +51,8 @@ AUTOMODEL = Layout(
     parts=(CACHE_PART, ENTRY_PART),
     required=(CACHE_PART, ENTRY_PART),
     finalized=(CACHE_RECORD, METADATA_FILE),
+    # trainers read the cache through AutoModel's dataloaders, not the run's shards
+    reading=NOT_COOKED,
     encode=EncodeSpec(
         # its job's processor builds each sample's parts, from the family's cache dict
         part_builder="shardcook.jobs.encode.automodel:AutoModelImageProcessor",

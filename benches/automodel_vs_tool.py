@@ -328,7 +328,8 @@ def main() -> None:
                   f"s: whole run {whole:6.2f} images/s, steady state {steady:6.2f} images/s")
         (a, b) = (rates["shardcook encode"], rates["AutoModel's tool"])
         equal, files = result["equal"]
-        print(f"  ratio: whole run {a[2] / b[2]:.2f}x, steady state {a[3] / b[3]:.2f}x; "
+        steady = f"{a[3] / b[3]:.2f}x" if a[3] == a[3] and b[3] == b[3] else "n/a"
+        print(f"  ratio: whole run {a[2] / b[2]:.2f}x, steady state {steady}; "
               f"same {files} file names, entries, keys, dtypes and shapes; {equal} of {files} "
               "files equal bit for bit")
 

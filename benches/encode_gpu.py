@@ -10,16 +10,24 @@ CLIP-L text: 768, 12 layers), no download, saved in the FLUX layout in bf16; the
   3. with --bridge-script (a local copy of Megatron-Bridge's prepare_energon_dataset_flux.py,
      see benches/encode_vs_bridge.py): `encode --layout megatron-bridge` against Bridge's script
      on the GPU, both fp32 as Bridge's script is, at the first size, samples/s and the ratio;
-  4. times the encoders alone on synthetic batches, before/after: channels_last VAE, larger
-     batches, torch.compile of the VAE encoder (SDPA is transformers' default attention).
+  4. times the encoders alone on synthetic batches, before/after: cuDNN's autotuner, `encode
+     --compile`'s torch.compile of the VAE encoder and the text encoders (with the autotuner),
+     channels_last VAE, larger batches (SDPA is transformers' default attention).
+Also: `encode --compile` on the same photos (`pipeline_<size>_compile`) and its fresh process's
+first batch, compile included (`first_batch_compile`: after the pipeline compiled that shape, so
+torch's on-disk cache of compiled kernels is warm, as on a machine's later runs); the first size
+on photos with 4 distinct captions (`pipeline_<size>_4_captions`: each distinct caption of a
+batch goes through T5 once); and loading T5 for an fp32 run (`load_t5_fp32`): read in its stored
+bf16 and widened on the GPU (`encode`'s way) against read in fp32 on the host and moved, each a
+fresh process, its seconds and peak RSS.
 With --wan, instead: Wan 2.1's encoders with random weights (AutoencoderKLWan at its default
 config: base dim 96, 16 latent channels; UMT5-XXL encoder: d_model 4096, 24 layers), and
 `encode --layout wan --video-mode video` on --n generated clips of 81 frames at 480 x 832: clips/s,
 the share of encoder time not spent waiting for decoded clips, and the GPU's busy share, per
-batch size of --batches; `first_batch` as for FLUX; the encoders alone on
-synthetic clips of the first batch size; with --bridge-wan-script (a local copy of Bridge's
-examples/models/wan/prepare_dataset/prepare_dataset_wan.py), that script (its defaults: fp16 on
-CUDA, VAE slicing and tiling on; and with --no-memory-optimization) against
+batch size of --batches, and with --compile at the first; `first_batch` as for FLUX; the
+encoders alone on synthetic clips of the first batch size; with --bridge-wan-script (a local
+copy of Bridge's examples/models/wan/prepare_dataset/prepare_dataset_wan.py), that script (its
+defaults: fp16 on CUDA, VAE slicing and tiling on; and with --no-memory-optimization) against
 `shardcook encode --layout wan` (fp16) on the same clips, each a fresh process: clips/s of the
 whole process, its peak RSS and the GPU's busy share.
 
@@ -227,6 +235,7 @@ def first_batch(cmd: list[str], out: Path) -> dict:
     from shardcook.layouts.names import OURS_DIR, PROGRESS_DIR
 
     marker = out / OURS_DIR / PROGRESS_DIR / f"{0:06d}.json"
+    shutil.rmtree(out, ignore_errors=True)  # an earlier run's marker would count at once
     first = None
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -285,19 +294,20 @@ def saved(root: Path, encoders: Callable[[], dict], layout: dict, device: str) -
 
 
 def wan_run(model: Path, src: Path, out: Path, shape: list[int], batch: int, device: str,
-            precision: str, flops: dict[str, int] | None) -> dict:
-    """`encode --layout wan --video-mode video` in this process: clips/s, the encoders' share
-    not waiting for clips (1 - input_wait / (encode + input_wait)) and the GPU's, the peak GPU
-    memory, and the MFU of clips/s while encoding x `flops` (per clip, each encoder)."""
+            precision: str, flops: dict[str, int] | None, compile: bool = False) -> dict:
+    """`encode --layout wan --video-mode video` (with --compile when `compile`) in this process:
+    clips/s, the encoders' share not waiting for clips (1 - input_wait / (encode + input_wait))
+    and the GPU's, the peak GPU memory, and the MFU of clips/s while encoding x `flops` (per
+    clip, each encoder)."""
     rep, gpu, mem = in_process({
         "input_dir": str(src), "output_dir": str(out), "layout": "wan", "height": shape[1],
         "width": shape[2], "video_mode": "video", "resize_mode": "bilinear", "batch_size": batch,
         "model_path": str(model), "precision": precision, "device": device, "overwrite": True,
-        "quiet": True, "finalize": False})
+        "quiet": True, "finalize": False, "compile": compile})
     st = rep["stage_seconds"]
     busy = st["encode"] / (st["encode"] + st["input_wait"])
     rate = rep["num_written"] / (st["encode"] + st["input_wait"])
-    return {"shape": shape, "batch": batch, "clips": rep["num_written"],
+    return {"shape": shape, "batch": batch, "compile": compile, "clips": rep["num_written"],
             "wall_s": rep["wall_seconds"], "clips_per_s_wall": rep["inputs_per_second"],
             "load_encoders_s": st.get("load_encoders"), "encode_s": st["encode"],
             "input_wait_s": st["input_wait"], "clips_per_s_encoding": round(rate, 3),
@@ -339,7 +349,8 @@ def wan_vs_bridge(model: Path, src: Path, shape: list[int], batch: int, device: 
     return out
 
 
-def photos(folder: Path, n: int) -> Path:
+def photos(folder: Path, n: int, captions: int | None = None) -> Path:
+    """n photos, each with its own caption, or with one of `captions` distinct ones."""
     import numpy as np
     import skimage.data
     from PIL import Image
@@ -351,23 +362,26 @@ def photos(folder: Path, n: int) -> Path:
         a = getattr(skimage.data, names[i % len(names)])()[..., :3]
         a = np.kron(a, np.ones((3, 3, 1), np.uint8))  # 1.2-1.8k px, so 1024 crops are real
         Image.fromarray(a[:, ::-1] if i % 2 else a).save(folder / f"{i:05d}.jpg", quality=92)
-        (folder / f"{i:05d}.txt").write_text(f"a photo of a {names[i % len(names)]}, number {i}")
+        number = i if captions is None else i % captions
+        (folder / f"{i:05d}.txt").write_text(f"a photo of a {names[i % len(names)]}, "
+                                             f"number {number}")
     return folder
 
 
 def pipeline_run(model, src, out, size, batch, device, precision, t5_len,
-                 flops: dict[str, int] | None) -> dict:
-    """`encode --layout primus` in this process: images/s, the wait share, the GPU's busy share
-    and peak memory, and the MFU of images/s while encoding x `flops` (per image, each encoder:
-    T5 runs on all t5_len tokens, this layout passes it no attention mask)."""
+                 flops: dict[str, int] | None, compile: bool = False) -> dict:
+    """`encode --layout primus` (with --compile when `compile`) in this process: images/s, the
+    wait share, the GPU's busy share and peak memory, and the MFU of images/s while encoding x
+    `flops` (per image, each encoder: T5 runs on all t5_len tokens, this layout passes it no
+    attention mask; with repeated captions T5 runs fewer, so the MFU overstates)."""
     rep, gpu, mem = in_process({
         "input_dir": str(src), "output_dir": str(out), "image_size": size, "batch_size": batch,
         "model_path": str(model), "precision": precision, "device": device,
         "t5_max_length": t5_len, "overwrite": True, "quiet": True, "finalize": False,
-        "layout": "primus"})
+        "layout": "primus", "compile": compile})
     st = rep["stage_seconds"]
     rate = rep["num_written"] / (st["encode"] + st["input_wait"])
-    return {"size": size, "batch": batch, "samples": rep["num_written"],
+    return {"size": size, "batch": batch, "compile": compile, "samples": rep["num_written"],
             "wall_s": rep["wall_seconds"], "samples_per_s_wall": rep["inputs_per_second"],
             "load_encoders_s": st.get("load_encoders"), "encode_s": st["encode"],
             "input_wait_s": st["input_wait"], "samples_per_s_encoding": round(rate, 2),
@@ -406,7 +420,11 @@ class EncoderTimes:
             self.calls.setdefault(name, []).append((start, self._mark()))
             return out
 
-        setattr(obj, method, timed)
+        import torch
+
+        # a compiled module (`encode --compile`'s) calls this in its compiled region: torch.compile
+        # leaves the timing out and still compiles the model's own forward
+        setattr(obj, method, torch.compiler.disable(timed, recursive=False))
         self._wrapped.append((obj, method))
 
     def unwrap(self) -> None:
@@ -457,9 +475,13 @@ def whole_mfu(rate: float, flops: dict[str, int] | None) -> float | None:
 
 def encoder_only(model, size, batch, device, precision, variant, t5_len,
                  flops: dict[str, int] | None, reps=5) -> dict:
-    """VAE+T5+CLIP on synthetic pixels (no pipeline), for a variant: `timed_steps`' figures."""
+    """VAE+T5+CLIP on synthetic pixels (no pipeline), for a variant: `timed_steps`' figures.
+    `cudnn_benchmark` turns cuDNN's autotuner on; `encode_compile` is `encode --compile`'s
+    (`compile_encoders`, and the autotuner); `channels_last` and `channels_last+compile` (of
+    the VAE's encoder alone) are the layouts measured before."""
     import numpy as np
     import torch
+    from shardcook.encoders.compiled import compile_encoders, cudnn_autotuned
     from shardcook.encoders.flux import FluxEncoders
 
     reset_gpu_peak(device)
@@ -467,7 +489,9 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len,
                             t5_max_length=t5_len, latent_mode="sample")
     if "channels_last" in variant:
         enc.vae.to(memory_format=torch.channels_last)
-    if "compile" in variant:
+    if variant == "encode_compile":
+        compile_encoders(enc)
+    elif "compile" in variant:
         enc.vae.encoder = torch.compile(enc.vae.encoder)
     px = np.random.default_rng(0).integers(0, 255, (batch, size, size, 3), dtype=np.uint8)
     keys = [f"{i:010d}" for i in range(batch)]
@@ -483,7 +507,8 @@ def encoder_only(model, size, batch, device, precision, variant, t5_len,
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    return timed_steps(step, times, batch, "images", flops, device, reps)
+    with cudnn_autotuned(device, variant in ("cudnn_benchmark", "encode_compile")):
+        return timed_steps(step, times, batch, "images", flops, device, reps)
 
 
 def wan_encoder_only(model, shape, batch, device, precision, flops: dict[str, int] | None,
@@ -511,6 +536,54 @@ def wan_encoder_only(model, shape, batch, device, precision, flops: dict[str, in
 
     return {"shape": shape, "batch": batch,
             **timed_steps(step, times, batch, "clips", flops, device, reps)}
+
+
+#: Loads FLUX's T5 for an fp32 run in a fresh process and prints the seconds: `stored`, as
+#: `encode` does (read in the checkpoint's bf16, widened on the device); `host`, read in fp32 on
+#: the host, then moved.
+LOAD_T5 = """
+import sys, time, torch
+from shardcook.encoders.loading import EncoderSource, load_encoder
+from transformers import T5EncoderModel
+folder, device, way = sys.argv[1:4]
+t0 = time.perf_counter()
+if way == "stored":
+    load_encoder(EncoderSource("t5", folder, True, "text_encoder_2", "tokenizer_2", None,
+                               "--model-path"), None, torch.float32, device)
+else:
+    T5EncoderModel.from_pretrained(folder + "/text_encoder_2", dtype=torch.float32).to(device)
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
+print(time.perf_counter() - t0)
+"""
+
+
+def t5_load_fp32(model: Path, device: str) -> dict:
+    """T5 loaded for an fp32 run both ways (`LOAD_T5`), each a fresh process after its files
+    were read once (so both find them in the page cache): the load's seconds, the process's
+    wall seconds and peak RSS (MiB)."""
+    from encode_wan_vs_bridge import vm_hwm_kib
+
+    for f in (model / "text_encoder_2").iterdir():
+        with f.open("rb") as data:
+            while data.read(1 << 24):
+                pass
+    out = {}
+    for way in ("host", "stored"):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", LOAD_T5, str(model), device, way],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, vm_hwm_kib(proc.pid))
+            time.sleep(0.05)
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"loading T5 ({way}) failed: {stderr[-1000:]}")
+        out[way] = {"load_s": round(float(stdout.split()[-1]), 2),
+                    "wall_s": round(time.perf_counter() - t0, 2), "peak_rss_mib": peak // 1024}
+        print("load_t5_fp32", way, json.dumps(out[way]), flush=True)
+    return out
 
 
 def bridge_vs_shardcook(model, src, size, device, t5_len, script: Path) -> dict:
@@ -552,7 +625,8 @@ def flux_encoders_alone(args: argparse.Namespace, model: Path, flops: dict) -> l
     """FLUX's encoders alone: each variant at every size and batch, the baselines first (under
     --deadline, the variants that would start past it are skipped)."""
     rows = []
-    for variant in ("baseline", "channels_last", "channels_last+compile"):
+    for variant in ("baseline", "cudnn_benchmark", "encode_compile", "channels_last",
+                    "channels_last+compile"):
         for size in args.sizes:
             for batch in args.batches:
                 row: dict = {"size": size, "batch": batch, "variant": variant,
@@ -570,14 +644,16 @@ def flux_encoders_alone(args: argparse.Namespace, model: Path, flops: dict) -> l
 
 
 def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], object]]]:
-    """FLUX's phases, in order: build and photos, FLOPs per sample, the pipeline per size, the
-    first batch of a fresh process, Bridge, encoders alone."""
+    """FLUX's phases, in order: build and photos, FLOPs per sample, the pipeline per size and
+    on photos of 4 captions, the first batch of a fresh process, T5's fp32 load both ways, the
+    pipeline with --compile per size and its first batch, Bridge, encoders alone."""
     state: dict = {"flops": {}}
 
     def built(results: dict) -> float:
         t0 = time.perf_counter()
         state["model"] = build(WORK / "flux-random", args.tiny, args.device)
         state["src"] = photos(WORK / "photos", args.n)
+        state["few_captions"] = photos(WORK / "photos-4-captions", args.n, captions=4)
         return round(time.perf_counter() - t0, 1)
 
     def counted(results: dict) -> object:
@@ -588,18 +664,22 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
         state["flops"] = {size: flux_flops(meta, size, args.t5_len) for size in args.sizes}
         return {size: tflop(flops) for size, flops in state["flops"].items()}
 
-    def pipeline(size: int) -> Callable[[dict], object]:
-        return lambda results: pipeline_run(state["model"], state["src"], WORK / f"out{size}",
+    def pipeline(size: int, src: str = "src", compile: bool = False
+                 ) -> Callable[[dict], object]:
+        return lambda results: pipeline_run(state["model"], state[src], WORK / f"out{size}",
                                             size, args.batches[0], args.device, args.precision,
-                                            args.t5_len, state["flops"].get(size))
+                                            args.t5_len, state["flops"].get(size), compile)
 
-    def first(results: dict) -> object:
+    def first(*options: str) -> Callable[[dict], object]:
         size, batch, out = args.sizes[0], args.batches[0], WORK / "first-batch"
-        return {"size": size, "batch": batch, **first_batch(shardcook_encode(
+        return lambda results: {"size": size, "batch": batch, **first_batch(shardcook_encode(
             "--layout", "primus", "--input-dir", state["src"], "--output-dir", out,
             "--model-path", state["model"], "--image-size", size, "--t5-max-length",
             args.t5_len, "--batch-size", batch, "--shard-size", batch, "--max-samples",
-            2 * batch, "--precision", args.precision, "--device", args.device), out)}
+            2 * batch, "--precision", args.precision, "--device", args.device, *options), out)}
+
+    def loaded(results: dict) -> object:
+        return t5_load_fp32(state["model"], args.device)
 
     def bridge(results: dict) -> object:
         return bridge_vs_shardcook(state["model"], state["src"], args.sizes[0], args.device,
@@ -611,7 +691,13 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
     phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built),
                                                           ("tflop_per_sample", counted)]
     phases += [(f"pipeline_{size}", pipeline(size)) for size in args.sizes]
-    phases.append(("first_batch", first))
+    phases.append((f"pipeline_{args.sizes[0]}_4_captions", pipeline(args.sizes[0],
+                                                                     "few_captions")))
+    phases.append(("first_batch", first()))
+    phases.append(("load_t5_fp32", loaded))
+    phases += [(f"pipeline_{size}_compile", pipeline(size, compile=True))
+               for size in args.sizes]
+    phases.append(("first_batch_compile", first("--compile")))
     if args.bridge_script is not None:
         phases.append(("bridge", bridge))
     if not args.skip_encoder_only:
@@ -620,8 +706,9 @@ def flux_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], ob
 
 
 def wan_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], object]]]:
-    """Wan's phases, in order: build and clips, FLOPs per clip, the pipeline per batch size, the
-    first batch of a fresh process, the encoders alone, Bridge's script."""
+    """Wan's phases, in order: build and clips, FLOPs per clip, the pipeline per batch size and
+    with --compile at the first, the first batch of a fresh process, the encoders alone,
+    Bridge's script."""
     from encode_wan_vs_bridge import make_clips
 
     state: dict = {"flops": None}
@@ -640,10 +727,10 @@ def wan_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], obj
         state["flops"] = wan_flops(meta_encoders(state["model"], "wan"), *args.wan_shape)
         return tflop(state["flops"])
 
-    def run(batch: int) -> Callable[[dict], object]:
+    def run(batch: int, compile: bool = False) -> Callable[[dict], object]:
         return lambda results: wan_run(state["model"], WORK / "clips", WORK / f"wan-b{batch}",
                                        args.wan_shape, batch, args.device, args.precision,
-                                       state["flops"])
+                                       state["flops"], compile)
 
     def first(results: dict) -> object:
         (_, h, w), batch, out = args.wan_shape, args.batches[0], WORK / "first-batch"
@@ -669,6 +756,7 @@ def wan_phases(args: argparse.Namespace) -> list[tuple[str, Callable[[dict], obj
     phases: list[tuple[str, Callable[[dict], object]]] = [("build_s", built),
                                                           ("tflop_per_clip", counted)]
     phases += [(f"wan_b{batch}", run(batch)) for batch in args.batches]
+    phases.append((f"wan_b{args.batches[0]}_compile", run(args.batches[0], compile=True)))
     phases.append(("first_batch", first))
     if not args.skip_encoder_only:
         phases.append(("wan_encoder_only", alone))

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from shardcook.dataset import metadata
 from shardcook.dataset.arguments import DEFAULT_REPORT_SAMPLES, ReportOptions
 from shardcook.dataset.check.validate import validate_view
-from shardcook.dataset.jsonl import file as jsonl
+from shardcook.dataset.kind import AUTOMODEL_CACHE, JSONL, dataset_kind
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import read_metadata, summarize
 from shardcook.dataset.view import DatasetView
@@ -112,14 +112,19 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
         scratch_dir: Where a URL's metadata is copied (default: the temporary folder).
 
     Raises:
-        ConfigError: a bad location or sample count, or a JSONL dataset.
+        ConfigError: a bad location or sample count, a JSONL dataset or an AutoModel cache.
         DatasetError: the dataset is not finalized, or has no such split.
     """
-    dataset = locate(dataset, "The dataset folder")
-    if jsonl.jsonl_file(dataset) is not None:
+    what = dataset_kind(dataset)
+    dataset = what.location
+    if what.kind == JSONL:
         raise ConfigError(
             f"{dataset} is a JSONL dataset, and `shardcook report` makes the page of a folder of "
             f"tar shards only; `shardcook info`, `validate` and `preview` take {dataset}.")
+    if what.kind == AUTOMODEL_CACHE:
+        raise ConfigError(
+            f"{dataset} is a NeMo AutoModel cache, and `shardcook report` makes the page of a "
+            f"folder of tar shards only; `shardcook validate` and `info` take {dataset}.")
     check_rules("--samples", samples, ReportOptions.__dataclass_fields__["samples"])
     with dataset_view(dataset, scratch_dir=scratch_dir) as view:
         return render(_content(IndexedView(view), samples, split))

@@ -8,7 +8,12 @@ import dataclasses
 
 from shardcook.config import RunConfig
 from shardcook.config.checks import RUNTIME_ONLY
-from shardcook.config.sections import _SECTION_CLASSES, ChatmlConfig, VideoConfig
+from shardcook.config.sections import (
+    _SECTION_CLASSES,
+    AutoModelConfig,
+    ChatmlConfig,
+    VideoConfig,
+)
 from shardcook.pipeline.report import compare_manifest
 
 
@@ -21,14 +26,19 @@ def test_every_option_of_every_section_is_compared():
     compared through the encoder facts the job records instead (not here)."""
     sections = {f.name for f in dataclasses.fields(RunConfig)} - {"layout", "chosen"}
     assert set(_SECTION_CLASSES) == sections
-    base = RunConfig(chatml=ChatmlConfig(), video=VideoConfig())
+    def every_section() -> RunConfig:
+        return RunConfig(chatml=ChatmlConfig(), video=VideoConfig(), automodel=AutoModelConfig())
+
+    base = every_section()
+    # ingest's section is not recorded: its inputs are the manifest's source, the rest how
+    # downloads run
     for name, cls in _SECTION_CLASSES.items():
-        if name == "model":
+        if name in ("model", "ingest"):
             continue
         for f in dataclasses.fields(cls):
             if f.name in RUNTIME_ONLY:
                 continue
-            other = RunConfig(chatml=ChatmlConfig(), video=VideoConfig())
+            other = every_section()
             value = getattr(getattr(base, name), f.name)
             changed = (not value if isinstance(value, bool) else value + 1
                        if isinstance(value, int | float) else [*value, 0.5]

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
-    _kwargs,
-    _where,
-    loaded,
-    read_dtype,
-    ready,
+    diffusers_vae,
+    folder_sources,
     run_facts,
+    text_model,
 )
 from shardcook.encoders.models import FLUX2, PATCH_BATCH_NORM, CacheSample, EncodedPixels
 from shardcook.encoders.transfer import to_device
@@ -65,17 +62,7 @@ def conversation(caption: str, system: str) -> list[dict[str, Any]]:
 def resolve_sources(model_path: str | None, revision: str | None = None
                     ) -> dict[str, EncoderSource]:
     """The source of the VAE and of Mistral (with its tokenizer) inside `--model-path`."""
-    base = model_path or FLUX2.default_model
-    src, local = _where(base, "--model-path")
-    out = {}
-    for name, (sub, tok_sub) in FLUX2_LAYOUT.items():
-        for folder in (sub, tok_sub):
-            if local and folder and not (Path(src) / folder).is_dir():
-                raise ConfigError(f"--model-path {base!r} has no {folder}/ folder (a FLUX.2 "
-                                  "folder holds vae/, text_encoder/ and tokenizer/); add it.")
-        out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
-                                  "--model-path")
-    return out
+    return folder_sources(model_path or FLUX2.default_model, revision, FLUX2_LAYOUT, "FLUX.2")
 
 
 def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
@@ -85,9 +72,7 @@ def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: 
     # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
     from diffusers.models.autoencoders.autoencoder_kl_flux2 import AutoencoderKLFlux2
 
-    vae: AutoencoderKLFlux2 = loaded(src, token, lambda: AutoencoderKLFlux2.from_pretrained(
-        src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    ready(vae, device)
+    vae: AutoencoderKLFlux2 = diffusers_vae(AutoencoderKLFlux2, src, token, dtype, device)
     return vae
 
 
@@ -98,13 +83,7 @@ def load_mistral(src: EncoderSource, token: str | None, dtype: torch.dtype, devi
     and chat template are the folder's)."""
     from transformers import AutoProcessor, Mistral3ForConditionalGeneration
 
-    mistral = loaded(src, token, lambda: Mistral3ForConditionalGeneration.from_pretrained(
-        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
-    tok = loaded(src, token, lambda: AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-        src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
-    assert isinstance(mistral, Mistral3ForConditionalGeneration)  # the class loads itself
-    ready(mistral, device, dtype)
-    return mistral, tok
+    return text_model(Mistral3ForConditionalGeneration, AutoProcessor, src, token, dtype, device)
 
 
 def batch_norm_stats(vae: AutoencoderKLFlux2) -> tuple[torch.Tensor, torch.Tensor]:

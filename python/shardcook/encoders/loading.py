@@ -11,11 +11,11 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shardcook.encoders.models import FLUX
 from shardcook.errors import ConfigError
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
+#: A model class `diffusers_vae` and `text_model` load (a torch module).
+M = TypeVar("M", bound="torch.nn.Module")
 
 DEFAULT_MODEL = FLUX.default_model
 PRECISIONS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -224,6 +226,46 @@ def ready(model: torch.nn.Module, device: str, dtype: torch.dtype | None = None)
     if dtype is not None and read_dtype(dtype) != dtype:
         model.to(dtype)
     model.eval().requires_grad_(False)
+
+
+def folder_sources(model_path: str, revision: str | None,
+                   layout: Mapping[str, tuple[str, str | None]], family: str
+                   ) -> dict[str, EncoderSource]:
+    """Each encoder's source inside a diffusers-format `--model-path` (`layout`: encoder ->
+    (model subfolder, tokenizer subfolder)); a local folder lacking one is one sentence."""
+    src, local = _where(model_path, "--model-path")
+    out = {}
+    for name, (sub, tok_sub) in layout.items():
+        for folder in (sub, tok_sub):
+            if local and folder and not (Path(src) / folder).is_dir():
+                raise ConfigError(f"--model-path {model_path!r} has no {folder}/ folder (a "
+                                  f"{family} folder holds vae/, text_encoder/ and tokenizer/); "
+                                  "add it.")
+        out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
+                                  "--model-path")
+    return out
+
+
+def diffusers_vae(cls: type[M], src: EncoderSource, token: str | None, dtype: torch.dtype,
+                  device: str) -> M:
+    """A diffusers VAE class's model, read in the run's dtype, in eval mode on `device`."""
+    vae: M = loaded(src, token, lambda: cls.from_pretrained(  # type: ignore[attr-defined]
+        src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
+    ready(vae, device)
+    return vae
+
+
+def text_model(cls: type[M], tokenizer: Any, src: EncoderSource, token: str | None,
+               dtype: torch.dtype, device: str) -> tuple[M, Any]:
+    """A transformers text encoder read as `read_dtype` says, in eval mode on `device` in the
+    run's dtype, and its tokenizer (`tokenizer`: the class whose `from_pretrained` reads it)."""
+    model = loaded(src, token, lambda: cls.from_pretrained(  # type: ignore[attr-defined]
+        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
+    tok = loaded(src, token, lambda: tokenizer.from_pretrained(
+        src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
+    assert isinstance(model, cls)  # the class loads itself
+    ready(model, device, dtype)
+    return model, tok
 
 
 def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str, Any]:

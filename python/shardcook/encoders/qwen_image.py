@@ -15,23 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
-    _kwargs,
-    _where,
-    loaded,
-    read_dtype,
-    ready,
+    diffusers_vae,
+    folder_sources,
     run_facts,
+    text_model,
     vae_config,
 )
 from shardcook.encoders.models import LATENTS_MEAN_STD, QWEN_IMAGE, CacheSample, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.encoders.wan import normalisation
-from shardcook.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,17 +54,7 @@ QWEN_IMAGE_LAYOUT = {"vae": ("vae", None), "qwen2.5-vl": ("text_encoder", "token
 def resolve_sources(model_path: str | None, revision: str | None = None
                     ) -> dict[str, EncoderSource]:
     """The source of the VAE and of Qwen2.5-VL (with its tokenizer) inside `--model-path`."""
-    base = model_path or DEFAULT_MODEL
-    src, local = _where(base, "--model-path")
-    out = {}
-    for name, (sub, tok_sub) in QWEN_IMAGE_LAYOUT.items():
-        for folder in (sub, tok_sub):
-            if local and folder and not (Path(src) / folder).is_dir():
-                raise ConfigError(f"--model-path {base!r} has no {folder}/ folder (a Qwen-Image "
-                                  "folder holds vae/, text_encoder/ and tokenizer/); add it.")
-        out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
-                                  "--model-path")
-    return out
+    return folder_sources(model_path or DEFAULT_MODEL, revision, QWEN_IMAGE_LAYOUT, "Qwen-Image")
 
 
 def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
@@ -77,9 +63,7 @@ def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: 
     # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
     from diffusers.models.autoencoders.autoencoder_kl_qwenimage import AutoencoderKLQwenImage
 
-    vae: AutoencoderKLQwenImage = loaded(src, token, lambda: AutoencoderKLQwenImage.from_pretrained(
-        src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    ready(vae, device)
+    vae: AutoencoderKLQwenImage = diffusers_vae(AutoencoderKLQwenImage, src, token, dtype, device)
     return vae
 
 
@@ -88,13 +72,8 @@ def load_text_encoder(src: EncoderSource, token: str | None, dtype: torch.dtype,
     """Qwen2.5-VL in eval mode on `device`, and its tokenizer."""
     from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
 
-    model = loaded(src, token, lambda: Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
-    tok = loaded(src, token, lambda: AutoTokenizer.from_pretrained(
-        src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
-    assert isinstance(model, Qwen2_5_VLForConditionalGeneration)  # the class loads itself
-    ready(model, device, dtype)
-    return model, tok
+    return text_model(Qwen2_5_VLForConditionalGeneration, AutoTokenizer, src, token, dtype,
+                      device)
 
 
 class QwenImageEncoders:

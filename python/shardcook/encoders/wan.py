@@ -14,17 +14,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
-    _kwargs,
-    _where,
-    loaded,
-    read_dtype,
-    ready,
+    diffusers_vae,
+    folder_sources,
     run_facts,
+    text_model,
     vae_config,
 )
 from shardcook.encoders.models import LATENTS_MEAN_STD, WAN, EncodedPixels
@@ -86,17 +83,7 @@ def normalisation(config: Mapping[str, Any], model: str = "Wan") -> Normalisatio
 def resolve_sources(model_path: str | None, revision: str | None = None
                     ) -> dict[str, EncoderSource]:
     """The source of the VAE and of UMT5 (with its tokenizer) inside `--model-path`."""
-    base = model_path or DEFAULT_MODEL
-    src, local = _where(base, "--model-path")
-    out = {}
-    for name, (sub, tok_sub) in WAN_LAYOUT.items():
-        for folder in (sub, tok_sub):
-            if local and folder and not (Path(src) / folder).is_dir():
-                raise ConfigError(f"--model-path {base!r} has no {folder}/ folder (a Wan folder "
-                                  "holds vae/, text_encoder/ and tokenizer/); add it.")
-        out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
-                                  "--model-path")
-    return out
+    return folder_sources(model_path or DEFAULT_MODEL, revision, WAN_LAYOUT, "Wan")
 
 
 def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: str
@@ -105,9 +92,7 @@ def load_vae(src: EncoderSource, token: str | None, dtype: torch.dtype, device: 
     # the full path: type checkers read diffusers' top-level name as a torch-less placeholder
     from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
 
-    vae: AutoencoderKLWan = loaded(src, token, lambda: AutoencoderKLWan.from_pretrained(
-        src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
-    ready(vae, device)
+    vae: AutoencoderKLWan = diffusers_vae(AutoencoderKLWan, src, token, dtype, device)
     return vae
 
 
@@ -116,13 +101,7 @@ def load_umt5(src: EncoderSource, token: str | None, dtype: torch.dtype, device:
     """UMT5 in eval mode on `device`, and its tokenizer."""
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    umt5 = loaded(src, token, lambda: UMT5EncoderModel.from_pretrained(
-        src.source, dtype=read_dtype(dtype), **_kwargs(src, token, src.subfolder)))
-    tok = loaded(src, token, lambda: AutoTokenizer.from_pretrained(
-        src.source, **_kwargs(src, token, src.tokenizer_subfolder)))
-    assert isinstance(umt5, UMT5EncoderModel)  # the class loads itself
-    ready(umt5, device, dtype)
-    return umt5, tok
+    return text_model(UMT5EncoderModel, AutoTokenizer, src, token, dtype, device)
 
 
 class WanEncoders:

@@ -55,3 +55,13 @@ def test_a_section_only_one_run_has_is_compared():
     diffs = compare_manifest(_manifest(video), _manifest(RunConfig()))
     assert "height: 48 -> None" in diffs
     assert compare_manifest(_manifest(video), _manifest(video)) == []
+
+
+def test_what_a_finished_run_recorded_of_its_results_is_not_an_option():
+    from shardcook.pipeline.report import finish_manifest
+
+    new = _manifest(RunConfig())
+    report = {"num_written": 3, "num_skipped": 0, "shards": ["000000.tar"],
+              "media_totals": {"images": 3}}
+    assert compare_manifest(finish_manifest(new, report), new) == []
+    assert compare_manifest(new, {**new, "compile": True}) == ["compile: None -> True"]

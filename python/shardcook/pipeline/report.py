@@ -75,8 +75,8 @@ def compare_manifest(old: JsonObject, new: JsonObject) -> list[str]:
             diffs.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
     if old.get("num_inputs") != new.get("num_inputs"):
         diffs.append(f"number of inputs: {old.get('num_inputs')} -> {new.get('num_inputs')}")
-    compared = ("config", "encoding", "num_inputs", "num_samples", "num_skipped", "shards",
-                "complete", "shardcook_version", "format_version")
+    compared = ("config", "encoding", "num_inputs", "shardcook_version", "format_version",
+                *FINISHED)
     for key in dict.fromkeys([*new, *old]):  # a fact only one run records (`compile`), too
         if key not in compared and old.get(key) != new.get(key):
             diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
@@ -158,6 +158,10 @@ def media_totals(records: list[JsonObject]) -> dict[str, int]:
     for r in records:
         totals.update(r.get("media_totals", {}))
     return dict(sorted(totals.items()))
+
+
+#: What a finished run's manifest records of its results (not of what it was asked to make).
+FINISHED = ("num_samples", "num_skipped", "shards", "complete", "media_totals")
 
 
 def finish_manifest(manifest: JsonObject, report: JsonObject) -> JsonObject:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
@@ -91,6 +92,17 @@ def split_skipped(batch: Sequence[Loaded[Any]]) -> tuple[list[Outcome | None], l
         else:
             todo.append(n)
     return outcomes, todo
+
+
+def each_unskipped(batch: list[Loaded[P]], work: Callable[[Loaded[P]], Loaded[P]],
+                   pool: Executor) -> list[Loaded[P]]:
+    """`batch` with `work` run in `pool`'s threads on each input not already skipped (a
+    processor's `prepare`: each video decoded, each image fitted), in order."""
+    _, todo = split_skipped(batch)
+    prepared = list(batch)
+    for n, loaded in zip(todo, pool.map(work, [batch[n] for n in todo]), strict=True):
+        prepared[n] = loaded
+    return prepared
 
 
 def completed(outcomes: list[Outcome | None]) -> list[Outcome]:

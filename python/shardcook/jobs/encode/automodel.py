@@ -43,7 +43,14 @@ from shardcook.layouts.automodel import CACHE_PART, ENTRY_PART, IMAGE_SUFFIX
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline.plan import WorkUnit
 from shardcook.pipeline.report import JsonObject
-from shardcook.pipeline.run import Loaded, Outcome, Processor, completed, split_skipped
+from shardcook.pipeline.run import (
+    Loaded,
+    Outcome,
+    Processor,
+    completed,
+    each_unskipped,
+    split_skipped,
+)
 from shardcook.runtime.workers import Place
 from shardcook.sources.base import Item, Source
 
@@ -144,11 +151,7 @@ class AutoModelImageProcessor(Processor[Image]):
 
     def prepare(self, batch: list[Loaded[Image]]) -> list[Loaded[Image]]:
         t0 = time.perf_counter()
-        _, todo = split_skipped(batch)
-        prepared = list(batch)
-        for n, loaded in zip(todo, self._pool.map(self._fit, [batch[n] for n in todo]),
-                             strict=True):
-            prepared[n] = loaded
+        prepared = each_unskipped(batch, self._fit, self._pool)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 

@@ -29,7 +29,15 @@ from shardcook.layouts import registry_function
 from shardcook.layouts.automodel import CACHE_PART, ENTRY_PART, VIDEO_SUFFIX
 from shardcook.media import MediaError
 from shardcook.media.cover_frames import CoverFrames, CoverFraming, cover_frames, require_opencv
-from shardcook.pipeline.run import Loaded, Outcome, Processor, Sample, completed, split_skipped
+from shardcook.pipeline.run import (
+    Loaded,
+    Outcome,
+    Processor,
+    Sample,
+    completed,
+    each_unskipped,
+    split_skipped,
+)
 from shardcook.sources.base import Item
 
 if TYPE_CHECKING:
@@ -153,11 +161,7 @@ class AutoModelVideoProcessor(Processor[Video]):
 
     def prepare(self, batch: list[Loaded[Video]]) -> list[Loaded[Video]]:
         t0 = time.perf_counter()
-        _, todo = split_skipped(batch)
-        prepared = list(batch)
-        for n, loaded in zip(todo, self._pool.map(self._decode, [batch[n] for n in todo]),
-                             strict=True):
-            prepared[n] = loaded
+        prepared = each_unskipped(batch, self._decode, self._pool)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 

@@ -31,6 +31,7 @@ from shardcook.pipeline.run import (
     Processor,
     Sample,
     completed,
+    each_unskipped,
     split_skipped,
 )
 from shardcook.sources.base import Item
@@ -151,11 +152,7 @@ class VideoEncodeProcessor(Processor[Video]):
         """The batch with each video decoded and resized into its clips, or skipped with the
         reason."""
         t0 = time.perf_counter()
-        _, todo = split_skipped(batch)
-        prepared = list(batch)
-        for n, loaded in zip(todo, self._pool.map(self._decode, [batch[n] for n in todo]),
-                             strict=True):
-            prepared[n] = loaded
+        prepared = each_unskipped(batch, self._decode, self._pool)
         self.stage_seconds["preprocess"] += time.perf_counter() - t0
         return prepared
 

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.models import CacheSample, EncodedPixels
-from shardcook.encoders.wan import WanEncoders, load_umt5, load_vae, resolve_sources, scaled_clips
+from shardcook.encoders.wan import WanEncoders, scaled_clips
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,17 +37,12 @@ class AutoModelWanEncoders(WanEncoders):
         """The dtypes AutoModel's `load_models` picks by device, whatever `--precision` says."""
         import torch
 
-        from shardcook.hftoken import resolve_token
-
         gpu = device.startswith("cuda")
         vae_dtype = torch.float16 if gpu else torch.float32
         # UMT5 overflows in fp16, so AutoModel runs it in bf16 on a GPU
         text_dtype = torch.bfloat16 if gpu else torch.float32
-        token, _ = resolve_token(token_file)
-        sources = resolve_sources(model.model_path, model.revision)
-        vae = load_vae(sources["vae"], token, vae_dtype, device)
-        umt5, tokenizer = load_umt5(sources["umt5"], token, text_dtype, device)
-        del token
+        vae, tokenizer, umt5 = cls.parts(model.model_path, model.revision, token_file,
+                                         vae_dtype, text_dtype, device)
         # AutoModel encodes with both on; tiling changes the latents of frames over 256 pixels
         vae.enable_slicing()
         vae.enable_tiling()

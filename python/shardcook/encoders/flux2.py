@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
+    VaeAndText,
     diffusers_vae,
     folder_sources,
     run_facts,
@@ -123,13 +124,18 @@ def unit_values(dtype: torch.dtype) -> torch.Tensor:
     return ((torch.arange(256, dtype=torch.float32) / 255.0 - 0.5) / 0.5).to(dtype)
 
 
-class Flux2Encoders:
+class Flux2Encoders(VaeAndText):
     """FLUX.2's VAE and Mistral-3 on one device (the registry's `Encoders` protocol).
 
     Args:
         latent_mode: `mode` (the processor's) stores the posterior's mode; `sample` draws
             z ~ N(mean, std) with a generator seeded per (seed, key).
     """
+
+    TEXT = "mistral"
+    sources = staticmethod(resolve_sources)
+    read_vae = staticmethod(load_vae)
+    read_text = staticmethod(load_mistral)
 
     def __init__(self, vae: AutoencoderKLFlux2, tokenizer: PreTrainedTokenizerBase,
                  mistral: Mistral3ForConditionalGeneration, *, device: str, dtype: torch.dtype,
@@ -138,30 +144,6 @@ class Flux2Encoders:
         self.device, self.dtype, self.latent_mode, self.seed = device, dtype, latent_mode, seed
         self.bn_mean, self.bn_std = batch_norm_stats(vae)
         self.system = system_message()
-
-    @classmethod
-    def load(cls, *, model_path: str | None, revision: str | None, token_file: str | None,
-             precision: str, device: str, latent_mode: str, seed: int) -> Flux2Encoders:
-        from shardcook.encoders.flux import torch_dtype
-        from shardcook.hftoken import resolve_token
-
-        token, _ = resolve_token(token_file)
-        dtype = torch_dtype(precision)
-        sources = resolve_sources(model_path, revision)
-        vae = load_vae(sources["vae"], token, dtype, device)
-        mistral, tok = load_mistral(sources["mistral"], token, dtype, device)
-        del token
-        return cls(vae, tok, mistral, device=device, dtype=dtype, latent_mode=latent_mode,
-                   seed=seed)
-
-    @classmethod
-    def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
-                ) -> Flux2Encoders:
-        """The encoders of an `encode` run (`model`: its `ModelConfig`, resolved for encode;
-        `spec`: its layout's `EncodeSpec`, which sets nothing for FLUX.2)."""
-        return cls.load(model_path=model.model_path, revision=model.revision,
-                        token_file=token_file, precision=model.precision, device=device,
-                        latent_mode=model.latent_mode, seed=model.seed)
 
     @property
     def latent_facts(self) -> dict[str, object]:

@@ -268,6 +268,71 @@ def text_model(cls: type[M], tokenizer: Any, src: EncoderSource, token: str | No
     return model, tok
 
 
+#: A `VaeAndText` family's encoders class.
+E = TypeVar("E", bound="VaeAndText")
+
+
+class VaeAndText:
+    """What the families of one diffusers VAE and one text encoder in a diffusers-format folder
+    (Wan, Qwen-Image, FLUX.2) load alike. A family says where its parts are (`sources`), how
+    each is read (`read_vae`, `read_text`), and the name of its text encoder's source (`TEXT`);
+    its class takes (vae, tokenizer, text encoder, *, device, dtype, latent_mode, seed)."""
+
+    #: The text encoder's name among `sources`.
+    TEXT: str
+
+    if TYPE_CHECKING:
+        def __init__(self, vae: Any, tokenizer: Any, text: Any, *, device: str,
+                     dtype: torch.dtype, latent_mode: str, seed: int) -> None: ...
+
+        @staticmethod
+        def sources(model_path: str | None, revision: str | None
+                    ) -> dict[str, EncoderSource]: ...
+
+        @staticmethod
+        def read_vae(src: EncoderSource, token: str | None, dtype: torch.dtype,
+                     device: str) -> Any: ...
+
+        @staticmethod
+        def read_text(src: EncoderSource, token: str | None, dtype: torch.dtype,
+                      device: str) -> tuple[Any, Any]: ...
+
+    @classmethod
+    def parts(cls, model_path: str | None, revision: str | None, token_file: str | None,
+              vae_dtype: torch.dtype, text_dtype: torch.dtype, device: str
+              ) -> tuple[Any, Any, Any]:
+        """(vae, tokenizer, text encoder), each on `device` in its dtype; the token is read
+        for the loads and dropped."""
+        from shardcook.hftoken import resolve_token
+
+        token, _ = resolve_token(token_file)
+        sources = cls.sources(model_path, revision)
+        vae = cls.read_vae(sources["vae"], token, vae_dtype, device)
+        text, tokenizer = cls.read_text(sources[cls.TEXT], token, text_dtype, device)
+        del token
+        return vae, tokenizer, text
+
+    @classmethod
+    def load(cls: type[E], *, model_path: str | None, revision: str | None,
+             token_file: str | None, precision: str, device: str, latent_mode: str,
+             seed: int) -> E:
+        """The encoders in `precision` on `device`."""
+        from shardcook.encoders.flux import torch_dtype
+
+        dtype = torch_dtype(precision)
+        return cls(*cls.parts(model_path, revision, token_file, dtype, dtype, device),
+                   device=device, dtype=dtype, latent_mode=latent_mode, seed=seed)
+
+    @classmethod
+    def for_run(cls: type[E], model: Any, spec: Any, device: str, token_file: str | None
+                ) -> E:
+        """The encoders of an `encode` run (`model`: its `ModelConfig`, resolved for encode;
+        `spec`: its layout's `EncodeSpec`, which sets nothing for these families)."""
+        return cls.load(model_path=model.model_path, revision=model.revision,
+                        token_file=token_file, precision=model.precision, device=device,
+                        latent_mode=model.latent_mode, seed=model.seed)
+
+
 def _kwargs(src: EncoderSource, token: str | None, sub: str | None) -> dict[str, Any]:
     # an unreachable hub: the local cache only, at once, rather than every file tried six times
     kw: dict[str, Any] = {"local_files_only": src.local or offline() or bool(hub_unreachable())}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
+    VaeAndText,
     diffusers_vae,
     folder_sources,
     run_facts,
@@ -76,7 +77,7 @@ def load_text_encoder(src: EncoderSource, token: str | None, dtype: torch.dtype,
                       device)
 
 
-class QwenImageEncoders:
+class QwenImageEncoders(VaeAndText):
     """Qwen-Image's VAE and Qwen2.5-VL on one device (the registry's `Encoders` protocol).
 
     Args:
@@ -84,36 +85,17 @@ class QwenImageEncoders:
             (AutoModel's processor samples); otherwise the posterior mean.
     """
 
+    TEXT = "qwen2.5-vl"
+    sources = staticmethod(resolve_sources)
+    read_vae = staticmethod(load_vae)
+    read_text = staticmethod(load_text_encoder)
+
     def __init__(self, vae: AutoencoderKLQwenImage, tokenizer: PreTrainedTokenizerBase,
                  text_encoder: Qwen2_5_VLForConditionalGeneration, *, device: str,
                  dtype: torch.dtype, latent_mode: str = "sample", seed: int = 0) -> None:
         self.vae, self.tokenizer, self.text_encoder = vae, tokenizer, text_encoder
         self.device, self.dtype, self.latent_mode, self.seed = device, dtype, latent_mode, seed
         self.norm = normalisation(dict(vae.config), "Qwen-Image")
-
-    @classmethod
-    def load(cls, *, model_path: str | None, revision: str | None, token_file: str | None,
-             precision: str, device: str, latent_mode: str, seed: int) -> QwenImageEncoders:
-        from shardcook.encoders.flux import torch_dtype
-        from shardcook.hftoken import resolve_token
-
-        token, _ = resolve_token(token_file)
-        dtype = torch_dtype(precision)
-        sources = resolve_sources(model_path, revision)
-        vae = load_vae(sources["vae"], token, dtype, device)
-        text_encoder, tok = load_text_encoder(sources["qwen2.5-vl"], token, dtype, device)
-        del token
-        return cls(vae, tok, text_encoder, device=device, dtype=dtype, latent_mode=latent_mode,
-                   seed=seed)
-
-    @classmethod
-    def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
-                ) -> QwenImageEncoders:
-        """The encoders of an `encode` run (`model`: its `ModelConfig`, resolved for encode;
-        `spec`: its layout's `EncodeSpec`, which sets nothing for Qwen-Image)."""
-        return cls.load(model_path=model.model_path, revision=model.revision,
-                        token_file=token_file, precision=model.precision, device=device,
-                        latent_mode=model.latent_mode, seed=model.seed)
 
     @property
     def latent_facts(self) -> dict[str, object]:

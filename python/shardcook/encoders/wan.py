@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardcook.encoders.loading import (
     EncoderSource,
+    VaeAndText,
     diffusers_vae,
     folder_sources,
     run_facts,
@@ -104,7 +105,7 @@ def load_umt5(src: EncoderSource, token: str | None, dtype: torch.dtype, device:
     return text_model(UMT5EncoderModel, AutoTokenizer, src, token, dtype, device)
 
 
-class WanEncoders:
+class WanEncoders(VaeAndText):
     """Wan's VAE and UMT5 on one device (the registry's `Encoders` protocol).
 
     Args:
@@ -112,36 +113,17 @@ class WanEncoders:
             `sample` draws z ~ N(mean, std) with a generator seeded per (seed, key).
     """
 
+    TEXT = "umt5"
+    sources = staticmethod(resolve_sources)
+    read_vae = staticmethod(load_vae)
+    read_text = staticmethod(load_umt5)
+
     def __init__(self, vae: AutoencoderKLWan, tokenizer: PreTrainedTokenizerBase,
                  umt5: UMT5EncoderModel, *, device: str, dtype: torch.dtype,
                  latent_mode: str = "mode", seed: int = 0) -> None:
         self.vae, self.tokenizer, self.umt5 = vae, tokenizer, umt5
         self.device, self.dtype, self.latent_mode, self.seed = device, dtype, latent_mode, seed
         self.norm = normalisation(dict(vae.config))
-
-    @classmethod
-    def load(cls, *, model_path: str | None, revision: str | None, token_file: str | None,
-             precision: str, device: str, latent_mode: str, seed: int) -> WanEncoders:
-        from shardcook.encoders.flux import torch_dtype
-        from shardcook.hftoken import resolve_token
-
-        token, _ = resolve_token(token_file)
-        dtype = torch_dtype(precision)
-        sources = resolve_sources(model_path, revision)
-        vae = load_vae(sources["vae"], token, dtype, device)
-        umt5, tok = load_umt5(sources["umt5"], token, dtype, device)
-        del token
-        return cls(vae, tok, umt5, device=device, dtype=dtype, latent_mode=latent_mode,
-                   seed=seed)
-
-    @classmethod
-    def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
-                ) -> WanEncoders:
-        """The encoders of an `encode` run (`model`: its `ModelConfig`, resolved for encode;
-        `spec`: its layout's `EncodeSpec`, which sets nothing for Wan)."""
-        return cls.load(model_path=model.model_path, revision=model.revision,
-                        token_file=token_file, precision=model.precision, device=device,
-                        latent_mode=model.latent_mode, seed=model.seed)
 
     @property
     def latent_facts(self) -> dict[str, object]:

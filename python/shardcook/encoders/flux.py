@@ -10,10 +10,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.loading import PRECISIONS, load_encoder, resolve_sources, run_facts
+from shardcook.encoders.loading import (
+    load_encoder,
+    resolve_sources,
+    run_facts,
+    torch_dtype,
+)
 from shardcook.encoders.models import FLUX, SCALING_SHIFT, EncodedPixels
 from shardcook.encoders.transfer import to_device
-from shardcook.errors import ConfigError
 from shardcook.hftoken import resolve_token
 
 if TYPE_CHECKING:
@@ -28,16 +32,6 @@ log = logging.getLogger(__name__)
 CLIP_MAX_LENGTH = 77
 #: The names of `encode_text`'s tensors (the registry entry's `text.outputs`).
 PROMPT_EMBEDS, POOLED_PROMPT_EMBEDS = FLUX.text.outputs
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a precision name (bf16, fp16, fp32)."""
-    import torch
-
-    if name not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {name!r}.")
-    dtype: torch.dtype = getattr(torch, PRECISIONS[name])
-    return dtype
 
 
 def sample_seed(seed: int, key: str) -> int:

@@ -238,7 +238,7 @@ def flux2_manifest(model: Any, token_file: str | None) -> dict[str, Any]:
     """The manifest's encoder facts for a FLUX.2 run (`model`: the run's `ModelConfig`): the VAE
     is loaded on the CPU in the run's precision, for the statistics its weights hold. No token
     is recorded."""
-    from shardcook.encoders.flux import torch_dtype
+    from shardcook.encoders.loading import torch_dtype
     from shardcook.hftoken import resolve_token
 
     sources = resolve_sources(model.model_path, model.revision)

@@ -40,6 +40,16 @@ FLUX_LAYOUT = {"vae": ("vae", None), "clip": ("text_encoder", "tokenizer"),
 OPTION = {"vae": "--vae-path", "clip": "--clip-path", "t5": "--t5-path"}
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a precision name (bf16, fp16, fp32)."""
+    import torch
+
+    if name not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {name!r}.")
+    dtype: torch.dtype = getattr(torch, PRECISIONS[name])
+    return dtype
+
+
 @dataclass(frozen=True)
 class EncoderSource:
     """Where one encoder (and its tokenizer) is loaded from."""
@@ -317,8 +327,6 @@ class VaeAndText:
              token_file: str | None, precision: str, device: str, latent_mode: str,
              seed: int) -> E:
         """The encoders in `precision` on `device`."""
-        from shardcook.encoders.flux import torch_dtype
-
         dtype = torch_dtype(precision)
         return cls(*cls.parts(model_path, revision, token_file, dtype, dtype, device),
                    device=device, dtype=dtype, latent_mode=latent_mode, seed=seed)

@@ -396,7 +396,7 @@ class EncodeJob(JobBasics):
 
     def processor(self, cfg: RunConfig, folder: OutputFolder, place: Place,
                   units: list[WorkUnit]) -> Processor[Any]:
-        from shardcook.encoders.flux import torch_dtype
+        from shardcook.encoders.loading import torch_dtype
 
         m = cfg.model
         assert m.precision is not None  # checked in __init__

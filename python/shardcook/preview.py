@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.dataset import metadata
-from shardcook.dataset.jsonl.file import PART, jsonl_file
+from shardcook.dataset.jsonl.file import PART
+from shardcook.dataset.kind import dataset_kind
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import ConfigError, DatasetError, ShardcookError
@@ -286,7 +287,9 @@ def preview(directory: str | Path, out: str | Path | None = None, *, count: int 
         raise DatasetError(f"--count must be at least 1, not {count}.")
     if hf_token_file:
         read_token_file(hf_token_file)  # a missing or loose file stops here; the token is dropped
-    records = jsonl_file(location)
+    what = dataset_kind(location)
+    what.refuse_cache("`shardcook preview`")
+    records = what.records
     if records is not None:
         name = records.name.removesuffix(JSONL_SUFFIX)
         rows = [(str(n), {PART: data}) for n, data in enumerate(records.first_records(count))]

@@ -18,6 +18,7 @@ from shardcook.dataset.check import trust
 from shardcook.dataset.check.validate import ValidationReport, validate_view
 from shardcook.dataset.index.build import IndexPlan, IndexResult, plan_index, write_index
 from shardcook.dataset.jsonl import file as jsonl
+from shardcook.dataset.kind import dataset_kind
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.media import records as mediarecords
 from shardcook.dataset.media import tables as mediatables
@@ -266,7 +267,9 @@ def finalize(
                                         dataset_yaml_name, skip_dataset_yaml)
     media = media_filter(media_metadata_by_glob, media_metadata_by_header,
                          media_metadata_by_extension)
-    dataset = jsonl.jsonl_file(location)
+    what = dataset_kind(location)
+    what.refuse_cache("`shardcook finalize`")
+    dataset = what.records
     if dataset is not None:
         # Energon too: "JSONL datasets do not support media metadata"
         _refuse_folder_options(dataset, encoding=encoding, split=split, split_parts=split_parts,

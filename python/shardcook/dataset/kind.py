@@ -1,4 +1,5 @@
-"""What a dataset argument is, decided here once for `validate`, `info` and `report`: a JSONL
+"""What a dataset argument is, decided here once for every command that takes one (`finalize`,
+`validate`, `info`, `preview`, `report`, `blend` and the loader): a JSONL
 file (a path or URL whose name ends in `.jsonl`), a NeMo AutoModel diffusion cache (a local
 folder holding `metadata.json` and no `.nv-meta/`), else an Energon dataset (a folder of shards
 with `.nv-meta/`, or its URL), whose own reader says in one sentence when it is none."""
@@ -12,6 +13,7 @@ from typing import Literal
 
 from shardcook.dataset.cachefolder import is_cache_folder
 from shardcook.dataset.jsonl import file as jsonl
+from shardcook.errors import ConfigError
 from shardcook.layouts.names import META_DIR
 from shardcook.storage.location import Location, locate
 
@@ -35,6 +37,19 @@ class DatasetKind:
     location: Location
     records: jsonl.JsonlFile | None = None
     cache_root: Path | None = None
+
+    def refuse_cache(self, command: str) -> None:
+        """Refuses an AutoModel cache, in one sentence, for a `command` that works on Energon
+        datasets.
+
+        Raises:
+            ConfigError: this is an AutoModel cache.
+        """
+        if self.kind == AUTOMODEL_CACHE:
+            raise ConfigError(
+                f"{self.location} is a NeMo AutoModel cache, which AutoModel's dataloader reads "
+                f"as it is; {command} takes a folder of tar shards, and `shardcook validate` and "
+                f"`info` take {self.location}.")
 
 
 def dataset_kind(value: str | os.PathLike[str] | Location) -> DatasetKind:

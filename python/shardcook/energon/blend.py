@@ -14,7 +14,8 @@ from typing import Any
 from shardcook import safeyaml
 from shardcook.dataset import metadata
 from shardcook.dataset.check import trust
-from shardcook.dataset.jsonl.file import JsonlFile, jsonl_file
+from shardcook.dataset.jsonl.file import JsonlFile
+from shardcook.dataset.kind import dataset_kind
 from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
@@ -393,7 +394,9 @@ def write_blend(
 def _checked_entry(at: Location, out: Path) -> Path | None:
     """Checks that a blended dataset is one Energon can load and that its metadata names only
     trusted code; returns its resolved path (None for a URL)."""
-    dataset = jsonl_file(at)
+    what = dataset_kind(at)
+    what.refuse_cache("`shardcook blend`")
+    dataset = what.records
     if dataset is not None:  # a JSONL file names no code
         _check_jsonl(dataset)
     else:

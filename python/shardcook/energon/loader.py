@@ -67,12 +67,14 @@ def _check_readable(path: str | Path) -> None:
         ConfigError: `path` is no path, a URL no client opens, or a JSONL dataset.
         DatasetError: `path` is local and does not exist.
     """
-    from shardcook.dataset.jsonl import file as jsonl
+    from shardcook.dataset.kind import JSONL, dataset_kind
     from shardcook.errors import ConfigError, DatasetError
     from shardcook.storage.location import locate
 
     where = locate(path, "path")
-    if jsonl.jsonl_file(where) is not None:
+    what = dataset_kind(where)
+    what.refuse_cache("shardcook's loader")
+    if what.kind == JSONL:
         raise ConfigError(
             f"{path} is a JSONL dataset, which no shardcook task encoder reads; the loader takes a "
             "dataset folder of tar shards finalized by `shardcook finalize`, or a metadataset "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from shardcook.layouts.automodel import IMAGE_SUFFIX, METADATA_FILE, VIDEO_SUFFI
 #: A bucket's folder: `<width>x<height>`.
 BUCKET_FOLDER = re.compile(r"^(\d+)x(\d+)$")
 CACHE_SUFFIXES = (IMAGE_SUFFIX, VIDEO_SUFFIX)
+#: Brings a cache file's bytes under a local copy of a cache for the block (`dataset.cachecopy`).
+Fetched = Callable[[Path], AbstractContextManager[None]]
 
 
 def is_cache_folder(root: Path) -> bool:
@@ -48,9 +51,11 @@ class CacheFolder:
     root: Path
     metadata: dict[str, Any]
     shards: list[Shard]
+    #: Where `root` is a local copy of a cache in object storage; None for a local folder.
+    fetched: Fetched | None = None
 
     @classmethod
-    def read(cls, root: Path) -> CacheFolder:
+    def read(cls, root: Path, fetched: Fetched | None = None) -> CacheFolder:
         """Raises DatasetError when `metadata.json` is not AutoModel's (a JSON object naming its
         `shards`); a shard that cannot be read has entries None."""
         path = root / METADATA_FILE
@@ -63,7 +68,7 @@ class CacheFolder:
             raise DatasetError(f"{path} is not a NeMo AutoModel cache's metadata (a JSON object "
                                "whose `shards` lists its metadata shard files).")
         return cls(root, metadata, [Shard(name, _read_shard(root, name))
-                                    for name in metadata["shards"]])
+                                    for name in metadata["shards"]], fetched)
 
     @property
     def model_type(self) -> object:
@@ -78,6 +83,13 @@ class CacheFolder:
         for shard in self.shards:
             for entry in shard.entries or []:
                 yield shard.name, entry
+
+    def load(self, path: Path) -> dict[str, Any]:
+        """The cache file at `path` (`load_cache_file`), its bytes fetched first in a copy."""
+        if self.fetched is None:
+            return load_cache_file(path)
+        with self.fetched(path):
+            return load_cache_file(path)
 
     def present(self) -> list[Path]:
         """Every cache file in the `WxH/` folders, sorted."""

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardcook.dataset.cachefolder import CacheFolder, bucket_of, cache_path, load_cache_file
+from shardcook.dataset.cachefolder import CacheFolder, Fetched, bucket_of, cache_path
 from shardcook.errors import DatasetError
 from shardcook.layouts.automodel import CACHE_RECORD
 from shardcook.layouts.names import MANIFEST_JSON, OURS_DIR
@@ -54,13 +54,14 @@ class CacheSummary:
         return out
 
 
-def cache_summary(root: Path) -> CacheSummary:
-    """The summary of the cache in `root` (no checks: `validate` makes them).
+def cache_summary(root: Path, fetched: Fetched | None = None) -> CacheSummary:
+    """The summary of the cache in `root` (no checks: `validate` makes them); `fetched`: a
+    copy's (`CacheFolder.fetched`).
 
     Raises:
         DatasetError: its metadata.json is not AutoModel's.
     """
-    cache = CacheFolder.read(root)
+    cache = CacheFolder.read(root, fetched)
     meta = cache.metadata
     buckets = Counter(f"{b[0]}x{b[1]}" if (b := bucket_of(e)) else "?"
                       for _, e in cache.entries())
@@ -83,7 +84,7 @@ def _first_keys(cache: CacheFolder) -> dict[str, str]:
     if first is None:
         return {}
     try:
-        data = load_cache_file(first)
+        data = cache.load(first)
     except DatasetError as e:
         return {"(unreadable)": str(e)}
     out = {}

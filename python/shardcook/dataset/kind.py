@@ -1,8 +1,8 @@
 """What a dataset argument is, decided here once for every command that takes one (`finalize`,
 `validate`, `info`, `preview`, `report`, `blend` and the loader): a JSONL
-file (a path or URL whose name ends in `.jsonl`), a NeMo AutoModel diffusion cache (a local
-folder holding `metadata.json` and no `.nv-meta/`), else an Energon dataset (a folder of shards
-with `.nv-meta/`, or its URL), whose own reader says in one sentence when it is none."""
+file (a path or URL whose name ends in `.jsonl`), a NeMo AutoModel diffusion cache (a folder,
+or its URL, holding `metadata.json` and no `.nv-meta/`), else an Energon dataset (a folder of
+shards with `.nv-meta/`, or its URL), whose own reader says in one sentence when it is none."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from typing import Literal
 from shardcook.dataset.cachefolder import is_cache_folder
 from shardcook.dataset.jsonl import file as jsonl
 from shardcook.errors import ConfigError
+from shardcook.layouts.automodel import METADATA_FILE
 from shardcook.layouts.names import META_DIR
 from shardcook.storage.location import Location, locate
+from shardcook.storage.store import Store
 
 ENERGON: Literal["energon"] = "energon"
 JSONL: Literal["jsonl"] = "jsonl"
@@ -30,7 +32,8 @@ class DatasetKind:
         kind: `ENERGON`, `JSONL` or `AUTOMODEL_CACHE`.
         location: Where it is.
         records: The JSONL file, for `JSONL`.
-        cache_root: The cache's folder, for `AUTOMODEL_CACHE`.
+        cache_root: The cache's folder, for `AUTOMODEL_CACHE` on this machine (one in object
+            storage is read through `dataset.cachecopy`).
     """
 
     kind: Literal["energon", "jsonl", "automodel_cache"]
@@ -53,7 +56,7 @@ class DatasetKind:
 
 
 def dataset_kind(value: str | os.PathLike[str] | Location) -> DatasetKind:
-    """What `value` is (reading at most two names in a local folder).
+    """What `value` is (reading at most two names of its folder).
 
     Raises:
         ConfigError: a bad path or a URL no client can open.
@@ -62,8 +65,20 @@ def dataset_kind(value: str | os.PathLike[str] | Location) -> DatasetKind:
     records = jsonl.jsonl_file(location)
     if records is not None:
         return DatasetKind(JSONL, location, records)
-    folder = location.store.file("")  # a cache is read on this machine only
-    if folder is not None and folder.is_dir() and is_cache_folder(folder) and (
-            not (folder / META_DIR).is_dir()):
+    folder = location.store.file("")
+    if folder is None:
+        return DatasetKind(AUTOMODEL_CACHE if _cache_in_store(location.store) else ENERGON,
+                           location)
+    if folder.is_dir() and is_cache_folder(folder) and not (folder / META_DIR).is_dir():
         return DatasetKind(AUTOMODEL_CACHE, location, cache_root=folder)
     return DatasetKind(ENERGON, location)
+
+
+def _cache_in_store(store: Store) -> bool:
+    """Whether the folder in object storage `store` holds an AutoModel cache: its
+    `metadata.json` and nothing in `.nv-meta/`. A store that cannot be read is taken for an
+    Energon dataset, whose view then says why in one sentence."""
+    try:
+        return store.exists(METADATA_FILE) and next(store.names(f"{META_DIR}/"), None) is None
+    except Exception:  # noqa: BLE001 - the view's listing says what is wrong
+        return False

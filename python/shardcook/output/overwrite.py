@@ -56,7 +56,7 @@ _CACHE_FILE = re.compile(r"^(metadata\.json|metadata_shard_\d{4,}\.json)$")
 _CACHE_FOLDER = re.compile(r"^\d+x\d+$")
 _CACHE_ENTRY = re.compile(r"^[0-9a-f]{32}\.(pt|meta)$")
 #: The manifest's encoding of a run that writes that cache.
-_CACHE_ENCODING = "automodel"
+CACHE_ENCODING = "automodel"
 
 
 @dataclass
@@ -170,7 +170,7 @@ def _wrote_cache(out: Path) -> bool:
         manifest = json.loads((out / OURS_DIR / MANIFEST_JSON).read_bytes())
     except (OSError, ValueError):
         return False
-    return isinstance(manifest, dict) and manifest.get("encoding") == _CACHE_ENCODING
+    return isinstance(manifest, dict) and manifest.get("encoding") == CACHE_ENCODING
 
 
 def _plan_cache_folder(plan: OverwritePlan, out: Path, folder: Path) -> None:
@@ -283,9 +283,11 @@ class ObjectPlan:
     keep: list[str] = field(default_factory=list)
 
 
-def plan_object_deletions(out: str, names: Iterable[str], shards: set[str]) -> ObjectPlan:
+def plan_object_deletions(out: str, names: Iterable[str], shards: set[str],
+                          cache: bool = False) -> ObjectPlan:
     """`plan_deletions`' rules for the folder `out` in object storage, whose objects are `names`
-    (relative, `/`-separated; a store has no folders, so `.shardcook/` is its objects).
+    (relative, `/`-separated; a store has no folders, so `.shardcook/` is its objects); `cache`:
+    the earlier run's manifest says it wrote NeMo AutoModel's cache there.
 
     Raises:
         ConfigError: as `plan_deletions`; the tar is named by its URL.
@@ -300,6 +302,10 @@ def plan_object_deletions(out: str, names: Iterable[str], shards: set[str]) -> O
         if top == OURS_DIR and rest == RUN_LOCK:
             continue  # the lease of the run that overwrites
         ours = top == OURS_DIR or rest in _OWN_FILES.get(top, ())
+        if cache and (_CACHE_FILE.match(name) or (
+                _CACHE_FOLDER.match(top) and _CACHE_ENTRY.match(rest))):
+            plan.remove.append(name)
+            continue
         if (nested and ours) or (not nested and name.removesuffix(".idx") in shards):
             plan.remove.append(name)
         elif not nested and _shard_like(name):

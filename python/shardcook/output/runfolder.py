@@ -268,7 +268,9 @@ class RunFolder:
         if self._path is not None:
             return overwrite.plan_deletions(self._path, self.recorded_shards())
         names = self._step("listing", lambda: list(self.store.names()))
-        return overwrite.plan_object_deletions(str(self), names, self.recorded_shards())
+        manifest = self.read_manifest()
+        cache = manifest is not None and manifest.get("encoding") == overwrite.CACHE_ENCODING
+        return overwrite.plan_object_deletions(str(self), names, self.recorded_shards(), cache)
 
     def clear(self) -> list[str]:
         """Removes what the earlier shardcook run wrote, after checking everything

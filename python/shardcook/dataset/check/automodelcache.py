@@ -8,12 +8,14 @@ count, and text tensors of the family's ranks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shardcook.dataset.cachefolder import (
     BUCKET_FOLDER,
     CacheFolder,
+    Fetched,
     bucket_of,
     cache_path,
     load_cache_file,
@@ -31,10 +33,12 @@ def _named(paths: list[str]) -> str:
     return ", ".join(paths[:NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
-def cache_problems(root: Path, deep: bool = False) -> list[str]:
-    """Every problem of the cache in `root`, one sentence each."""
+def cache_problems(root: Path, deep: bool = False, fetched: Fetched | None = None
+                   ) -> list[str]:
+    """Every problem of the cache in `root` (`fetched`: a copy's, `CacheFolder.fetched`), one
+    sentence each."""
     try:
-        cache = CacheFolder.read(root)
+        cache = CacheFolder.read(root, fetched)
     except DatasetError as e:
         return [str(e)]
     problems = _count_problems(cache)
@@ -61,7 +65,7 @@ def cache_problems(root: Path, deep: bool = False) -> list[str]:
         for path, bucket in read:
             firsts.setdefault(bucket, (path, bucket))
         read = list(firsts.values())
-    problems += FileCheck(family, cache.model_type).problems(read)
+    problems += FileCheck(family, cache.model_type).problems(read, cache.load)
     return problems
 
 
@@ -144,11 +148,12 @@ class FileCheck:
         self.channels: int | None = None
         self.suffix = VIDEO_SUFFIX if family.input_kind == "video" else IMAGE_SUFFIX
 
-    def problems(self, files: list[tuple[Path, tuple[int, int] | None]]) -> list[str]:
+    def problems(self, files: list[tuple[Path, tuple[int, int] | None]],
+                 load: Callable[[Path], dict[str, Any]] = load_cache_file) -> list[str]:
         out = []
         for path, bucket in files:
             try:
-                data = load_cache_file(path)
+                data = load(path)
             except DatasetError as e:
                 out.append(str(e))
                 continue

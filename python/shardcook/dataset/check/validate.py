@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shardcook.dataset import metadata, undo
+from shardcook.dataset.cachecopy import cache_copy
 from shardcook.dataset.check import legacy, trust
 from shardcook.dataset.check import scans as checks
 from shardcook.dataset.check.automodelcache import cache_problems
@@ -30,7 +31,7 @@ from shardcook.dataset.index.build import (
     shard_name_problem,
 )
 from shardcook.dataset.jsonl import file as jsonl
-from shardcook.dataset.kind import dataset_kind
+from shardcook.dataset.kind import AUTOMODEL_CACHE, dataset_kind
 from shardcook.dataset.location import dataset_view
 from shardcook.dataset.summary import (
     NO_SAMPLE_TABLES,
@@ -200,11 +201,18 @@ def validate(
             raise ConfigError(f"{what.records} is a JSONL dataset, whose records are crude JSON "
                               "samples of no layout, so --encoding does not apply; leave it out.")
         return _validate_jsonl(what.records, deep)
-    if what.cache_root is not None:
+    if what.kind == AUTOMODEL_CACHE:
         if encoding is not None:
             raise ConfigError(f"{location} is a NeMo AutoModel cache, whose metadata.json names "
                               "its model_type, so --encoding does not apply; leave it out.")
-        return ValidationReport(str(directory), cache_problems(what.cache_root, deep))
+        if what.cache_root is not None:
+            return ValidationReport(str(directory), cache_problems(what.cache_root, deep))
+        try:
+            with cache_copy(location.store, scratch_dir) as copy:
+                problems = cache_problems(copy.root, deep, copy.fetched)
+                return ValidationReport(str(directory), [copy.shown(p) for p in problems])
+        except DatasetError as e:
+            return ValidationReport(str(directory), [str(e)])
     # bad usage: raise before reading anything
     layout = metadata.layout_of(encoding, "--encoding") if encoding is not None else None
     try:

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardcook.config import RunConfig
@@ -250,10 +249,10 @@ class AutoModelJob(EncodeJob):
 
         family, a = family_of(self.cfg), automodel_config(self.cfg)
         assert isinstance(report["shards"], dict)
-        samples, written = finish_cache(Path(str(view.location)), list(report["shards"]), {
+        samples, written = finish_cache(self.cfg.output.location.store, view,
+                                        list(report["shards"]), {
             "processor": a.model_type, "model_name": self.cfg.model.model_path,
-            "model_type": automodel_of(family).model_type},
-            self.closing_fields())
+            "model_type": automodel_of(family).model_type}, self.closing_fields())
         if not written and not self.cfg.output.quiet:
             print(f"shardcook: the cache in {view.location} is complete ({samples} samples, "
                   "recorded by an earlier finalize); nothing to write.", file=sys.stderr)

@@ -2,27 +2,35 @@
 automodel`'s finalize): each sample's cache file at `<out>/<WxH>/<md5>.pt` (`.meta` for video),
 then `metadata_shard_NNNN.json` (AutoModel's entries, in input order, `METADATA_SHARD_SIZE` a
 file) and last `metadata.json`, which names them; AutoModel's loaders read nothing else. Every
-file is replaced atomically, so a finalize run again writes the same bytes.
+file is put whole (replaced atomically in a folder, one PUT in a bucket), so a finalize run
+again writes the same bytes. An entry's `cache_file` is where its file is: the absolute path in
+a folder, the URL (`msc://PROFILE/path/WxH/<md5>.pt`) in a bucket.
 
-Once every file is written and its size checked, `.shardcook/automodel_cache.json` records the
-cache, and each shard is rewritten without its cache files (`slim_shard`): its samples keep their
-metadata entries, so the run's records stay true (a unit is done while its marker and shard are
-there) and a cache of millions of samples is on disk once, not twice. A later finalize (a rerun
-of the same command) finds the record and writes nothing, only slims shards a killed finalize
-left whole."""
+The run's shards are read through the finalize's `DatasetView`: in place in a folder, a few at a
+time under scratch for a bucket; the cache goes through the output folder's `Store`.
+
+Once every file is written (and, in a folder, its size checked), `.shardcook/automodel_cache.json`
+records the cache, and each shard is rewritten without its cache files (`slim_shard`): its
+samples keep their metadata entries, so the run's records stay true (a unit is done while its
+marker and shard are there) and a cache of millions of samples is stored once, not twice. A
+later finalize (a rerun of the same command) finds the record and writes nothing, only slims
+shards a killed finalize left whole."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from shardcook._native import ShardWriter, read_shard
+from shardcook.dataset.index.shardrows import rows_name
+from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError
-from shardcook.files import write_atomic
 from shardcook.layouts.automodel import (
     CACHE_PART,
     CACHE_RECORD,
@@ -31,9 +39,31 @@ from shardcook.layouts.automodel import (
     METADATA_SHARD_SIZE,
     metadata_shard_name,
 )
+from shardcook.output.uploader import retried
+from shardcook.storage.store import Store
 
 
-def _entry(root: Path, parts: Mapping[str, bytes], shard: str) -> dict[str, Any]:
+def _put(store: Store, name: str, data: bytes) -> None:
+    """`name` written whole: in a folder, its size then checked (a shard loses its cache files
+    once the cache is recorded: a short file must stop that here); in a bucket, one PUT,
+    retried."""
+    path = store.file(name)
+    if path is None:
+        retried(f"writing {name} to {store}", partial(store.write_bytes, name, data))
+        return
+    store.write_bytes(name, data)
+    if path.stat().st_size != len(data):
+        raise DatasetError(f"{path} holds {path.stat().st_size} bytes after writing "
+                           f"{len(data)}; check the disk and rerun the same command.")
+
+
+def _where(store: Store, name: str) -> str:
+    """An entry's `cache_file`: the file's absolute path, or its URL."""
+    path = store.file(name)
+    return str(path.absolute()) if path is not None else store.child(name)
+
+
+def _entry(store: Store, parts: Mapping[str, bytes], shard: str) -> dict[str, Any]:
     """A sample's cache file written, and its metadata entry with `cache_file` first."""
     try:
         meta = json.loads(parts[ENTRY_PART])
@@ -44,53 +74,65 @@ def _entry(root: Path, parts: Mapping[str, bytes], shard: str) -> dict[str, Any]
                            "rerun encode with --overwrite.") from None
     if not isinstance(name, str) or name.startswith("/") or ".." in name.split("/"):
         raise DatasetError(f"{shard} names a cache file outside the cache ({name!r}).")
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data)
-    # the shard is deleted once the cache is recorded: a short file must stop that here
-    if path.stat().st_size != len(data):
-        raise DatasetError(f"{path} holds {path.stat().st_size} bytes after writing "
-                           f"{len(data)}; check the disk and rerun the same command.")
-    return {"cache_file": str(path), **entry}
+    _put(store, name, data)
+    return {"cache_file": _where(store, name), **entry}
 
 
-def write_cache(root: Path, shards: Sequence[str], identity: Mapping[str, Any],
-                extra: Mapping[str, Any]) -> int:
-    """The cache of `shards` (in order) under `root`; `identity` gives metadata.json's
-    processor, model_name and model_type, `extra` its closing fields. Returns its samples."""
-    root = root.absolute()
-    entries = [_entry(root, sample.parts, shard)
-               for shard in shards for sample in read_shard(root / shard)]
+def write_cache(store: Store, view: DatasetView, shards: Sequence[str],
+                identity: Mapping[str, Any], extra: Mapping[str, Any]) -> int:
+    """The cache of `shards` (in order, read through `view`) in `store`; `identity` gives
+    metadata.json's processor, model_name and model_type, `extra` its closing fields. Returns
+    its samples."""
+    entries = [_entry(store, sample.parts, shard)
+               for window in view.windows(shards) for shard in window
+               for sample in read_shard(view.root / shard)]
     names = []
     for n, start in enumerate(range(0, len(entries), METADATA_SHARD_SIZE)):
         names.append(metadata_shard_name(n))
-        write_atomic(root / names[-1], json.dumps(
+        _put(store, names[-1], json.dumps(
             entries[start:start + METADATA_SHARD_SIZE], indent=2).encode("utf-8"))
     metadata = {**identity, "total_items": len(entries), "num_shards": len(names),
                 "shard_size": METADATA_SHARD_SIZE, "shards": names, **extra}
-    write_atomic(root / METADATA_FILE, json.dumps(metadata, indent=2).encode("utf-8"))
+    _put(store, METADATA_FILE, json.dumps(metadata, indent=2).encode("utf-8"))
     return len(entries)
 
 
-def recorded_cache(root: Path) -> int | None:
-    """The samples of the cache a finalize recorded under `root`, None when none did."""
+def recorded_cache(store: Store) -> int | None:
+    """The samples of the cache a finalize recorded in `store`, None when none did."""
+    read = partial(_record, store)
+    data = read() if store.file("") is not None else retried(
+        f"reading {CACHE_RECORD} in {store}", read)
+    if data is None:
+        return None
     try:
-        record = json.loads((root / CACHE_RECORD).read_bytes())
-        return int(record["total_items"])
+        return int(json.loads(data)["total_items"])
+    except (ValueError, KeyError, TypeError):
+        raise _damaged(store) from None
+
+
+def _record(store: Store) -> bytes | None:
+    try:
+        return store.read(CACHE_RECORD)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise DatasetError(f"{root / CACHE_RECORD} is damaged; rerun encode with "
-                           "--overwrite.") from None
+    except OSError:
+        if store.file("") is None:
+            raise  # a bucket's failed read: retried
+        raise _damaged(store) from None
 
 
-def slim_shard(path: Path) -> None:
+def _damaged(store: Store) -> DatasetError:
+    return DatasetError(f"{store.child(CACHE_RECORD)} is damaged; rerun encode with "
+                        "--overwrite.")
+
+
+def slim_shard(path: Path) -> bool:
     """Rewrites the shard at `path` with each sample's metadata entry alone (it is already so
-    when its first sample has no cache file part), replacing it atomically."""
+    when its first sample has no cache file part), replacing it atomically; whether it did."""
     samples = read_shard(path)
     first = next(samples, None)
     if first is None or CACHE_PART not in first.parts:
-        return
+        return False
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".slim-") as tmp:
         writer = ShardWriter(tmp, shard_size=1 << 40)
         try:
@@ -101,19 +143,40 @@ def slim_shard(path: Path) -> None:
             raise
         (written,) = writer.close()
         Path(tmp, written.name).replace(path)
+    return True
 
 
-def finish_cache(root: Path, shards: Sequence[str], identity: Mapping[str, Any],
-                 extra: Mapping[str, Any]) -> tuple[int, bool]:
-    """The cache of a finished run: written from `shards` (`write_cache`), recorded, then the
-    shards slimmed; or, when a finalize recorded it already, only any shards left whole slimmed.
-    Returns (its samples, whether it was written now)."""
-    root = root.absolute()
-    recorded = recorded_cache(root)
-    done = recorded if recorded is not None else write_cache(root, shards, identity, extra)
+def _slim_shards(store: Store, view: DatasetView, shards: Sequence[str]) -> None:
+    """Every shard slimmed; in a bucket each slimmed copy is uploaded over the shard, and the
+    shard's `.tar.idx` and index rows, which described it whole, are deleted."""
+    here = store.file("") is not None
+    for window in view.windows(shards):
+        for shard in window:
+            if slim_shard(view.root / shard) and not here:
+                retried(f"writing {shard} to {store}",
+                        partial(store.upload, view.root / shard, shard))
+            if not here:
+                for name in (f"{shard}.idx", rows_name(shard)):
+                    retried(f"deleting {name} in {store}", partial(_delete, store, name))
+
+
+def _delete(store: Store, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # gone already: what was wanted
+        store.delete(name)
+
+
+def finish_cache(store: Store, view: DatasetView, shards: Sequence[str],
+                 identity: Mapping[str, Any], extra: Mapping[str, Any]) -> tuple[int, bool]:
+    """The cache of a finished run in `store` (its output folder, `view` its shards): written
+    from `shards` (`write_cache`), recorded, then the shards slimmed; or, when a finalize
+    recorded it already, only any shards left whole slimmed. Returns (its samples, whether it
+    was written now)."""
+    store = store.absolute()
+    recorded = recorded_cache(store)
+    done = recorded if recorded is not None else write_cache(store, view, shards, identity,
+                                                             extra)
     if recorded is None:
-        write_atomic(root / CACHE_RECORD, json.dumps(
+        _put(store, CACHE_RECORD, json.dumps(
             {"total_items": done, "metadata": METADATA_FILE}).encode("utf-8"))
-    for shard in shards:
-        slim_shard(root / shard)
+    _slim_shards(store, view, shards)
     return done, recorded is None

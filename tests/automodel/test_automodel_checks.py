@@ -193,12 +193,19 @@ def test_an_unknown_model_type_and_other_channels(cache: Path) -> None:
     assert any("names the model_type 'sd9', which no family writes" in p for p in lines)
 
 
-def test_report_refuses_in_one_sentence_and_neither_kind_is_named(cache: Path,
-                                                                  tmp_path: Path) -> None:
+def test_report_writes_the_page_into_the_cache_and_neither_kind_is_named(cache: Path,
+                                                                         tmp_path: Path) -> None:
     report = shardcook("report", str(cache))
-    assert report.returncode == 2 and "Traceback" not in report.stderr
-    assert f"{cache} is a NeMo AutoModel cache, and `shardcook report`" in report.stderr
-    assert not (cache / ".shardcook" / "report.html").exists()
+    page = cache / ".shardcook" / "report.html"
+    assert report.returncode == 0 and report.stdout.strip() == f"wrote {page}", report.stderr
+    text = page.read_text()
+    buckets = {f"{w}x{h}" for w, h in (e["bucket_resolution"] for e in entries(cache))}
+    assert f'<span data-count="samples">{len(SIZES)}</span>' in text
+    assert all(f'<tr data-bucket="{b}">' in text for b in buckets)
+    assert "qwen_image (processor qwen_image)" in text
+    # the page in the cache is nothing AutoModel or validate would read
+    result = shardcook("validate", str(cache))
+    assert (result.returncode, problems(result)) == (0, []), result.stdout
     (tmp_path / "neither").mkdir()
     (tmp_path / "neither" / "a.jpg").write_bytes(b"")
     neither = shardcook("validate", str(tmp_path / "neither"))

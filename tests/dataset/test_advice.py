@@ -51,7 +51,8 @@ def test_report_on_a_jsonl_dataset_says_what_takes_it(tmp_path):
     records.write_text('{"a": 1}\n{"a": 2}\n')
     finalize(records)
     said = (f"{records} is a JSONL dataset, and `shardcook report` makes the page of a folder of "
-            f"tar shards only; `shardcook info`, `validate` and `preview` take {records}.")
+            f"tar shards or of a NeMo AutoModel cache; `shardcook info`, `validate` and "
+            f"`preview` take {records}.")
     with pytest.raises(ConfigError) as e:
         make_report(records)
     assert str(e.value) == said

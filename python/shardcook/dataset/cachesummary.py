@@ -1,6 +1,7 @@
-"""`shardcook info` on a NeMo AutoModel diffusion cache: its count, model_type, buckets, the keys
-of its first file (loaded with `weights_only=True`), and what shardcook recorded when it wrote
-the cache (`.shardcook/automodel_cache.json` and the run's manifest)."""
+"""`shardcook info` (and `report`'s page) on a NeMo AutoModel diffusion cache: its count,
+model_type, buckets, the keys of its first file (loaded with `weights_only=True`), and what
+shardcook recorded when it wrote the cache (`.shardcook/automodel_cache.json` and the run's
+manifest)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,12 @@ def cache_summary(root: Path, fetched: Fetched | None = None) -> CacheSummary:
     Raises:
         DatasetError: its metadata.json is not AutoModel's.
     """
-    cache = CacheFolder.read(root, fetched)
-    meta = cache.metadata
+    return summarize_cache(CacheFolder.read(root, fetched))
+
+
+def summarize_cache(cache: CacheFolder) -> CacheSummary:
+    """The summary of `cache`, read."""
+    root, meta = cache.root, cache.metadata
     buckets = Counter(f"{b[0]}x{b[1]}" if (b := bucket_of(e)) else "?"
                       for _, e in cache.entries())
     ordered = dict(sorted(buckets.items(), key=lambda kv: _pixels(kv[0])))
@@ -78,8 +83,6 @@ def _pixels(bucket: str) -> tuple[int, str]:
 
 
 def _first_keys(cache: CacheFolder) -> dict[str, str]:
-    import torch
-
     first = next((cache_path(cache.root, e) for _, e in cache.entries()), None)
     if first is None:
         return {}
@@ -87,6 +90,13 @@ def _first_keys(cache: CacheFolder) -> dict[str, str]:
         data = cache.load(first)
     except DatasetError as e:
         return {"(unreadable)": str(e)}
+    return describe_keys(data)
+
+
+def describe_keys(data: dict[str, Any]) -> dict[str, str]:
+    """A cache file's keys: `dtype[shape]` for tensors, else the value's repr, shortened."""
+    import torch
+
     out = {}
     for name, value in data.items():
         if isinstance(value, torch.Tensor):

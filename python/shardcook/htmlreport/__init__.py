@@ -1,7 +1,8 @@
 """`shardcook report`: one self-contained HTML page of a finished dataset (its facts, `validate`'s
 verdict, the run's skips and timings, duplicates, latent statistics, plots and a grid of samples)
 for a folder or a URL. It reads the metadata, the index, and the samples it shows and measures,
-each by its `.tar.idx` offsets; nothing from the dataset is unpickled or run."""
+each by its `.tar.idx` offsets; nothing from the dataset is unpickled or run. A NeMo AutoModel
+cache's page is `cachepage`'s."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from shardcook.errors import ConfigError, DatasetError
 from shardcook.fields import check_rules
 from shardcook.files import write_atomic
 from shardcook.htmlreport import picks
+from shardcook.htmlreport.cachepage import cache_report
 from shardcook.htmlreport.cards import PICTURE_ERRORS, card
 from shardcook.htmlreport.indexed import IndexedView
 from shardcook.htmlreport.page import Content, render
@@ -104,7 +106,8 @@ def _content(view: DatasetView, samples: int, split: str | None) -> Content:
 def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DEFAULT_SAMPLES,
                 split: str | None = None, scratch_dir: str | os.PathLike[str] | None = None
                 ) -> str:
-    """The report page of `dataset` (a finalized dataset's folder or URL) as HTML.
+    """The report page of `dataset` (a finalized dataset's folder or URL, or a NeMo AutoModel
+    cache's folder) as HTML.
 
     Args:
         samples: How many samples the grid shows (seeded, spread over the shards).
@@ -112,20 +115,27 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
         scratch_dir: Where a URL's metadata is copied (default: the temporary folder).
 
     Raises:
-        ConfigError: a bad location or sample count, a JSONL dataset or an AutoModel cache.
-        DatasetError: the dataset is not finalized, or has no such split.
+        ConfigError: a bad location or sample count, a JSONL dataset, or a split of a cache.
+        DatasetError: the dataset is not finalized, or has no such split; a cache's
+            metadata.json is not AutoModel's.
     """
     what = dataset_kind(dataset)
     dataset = what.location
     if what.kind == JSONL:
         raise ConfigError(
             f"{dataset} is a JSONL dataset, and `shardcook report` makes the page of a folder of "
-            f"tar shards only; `shardcook info`, `validate` and `preview` take {dataset}.")
-    if what.kind == AUTOMODEL_CACHE:
-        raise ConfigError(
-            f"{dataset} is a NeMo AutoModel cache, and `shardcook report` makes the page of a "
-            f"folder of tar shards only; `shardcook validate` and `info` take {dataset}.")
+            f"tar shards or of a NeMo AutoModel cache; `shardcook info`, `validate` and "
+            f"`preview` take {dataset}.")
     check_rules("--samples", samples, ReportOptions.__dataclass_fields__["samples"])
+    if what.kind == AUTOMODEL_CACHE:
+        if split is not None:
+            raise ConfigError(f"{dataset} is a NeMo AutoModel cache, which has no splits; "
+                              "leave out --split-part.")
+        if what.cache_root is None:
+            raise ConfigError(f"{dataset} is a NeMo AutoModel cache in object storage, and "
+                              "`shardcook report` makes the page of a cache folder on this "
+                              "machine; copy the cache here and give its folder.")
+        return cache_report(what.cache_root, str(dataset), samples, SEED)
     with dataset_view(dataset, scratch_dir=scratch_dir) as view:
         return render(_content(IndexedView(view), samples, split))
 

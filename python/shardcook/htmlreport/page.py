@@ -1,6 +1,7 @@
 """The page: its sections (at a glance, health, plots, samples) as one HTML document with its
-CSS, script and images inline. A Content-Security-Policy lets it load nothing and run only its
-own script, so a caption that escaped escaping still could not run or fetch anything."""
+CSS, script and images inline; `document` and the sections' pieces are the cache page's too. A
+Content-Security-Policy lets it load nothing and run only its own script, so a caption that
+escaped escaping still could not run or fetch anything."""
 
 from __future__ import annotations
 
@@ -85,11 +86,11 @@ class Content:
     version: str
 
 
-def _rows(pairs: Sequence[tuple[str, str]]) -> str:
+def table_rows(pairs: Sequence[tuple[str, str]]) -> str:
     return "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in pairs)
 
 
-def _count(name: str, value: int) -> str:
+def count_span(name: str, value: int) -> str:
     return f'<span data-count="{escape(name)}">{value:,}</span>'
 
 
@@ -99,8 +100,9 @@ def _glance(c: Content) -> str:
               "not a layout shardcook knows")
     pairs = [("dataset", escape(c.name)), ("layout", escape(layout)),
              ("sample type", escape(s.dataset_type)),
-             ("samples", _count("samples", s.samples)), ("shards", _count("shards", s.shards)),
-             ("bytes on disk", (f'{_count("bytes", s.bytes_on_disk)} '
+             ("samples", count_span("samples", s.samples)),
+             ("shards", count_span("shards", s.shards)),
+             ("bytes on disk", (f'{count_span("bytes", s.bytes_on_disk)} '
                                f"({s.bytes_per_sample:,.0f} per sample)"))]
     if m:
         pairs.append(("written by", escape(f"shardcook {m.get('shardcook_version', '?')}, "
@@ -108,12 +110,12 @@ def _glance(c: Content) -> str:
         source = json.dumps(m.get("source"), ensure_ascii=False)
         pairs.append(("source", escape(source)))
     rows = "".join(f'<tr data-split="{escape(n)}"><td>{escape(n)}</td>'
-                   f'<td>{_count(f"{n}.samples", p.samples)}</td>'
-                   f'<td>{_count(f"{n}.shards", p.shards)}</td></tr>'
+                   f'<td>{count_span(f"{n}.samples", p.samples)}</td>'
+                   f'<td>{count_span(f"{n}.shards", p.shards)}</td></tr>'
                    for n, p in s.splits.items())
     parts = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>"
                     for k, v in s.parts.items())
-    out = [f'<h2>At a glance</h2><div class="row"><div><table>{_rows(pairs)}</table></div>',
+    out = [f'<h2>At a glance</h2><div class="row"><div><table>{table_rows(pairs)}</table></div>',
            (f"<div><h3>Splits</h3><table><tr><th>split</th><th>samples</th><th>shards</th></tr>"
            f"{rows}</table></div>"),
            f"<div><h3>Parts of the first sample</h3><table>{parts}</table></div>" if parts else ""]
@@ -123,7 +125,7 @@ def _glance(c: Content) -> str:
         timing = [(str(k), f"{v} s") for k, v in stages.items()]
         timing.append(("whole run (wall)", f"{rep.get('wall_seconds', '?')} s"))
         out.append("<div><h3>Time per stage</h3>"
-                   f"<table>{_rows([(k, escape(v)) for k, v in timing])}</table></div>")
+                   f"<table>{table_rows([(k, escape(v)) for k, v in timing])}</table></div>")
     out.append("</div>")
     if m.get("config"):
         config = json.dumps(m["config"], indent=2, ensure_ascii=False)
@@ -132,14 +134,14 @@ def _glance(c: Content) -> str:
     return "".join(out)
 
 
-def _examples(groups: list[list[str]]) -> str:
+def examples(groups: list[list[str]]) -> str:
     items = "".join(f"<li>{escape(', '.join(keys[:EXAMPLES + 1]))}"
                     f"{' …' if len(keys) > EXAMPLES + 1 else ''}</li>"
                     for keys in groups[:EXAMPLES])
     return f"<ul>{items}</ul>" if items else ""
 
 
-def _skips(rep: dict[str, Any] | None) -> str:
+def skips(rep: dict[str, Any] | None) -> str:
     if rep is None:
         return "<p>No report.json: this dataset was not written by a shardcook run.</p>"
     by_reason = rep.get("skipped_by_reason") or {}
@@ -156,7 +158,7 @@ def _skips(rep: dict[str, Any] | None) -> str:
             f"{''.join(rows)}</table>")
 
 
-def _latents(check: LatentCheck) -> str:
+def latent_section(check: LatentCheck) -> str:
     if not check.values:
         return "<p>No latent could be read.</p>"
     mean, std = check.overall()
@@ -186,13 +188,13 @@ def _health(c: Content) -> str:
     verdict += "".join(f"<p>warning: {escape(w)}</p>" for w in v.warnings)
     pictures, captions = t.repeated(t.pictures), t.repeated(t.captions)
     total = c.summary.splits[c.split].samples if c.split else c.summary.samples
-    dups = (f"<p>Among the {_count('compared', t.read)} samples read of {total:,}"
+    dups = (f"<p>Among the {count_span('compared', t.read)} samples read of {total:,}"
             f"{' in the split' if c.split else ''}, compared with one another: "
-            f"{_count('duplicate-pictures', sum(len(g) - 1 for g in pictures))} exact duplicate "
-            "pictures (same stored bytes), "
-            f"{_count('duplicate-captions', sum(len(g) - 1 for g in captions))} duplicate "
+            f"{count_span('duplicate-pictures', sum(len(g) - 1 for g in pictures))} exact "
+            "duplicate pictures (same stored bytes), "
+            f"{count_span('duplicate-captions', sum(len(g) - 1 for g in captions))} duplicate "
             "captions.</p>"
-            f"{_examples(pictures)}{_examples(captions)}"
+            f"{examples(pictures)}{examples(captions)}"
             + ("" if t.read >= total else
                f'<p data-scope="duplicates">Copies are counted only when two of them are among '
                f"the samples read, {t.read:,} of {total:,}: a picture or caption that a share "
@@ -207,17 +209,17 @@ def _health(c: Content) -> str:
            "(and not searched for a part held twice), and each split's first sample decoded "
            "by shardcook rather than loaded through Energon: run that command for all "
            "three.</p>"),
-           f"<h3>Skipped inputs</h3>{_skips(c.run_report)}",
+           f"<h3>Skipped inputs</h3>{skips(c.run_report)}",
            f"<h3>Duplicates</h3>{dups}"]
     if c.latents is not None:
-        out.append(f"<h3>Latent statistics</h3>{_latents(c.latents)}")
+        out.append(f"<h3>Latent statistics</h3>{latent_section(c.latents)}")
     if t.unreadable:
         out.append("<h3>Unreadable samples</h3><ul>" + "".join(
             f"<li>{escape(w)}: {escape(e)}</li>" for w, e in t.unreadable) + "</ul>")
     return "".join(out)
 
 
-def _chart(values: Sequence[float], title: str, unit: str, counted: str) -> str:
+def chart(values: Sequence[float], title: str, unit: str, counted: str) -> str:
     """A histogram of `values`; one value, which a histogram would draw as a single bar over a
     meaningless axis, is said in words."""
     if len(set(values)) == 1:
@@ -235,7 +237,7 @@ def _plots(c: Content) -> str:
         (t.caption_words, "caption length", "words", "samples"),
         (c.shard_samples, "samples per shard", "samples", "shards"),
         (t.turns, "conversation turns", "turns", "samples")]
-    images = "".join(_chart(values, title, unit, counted)
+    images = "".join(chart(values, title, unit, counted)
                      for values, title, unit, counted in charts if values)
     return (f"<h2>Plots</h2><p>Sizes and captions of the {t.read:,} samples read; samples per "
             f"shard of every shard{' of the split' if c.split else ''}.</p>"
@@ -248,10 +250,14 @@ def render(c: Content) -> str:
     samples = (f"<h2>Samples</h2><p>{len(c.cards)} samples{escape(split)}, seeded and spread "
                "over the shards; click one for all its parts.</p>"
                f'<div class="grid">{"".join(c.cards)}</div>')
+    return document(c.name, c.version, f"{_glance(c)}{_health(c)}{_plots(c)}{samples}")
+
+
+def document(name: str, version: str, body: str) -> str:
+    """The page of `name` around its sections `body`: its policy, style and script."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_policy()}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{escape(c.name)}: shardcook report</title><style>{STYLE}</style></head>"
-            f"<body><h1>{escape(c.name)}</h1><p>Made by shardcook {escape(c.version)}.</p>"
-            f"{_glance(c)}{_health(c)}{_plots(c)}{samples}<script>{SCRIPT}</script>"
-            "</body></html>\n")
+            f"<title>{escape(name)}: shardcook report</title><style>{STYLE}</style></head>"
+            f"<body><h1>{escape(name)}</h1><p>Made by shardcook {escape(version)}.</p>"
+            f"{body}<script>{SCRIPT}</script></body></html>\n")

@@ -51,6 +51,13 @@ def tiny_qwen_image(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_ltx2(tmp_path_factory) -> Path:
+    """A tiny random-weight LTX-2 pipeline folder (vae/, audio_vae/, text_encoder/, tokenizer/,
+    connectors/, model_index.json)."""
+    return _tiny_models(tmp_path_factory, "tiny_ltx2")
+
+
+@pytest.fixture(scope="session")
 def tiny_flux2(tmp_path_factory) -> Path:
     """Tiny random-weight FLUX.2 models in a pipeline folder (tests/helpers/tiny_flux2.py)."""
     from tests.helpers.tiny_flux2 import build_tiny_flux2

@@ -43,7 +43,7 @@ from tests.helpers.video import CLIPS, video_folder
 
 #: The conftest fixture of each family's tiny models.
 TINY = {"flux": "tiny_flux", "wan": "tiny_wan", "wan2.2": "tiny_wan",
-        "qwen_image": "tiny_qwen_image", "flux2": "tiny_flux2"}
+        "qwen_image": "tiny_qwen_image", "flux2": "tiny_flux2", "ltx2": "tiny_ltx2"}
 
 
 def test_every_family_has_tiny_models_here():
@@ -80,7 +80,8 @@ def test_every_entry_follows_the_protocol(name, request):
     assert all(t.shape[0] == 2 for t in text.values())
 
     rng = np.random.default_rng(0)
-    side, frames = 2 * family.sizes.multiple, 5
+    # two latent frames after the first: every video VAE takes them (LTX-2's only 8n+1)
+    side, frames = 2 * family.sizes.multiple, 1 + 2 * (family.sizes.frame_step or 0)
     if family.input_kind == "image":
         pixels = rng.integers(0, 256, (2, side, side, 3), dtype=np.uint8)
     else:

@@ -205,6 +205,24 @@ def check_captions(a: AutoModelConfig, family: ModelFamily) -> None:
                           f"{a.caption_field!r}.")
 
 
+def check_processor_frames(cfg: RunConfig, family: ModelFamily) -> None:
+    """The --video-mode and --num-frames the family's AutoModel processor takes (its
+    `supported_modes` and `frame_constraint`, which AutoModel's tool does not check: its
+    processor then fails on every video)."""
+    a, v = family.automodel, cfg.video
+    assert a is not None and v is not None and cfg.automodel is not None
+    name = cfg.automodel.model_type
+    if v.video_mode not in a.video_modes:
+        raise ConfigError(f"--model-type {name} takes --video-mode "
+                          f"{' or '.join(a.video_modes)} (all its processor supports), not "
+                          f"{v.video_mode}.")
+    k = a.frame_multiple
+    if k is not None and (v.num_frames - 1) % k:
+        raise ConfigError(f"--num-frames must be {k}n+1 for --model-type {name} (its video VAE "
+                          f"encodes the first frame alone, then {k} frames a latent frame), not "
+                          f"{v.num_frames}; e.g. {k + 1}, {2 * k + 1} or {15 * k + 1}.")
+
+
 def check_text_options(family: ModelFamily, chosen: frozenset[tuple[str, str]]) -> None:
     """Refuses a text option of another family's (FLUX's --t5-max-length in a Wan run): it
     would change nothing."""
@@ -248,6 +266,7 @@ def check_video(cfg: RunConfig, chosen: frozenset[tuple[str, str]], family: Mode
                 raise ConfigError(f"--{name.replace('_', '-')} is not for --layout "
                                   f"{cfg.layout.name}; it takes --num-frames frames of each "
                                   "video, evenly spread, in both video modes.")
+        check_processor_frames(cfg, family)
         return
     # an option of the other mode would change nothing: refused rather than ignored
     for name, mode in (("max_frames", "video"), ("frame_stride", "video"),

@@ -249,16 +249,22 @@ def folder_sources(model_path: str, revision: str | None,
         for folder in (sub, tok_sub):
             if local and folder and not (Path(src) / folder).is_dir():
                 raise ConfigError(f"--model-path {model_path!r} has no {folder}/ folder (a "
-                                  f"{family} folder holds vae/, text_encoder/ and tokenizer/); "
-                                  "add it.")
+                                  f"{family} folder holds {_folders(layout)}); add it.")
         out[name] = EncoderSource(name, src, local, sub, tok_sub, None if local else revision,
                                   "--model-path")
     return out
 
 
+def _folders(layout: Mapping[str, tuple[str, str | None]]) -> str:
+    """"vae/, text_encoder/ and tokenizer/": the folders of a layout, in its order."""
+    names = [f"{f}/" for pair in layout.values() for f in pair if f]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
 def diffusers_vae(cls: type[M], src: EncoderSource, token: str | None, dtype: torch.dtype,
                   device: str) -> M:
-    """A diffusers VAE class's model, read in the run's dtype, in eval mode on `device`."""
+    """A diffusers model class's model (a VAE, LTX-2's text connectors), read in the run's
+    dtype, in eval mode on `device`."""
     vae: M = loaded(src, token, lambda: cls.from_pretrained(  # type: ignore[attr-defined]
         src.source, torch_dtype=dtype, **_kwargs(src, token, src.subfolder)))
     ready(vae, device)

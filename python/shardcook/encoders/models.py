@@ -107,6 +107,7 @@ class CacheKeys:
         channel_axis: Where its channels are (they differ between real and tiny models, so
             `validate` asks only that every file has the first file's).
         text: (key, rank) of each text tensor every file holds.
+        other: (key, rank) of each other tensor every file holds (LTX-2's audio latents).
         optional: (key, rank) of tensors a file may hold (a key later processors store).
         facts: The other keys every file holds.
     """
@@ -115,6 +116,7 @@ class CacheKeys:
     latent_rank: int
     text: tuple[tuple[str, int], ...]
     channel_axis: int = 0
+    other: tuple[tuple[str, int], ...] = ()
     optional: tuple[tuple[str, int], ...] = ()
     facts: tuple[str, ...] = IMAGE_FACTS
 
@@ -137,6 +139,15 @@ class AutoModelCache:
             processor writes.
         latent_mode: The `--latent-mode` a run takes when not given: the processor's own,
             `sample` (a posterior draw, which shardcook seeds per sample) or `mode`.
+        video_modes: The `--video-mode`s its processor supports (`supported_modes`).
+        frame_multiple: k when its VAE takes only kn+1 frames (the processor's
+            `frame_constraint`), which `--num-frames` must then be; None: any count.
+        frame_rate: The rate its processor takes `--num-frames` frames at from the first
+            (LTX-2: 24 fps, so they span what its audio does); None: evenly spread over the
+            video.
+        audio: `module:function(data, num_frames)` decoding an input's audio track as its
+            encoders' `encode_audio` takes it, for a clip of `num_frames` frames (in the reader
+            threads, beside the frames); None: it encodes no audio.
     """
 
     processors: tuple[str, ...]
@@ -146,6 +157,10 @@ class AutoModelCache:
     quantization: int
     keys: CacheKeys
     latent_mode: Literal["sample", "mode"] = "sample"
+    video_modes: tuple[str, ...] = ("video", "frames")
+    frame_multiple: int | None = None
+    frame_rate: float | None = None
+    audio: str | None = None
 
 
 @dataclass(frozen=True)
@@ -367,10 +382,33 @@ QWEN_IMAGE = ModelFamily(
         cache="shardcook.encoders.qwen_image:qwen_image_cache", quantization=64,
         keys=CacheKeys("latent", 3, text=(("prompt_embeds", 3),),
                        optional=(("prompt_embeds_mask", 2),))))
+#: LTX-2.3: a video VAE, an audio VAE and Gemma-3 through its text connectors, in AutoModel's cache
+#: alone (video mode, 8n+1 frames at 24 fps with the audio they span).
+LTX2 = ModelFamily(
+    name="ltx2", input_kind="video",
+    encoders="shardcook.encoders.ltx2:LTX2Encoders",
+    manifest="shardcook.encoders.ltx2:ltx2_manifest",
+    normalisation="shardcook.encoders.ltx2:ltx2_normalisation",
+    default_model="diffusers/LTX-2.3-Diffusers", version="ltx2.3",
+    sizes=Sizes(32, "the video VAE downsamples by 32", downsample=32, frame_step=8),
+    text=Text(outputs=("text_embeddings", "audio_text_embeddings", "text_mask"),
+              padding="LTX-2's Gemma-3 text encoder always pads captions to 1024 tokens (as "
+                      "AutoModel's processor does)"),
+    latents=Latents(LATENTS_MEAN_STD, rank=4),
+    automodel=AutoModelCache(
+        processors=("ltx2",), model_type="ltx2",
+        encoders="shardcook.encoders.ltx2:LTX2Encoders",
+        cache="shardcook.encoders.ltx2:ltx2_cache", quantization=32,
+        keys=CacheKeys("video_latents", 5, channel_axis=1,
+                       text=(("text_embeddings", 3), ("audio_text_embeddings", 3),
+                             ("text_mask", 2)),
+                       other=(("audio_latents", 4),), facts=VIDEO_FACTS),
+        latent_mode="mode", video_modes=("video",), frame_multiple=8, frame_rate=24.0,
+        audio="shardcook.encoders.ltx2:decode_audio"))
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN, WAN22,
-                                                                  QWEN_IMAGE)}
+                                                                  QWEN_IMAGE, LTX2)}
 
 
 def by_model_type(name: str) -> ModelFamily | None:

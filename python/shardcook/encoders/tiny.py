@@ -277,3 +277,114 @@ def build_tiny_qwen_image(root: str | Path, *, seed: int = 0) -> Path:
         "transformer": ["diffusers", "QwenImageTransformer2DModel"],
         "vae": ["diffusers", "AutoencoderKLQwenImage"]}, indent=2), encoding="utf-8")
     return root
+
+
+LTX2_LABEL = "DEMO WEIGHTS: tiny random-weight encoders built by shardcook; not a real LTX-2 model."
+TINY_GEMMA_DIM = 32
+#: Gemma-3's special tokens, at its ids for pad, eos, bos, unk and mask; then its image tokens.
+GEMMA_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_image>",
+                        "<end_of_image>", "<image_soft_token>")
+
+
+def _gemma_tokenizer(folder: Path) -> None:
+    """A BPE tokenizer of Gemma's class (spaces as "▁", bytes falling back to <0xNN>, <bos>
+    first) trained on a few words."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    # transformers 5 keeps GemmaTokenizerFast as a lazy alias its type information lacks
+    from transformers import GemmaTokenizerFast  # type: ignore[attr-defined]
+
+    words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow",
+             "square", "circle", "clip", "tall", "narrow", "wide", "sound", "tone", "cat", "dog",
+             "video", "camera", "moving", "across", "background"]
+    corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=list(GEMMA_SPECIAL_TOKENS), show_progress=False))
+    trained = json.loads(tok.to_str())["model"]
+    vocab = dict(trained["vocab"])
+    for b in range(256):  # byte fallback: a character outside the corpus is its UTF-8 bytes
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    # pairs, which the tokenizer's BPE model takes (its annotation says strings)
+    merges: list[Any] = [tuple(m) for m in trained["merges"]]
+    gemma = GemmaTokenizerFast(vocab=vocab, merges=merges, add_bos_token=True)
+    gemma.model_max_length = 1024 * 1024
+    gemma.save_pretrained(folder)
+
+
+def build_tiny_ltx2(root: str | Path, *, seed: int = 0) -> Path:
+    """Writes a tiny LTX-2 pipeline folder with random weights (seeded) under `root`, as
+    diffusers' LTX2Pipeline keeps its encoders; returns it.
+
+    Layout: vae/ (AutoencoderKLLTX2Video, 8 latent channels, downsampling 32 in space and 8 in
+    time, scaling factor 0.75), audio_vae/ (AutoencoderKLLTX2Audio over 64 mel bins, 2 latent
+    channels of 16 mel bins, 4x in time), each with per-channel latent statistics of its own in
+    its weights, measured on seeded noise (not LTX-2's, so tests see they are applied);
+    text_encoder/ (Gemma3ForConditionalGeneration, hidden 32, 2 layers, a one-layer vision
+    tower) + tokenizer/ (GemmaTokenizerFast), connectors/ (LTX2TextConnectors as LTX-2.3 has
+    them: one projection per stream, 128 learnable registers), model_index.json.
+    """
+    import torch
+    from diffusers.models.autoencoders.autoencoder_kl_ltx2 import AutoencoderKLLTX2Video
+    from diffusers.models.autoencoders.autoencoder_kl_ltx2_audio import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
+    from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    noise = torch.Generator().manual_seed(seed)
+    vae = AutoencoderKLLTX2Video(
+        latent_channels=8, block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+        decoder_block_out_channels=(8, 8, 8), decoder_layers_per_block=(1, 1, 1, 1),
+        scaling_factor=0.75)
+    with torch.inference_mode():
+        z = vae.encode(torch.rand(2, 3, 9, 64, 96, generator=noise) * 2 - 1).latent_dist.mode()
+        z = z.transpose(0, 1).reshape(8, -1)
+        vae.latents_mean.copy_(z.mean(dim=1))
+        vae.latents_std.copy_(z.std(dim=1))
+    vae.save_pretrained(root / "vae")
+    audio = AutoencoderKLLTX2Audio(base_channels=32, latent_channels=2, ch_mult=(1, 1, 1),
+                                   num_res_blocks=1)
+    with torch.inference_mode():
+        mel = torch.randn(2, 2, 41, 64, generator=noise) - 4  # about a quiet log-mel's values
+        a = audio.encode(mel).latent_dist.mode()  # [B, C, L, M], stats per (C, M)
+        a = a.permute(0, 2, 1, 3).reshape(-1, a.shape[1] * a.shape[3])
+        audio.latents_mean.copy_(a.mean(dim=0))
+        audio.latents_std.copy_(a.std(dim=0))
+    audio.save_pretrained(root / "audio_vae")
+    _gemma_tokenizer(root / "tokenizer")
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    vocab = tok.get_vocab()
+    ids = {t: vocab[t] for t in GEMMA_SPECIAL_TOKENS}
+    layers = 2
+    gemma = Gemma3ForConditionalGeneration(Gemma3Config(
+        text_config={"vocab_size": len(tok), "hidden_size": TINY_GEMMA_DIM,
+                     "intermediate_size": 64, "num_hidden_layers": layers,
+                     "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+                     "max_position_embeddings": 2048, "sliding_window": 512,
+                     "pad_token_id": ids["<pad>"], "bos_token_id": ids["<bos>"],
+                     "eos_token_id": ids["<eos>"]},
+        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+        mm_tokens_per_image=4, image_token_index=ids["<image_soft_token>"],
+        boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"]))
+    gemma.save_pretrained(root / "text_encoder")
+    LTX2TextConnectors(
+        caption_channels=TINY_GEMMA_DIM, text_proj_in_factor=layers + 1,
+        video_connector_num_attention_heads=2, video_connector_attention_head_dim=16,
+        video_connector_num_layers=1, audio_connector_num_attention_heads=2,
+        audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
+        per_modality_projections=True, video_hidden_dim=32, audio_hidden_dim=16,
+    ).save_pretrained(root / "connectors")
+    (root / "DEMO_WEIGHTS.txt").write_text(LTX2_LABEL + "\n", encoding="utf-8")
+    (root / "model_index.json").write_text(json.dumps({
+        "_class_name": "LTX2Pipeline", "_shardcook_note": LTX2_LABEL,
+        "audio_vae": ["diffusers", "AutoencoderKLLTX2Audio"],
+        "connectors": ["ltx2", "LTX2TextConnectors"],
+        "text_encoder": ["transformers", "Gemma3ForConditionalGeneration"],
+        "tokenizer": ["transformers", "GemmaTokenizerFast"],
+        "vae": ["diffusers", "AutoencoderKLLTX2Video"]}, indent=2), encoding="utf-8")
+    return root

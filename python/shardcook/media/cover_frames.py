@@ -1,7 +1,8 @@
 """A video's frames as NeMo AutoModel's video tool takes them (`encode --layout automodel` for
-Wan): decoded one at a time (PyAV, `clips.decode_frames`: the same RGB pixels as its OpenCV
-capture), the frames at `np.linspace(0, T-1, N).astype(int)` when the video holds more than N
-(else all), each resized with OpenCV to cover the target and centre-cropped (or stretched to
+Wan, LTX-2): decoded one at a time (PyAV, `clips.decode_frames`: the same RGB pixels as its
+OpenCV capture), the frames at `np.linspace(0, T-1, N).astype(int)` when the video holds more
+than N (else all), or, at a fixed rate (LTX-2's 24 fps), the frame nearest each of N instants
+from t=0; each resized with OpenCV to cover the target and centre-cropped (or stretched to
 it) as it is decoded. OpenCV's resize, not Pillow's: Pillow antialiases when it shrinks, and
 the cache is to hold what AutoModel's tool stores, value for value."""
 
@@ -16,7 +17,7 @@ import numpy as np
 from shardcook.errors import ConfigError
 from shardcook.media import MediaError
 from shardcook.media.clips import decode_frames, packet_count
-from shardcook.media.video import rgb
+from shardcook.media.video import _open, rgb
 
 #: A target (width, height) for a video of (width, height).
 Target = Callable[[int, int], tuple[int, int]]
@@ -35,12 +36,14 @@ def require_opencv() -> None:
 @dataclass(frozen=True)
 class CoverFraming:
     """How frames become pixels: how many (N), the interpolation (`--resize-mode`), crop or
-    stretch, and the most pixels one video's kept frames may hold."""
+    stretch, the most pixels one video's kept frames may hold, and the rate N frames are taken
+    at from t=0 (None: evenly spread)."""
 
     num_frames: int
     interpolation: str = "bilinear"
     center_crop: bool = True
     max_pixels: int | None = None
+    rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,34 @@ def picks(total: int, wanted: int) -> list[int]:
     if wanted < total:
         return [int(i) for i in np.linspace(0, total - 1, wanted).astype(int)]
     return list(range(total))
+
+
+def retimed(total: int, fps: float, wanted: int, rate: float) -> list[int]:
+    """LTX-2's frame indices (`LTX2Processor.load_video`) of a video of `total` frames at `fps`:
+    the frame nearest each of `wanted` instants `1 / rate` apart from t=0 (a frame repeats when
+    the video's rate is lower).
+
+    Raises:
+        MediaError: the video is shorter than the instants span.
+    """
+    if total / fps < wanted / rate:
+        raise MediaError("too_few_frames", (
+            f"the video lasts {total / fps:.2f} s, shorter than the {wanted / rate:.2f} s "
+            f"{wanted} frames at {rate:g} fps span"))
+    indices = np.clip(np.round(np.arange(wanted) * (fps / rate)).astype(int), 0, total - 1)
+    return [int(i) for i in indices]
+
+
+def frame_rate(data: bytes) -> float | None:
+    """The first video stream's average frame rate (OpenCV's `CAP_PROP_FPS`), else its guessed
+    one; None when it has neither."""
+    container = _open(data)
+    try:
+        stream = container.streams.video[0]
+        rate = stream.average_rate or stream.guessed_rate
+        return float(rate) if rate else None
+    finally:
+        container.close()
 
 
 def cover(frame: np.ndarray, target: tuple[int, int], framing: CoverFraming) -> np.ndarray:
@@ -112,13 +143,23 @@ def cover_frames(data: bytes, target_of: Target, framing: CoverFraming) -> Cover
     tool reads); when decoding gives another, the picks are those of the frames decoded.
 
     Raises:
-        MediaError: not a readable video, no frames, or too large.
+        MediaError: not a readable video, no frames, too short for `framing.rate`, or too
+            large.
     """
     total = packet_count(data)
-    wanted = picks(total, framing.num_frames)
+    if framing.rate is None:
+        def chosen(count: int) -> list[int]:
+            return picks(count, framing.num_frames)
+    else:
+        rate = framing.rate
+        fps = frame_rate(data) or rate  # AutoModel takes a video without one as at its rate
+
+        def chosen(count: int) -> list[int]:
+            return retimed(count, fps, framing.num_frames, rate)
+    wanted = chosen(total)
     kept, decoded, size = _kept(data, set(wanted), target_of, framing, None)
     if decoded != total:
-        wanted = picks(decoded, framing.num_frames)
+        wanted = chosen(decoded)
         kept, _, size = _kept(data, set(wanted), target_of, framing,
                               max(wanted) if wanted else None)
     if not wanted:

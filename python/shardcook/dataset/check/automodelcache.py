@@ -4,7 +4,7 @@ the cache, in its bucket's folder, and no file is unlisted; the files read (ever
 `deep`, else the first of each bucket) load without running anything (`weights_only=True`) and
 hold their model_type's keys (the family registry's `AutoModelCache.keys`), with the latent of
 the family's rank, of its bucket's size / the VAE's downsampling and of the first file's channel
-count, and text tensors of the family's ranks."""
+count, and text (and other) tensors of the family's ranks."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ class FileCheck:
         if path.suffix != self.suffix:
             out.append(f"is a {path.suffix} file; a {self.model_type} cache's files are "
                        f"{self.suffix}")
-        tensors = ((keys.latent, keys.latent_rank), *keys.text)
+        tensors = ((keys.latent, keys.latent_rank), *keys.text, *keys.other)
         wanted = {name for name, _ in tensors} | set(keys.facts)
         allowed = wanted | {name for name, _ in keys.optional}
         missing = [k for k in (*[n for n, _ in tensors], *keys.facts) if k not in data]
@@ -181,7 +181,7 @@ class FileCheck:
         if "model_type" in data and data["model_type"] != self.model_type:
             out.append(f"records model_type {data['model_type']!r}, not metadata.json's "
                        f"{self.model_type!r}")
-        for name, rank in (*keys.text, *keys.optional):
+        for name, rank in (*keys.text, *keys.other, *keys.optional):
             value = data.get(name)
             if name in data and not (isinstance(value, torch.Tensor) and value.dim() == rank):
                 out.append(f"{name} is {_described(value)}, not a tensor of rank {rank}")

@@ -1,7 +1,9 @@
 """`encode --layout automodel` for a family that encodes video (Wan): each video becomes
 AutoModel's `.meta` cache files as its tool's `video` command writes them: one of the whole clip
 (`--video-mode video`, `--num-frames` frames evenly spread when the video holds more) or one per
-frame (`frames`, `--num-frames` frames evenly spread, each a 1-frame clip).
+frame (`frames`, `--num-frames` frames evenly spread, each a 1-frame clip). A family whose
+processor takes frames at a fixed rate from the start (LTX-2) takes them so, and one that encodes
+audio (LTX-2) has each video's audio track decoded beside its frames and encoded beside them.
 
 A video's size is its bucket's (the budget's bucket nearest its aspect ratio, sides a multiple of
 the processor's quantisation) or `--height` x `--width` (no bucket). Reader threads decode and
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from shardcook.config import RunConfig
 from shardcook.jobs.encode import PREPARED_BYTES
@@ -76,10 +78,20 @@ class Placement:
 
 @dataclass(frozen=True)
 class Placed:
-    """A decoded video, its frames resized to its placement."""
+    """A decoded video, its frames resized to its placement, and its audio track as the
+    family's `AutoModelCache.audio` decodes it (None for a family without audio)."""
 
     frames: CoverFrames
     placement: Placement
+    audio: np.ndarray | None = None
+
+
+class AudioEncoders(Protocol):
+    """The encoders of a family with an `AutoModelCache.audio` decoder."""
+
+    def encode_audio(self, track: np.ndarray) -> dict[str, torch.Tensor]:
+        """One video's decoded audio track -> the cache's audio tensors by name."""
+        ...
 
 
 #: An input as the loop hands it on: its bytes as read, then placed.
@@ -118,7 +130,9 @@ class AutoModelVideoProcessor(Processor[Video]):
             else None
         self.choices = buckets(video_pixel_budget(cfg), self.automodel.quantization)
         self.framing = CoverFraming(v.num_frames, cfg.image.resize_mode, v.aspect_ratio,
-                                    v.max_pixels)
+                                    v.max_pixels, self.automodel.frame_rate)
+        self.decode_audio = None if self.automodel.audio is None else registry_function(
+            self.automodel.audio)
         self.batch_size = cfg.model.batch_size
         self.stage_seconds = {"preprocess": 0.0, "load_encoders": 0.0, "encode": 0.0,
                               "serialize": 0.0}
@@ -155,9 +169,11 @@ class AutoModelVideoProcessor(Processor[Video]):
         try:
             frames = cover_frames(loaded.payload, lambda w, h: self.placement(w, h).target,
                                   self.framing)
+            audio = None if self.decode_audio is None else self.decode_audio(
+                loaded.payload, len(frames.frames))
         except MediaError as e:
             return replace(loaded, payload=None, skip=e.reason, detail=str(e))
-        return replace(loaded, payload=Placed(frames, self.placement(*frames.original)))
+        return replace(loaded, payload=Placed(frames, self.placement(*frames.original), audio))
 
     def prepare(self, batch: list[Loaded[Video]]) -> list[Loaded[Video]]:
         t0 = time.perf_counter()
@@ -166,8 +182,9 @@ class AutoModelVideoProcessor(Processor[Video]):
         return prepared
 
     def prepared_bytes(self, batch: list[Loaded[Video]]) -> int:
-        return sum(f.nbytes for loaded in batch if isinstance(loaded.payload, Placed)
-                   for f in loaded.payload.frames.frames)
+        return sum(sum(f.nbytes for f in loaded.payload.frames.frames)
+                   + (0 if loaded.payload.audio is None else loaded.payload.audio.nbytes)
+                   for loaded in batch if isinstance(loaded.payload, Placed))
 
     def clips(self, video: Placed) -> list[np.ndarray]:
         """The video's clips [T, H, W, 3]: its frames as one, or each frame alone."""
@@ -186,8 +203,16 @@ class AutoModelVideoProcessor(Processor[Video]):
                 out[caption] = {name: t[j].cpu() for name, t in text.items()}
         return out
 
+    def _sounds(self, videos: list[tuple[int, Placed]]) -> dict[int, dict[str, torch.Tensor]]:
+        """Each video's audio tensors (none for a family without audio), by its index."""
+        if self.decode_audio is None:
+            return {}
+        enc = cast(AudioEncoders, self.enc)
+        return {n: enc.encode_audio(video.audio) for n, video in videos
+                if video.audio is not None}
+
     def _file(self, item: Item, video: Placed, clip: int, latent: Any,
-              text: dict[str, Any]) -> Sample:
+              text: dict[str, Any], sound: dict[str, Any]) -> Sample:
         """One cache file and its metadata entry, as the tool's `_process_video_*_mode`."""
         import torch
 
@@ -205,7 +230,7 @@ class AutoModelVideoProcessor(Processor[Video]):
             extra={"first_frame": first, "num_frames": count,
                    "deterministic": self.deterministic,
                    "mode": "frames" if self.frames_mode else "video",
-                   "model_version": self.family.version})
+                   "model_version": self.family.version, **sound})
         data = io.BytesIO()
         torch.save(self.build_cache(sample), data)
         entry: dict[str, object] = {
@@ -237,11 +262,13 @@ class AutoModelVideoProcessor(Processor[Video]):
                 z = self.enc.encode_pixels([clip for *_, clip in chunk], keys).latents.cpu()
                 latents.update(((n, c), z[j].clone()) for j, (n, c, _) in enumerate(chunk))
         texts = self._text([batch[n].item.caption or "" for n in todo])
+        sounds = self._sounds([(n, placed(batch[n])) for n in todo])
         t1 = time.perf_counter()
         self.stage_seconds["encode"] += t1 - t0
         for n in todo:
             item, video = batch[n].item, placed(batch[n])
-            rows = [self._file(item, video, c, latents[(n, c)], texts[item.caption or ""])
+            rows = [self._file(item, video, c, latents[(n, c)], texts[item.caption or ""],
+                               sounds.get(n, {}))
                     for c in range(len(video.frames.frames) if self.frames_mode else 1)]
             outcomes[n] = Outcome(item, samples=rows)
         self.stage_seconds["serialize"] += time.perf_counter() - t1

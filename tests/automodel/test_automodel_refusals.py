@@ -8,9 +8,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
 from shardcook.energon import dataset_encoding
 from shardcook.errors import ConfigError
+
 from tests.automodel.test_automodel_checks import shardcook, written  # noqa: F401
 
 

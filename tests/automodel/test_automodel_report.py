@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+from shardcook.dataset.cachefolder import CacheFolder
 from shardcook.htmlreport import cachepage, make_report
 from shardcook.htmlreport.pictures import image_uri
 
@@ -153,15 +154,43 @@ def test_a_damaged_file_is_named_on_its_card(flux_cache: Path, tmp_path: Path) -
 def test_the_files_read_are_bounded_and_a_split_is_refused(flux_cache: Path,
                                                             monkeypatch) -> None:
     loaded: list[Path] = []
-    load = cachepage.load_cache_file
-    monkeypatch.setattr(cachepage, "load_cache_file", lambda path: loaded.append(path) or
-                        load(path))
+    load = CacheFolder.load
+    monkeypatch.setattr(CacheFolder, "load", lambda cache, path: loaded.append(path) or
+                        load(cache, path))
     monkeypatch.setattr(cachepage, "STATS_FILES", 3)
     page = make_report(flux_cache, samples=2)
-    assert len(loaded) == len(set(loaded)) == 3
+    # the page's 3, the summary's first file, and validate's first file of each bucket
+    buckets = {tuple(e["bucket_resolution"]) for e in entries(flux_cache)}
+    assert len(loaded) == 3 + 1 + len(buckets), loaded
     assert page.count('<details class="card">') == 2
     assert "Measured over 3 samples" in page
     r = cli("report", flux_cache, "--split-part", "train")
     assert r.code == 2 and one_error_line(r) == (
         f"error: {flux_cache} is a NeMo AutoModel cache, which has no splits; leave out "
         "--split-part.")
+
+
+def test_a_cache_in_a_bucket_gets_its_page_written_there(flux_cache: Path, s3_store) -> None:
+    url = s3_store.url("caches/flux")
+    for path in sorted(flux_cache.rglob("*")):
+        name = path.relative_to(flux_cache).as_posix()
+        if path.is_file() and (not name.startswith(".shardcook/")
+                               or name == ".shardcook/manifest.json"):
+            data = path.read_bytes()
+            if name.startswith("metadata_shard_"):  # entries name their files by URL
+                data = data.replace(str(flux_cache).encode(), url.encode())
+            s3_store.put(f"caches/flux/{name}", data)
+    # the first file: validate (without --deep) reads the first of each bucket
+    victim = entries(flux_cache)[0]["cache_file"][len(str(flux_cache)) + 1:]
+    s3_store.put(f"caches/flux/{victim}", s3_store.get(f"caches/flux/{victim}")[:100])
+    r = cli("report", url)
+    assert r.code == 0 and r.stdout.strip() == f"wrote {url}/.shardcook/report.html", r.stderr
+    page = html.unescape(s3_store.get("caches/flux/.shardcook/report.html").decode())
+    local = make_report(flux_cache)
+    assert counts(page) == counts(local)
+    assert f"<h1>{url}</h1>" in page
+    # the damaged file named by its URL, the others measured as where they were written
+    assert f'<p class="warn" data-problem>{url}/{victim} cannot be loaded' in page
+    assert f'<div class="nopicture">unreadable: {url}/{victim} cannot be loaded' in page
+    assert f"Measured over {len(SIZES) - 1} samples" in page
+    assert "shardcook-cache-" not in page  # nothing names the local copy

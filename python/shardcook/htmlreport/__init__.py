@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from shardcook.dataset import metadata
 from shardcook.dataset.arguments import DEFAULT_REPORT_SAMPLES, ReportOptions
+from shardcook.dataset.cachecopy import cache_copy
+from shardcook.dataset.cachefolder import CacheFolder
 from shardcook.dataset.check.validate import validate_view
 from shardcook.dataset.kind import AUTOMODEL_CACHE, JSONL, dataset_kind
 from shardcook.dataset.location import dataset_view
@@ -107,7 +109,7 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
                 split: str | None = None, scratch_dir: str | os.PathLike[str] | None = None
                 ) -> str:
     """The report page of `dataset` (a finalized dataset's folder or URL, or a NeMo AutoModel
-    cache's folder) as HTML.
+    cache's) as HTML.
 
     Args:
         samples: How many samples the grid shows (seeded, spread over the shards).
@@ -131,11 +133,11 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
         if split is not None:
             raise ConfigError(f"{dataset} is a NeMo AutoModel cache, which has no splits; "
                               "leave out --split-part.")
-        if what.cache_root is None:
-            raise ConfigError(f"{dataset} is a NeMo AutoModel cache in object storage, and "
-                              "`shardcook report` makes the page of a cache folder on this "
-                              "machine; copy the cache here and give its folder.")
-        return cache_report(what.cache_root, str(dataset), samples, SEED)
+        if what.cache_root is not None:
+            return cache_report(CacheFolder.read(what.cache_root), str(dataset), samples, SEED)
+        with cache_copy(dataset.store, scratch_dir) as copy:
+            return cache_report(CacheFolder.read(copy.root, copy.fetched), copy.url, samples,
+                                SEED, copy.shown)
     with dataset_view(dataset, scratch_dir=scratch_dir) as view:
         return render(_content(IndexedView(view), samples, split))
 

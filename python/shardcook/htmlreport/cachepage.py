@@ -3,20 +3,22 @@ what a cache holds. Counts, buckets, captions and input sizes come from the meta
 (every entry: they are read to count anyway); the verdict is `validate`'s own; the latent check
 and the cards read a seeded pick of the cache files, at most `max(samples, STATS_FILES)` of them,
 each loaded with `weights_only=True`. A video cache file's `first_frame` is its card's picture;
-an image cache holds no pixels, and its card says so rather than show its latents as one."""
+an image cache holds no pixels, and its card says so rather than show its latents as one. A
+cache in object storage is read through its local copy (`dataset.cachecopy`), each file read
+downloaded for its read."""
 
 from __future__ import annotations
 
 import shlex
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from shardcook.dataset import metadata
-from shardcook.dataset.cachefolder import CacheFolder, bucket_of, cache_path, load_cache_file
+from shardcook.dataset.cachefolder import CacheFolder, bucket_of, cache_path
 from shardcook.dataset.cachesummary import CacheSummary, describe_keys, summarize_cache
 from shardcook.dataset.check.automodelcache import cache_problems
 from shardcook.encoders.models import ModelFamily
@@ -71,39 +73,42 @@ class CachePage:
     versions: set[str] = field(default_factory=set)
 
 
-def cache_report(root: Path, name: str, samples: int, seed: int) -> str:
-    """The page of the cache in `root`, named `name`, with `samples` cards picked with `seed`.
-
-    Raises:
-        DatasetError: its metadata.json is not AutoModel's.
-    """
+def cache_report(cache: CacheFolder, name: str, samples: int, seed: int,
+                 shown: Callable[[str], str] = str) -> str:
+    """The page of `cache`, named `name`, with `samples` cards picked with `seed`; `shown`
+    names the cache as `name` in a sentence naming a local copy's file (`CacheCopy.shown`)."""
     from shardcook import __version__
 
-    cache = CacheFolder.read(root)
+    root = cache.root
     try:
         manifest = metadata.read_manifest(root) or {}
     except DatasetError:
         manifest = {}  # another tool's cache has none; a damaged one, validate names
     family = cache.family
-    page = CachePage(name=name, cache=cache, summary=summarize_cache(cache),
+    summary = summarize_cache(cache)
+    summary.keys = {key: shown(what) for key, what in summary.keys.items()}
+    page = CachePage(name=name, cache=cache, summary=summary,
                      entries=[entry for _, entry in cache.entries()], manifest=manifest,
-                     problems=cache_problems(root),
+                     problems=[shown(p) for p in cache_problems(root, fetched=cache.fetched)],
                      latents=latent_check(family, SCALED, manifest) if family else None)
-    _read_files(page, samples, seed)
+    _read_files(page, samples, seed, shown)
     body = f"{_glance(page)}{_health(page)}{_plots(page)}{_samples(page)}"
     return document(name, __version__, body)
 
 
-def _read_files(page: CachePage, samples: int, seed: int) -> None:
+def _read_files(page: CachePage, samples: int, seed: int, shown: Callable[[str], str]
+                ) -> None:
     """Reads the picked files one at a time (none kept: a cache file is megabytes), adding each
     latent to the check and making the shown files' cards."""
     wanted = [i for _, i in picks.positions({"": len(page.entries)}, [""],
                                             max(samples, STATS_FILES), seed)]
     n_shown = min(samples, len(wanted))
-    shown = {len(wanted) * i // n_shown for i in range(n_shown)}
+    on_cards = {len(wanted) * i // n_shown for i in range(n_shown)}
     family = page.cache.family
     for i, number in enumerate(wanted):
-        file = _load(page.cache.root, page.entries[number])
+        file = _load(page.cache, page.entries[number])
+        if file.error is not None:
+            file.error = shown(file.error)
         if file.data is None:
             page.unreadable.append((file.name, file.error or "unreadable"))
         else:
@@ -112,11 +117,12 @@ def _read_files(page: CachePage, samples: int, seed: int) -> None:
                 page.versions.add(version)
             if page.latents is not None and family is not None:
                 _add_latent(page.latents, family, file.data)
-        if i in shown:
+        if i in on_cards:
             page.cards.append(_card(file, family))
 
 
-def _load(root: Path, entry: dict[str, Any]) -> CacheFile:
+def _load(cache: CacheFolder, entry: dict[str, Any]) -> CacheFile:
+    root = cache.root
     path = cache_path(root, entry)
     if path is None:
         return CacheFile(entry, "(no cache_file)", error="its entry names no cache_file")
@@ -126,7 +132,7 @@ def _load(root: Path, entry: dict[str, Any]) -> CacheFile:
         file.error = f"{path} is outside the cache"
         return file
     try:
-        file.data = load_cache_file(path)
+        file.data = cache.load(path)
     except DatasetError as e:
         file.error = str(e)
     return file

@@ -83,7 +83,7 @@ def cache_report(cache: CacheFolder, name: str, samples: int, seed: int,
     try:
         manifest = metadata.read_manifest(root) or {}
     except DatasetError:
-        manifest = {}  # another tool's cache has none; a damaged one, validate names
+        manifest = {}  # another tool's cache has none: the check is then approximate
     family = cache.family
     summary = summarize_cache(cache)
     summary.keys = {key: shown(what) for key, what in summary.keys.items()}

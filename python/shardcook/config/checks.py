@@ -217,7 +217,7 @@ def check_processor_frames(cfg: RunConfig, family: ModelFamily) -> None:
                           f"{' or '.join(a.video_modes)} (all its processor supports), not "
                           f"{v.video_mode}.")
     k = a.frame_multiple
-    if k is not None and (v.num_frames - 1) % k:
+    if k is not None and v.video_mode == "video" and (v.num_frames - 1) % k:
         raise ConfigError(f"--num-frames must be {k}n+1 for --model-type {name} (its video VAE "
                           f"encodes the first frame alone, then {k} frames a latent frame), not "
                           f"{v.num_frames}; e.g. {k + 1}, {2 * k + 1} or {15 * k + 1}.")

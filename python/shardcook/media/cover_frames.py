@@ -1,7 +1,8 @@
 """A video's frames as NeMo AutoModel's video tool takes them (`encode --layout automodel` for
 Wan, LTX-2): decoded one at a time (PyAV, `clips.decode_frames`: the same RGB pixels as its
 OpenCV capture), the frames at `np.linspace(0, T-1, N).astype(int)` when the video holds more
-than N (else all), or, at a fixed rate (LTX-2's 24 fps), the frame nearest each of N instants
+than N (else all; with `repeat`, HunyuanVideo-1.5's, exactly N, a shorter video's
+repeating), or, at a fixed rate (LTX-2's 24 fps), the frame nearest each of N instants
 from t=0; each resized with OpenCV to cover the target and centre-cropped (or stretched to
 it) as it is decoded. OpenCV's resize, not Pillow's: Pillow antialiases when it shrinks, and
 the cache is to hold what AutoModel's tool stores, value for value."""
@@ -44,6 +45,9 @@ class CoverFraming:
     center_crop: bool = True
     max_pixels: int | None = None
     rate: float | None = None
+    #: Exactly N frames evenly spread, repeating frames of a shorter video (HunyuanVideo's
+    #: `adjust_frame_count`), rather than at most N.
+    repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,10 @@ class CoverFrames:
     target: tuple[int, int]
 
 
-def picks(total: int, wanted: int) -> list[int]:
-    """The tool's frame indices of a video of `total` frames."""
-    if wanted < total:
+def picks(total: int, wanted: int, repeat: bool = False) -> list[int]:
+    """The tool's frame indices of a video of `total` frames: `wanted` of them evenly spread,
+    or all of a shorter video; with `repeat`, `wanted` of a shorter one too, some repeated."""
+    if wanted < total or (repeat and total):
         return [int(i) for i in np.linspace(0, total - 1, wanted).astype(int)]
     return list(range(total))
 
@@ -149,7 +154,7 @@ def cover_frames(data: bytes, target_of: Target, framing: CoverFraming) -> Cover
     total = packet_count(data)
     if framing.rate is None:
         def chosen(count: int) -> list[int]:
-            return picks(count, framing.num_frames)
+            return picks(count, framing.num_frames, framing.repeat)
     else:
         rate = framing.rate
         fps = frame_rate(data) or rate  # AutoModel takes a video without one as at its rate

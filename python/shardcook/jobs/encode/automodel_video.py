@@ -3,7 +3,9 @@ AutoModel's `.meta` cache files as its tool's `video` command writes them: one o
 (`--video-mode video`, `--num-frames` frames evenly spread when the video holds more) or one per
 frame (`frames`, `--num-frames` frames evenly spread, each a 1-frame clip). A family whose
 processor takes frames at a fixed rate from the start (LTX-2) takes them so, and one that encodes
-audio (LTX-2) has each video's audio track decoded beside its frames and encoded beside them.
+audio (LTX-2) has each video's audio track decoded beside its frames and encoded beside them. One
+whose processor takes exactly N frames (HunyuanVideo-1.5) repeats a shorter video's, and one
+conditioned on the first frame (HunyuanVideo-1.5) has it encoded too, in video mode.
 
 A video's size is its bucket's (the budget's bucket nearest its aspect ratio, sides a multiple of
 the processor's quantisation) or `--height` x `--width` (no bucket). Reader threads decode and
@@ -86,6 +88,14 @@ class Placed:
     audio: np.ndarray | None = None
 
 
+class FirstFrameEncoders(Protocol):
+    """The encoders of a family whose `AutoModelCache.first_frame` is set."""
+
+    def encode_first_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """[H, W, 3] uint8 first frames -> their embeddings [B, ...]."""
+        ...
+
+
 class AudioEncoders(Protocol):
     """The encoders of a family with an `AutoModelCache.audio` decoder."""
 
@@ -130,7 +140,8 @@ class AutoModelVideoProcessor(Processor[Video]):
             else None
         self.choices = buckets(video_pixel_budget(cfg), self.automodel.quantization)
         self.framing = CoverFraming(v.num_frames, cfg.image.resize_mode, v.aspect_ratio,
-                                    v.max_pixels, self.automodel.frame_rate)
+                                    v.max_pixels, self.automodel.frame_rate,
+                                    self.automodel.repeat_frames and not self.frames_mode)
         self.decode_audio = None if self.automodel.audio is None else registry_function(
             self.automodel.audio)
         self.batch_size = cfg.model.batch_size
@@ -143,7 +154,7 @@ class AutoModelVideoProcessor(Processor[Video]):
         def load() -> Encoders:
             enc = load_encoders()
             if self.frames_mode:
-                enc.frames_in_half = True  # type: ignore[attr-defined]  # AutoModelWanEncoders
+                enc.frames_in_half = True  # type: ignore[attr-defined]  # Wan's and Hunyuan's
             return enc
         return load
 
@@ -211,6 +222,15 @@ class AutoModelVideoProcessor(Processor[Video]):
         return {n: enc.encode_audio(video.audio) for n, video in videos
                 if video.audio is not None}
 
+    def _first_frames(self, videos: list[tuple[int, Placed]]) -> dict[int, dict[str, Any]]:
+        """Each video's first frame encoded (`image_embeds`), by its index; none in frames mode
+        or for a family without `first_frame`."""
+        if self.frames_mode or not self.automodel.first_frame or not videos:
+            return {}
+        enc = cast(FirstFrameEncoders, self.enc)
+        embeds = enc.encode_first_frames([video.frames.frames[0] for _, video in videos]).cpu()
+        return {n: {"image_embeds": embeds[j]} for j, (n, _) in enumerate(videos)}
+
     def _file(self, item: Item, video: Placed, clip: int, latent: Any,
               text: dict[str, Any], sound: dict[str, Any]) -> Sample:
         """One cache file and its metadata entry, as the tool's `_process_video_*_mode`."""
@@ -263,12 +283,13 @@ class AutoModelVideoProcessor(Processor[Video]):
                 latents.update(((n, c), z[j].clone()) for j, (n, c, _) in enumerate(chunk))
         texts = self._text([batch[n].item.caption or "" for n in todo])
         sounds = self._sounds([(n, placed(batch[n])) for n in todo])
+        firsts = self._first_frames([(n, placed(batch[n])) for n in todo])
         t1 = time.perf_counter()
         self.stage_seconds["encode"] += t1 - t0
         for n in todo:
             item, video = batch[n].item, placed(batch[n])
             rows = [self._file(item, video, c, latents[(n, c)], texts[item.caption or ""],
-                               sounds.get(n, {}))
+                               {**sounds.get(n, {}), **firsts.get(n, {})})
                     for c in range(len(video.frames.frames) if self.frames_mode else 1)]
             outcomes[n] = Outcome(item, samples=rows)
         self.stage_seconds["serialize"] += time.perf_counter() - t1

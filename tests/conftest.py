@@ -58,6 +58,14 @@ def tiny_ltx2(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_hunyuan_video(tmp_path_factory) -> Path:
+    """A tiny random-weight HunyuanVideo-1.5 image-to-video pipeline folder (vae/,
+    text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/, image_encoder/,
+    feature_extractor/, scheduler/, guider/, model_index.json)."""
+    return _tiny_models(tmp_path_factory, "tiny_hunyuan_video")
+
+
+@pytest.fixture(scope="session")
 def tiny_flux2(tmp_path_factory) -> Path:
     """Tiny random-weight FLUX.2 models in a pipeline folder (tests/helpers/tiny_flux2.py)."""
     from tests.helpers.tiny_flux2 import build_tiny_flux2

@@ -43,7 +43,8 @@ from tests.helpers.video import CLIPS, video_folder
 
 #: The conftest fixture of each family's tiny models.
 TINY = {"flux": "tiny_flux", "wan": "tiny_wan", "wan2.2": "tiny_wan",
-        "qwen_image": "tiny_qwen_image", "flux2": "tiny_flux2", "ltx2": "tiny_ltx2"}
+        "qwen_image": "tiny_qwen_image", "flux2": "tiny_flux2", "ltx2": "tiny_ltx2",
+        "hunyuanvideo-1.5": "tiny_hunyuan_video"}
 
 
 def test_every_family_has_tiny_models_here():

@@ -148,6 +148,12 @@ class AutoModelCache:
         audio: `module:function(data, num_frames)` decoding an input's audio track as its
             encoders' `encode_audio` takes it, for a clip of `num_frames` frames (in the reader
             threads, beside the frames); None: it encodes no audio.
+        repeat_frames: Its video mode takes exactly `--num-frames` frames evenly spread over a
+            video, repeating frames of a shorter one (HunyuanVideo's `adjust_frame_count`);
+            False: at most that many (a shorter video whole).
+        first_frame: Its video mode also encodes each clip's first frame alone (an
+            image-to-video model's conditioning; its encoders' `encode_first_frames`, given to
+            `cache` as `extra["image_embeds"]`).
     """
 
     processors: tuple[str, ...]
@@ -161,6 +167,8 @@ class AutoModelCache:
     frame_multiple: int | None = None
     frame_rate: float | None = None
     audio: str | None = None
+    repeat_frames: bool = False
+    first_frame: bool = False
 
 
 @dataclass(frozen=True)
@@ -405,10 +413,35 @@ LTX2 = ModelFamily(
                        other=(("audio_latents", 4),), facts=VIDEO_FACTS),
         latent_mode="mode", video_modes=("video",), frame_multiple=8, frame_rate=24.0,
         audio="shardcook.encoders.ltx2:decode_audio"))
+#: HunyuanVideo-1.5 (image-to-video): its VAE, Qwen2.5-VL and ByT5 for the caption, SigLIP for
+#: the first frame, in AutoModel's cache alone.
+HUNYUAN_VIDEO_15 = ModelFamily(
+    name="hunyuanvideo-1.5", input_kind="video",
+    encoders="shardcook.encoders.hunyuan_video:HunyuanVideoEncoders",
+    manifest="shardcook.encoders.hunyuan_video:hunyuan_video_manifest",
+    normalisation="shardcook.encoders.hunyuan_video:hunyuan_video_normalisation",
+    default_model="hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-720p_i2v",
+    version="hunyuanvideo-1.5",
+    sizes=Sizes(16, "the VAE downsamples by 16", downsample=16, frame_step=4),
+    text=Text(outputs=("text_embeddings", "text_mask", "text_embeddings_2", "text_mask_2"),
+              padding="HunyuanVideo-1.5 always pads captions to 1000 Qwen2.5-VL tokens and 256 "
+                      "ByT5 tokens (as AutoModel's processor does)"),
+    latents=Latents(SCALING_SHIFT, rank=4),
+    automodel=AutoModelCache(
+        processors=("hunyuanvideo-1.5", "hunyuanvideo", "hunyuan"), model_type="hunyuanvideo",
+        encoders="shardcook.encoders.hunyuan_video:HunyuanVideoEncoders",
+        cache="shardcook.encoders.hunyuan_video:hunyuan_video_cache", quantization=16,
+        # the first frame's SigLIP embeddings (None in frames mode), then the video facts
+        keys=CacheKeys("video_latents", 5, text=(("text_embeddings", 3), ("text_mask", 2),
+                                                 ("text_embeddings_2", 3), ("text_mask_2", 2)),
+                       channel_axis=1, facts=("image_embeds", *VIDEO_FACTS)),
+        # both video modes: its processor declares video alone, but the tool runs frames too
+        latent_mode="mode", frame_multiple=4, repeat_frames=True, first_frame=True))
 
 #: Every model family, by registry name.
 MODELS: dict[str, ModelFamily] = {model.name: model for model in (FLUX, FLUX2, WAN, WAN22,
-                                                                  QWEN_IMAGE, LTX2)}
+                                                                  QWEN_IMAGE, LTX2,
+                                                                  HUNYUAN_VIDEO_15)}
 
 
 def by_model_type(name: str) -> ModelFamily | None:

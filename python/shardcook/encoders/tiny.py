@@ -189,9 +189,10 @@ QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_
 _SPLIT_WORDS = ("Ġdetailing", "Ġrelationships", "Ġquantity")
 
 
-def _qwen_tokenizer(folder: Path) -> None:
-    """A byte-level BPE tokenizer of Qwen2's class, trained on Qwen-Image's prompt template and a
-    few words."""
+def _qwen_tokenizer(folder: Path, template: str | None = None,
+                    split_words: tuple[str, ...] = _SPLIT_WORDS) -> None:
+    """A byte-level BPE tokenizer of Qwen2's class, trained on a prompt template (Qwen-Image's
+    when None) around a few words, without the last merge of each of `split_words`."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -201,7 +202,8 @@ def _qwen_tokenizer(folder: Path) -> None:
     words = ["a", "an", "the", "of", "on", "with", "and", "in", "red", "green", "blue", "yellow",
              "circle", "square", "triangle", "star", "photo", "picture", "cat", "dog",
              "astronaut", "coffee", "rocket", "camera", "white", "background"]
-    corpus = [PROMPT_TEMPLATE.format(" ".join(words[i:] + words[:i])) for i in range(len(words))]
+    template = template or PROMPT_TEMPLATE
+    corpus = [template.format(" ".join(words[i:] + words[:i])) for i in range(len(words))]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
@@ -211,7 +213,7 @@ def _qwen_tokenizer(folder: Path) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     trained = json.loads(tok.to_str())["model"]
     # pairs, which the tokenizer's BPE model takes (its annotation says strings)
-    merges: list[Any] = [tuple(m) for m in trained["merges"] if "".join(m) not in _SPLIT_WORDS]
+    merges: list[Any] = [tuple(m) for m in trained["merges"] if "".join(m) not in split_words]
     qwen = Qwen2Tokenizer(vocab=trained["vocab"], merges=merges,
                           extra_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]))
     qwen.save_pretrained(folder)
@@ -387,4 +389,110 @@ def build_tiny_ltx2(root: str | Path, *, seed: int = 0) -> Path:
         "text_encoder": ["transformers", "Gemma3ForConditionalGeneration"],
         "tokenizer": ["transformers", "GemmaTokenizerFast"],
         "vae": ["diffusers", "AutoencoderKLLTX2Video"]}, indent=2), encoding="utf-8")
+    return root
+
+
+HUNYUAN_VIDEO_LABEL = ("DEMO WEIGHTS: tiny random-weight encoders built by shardcook; not a real "
+                       "HunyuanVideo-1.5 model.")
+TINY_BYT5_DIM, TINY_SIGLIP_DIM, TINY_SIGLIP_SIZE = 24, 16, 32
+#: Qwen2.5-VL's chat template, which HunyuanVideo-1.5's prompt encoding applies.
+QWEN_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
+    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
+    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_tiny_hunyuan_video(root: str | Path, *, seed: int = 0) -> Path:
+    """Writes a tiny HunyuanVideo-1.5 image-to-video pipeline folder with random weights
+    (seeded) under `root`, as diffusers' HunyuanVideo15ImageToVideoPipeline loads it without
+    its transformer; returns it.
+
+    Layout: vae/ (AutoencoderKLHunyuanVideo15, 4 latent channels, downsampling 16 in space and
+    4 in time, scaling 0.75: not the real one's, so tests see it is read from the config),
+    text_encoder/ (Qwen2_5_VLTextModel, hidden 32) + tokenizer/ (Qwen2Tokenizer with Qwen2.5-VL's
+    chat template; the pipeline's system turn is 108 tokens, as with the real tokenizer),
+    text_encoder_2/ (T5EncoderModel, d_model 24) + tokenizer_2/ (ByT5Tokenizer), image_encoder/
+    (SiglipVisionModel, 32-pixel images in 8-pixel patches: 16 tokens of 16) +
+    feature_extractor/ (SiglipImageProcessor), scheduler/, guider/, model_index.json.
+    """
+    import torch
+    from diffusers.guiders.classifier_free_guidance import ClassifierFreeGuidance
+    from diffusers.models.autoencoders.autoencoder_kl_hunyuanvideo15 import (
+        AutoencoderKLHunyuanVideo15,
+    )
+    from diffusers.schedulers.scheduling_flow_match_euler_discrete import (
+        FlowMatchEulerDiscreteScheduler,
+    )
+    from transformers import (
+        AutoTokenizer,
+        ByT5Tokenizer,
+        Qwen2_5_VLTextConfig,
+        Qwen2_5_VLTextModel,
+        SiglipVisionConfig,
+        SiglipVisionModel,
+        T5Config,
+        T5EncoderModel,
+    )
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    from shardcook.encoders.hunyuan_video import SYSTEM_MESSAGE
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    AutoencoderKLHunyuanVideo15(latent_channels=TINY_LATENT_CHANNELS,
+                                block_out_channels=(8, 8, 8, 8, 8), layers_per_block=1,
+                                scaling_factor=0.75).save_pretrained(root / "vae")
+    _qwen_tokenizer(root / "tokenizer", "<|im_start|>system\n" + SYSTEM_MESSAGE +
+                    "<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n", ())
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    tok.chat_template = QWEN_CHAT_TEMPLATE
+    tok.save_pretrained(root / "tokenizer")
+    vocab = tok.get_vocab()
+    Qwen2_5_VLTextModel(Qwen2_5_VLTextConfig(
+        vocab_size=len(tok), hidden_size=TINY_QWEN_DIM, intermediate_size=64,
+        num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
+        max_position_embeddings=2048, bos_token_id=vocab["<|endoftext|>"],
+        eos_token_id=vocab["<|im_end|>"], pad_token_id=vocab["<|endoftext|>"],
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                         "mrope_section": [2, 3, 3]})).save_pretrained(root / "text_encoder")
+    byt5 = ByT5Tokenizer()
+    byt5.save_pretrained(root / "tokenizer_2")
+    T5EncoderModel(T5Config(
+        vocab_size=len(byt5), d_model=TINY_BYT5_DIM, d_kv=8, d_ff=48, num_layers=2, num_heads=3,
+        relative_attention_num_buckets=8, is_encoder_decoder=False, use_cache=False,
+        feed_forward_proj="gated-gelu", pad_token_id=byt5.pad_token_id,
+        eos_token_id=byt5.eos_token_id)).save_pretrained(root / "text_encoder_2")
+    SiglipVisionModel(SiglipVisionConfig(
+        hidden_size=TINY_SIGLIP_DIM, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, image_size=TINY_SIGLIP_SIZE, patch_size=8)
+    ).save_pretrained(root / "image_encoder")
+    SiglipImageProcessorPil(size={"height": TINY_SIGLIP_SIZE, "width": TINY_SIGLIP_SIZE}
+                            ).save_pretrained(root / "feature_extractor")
+    FlowMatchEulerDiscreteScheduler(shift=7.0).save_pretrained(root / "scheduler")
+    ClassifierFreeGuidance(guidance_scale=6.0).save_pretrained(root / "guider")
+    (root / "DEMO_WEIGHTS.txt").write_text(HUNYUAN_VIDEO_LABEL + "\n", encoding="utf-8")
+    (root / "model_index.json").write_text(json.dumps({
+        "_class_name": "HunyuanVideo15ImageToVideoPipeline",
+        "_shardcook_note": HUNYUAN_VIDEO_LABEL,
+        "feature_extractor": ["transformers", "SiglipImageProcessor"],
+        "guider": ["diffusers", "ClassifierFreeGuidance"],
+        "image_encoder": ["transformers", "SiglipVisionModel"],
+        "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "Qwen2_5_VLTextModel"],
+        "text_encoder_2": ["transformers", "T5EncoderModel"],
+        "tokenizer": ["transformers", "Qwen2Tokenizer"],
+        "tokenizer_2": ["transformers", "ByT5Tokenizer"],
+        "transformer": ["diffusers", "HunyuanVideo15Transformer3DModel"],
+        "vae": ["diffusers", "AutoencoderKLHunyuanVideo15"]}, indent=2), encoding="utf-8")
     return root

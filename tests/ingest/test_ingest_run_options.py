@@ -117,3 +117,21 @@ def test_the_old_split_spelling_still_names_the_split_part_with_a_warning(tmp_pa
     assert both.returncode == 2
     assert both.stderr.strip().splitlines()[-1] == (
         "error: --split NAME is the old spelling of --split-part NAME; give --split-part only.")
+
+
+def test_no_finalize_into_a_bucket_then_finalize_keeps_each_split_in_its_folder(
+        s3_store, tmp_path):
+    """As in a local folder: each --no-finalize run records its split folders, so a later
+    `shardcook finalize` of the URL keeps train/ and val/ apart."""
+    from shardcook.dataset import info
+
+    train = write_arrow_set(tmp_path / "cc12m", 2, 3, timesteps=False)
+    val = write_arrow_set(tmp_path / "coco", 1, 3, timesteps=True, key_prefix="v")
+    out = s3_store.url("mlperf")
+    assert _ingest(str(train.folder), "--output-dir", out, "--no-finalize").returncode == 0
+    run = _ingest(str(val.folder), "--split-part", "val", "--output-dir", out, "--no-finalize")
+    assert run.returncode == 0, run.stderr
+    done = subprocess.run([sys.executable, "-m", "shardcook", "finalize", out],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert {split: s.samples for split, s in info(out).splits.items()} == {"train": 6, "val": 3}

@@ -219,10 +219,6 @@ def fetch_manifest(manifest_url: str, retry: Retry) -> tuple[str, list[ManifestE
                                                 f"{redact(stem)}.md5")
 
 
-def md5_of(path: Path) -> str:
-    return str(pooch.file_hash(str(path), alg="md5"))
-
-
 def download(url: str, dest: Path, md5: str | None, retry: Retry,
              cancel: threading.Event | None = None) -> None:
     """Downloads `url` to `dest` through a temporary file beside it (pooch's, removed when an

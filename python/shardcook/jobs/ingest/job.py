@@ -11,6 +11,8 @@ shard, no marker), is reported, and is retried by the next run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -28,14 +30,13 @@ from shardcook.jobs.ingest.download import (
     ManifestEntry,
     download,
     fetch_manifest,
-    md5_of,
     safe_name,
 )
 from shardcook.jobs.ingest.first_ingest import is_first_ingests, recorded_inputs, upgrade_markers
 from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
 from shardcook.jobs.ingest.prefetch import Prefetch
 from shardcook.layouts.mlperf import MLPERF
-from shardcook.layouts.names import OURS_DIR
+from shardcook.layouts.names import FINALIZE_JSON, OURS_DIR
 from shardcook.output.folder import OutputFolder
 from shardcook.pipeline import report as rep
 from shardcook.pipeline.plan import SplitUnit, WorkUnit
@@ -253,13 +254,13 @@ class IngestJob:
                 self.shard_inputs[record["shard"]] = self.inputs[record["start"]]
                 split["shards"][record["shard"]] = record["written"]
                 split["samples"] += record["written"]
-        root = folder.location.store.file("")
-        if (not self.cfg.output.finalize and root is not None
-                and any(s["shards"] for s in splits.values())):
-            # so that a later `shardcook finalize` keeps the split folders (a bucket: not yet)
-            metadata.write_finalize_record(root, metadata.FinalizeRecord(
+        if not self.cfg.output.finalize and any(s["shards"] for s in splits.values()):
+            # so that a later `shardcook finalize` keeps the split folders
+            kept_splits = metadata.FinalizeRecord(
                 encoding=MLPERF.encoding,
-                split_parts=split_parts(s for s, r in splits.items() if r["shards"])))
+                split_parts=split_parts(s for s, r in splits.items() if r["shards"]))
+            folder.write_file(f"{OURS_DIR}/{FINALIZE_JSON}",
+                              json.dumps(kept_splits.to_dict(), indent=2).encode())
         proc = self.processor_
         return {
             "files": len(self.inputs),
@@ -275,20 +276,17 @@ class IngestJob:
 
     def _empty_encodings(self, folder: OutputFolder, failed: list[JsonObject]) -> list[str]:
         """Downloads the empty-caption encodings (small `.npy` files) into the run's `folder`; a
-        local file already there with the right MD5 is kept, one that fails is added to
-        `failed`."""
+        file already there with the right MD5 is kept, one that fails is added to `failed`."""
         if self.empty is None or self.ingest.empty_encodings is None:
             return []
         subdir = self.ingest.empty_encodings.output_subdir
         base, entries = self.empty
-        root = folder.location.store.file("")
         names = []
         with tempfile.TemporaryDirectory(dir=self.cfg.output.scratch_dir) as scratch:
             for e in entries:
-                kept = (root is not None and (root / subdir / e.name).is_file()
-                        and md5_of(root / subdir / e.name) == e.md5)
                 try:
-                    if not kept:
+                    there = folder.read_file(f"{subdir}/{e.name}")
+                    if there is None or hashlib.md5(there).hexdigest() != e.md5:
                         dest = Path(scratch) / safe_name(e.name)
                         download(f"{base}/{e.name}", dest, e.md5, self.ingest.retry)
                         folder.write_file(f"{subdir}/{e.name}", dest.read_bytes())

@@ -153,9 +153,10 @@ def preview(directory: DatasetArg, **options: Any) -> None:
                      lookup=declared_in(ReportOptions))
 def report(ctx: typer.Context, directory: DatasetArg, old_split: OldSplitOpt = None,
            **options: Any) -> None:
-    """One self-contained HTML page of a dataset: its facts, validate's verdict, skipped inputs,
-    duplicates, latent statistics, plots and a grid of samples; no network needed to view it.
-    Written into the dataset as .shardcook/report.html (as a run's --report-html), or to --out."""
+    """One self-contained HTML page of a dataset or a NeMo AutoModel cache: its facts, validate's
+    verdict, skipped inputs, duplicates, latent statistics, plots and a grid of samples; no
+    network needed to view it. Written into the dataset as .shardcook/report.html (as a run's
+    --report-html), or to --out."""
     from shardcook.htmlreport import write_report
 
     try:

@@ -265,3 +265,25 @@ def test_options_as_ltx2_takes_them(tmp_path: Path) -> None:
         _resolved(tmp_path, num_frames=9, **{"video.video_mode": "frames"})
     assert str(e.value) == ("--model-type ltx2 takes --video-mode video (all its processor "
                             "supports), not frames.")
+
+
+def test_cache_loads_through_automodel_dataloader(encoded: tuple[Path, Path]) -> None:
+    """AutoModel's `build_video_multiresolution_dataloader` (model_type ltx2, as its LTX-2
+    recipes build it) reads every file with its dual-stream fields, batched by bucket."""
+    from tests.vendored.automodel.datasets.diffusion.collate_fns import (
+        build_video_multiresolution_dataloader,
+    )
+
+    _, out = encoded
+    loader, _ = build_video_multiresolution_dataloader(
+        cache_dir=str(out), model_type="ltx2", base_resolution=(512, 512), batch_size=1,
+        num_workers=0, pin_memory=False, shuffle=False, drop_last=False)
+    batches = list(loader)
+    assert len(batches) == 3
+    for batch in batches:
+        assert batch["video_latents"].dtype == torch.bfloat16
+        assert batch["video_latents"].shape[:3] == (1, 8, 2)  # 1 + (9 - 1) // 8
+        assert batch["audio_latents"].shape == (1, 2, 10, 16)
+        assert batch["text_embeddings"].shape == (1, 1024, 32)
+        assert batch["audio_text_embeddings"].shape == (1, 1024, 16)
+        assert batch["text_mask"].shape == (1, 1024)

@@ -19,6 +19,7 @@ import torch
 from shardcook.config import resolve
 from shardcook.errors import ConfigError
 
+from tests.helpers.automodel import assert_same
 from tests.helpers.video import write_clip
 
 cv2 = pytest.importorskip("cv2")
@@ -187,17 +188,6 @@ def order(entry: dict) -> list[str]:
              "num_frames", "prompt", "bucket_id", "aspect_ratio", "pixels", "model_type"]
     return first + [k for k in ("frame_index", "total_frames_extracted", "source_frame_index")
                     if k in entry]
-
-
-def assert_same(ours: dict, theirs: dict, where: str) -> None:
-    assert list(ours) == list(theirs), where
-    for key, value in theirs.items():
-        got = ours[key]
-        if isinstance(value, torch.Tensor):
-            assert got.dtype == value.dtype and got.shape == value.shape, (where, key)
-            assert torch.equal(got, value), (where, key)
-        else:
-            assert type(got) is type(value) and got == value, (where, key)
 
 
 def check_cache(out: Path, expected: list[dict], metadata: dict) -> None:

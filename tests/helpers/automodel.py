@@ -135,14 +135,17 @@ def _reference_cache(processor: Any, models: dict, inputs: Path, out: Path, max_
 
 
 def assert_same(ours: dict, theirs: dict, where: str) -> None:
-    """The same keys in the same order, tensors of the same dtype, shape and values, other
-    values of the same type and value."""
+    """The same keys in the same order, tensors of the same dtype, shape and values, each
+    holding only its own bytes (a row saved as a view of its batch drags the whole batch into
+    the file, which AutoModel's one-at-a-time tool never does), other values of the same type
+    and value."""
     assert list(ours) == list(theirs), where
     for key, value in theirs.items():
         got = ours[key]
         if isinstance(value, torch.Tensor):
             assert got.dtype == value.dtype and got.shape == value.shape, (where, key)
             assert torch.equal(got, value), (where, key)
+            assert got.untyped_storage().nbytes() == got.nbytes, (where, key, "storage")
         else:
             assert type(got) is type(value) and got == value, (where, key)
 

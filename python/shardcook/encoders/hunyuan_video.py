@@ -263,12 +263,11 @@ def hunyuan_video_cache(sample: CacheSample) -> dict[str, object]:
     `deterministic`, `mode` and `model_version`."""
     e, text = sample.extra, sample.text
     first = e.get("image_embeds")
-    # cloned: a row saved as a view would carry its whole batch's storage into the file
     return {
-        "video_latents": sample.latent.unsqueeze(0).clone(),
-        **{name: text[name].unsqueeze(0).clone()
+        "video_latents": sample.latent.unsqueeze(0),
+        **{name: text[name].unsqueeze(0)
            for name in (TEXT_EMBEDDINGS, TEXT_MASK, GLYPH_EMBEDDINGS, GLYPH_MASK)},
-        "image_embeds": None if first is None else first.unsqueeze(0).clone(),
+        "image_embeds": None if first is None else first.unsqueeze(0),
         "original_resolution": sample.original_resolution,
         "bucket_resolution": sample.bucket_resolution,
         "bucket_id": sample.bucket_id,

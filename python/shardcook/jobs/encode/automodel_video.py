@@ -209,9 +209,10 @@ class AutoModelVideoProcessor(Processor[Video]):
         out: dict[str, dict[str, torch.Tensor]] = {}
         for k in range(0, len(distinct), self.batch_size):
             chunk = distinct[k:k + self.batch_size]
-            text = self.enc.encode_text(chunk)
+            text = {name: t.cpu() for name, t in self.enc.encode_text(chunk).items()}
             for j, caption in enumerate(chunk):
-                out[caption] = {name: t[j].cpu() for name, t in text.items()}
+                # a row of its own: saved as a view, it would carry its batch into the file
+                out[caption] = {name: t[j].clone() for name, t in text.items()}
         return out
 
     def _sounds(self, videos: list[tuple[int, Placed]]) -> dict[int, dict[str, torch.Tensor]]:
@@ -229,7 +230,7 @@ class AutoModelVideoProcessor(Processor[Video]):
             return {}
         enc = cast(FirstFrameEncoders, self.enc)
         embeds = enc.encode_first_frames([video.frames.frames[0] for _, video in videos]).cpu()
-        return {n: {"image_embeds": embeds[j]} for j, (n, _) in enumerate(videos)}
+        return {n: {"image_embeds": embeds[j].clone()} for j, (n, _) in enumerate(videos)}
 
     def _file(self, item: Item, video: Placed, clip: int, latent: Any,
               text: dict[str, Any], sound: dict[str, Any]) -> Sample:

@@ -1,9 +1,12 @@
-"""`shardcook encode --layout automodel` side by side with NeMo AutoModel's own image preprocessing
-(`tools/diffusion/preprocessing_multiprocess.py image`, one image at a time: PIL decode, bucket,
-resize and crop, VAE, text encoders, torch.save, metadata shards) on the same photos with the same
-random-weight models of the real classes, on the CPU, per family (FLUX.1, FLUX.2, Qwen-Image).
+"""`shardcook encode --layout automodel` side by side with NeMo AutoModel's own preprocessing tool
+(`tools/diffusion/preprocessing_multiprocess.py`) on the same inputs with the same random-weight
+models of the real classes, on the CPU, per family: its `image` command (one image at a time: PIL
+decode, bucket, resize and crop, VAE, text encoders, torch.save, metadata shards) for FLUX.1,
+FLUX.2 and Qwen-Image on photos, and its `video` command for Wan 2.1/2.2, HunyuanVideo-1.5 and
+LTX-2 on generated clips (benches/automodel_video_vs_tool.py: its models, clips and commands).
 
-    python benches/automodel_vs_tool.py [--families flux flux2 qwen_image] [--n 64]
+    python benches/automodel_vs_tool.py [--families flux flux2 qwen_image wan wan2.2
+                                         hunyuanvideo-1.5 ltx2] [--n 64 photos, 8 clips]
                                         [--width 4] [--repeats 1]
 
 AutoModel's side. Its tool cannot run on a CPU: `preprocess_dataset` raises "No GPUs available"
@@ -24,7 +27,8 @@ n / (time(2n) - time(n)), in which start-up and loading cancel out. Both caches 
 same files under the same names with the same metadata entries and the same keys, dtypes and
 shapes; the bench prints how many files are also equal bit for bit (FLUX.1 and Qwen-Image sample
 their latents, the tool from an unseeded generator, and batched bf16 kernels may round
-differently from one-image ones, so that count is reported, not required).
+differently from one-image ones, so that count is reported, not required). The default
+families are the image ones.
 
 Models: the tiny builders' folders (shardcook.encoders.tiny for FLUX.1 and Qwen-Image,
 tests/helpers/tiny_flux2.py for FLUX.2), then widened --width times (VAE channels, text encoder
@@ -44,6 +48,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,14 +95,14 @@ tool._save_metadata_shards(results, out, family, model, processor.model_type, 10
 # ---- models -------------------------------------------------------------------------------
 
 
-def _rebuild_diffusers(folder: Path, cls: Any, **changes: Any) -> None:
+def rebuild_diffusers(folder: Path, cls: Any, **changes: Any) -> None:
     """Replaces the model in `folder` with a fresh one of its class, its config changed."""
     config = dict(cls.load_config(folder))
     config.update(changes)
     cls.from_config(config).save_pretrained(folder)
 
 
-def _rebuild_transformers(folder: Path, cls: Any, edit: Any) -> None:
+def rebuild_transformers(folder: Path, cls: Any, edit: Any) -> None:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder)
@@ -112,7 +118,7 @@ def flux_models(root: Path, width: int) -> Path:
     from transformers import CLIPTextModel, T5EncoderModel
 
     build_tiny_flux(root)
-    _rebuild_diffusers(root / "vae", AutoencoderKL,
+    rebuild_diffusers(root / "vae", AutoencoderKL,
                        block_out_channels=[c * width for c in (8, 8, 16, 16)])
 
     def clip(c: Any) -> None:
@@ -122,8 +128,8 @@ def flux_models(root: Path, width: int) -> Path:
     def t5(c: Any) -> None:
         c.d_model, c.d_ff, c.d_kv = 32 * width, 64 * width, 8 * width
 
-    _rebuild_transformers(root / "text_encoder", CLIPTextModel, clip)
-    _rebuild_transformers(root / "text_encoder_2", T5EncoderModel, t5)
+    rebuild_transformers(root / "text_encoder", CLIPTextModel, clip)
+    rebuild_transformers(root / "text_encoder_2", T5EncoderModel, t5)
     FlowMatchEulerDiscreteScheduler(shift=3.0).save_pretrained(root / "scheduler")
     index = json.loads((root / "model_index.json").read_text())
     index.update({
@@ -146,7 +152,7 @@ def flux2_models(root: Path, width: int) -> Path:
     from tests.helpers.tiny_flux2 import build_tiny_flux2
 
     build_tiny_flux2(root)
-    _rebuild_diffusers(root / "vae", AutoencoderKLFlux2,
+    rebuild_diffusers(root / "vae", AutoencoderKLFlux2,
                        block_out_channels=[c * width for c in (8, 8, 16, 16)])
 
     def mistral(c: Any) -> None:
@@ -154,7 +160,7 @@ def flux2_models(root: Path, width: int) -> Path:
         t.hidden_size, t.intermediate_size = 16 * width, 32 * width
         t.num_attention_heads, t.num_key_value_heads = 2 * width, width
 
-    _rebuild_transformers(root / "text_encoder", Mistral3ForConditionalGeneration, mistral)
+    rebuild_transformers(root / "text_encoder", Mistral3ForConditionalGeneration, mistral)
     return root
 
 
@@ -166,7 +172,7 @@ def qwen_image_models(root: Path, width: int) -> Path:
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     build_tiny_qwen_image(root)
-    _rebuild_diffusers(root / "vae", AutoencoderKLQwenImage, base_dim=8 * width)
+    rebuild_diffusers(root / "vae", AutoencoderKLQwenImage, base_dim=8 * width)
 
     def qwen(c: Any) -> None:
         t = c.text_config
@@ -174,11 +180,15 @@ def qwen_image_models(root: Path, width: int) -> Path:
         t.num_attention_heads, t.num_key_value_heads = 2 * width, width
         c.vision_config.out_hidden_size = 32 * width
 
-    _rebuild_transformers(root / "text_encoder", Qwen2_5_VLForConditionalGeneration, qwen)
+    rebuild_transformers(root / "text_encoder", Qwen2_5_VLForConditionalGeneration, qwen)
     return root
 
 
 FAMILIES = {"flux": flux_models, "flux2": flux2_models, "qwen_image": qwen_image_models}
+
+
+def models(family: str, root: Path, width: int) -> Path:
+    return FAMILIES[family](root, width)
 
 
 # ---- inputs -------------------------------------------------------------------------------
@@ -201,7 +211,7 @@ def make_inputs(folder: Path, n: int) -> dict:
     return info
 
 
-def first_photos(src: Path, n: int, dest: Path) -> Path:
+def first_inputs(src: Path, n: int, dest: Path) -> Path:
     """dest: hard links to the first n photos of src, with their captions' lines."""
     dest.mkdir(parents=True)
     lines = (src / "photos_internvl.json").read_text().splitlines()[:n]
@@ -211,15 +221,12 @@ def first_photos(src: Path, n: int, dest: Path) -> Path:
     return dest
 
 
-# ---- runs ---------------------------------------------------------------------------------
+def describe(info: dict, count: int) -> str:
+    return (f"{count} photos of {info['mp_min']}-{info['mp_max']} MP (mean {info['mp_mean']}, "
+            f"{info['formats']}), buckets of <= {MAX_PIXELS} px, bf16")
 
 
-def timed(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:6])} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return time.perf_counter() - t0
+# ---- commands -----------------------------------------------------------------------------
 
 
 def shardcook_cmd(family: str, model: Path, src: Path, out: Path) -> list[str]:
@@ -233,8 +240,43 @@ def tool_cmd(family: str, model: Path, src: Path, out: Path) -> list[str]:
             str(out), str(MAX_PIXELS)]
 
 
+# ---- runs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Media:
+    """A kind of input the bench runs: its families, models, inputs and the two commands
+    (`family, model folder, input folder, cache folder` to a command line)."""
+
+    unit: str
+    default_n: int
+    families: Collection[str]
+    models: Callable[[str, Path, int], Path]
+    make_inputs: Callable[[Path, int], dict]
+    first_inputs: Callable[[Path, int, Path], Path]
+    describe: Callable[[dict, int], str]
+    shardcook_cmd: Callable[[str, Path, Path, Path], list[str]]
+    tool_cmd: Callable[[str, Path, Path, Path], list[str]]
+
+
+def media(module: Any, unit: str, default_n: int) -> Media:
+    """The Media of a module defining FAMILIES and the functions Media names."""
+    return Media(unit, default_n, sorted(module.FAMILIES), module.models, module.make_inputs,
+                 module.first_inputs, module.describe, module.shardcook_cmd, module.tool_cmd)
+
+
+def timed(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:6])} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
 def cache_files(out: Path) -> list[str]:
-    return sorted(str(p.relative_to(out)) for p in out.glob("*x*/*.pt"))
+    """The cache's files: `<bucket>/<hash>.pt` (images) or `.meta` (videos)."""
+    return sorted(str(p.relative_to(out)) for p in out.glob("*x*/*")
+                  if p.suffix in (".pt", ".meta"))
 
 
 def entries(out: Path) -> list[dict]:
@@ -272,20 +314,22 @@ def compare_caches(ours: Path, theirs: Path) -> tuple[int, int]:
     return equal, len(names)
 
 
-def bench_family(family: str, args: argparse.Namespace, src: dict[int, Path]) -> dict:
-    model = FAMILIES[family](WORK / f"{family}-x{args.width}-DEMO-WEIGHTS", args.width)
+def bench_family(kind: Media, family: str, width: int, repeats: int,
+                 src: dict[int, Path]) -> dict:
+    model = kind.models(family, WORK / f"{family}-x{width}-DEMO-WEIGHTS", width)
     sizes = sorted(src)
     names = ("shardcook encode", "AutoModel's tool")
     times: dict[tuple[str, int], list[float]] = {(k, n): [] for k in names for n in sizes}
     equal = (0, 0)
-    for r in range(args.repeats):  # alternate, so background load hits both alike
+    for r in range(repeats):  # alternate, so background load hits both alike
         for n in sizes:
             outs = {name: WORK / f"{family}-{i}-{r}-{n}" for i, name in enumerate(names)}
-            times[names[1], n].append(timed(tool_cmd(family, model, src[n], outs[names[1]])))
-            times[names[0], n].append(timed(shardcook_cmd(family, model, src[n],
-                                                          outs[names[0]])))
+            times[names[1], n].append(timed(kind.tool_cmd(family, model, src[n],
+                                                          outs[names[1]])))
+            times[names[0], n].append(timed(kind.shardcook_cmd(family, model, src[n],
+                                                               outs[names[0]])))
             for out in outs.values():
-                assert len(cache_files(out)) == n, f"{out.name}: skipped images"
+                assert len(cache_files(out)) == n, f"{out.name}: skipped {kind.unit}"
             if r == 0 and n == sizes[-1]:
                 equal = compare_caches(outs[names[0]], outs[names[1]])
             for out in outs.values():
@@ -299,39 +343,52 @@ def bench_family(family: str, args: argparse.Namespace, src: dict[int, Path]) ->
     return {"rates": rates, "equal": equal}
 
 
+def report(family: str, unit: str, sizes: tuple[int, int], result: dict) -> None:
+    rates = result["rates"]
+    print(f"{family}:")
+    for name, (t_n, t_2n, whole, steady) in rates.items():
+        print(f"  {name:<17} {sizes[0]} {unit} {t_n:6.2f} s, {sizes[1]} {unit} {t_2n:6.2f} "
+              f"s: whole run {whole:6.2f} {unit}/s, steady state {steady:6.2f} {unit}/s")
+    (a, b) = (rates["shardcook encode"], rates["AutoModel's tool"])
+    equal, files = result["equal"]
+    steady = f"{a[3] / b[3]:.2f}x" if a[3] == a[3] and b[3] == b[3] else "n/a"
+    print(f"  ratio: whole run {a[2] / b[2]:.2f}x, steady state {steady}; "
+          f"same {files} file names, entries, keys, dtypes and shapes; {equal} of {files} "
+          "files equal bit for bit")
+
+
 def main() -> None:
+    sys.path.insert(0, str(ROOT / "benches"))
+    sys.path.insert(0, str(ROOT))  # tests.helpers: FLUX.2's builder, the clips' frames
+    import automodel_video_vs_tool as videos
+
+    kinds = (media(sys.modules[__name__], "photos", 64), media(videos, "clips", 8))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=sorted(FAMILIES))
-    ap.add_argument("--n", type=int, default=64, help="photos of the smaller run (the other: 2n)")
+    ap.add_argument("--families", nargs="+", default=sorted(FAMILIES),
+                    choices=[f for kind in kinds for f in kind.families])
+    ap.add_argument("--n", type=int, default=None,
+                    help="inputs of the smaller run, the other 2n (default: 64 photos, 8 clips)")
     ap.add_argument("--width", type=int, default=4,
                     help="how many times wider than the tests' tiny models")
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "benches"))
-    sys.path.insert(0, str(ROOT))  # tests.helpers' FLUX.2 builder
     if WORK.exists():
         shutil.rmtree(WORK)
-    sizes = (args.n, 2 * args.n)
-    src = {sizes[1]: WORK / f"photos-{sizes[1]}"}
-    info = make_inputs(src[sizes[1]], sizes[1])
-    src[sizes[0]] = first_photos(src[sizes[1]], sizes[0], WORK / f"photos-{sizes[0]}")
-    print(f"{sizes[1]} photos of {info['mp_min']}-{info['mp_max']} MP (mean {info['mp_mean']}, "
-          f"{info['formats']}), buckets of <= {MAX_PIXELS} px, models {args.width}x the tests' "
-          f"tiny ones, bf16, CPU ({os.cpu_count()} cores); medians of {args.repeats} run(s), "
-          "each a fresh process (start-up, loading, encoding, writing)")
-    for family in args.families:
-        result = bench_family(family, args, src)
-        rates = result["rates"]
-        print(f"{family}:")
-        for name, (t_n, t_2n, whole, steady) in rates.items():
-            print(f"  {name:<17} {sizes[0]} photos {t_n:6.2f} s, {sizes[1]} photos {t_2n:6.2f} "
-                  f"s: whole run {whole:6.2f} images/s, steady state {steady:6.2f} images/s")
-        (a, b) = (rates["shardcook encode"], rates["AutoModel's tool"])
-        equal, files = result["equal"]
-        steady = f"{a[3] / b[3]:.2f}x" if a[3] == a[3] and b[3] == b[3] else "n/a"
-        print(f"  ratio: whole run {a[2] / b[2]:.2f}x, steady state {steady}; "
-              f"same {files} file names, entries, keys, dtypes and shapes; {equal} of {files} "
-              "files equal bit for bit")
+    for kind in kinds:
+        families = [f for f in args.families if f in kind.families]
+        if not families:
+            continue
+        n = args.n or kind.default_n
+        sizes = (n, 2 * n)
+        src = {sizes[1]: WORK / f"{kind.unit}-{sizes[1]}"}
+        info = kind.make_inputs(src[sizes[1]], sizes[1])
+        src[sizes[0]] = kind.first_inputs(src[sizes[1]], sizes[0], WORK / f"{kind.unit}-{n}")
+        print(f"{kind.describe(info, sizes[1])}, models {args.width}x the tests' tiny ones, "
+              f"CPU ({os.cpu_count()} cores); medians of {args.repeats} run(s), each a fresh "
+              "process (start-up, loading, encoding, writing)")
+        for family in families:
+            report(family, kind.unit, sizes,
+                   bench_family(kind, family, args.width, args.repeats, src))
 
 
 if __name__ == "__main__":

@@ -268,17 +268,7 @@ def hunyuan_video_cache(sample: CacheSample) -> dict[str, object]:
         **{name: text[name].unsqueeze(0)
            for name in (TEXT_EMBEDDINGS, TEXT_MASK, GLYPH_EMBEDDINGS, GLYPH_MASK)},
         "image_embeds": None if first is None else first.unsqueeze(0),
-        "original_resolution": sample.original_resolution,
-        "bucket_resolution": sample.bucket_resolution,
-        "bucket_id": sample.bucket_id,
-        "aspect_ratio": sample.aspect_ratio,
-        "num_frames": e["num_frames"],
-        "prompt": sample.prompt,
-        "video_path": sample.path,
-        "deterministic_latents": e["deterministic"],
-        "model_version": e["model_version"],
-        "processing_mode": e["mode"],
-        "model_type": sample.model_type,
+        **sample.video_metadata(),
     }
 
 

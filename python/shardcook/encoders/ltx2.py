@@ -264,17 +264,7 @@ def ltx2_cache(sample: CacheSample) -> dict[str, object]:
         "text_embeddings": text[VIDEO_EMBEDS].unsqueeze(0),
         "audio_text_embeddings": text[AUDIO_EMBEDS].unsqueeze(0),
         "text_mask": text[TEXT_MASK].unsqueeze(0),
-        "original_resolution": sample.original_resolution,
-        "bucket_resolution": sample.bucket_resolution,
-        "bucket_id": sample.bucket_id,
-        "aspect_ratio": sample.aspect_ratio,
-        "num_frames": e["num_frames"],
-        "prompt": sample.prompt,
-        "video_path": sample.path,
-        "deterministic_latents": e["deterministic"],
-        "model_version": e["model_version"],
-        "processing_mode": e["mode"],
-        "model_type": sample.model_type,
+        **sample.video_metadata(),
     }
 
 

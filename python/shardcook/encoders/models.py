@@ -211,6 +211,18 @@ class CacheSample:
                 "prompt": self.prompt, "image_path": self.path, "bucket_id": self.bucket_id,
                 "aspect_ratio": self.aspect_ratio, "model_type": self.model_type}
 
+    def video_metadata(self) -> dict[str, object]:
+        """The clip's facts every video processor's `get_cache_data` ends its dict with, in its
+        order; `extra` gives `num_frames`, `deterministic`, `model_version` and `mode`."""
+        e = self.extra
+        return {"original_resolution": self.original_resolution,
+                "bucket_resolution": self.bucket_resolution, "bucket_id": self.bucket_id,
+                "aspect_ratio": self.aspect_ratio, "num_frames": e["num_frames"],
+                "prompt": self.prompt, "video_path": self.path,
+                "deterministic_latents": e["deterministic"],
+                "model_version": e["model_version"], "processing_mode": e["mode"],
+                "model_type": self.model_type}
+
 
 @dataclass(frozen=True)
 class EncodedPixels:

@@ -3,9 +3,12 @@
 diffusion cache, computing what the diffusers `HunyuanVideo15ImageToVideoPipeline` calls it
 makes do:
 
-- latents of `AutoencoderKLHunyuanVideo15` (the posterior mean, or a draw), with the processor's
-  tiling (64-pixel tiles) and slicing, `(z - shift_factor) * scaling_factor` from the VAE's
-  config (`z * scaling_factor` without a shift), in float16 [C, T', H/16, W/16];
+- latents of `AutoencoderKLHunyuanVideo15` (the posterior mean, or a draw), tiled as diffusers
+  tiles it by default (256-pixel tiles; the processor asks for 64-pixel ones, which diffusers
+  pairs with its 16-latent tile, so past 64 pixels its latents overlap and come out larger
+  than H/16 x W/16: that one fault is not copied) and sliced, `(z - shift_factor) *
+  scaling_factor` from the VAE's config (`z * scaling_factor` without a shift), in float16
+  [C, T', H/16, W/16];
 - Qwen2.5-VL's hidden state before its last two layers for each caption as the user's turn of
   the pipeline's chat, past the template's first 108 tokens, padded to 1000 tokens, with its
   mask (`text_embeddings`, `text_mask`);
@@ -61,8 +64,6 @@ TEMPLATE_TOKENS = 108
 TEXT_LENGTH, GLYPH_LENGTH = 1000, 256
 #: The hidden states Qwen2.5-VL's output skips (the pipeline's `num_hidden_layers_to_skip`).
 SKIPPED_LAYERS = 2
-#: The processor's VAE tiles (`enable_tiling`'s sample sizes and overlap).
-TILE_PIXELS, TILE_OVERLAP = 64, 0.25
 #: The names of `encode_text`'s tensors (the registry entry's `text.outputs`).
 TEXT_EMBEDDINGS, TEXT_MASK, GLYPH_EMBEDDINGS, GLYPH_MASK = HUNYUAN_VIDEO_15.text.outputs
 #: encoder -> (model subfolder, tokenizer or image processor subfolder) inside the folder
@@ -113,7 +114,7 @@ class HunyuanVideoEncoders:
     def for_run(cls, model: Any, spec: Any, device: str, token_file: str | None
                 ) -> HunyuanVideoEncoders:
         """The dtype AutoModel's `load_models` picks by device (fp16 on a GPU, fp32 on the
-        CPU), whatever `--precision` says; the VAE tiled and sliced as it sets it."""
+        CPU), whatever `--precision` says; the VAE tiled (diffusers' own tiles) and sliced."""
         import torch
         from transformers import (
             ByT5Tokenizer,
@@ -138,8 +139,9 @@ class HunyuanVideoEncoders:
         siglip, image_processor = text_model(SiglipVisionModel, SiglipImageProcessor,
                                              sources["siglip"], token, dtype, device)
         del token
-        vae.enable_tiling(tile_sample_min_height=TILE_PIXELS, tile_sample_min_width=TILE_PIXELS,
-                          tile_overlap_factor=TILE_OVERLAP)
+        # diffusers' tiles, whose latent tile matches the sample tile (the processor's 64-pixel
+        # ones do not, and make every latent over 64 pixels a side too large)
+        vae.enable_tiling()
         vae.enable_slicing()
         return cls({"vae": vae, "tokenizer": tokenizer, "qwen": qwen,
                     "byt5_tokenizer": byt5_tokenizer, "byt5": byt5,
@@ -168,9 +170,8 @@ class HunyuanVideoEncoders:
 
     def encode_pixels(self, pixels: np.ndarray | Sequence[np.ndarray], keys: Sequence[str],
                       *, posterior: bool = False) -> EncodedPixels:
-        """B [T, H, W, 3] uint8 clips of one shape -> latents [B, C, T', H', W'] in fp16 (H' is
-        H/16 up to 64 pixels; the processor's tiles make it more past that); with `posterior`,
-        the VAE's mean and logvar too."""
+        """B [T, H, W, 3] uint8 clips of one shape -> latents [B, C, T', H/16, W/16] in fp16; with
+        `posterior`, the VAE's mean and logvar too."""
         import torch
 
         from shardcook.encoders.flux import sample_seed

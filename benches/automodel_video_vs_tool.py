@@ -161,6 +161,11 @@ FAMILIES = {"wan": (wan_models, "wan", "wan"), "wan2.2": (wan_models, "wan", "wa
             "hunyuanvideo-1.5": (hunyuan_models, "hunyuan", "hunyuanvideo-1.5"),
             "ltx2": (ltx2_models, "ltx2", "ltx2")}
 
+#: AutoModel's hunyuan processor asks for 64-pixel VAE tiles, which diffusers pairs with a
+#: 16-latent tile, so past 64 pixels a side its latents overlap and come out larger than
+#: H/16 x W/16; shardcook does not copy that fault (docs/FORMAT.md).
+LOOSE_SHAPES = {"hunyuanvideo-1.5": ("video_latents",)}
+
 
 def models(family: str, root: Path, width: int) -> Path:
     return FAMILIES[family][0](root, width)

@@ -32,7 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from automodel_vs_tool import ROOT, rebuild_diffusers, rebuild_transformers
+from widened_models import rebuild_diffusers, rebuild_transformers
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MAX_PIXELS = 256 * 256
 NUM_FRAMES = 17

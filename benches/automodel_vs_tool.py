@@ -53,6 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import automodel_video_vs_tool as videos
+from widened_models import rebuild_diffusers, rebuild_transformers
+
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "bench-out" / "automodel_vs_tool"
 MAX_PIXELS = 256 * 256
@@ -93,21 +96,6 @@ tool._save_metadata_shards(results, out, family, model, processor.model_type, 10
 
 
 # ---- models -------------------------------------------------------------------------------
-
-
-def rebuild_diffusers(folder: Path, cls: Any, **changes: Any) -> None:
-    """Replaces the model in `folder` with a fresh one of its class, its config changed."""
-    config = dict(cls.load_config(folder))
-    config.update(changes)
-    cls.from_config(config).save_pretrained(folder)
-
-
-def rebuild_transformers(folder: Path, cls: Any, edit: Any) -> None:
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(folder)
-    edit(config)
-    cls(config).save_pretrained(folder)
 
 
 def flux_models(root: Path, width: int) -> Path:
@@ -367,7 +355,6 @@ def report(family: str, unit: str, sizes: tuple[int, int], result: dict) -> None
 def main() -> None:
     sys.path.insert(0, str(ROOT / "benches"))
     sys.path.insert(0, str(ROOT))  # tests.helpers: FLUX.2's builder, the clips' frames
-    import automodel_video_vs_tool as videos
 
     kinds = (media(sys.modules[__name__], "photos", 64), media(videos, "clips", 8))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

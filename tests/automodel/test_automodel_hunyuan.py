@@ -6,7 +6,6 @@ through AutoModel's text-to-video dataloader builder (model_type hunyuan)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -16,14 +15,7 @@ from shardcook.config import resolve
 from shardcook.dataset.check.automodelcache import cache_problems
 from shardcook.errors import ConfigError
 
-from tests.automodel.test_automodel_wan import (
-    THREADS,
-    check_cache,
-    extract_evenly_spaced_frames,
-    frame_to_video_tensor,
-    media_files,
-    run_encode,
-)
+from tests.automodel.test_automodel_wan import check_cache, run_encode, tool_video_cache
 from tests.helpers.video import write_clip
 
 cv2 = pytest.importorskip("cv2")
@@ -50,16 +42,18 @@ def make_inputs(folder: Path) -> None:
 
 def automodel_cache(inputs: Path, out: Path, root: Path, *, mode: str, num_frames: int,
                     max_pixels: int, size: tuple[int, int] | None) -> list[dict]:
-    """What the tool's `preprocess_video_dataset` writes for `inputs` with the `hunyuan`
-    processor on one device: its `_process_video_video_mode` / `_process_video_frames_mode`
-    step by step with the processor (loaded by its own `load_models`), bucket calculator and
-    sidecar caption loader."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
-        return _automodel_cache(inputs, out, root, mode, num_frames, max_pixels, size)
-    finally:
-        torch.set_num_threads(threads)
+    """What the tool writes for `inputs` with AutoModel's `hunyuan` processor
+    (`tool_video_cache`), its VAE given consistent tiles (`consistent_tiles`)."""
+    from tests.vendored.automodel.processors.hunyuan import HunyuanVideoProcessor
+
+    class ConsistentTiles(HunyuanVideoProcessor):
+        def load_models(self, model_name: str, device: str) -> dict:
+            models = super().load_models(model_name, device)
+            consistent_tiles(models["vae"])
+            return models
+
+    return tool_video_cache(ConsistentTiles(), root, inputs, out, mode=mode,
+                            num_frames=num_frames, max_pixels=max_pixels, size=size)
 
 
 def consistent_tiles(vae) -> None:
@@ -68,73 +62,6 @@ def consistent_tiles(vae) -> None:
     pixels the tiles' latents overlap. shardcook keeps diffusers' default tiles instead."""
     vae.enable_tiling(tile_sample_min_height=vae.tile_latent_min_height * 16,
                       tile_sample_min_width=vae.tile_latent_min_width * 16)
-
-
-def _automodel_cache(inputs, out, root, mode, num_frames, max_pixels, size):
-    from tests.vendored.automodel.datasets.diffusion.multi_tier_bucketing import (
-        MultiTierBucketCalculator,
-    )
-    from tests.vendored.automodel.processors.caption_loaders import get_caption_loader
-    from tests.vendored.automodel.processors.hunyuan import HunyuanVideoProcessor
-
-    processor = HunyuanVideoProcessor()
-    models = processor.load_models(str(root), "cpu")
-    consistent_tiles(models["vae"])
-    calculator = MultiTierBucketCalculator(quantization=processor.quantization,
-                                           max_pixels=max_pixels)
-    files = media_files(inputs)
-    captions = get_caption_loader("sidecar").load_captions(files, "caption")
-    results = []
-    for path in files:
-        cap = cv2.VideoCapture(str(path))
-        if not cap.isOpened():
-            continue  # the tool logs the error and goes on
-        orig_width = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
-        orig_height = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
-        cap.release()
-        if size is not None:
-            width, height = size
-            bucket_id, aspect_ratio = None, width / height
-        else:
-            bucket = calculator.get_bucket_for_image(orig_width, orig_height)
-            (width, height), bucket_id = bucket["resolution"], bucket["id"]
-            aspect_ratio = bucket["aspect_ratio"]
-        caption = captions.get(path.name) or path.stem.replace("_", " ")
-        text = processor.encode_text(caption, models, "cpu")
-        resolution = f"{width}x{height}"
-        absolute = str(path.absolute())
-        metadata = {"original_resolution": (orig_width, orig_height),
-                    "bucket_resolution": (width, height), "bucket_id": bucket_id,
-                    "aspect_ratio": aspect_ratio, "prompt": caption, "video_path": absolute,
-                    "deterministic": True, "mode": mode}
-        entry = {"video_path": absolute, "bucket_resolution": [width, height],
-                 "original_resolution": [orig_width, orig_height], "prompt": caption,
-                 "bucket_id": bucket_id, "aspect_ratio": aspect_ratio,
-                 "pixels": width * height, "model_type": processor.model_type}
-        if mode == "video":
-            video, first_frame = processor.load_video(str(path), target_size=(height, width),
-                                                      num_frames=num_frames)
-            latent = processor.encode_video(video, models, "cpu", deterministic=True)
-            embeds = processor.encode_first_frame(first_frame, models, "cpu")
-            count = video.shape[2]
-            name = hashlib.md5(f"{absolute}_{resolution}_{count}".encode()).hexdigest()
-            file = processor.get_cache_data(latent, text, {
-                **metadata, "num_frames": count, "first_frame": first_frame,
-                "image_embeds": embeds})
-            results.append({"file": file, "entry": {
-                "cache_file": str(out / resolution / f"{name}.meta"), **entry,
-                "num_frames": count}})
-            continue
-        frames, sources = extract_evenly_spaced_frames(str(path), num_frames, (height, width))
-        for n, (frame, source) in enumerate(zip(frames, sources, strict=True)):
-            latent = processor.encode_video(frame_to_video_tensor(frame), models, "cpu")
-            file = processor.get_cache_data(latent, text, {**metadata, "num_frames": 1})
-            name = hashlib.md5(f"{absolute}_{resolution}_frame{n}".encode()).hexdigest()
-            results.append({"file": file, "entry": {
-                "cache_file": str(out / resolution / f"{name}.meta"), **entry, "num_frames": 1,
-                "frame_index": n + 1, "total_frames_extracted": len(frames),
-                "source_frame_index": source}})
-    return results
 
 
 def test_video_mode_equals_automodel_tool(tiny_hunyuan_video: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,26 +107,38 @@ def frame_to_video_tensor(frame, dtype=torch.float16):
 def automodel_cache(inputs: Path, out: Path, root: Path, processor_name: str, *, mode: str,
                     num_frames: int, max_pixels: int, size: tuple[int, int] | None
                     ) -> list[dict]:
-    """What the tool's `preprocess_video_dataset` writes for `inputs` on one device: its
-    `_process_video_video_mode` / `_process_video_frames_mode` step by step with AutoModel's
-    processor (loaded by its own `load_models`), bucket calculator and sidecar caption loader."""
+    """What the tool writes for `inputs` with AutoModel's `wan` or `wan2.2` processor
+    (`tool_video_cache`)."""
+    from tests.vendored.automodel.processors.wan import Wan22Processor, WanProcessor
+
+    processor = Wan22Processor() if processor_name == "wan2.2" else WanProcessor()
+    return tool_video_cache(processor, root, inputs, out, mode=mode, num_frames=num_frames,
+                            max_pixels=max_pixels, size=size)
+
+
+def tool_video_cache(processor: Any, root: Path, inputs: Path, out: Path, *, mode: str,
+                     num_frames: int, max_pixels: int, size: tuple[int, int] | None
+                     ) -> list[dict]:
+    """What the tool's `preprocess_video_dataset` writes for `inputs` with `processor` on one
+    device: its `_process_video_video_mode` / `_process_video_frames_mode` step by step with the
+    processor (loaded by its own `load_models`), bucket calculator and sidecar caption loader;
+    in video mode the first frame's `image_embeds` where the processor has
+    `encode_first_frame`, as the tool asks."""
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        return _automodel_cache(inputs, out, root, processor_name, mode, num_frames,
-                                max_pixels, size)
+        return _tool_video_cache(processor, root, inputs, out, mode, num_frames, max_pixels,
+                                 size)
     finally:
         torch.set_num_threads(threads)
 
 
-def _automodel_cache(inputs, out, root, processor_name, mode, num_frames, max_pixels, size):
+def _tool_video_cache(processor, root, inputs, out, mode, num_frames, max_pixels, size):
     from tests.vendored.automodel.datasets.diffusion.multi_tier_bucketing import (
         MultiTierBucketCalculator,
     )
     from tests.vendored.automodel.processors.caption_loaders import get_caption_loader
-    from tests.vendored.automodel.processors.wan import Wan22Processor, WanProcessor
 
-    processor = Wan22Processor() if processor_name == "wan2.2" else WanProcessor()
     models = processor.load_models(str(root), "cpu")
     calculator = MultiTierBucketCalculator(quantization=processor.quantization,
                                            max_pixels=max_pixels)
@@ -162,10 +175,13 @@ def _automodel_cache(inputs, out, root, processor_name, mode, num_frames, max_pi
             video, first_frame = processor.load_video(str(path), target_size=(height, width),
                                                       num_frames=num_frames)
             latent = processor.encode_video(video, models, "cpu", deterministic=True)
+            embeds = (processor.encode_first_frame(first_frame, models, "cpu")
+                      if hasattr(processor, "encode_first_frame") else None)
             count = video.shape[2]
             name = hashlib.md5(f"{absolute}_{resolution}_{count}".encode()).hexdigest()
             file = processor.get_cache_data(latent, text, {
-                **metadata, "num_frames": count, "first_frame": first_frame})
+                **metadata, "num_frames": count, "first_frame": first_frame,
+                "image_embeds": embeds})
             results.append({"file": file, "entry": {
                 "cache_file": str(out / resolution / f"{name}.meta"), **entry,
                 "num_frames": count}})

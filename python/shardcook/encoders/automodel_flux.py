@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from shardcook.encoders.flux import FluxEncoders, sample_seed
+from shardcook.encoders.flux import FluxEncoders, drawn_latent
 from shardcook.encoders.models import CacheSample, EncodedPixels
 from shardcook.encoders.transfer import to_device
 from shardcook.errors import ConfigError
@@ -65,12 +65,7 @@ class AutoModelFluxEncoders(FluxEncoders):
             # channels-last bf16 inputs differently
             x = ((x.to(torch.float32) / 255.0 - 0.5) / 0.5).to(self.dtype).contiguous()
             dist = self.vae.encode(x).latent_dist
-            if self.latent_mode == "mode":
-                z = dist.mode()
-            else:
-                z = dist.sample(generator=[
-                    torch.Generator(device=self.device).manual_seed(sample_seed(self.seed, k))
-                    for k in keys])
+            z = drawn_latent(dist, self.latent_mode, self.seed, keys, self.device)
             return EncodedPixels(((z - self.shift_factor) * self.scaling_factor)
                                  .to(torch.float16))
 

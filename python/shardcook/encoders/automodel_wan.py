@@ -66,17 +66,12 @@ class AutoModelWanEncoders(WanEncoders):
         normalised in the VAE's dtype; with `posterior`, the VAE's mean and logvar too."""
         import torch
 
-        from shardcook.encoders.flux import sample_seed
+        from shardcook.encoders.flux import drawn_latent
 
         with torch.inference_mode():
             x = scaled_clips(pixels, self._input_values, self.device)
             dist = self.vae.encode(x.permute(0, 4, 1, 2, 3).contiguous()).latent_dist
-            if self.latent_mode == "mode":
-                z = dist.mean
-            else:
-                z = dist.sample(generator=[
-                    torch.Generator(device=self.device).manual_seed(sample_seed(self.seed, k))
-                    for k in keys])
+            z = drawn_latent(dist, self.latent_mode, self.seed, keys, self.device)
             view = (1, -1, 1, 1, 1)
             mean = torch.tensor(self.norm.latents_mean, device=self.device, dtype=z.dtype)
             std = torch.tensor(self.norm.latents_std, device=self.device, dtype=z.dtype)

@@ -41,6 +41,22 @@ def sample_seed(seed: int, key: str) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def drawn_latent(dist: Any, latent_mode: str, seed: int, keys: Sequence[str],
+                 device: str) -> torch.Tensor:
+    """A VAE posterior's latent as AutoModel's processors take it: its mean (`mode`), or
+    diffusers' own draw (`sample`) from one generator per sample seeded by (seed, key), where
+    AutoModel's generator is unseeded. (`dist` is diffusers' DiagonalGaussianDistribution,
+    whose `sample` takes a list of generators, one per row, though typed for one.)"""
+    import torch
+
+    if latent_mode == "mode":
+        mean: torch.Tensor = dist.mode()
+        return mean
+    drawn: torch.Tensor = dist.sample(generator=[
+        torch.Generator(device=device).manual_seed(sample_seed(seed, k)) for k in keys])
+    return drawn
+
+
 def tensor_bytes(t: torch.Tensor, dtype: torch.dtype | None = None) -> bytes:
     """`torch.save` bytes of a contiguous CPU clone of `t` (never a view into a batch)."""
     import torch

@@ -174,7 +174,7 @@ class HunyuanVideoEncoders:
         `posterior`, the VAE's mean and logvar too."""
         import torch
 
-        from shardcook.encoders.flux import sample_seed
+        from shardcook.encoders.flux import drawn_latent
         from shardcook.encoders.wan import scaled_clips
 
         gpu = self.device.startswith("cuda")
@@ -183,12 +183,7 @@ class HunyuanVideoEncoders:
         with torch.inference_mode(), autocast:
             x = scaled_clips(pixels, self._input_values, self.device)
             dist = self.vae.encode(x.permute(0, 4, 1, 2, 3).contiguous()).latent_dist
-            if self.latent_mode == "mode":
-                z = dist.mean
-            else:
-                z = dist.sample(generator=[
-                    torch.Generator(device=self.device).manual_seed(sample_seed(self.seed, k))
-                    for k in keys])
+            z = drawn_latent(dist, self.latent_mode, self.seed, keys, self.device)
             config = self.vae.config
             shift = config.get("shift_factor")
             z = (z - shift) * config.scaling_factor if shift else z * config.scaling_factor

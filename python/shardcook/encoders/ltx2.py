@@ -151,18 +151,13 @@ class LTX2Encoders:
         in bf16; with `posterior`, the VAE's mean and logvar too."""
         import torch
 
-        from shardcook.encoders.flux import sample_seed
+        from shardcook.encoders.flux import drawn_latent
         from shardcook.encoders.wan import scaled_clips
 
         with torch.inference_mode():
             x = scaled_clips(pixels, self._input_values, self.device)
             dist = self.vae.encode(x.permute(0, 4, 1, 2, 3).contiguous()).latent_dist
-            if self.latent_mode == "mode":
-                z = dist.mode()
-            else:
-                z = dist.sample(generator=[
-                    torch.Generator(device=self.device).manual_seed(sample_seed(self.seed, k))
-                    for k in keys])
+            z = drawn_latent(dist, self.latent_mode, self.seed, keys, self.device)
             view = (1, -1, 1, 1, 1)
             mean = self.vae.latents_mean.view(view).to(z.device, z.dtype)
             std = self.vae.latents_std.view(view).to(z.device, z.dtype)

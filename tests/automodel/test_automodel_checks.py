@@ -18,7 +18,9 @@ from tests.automodel.test_automodel_flux import automodel_models, flux_root  # n
 from tests.helpers.automodel import (
     SIZES,
     THREADS,
+    copy_of,
     encode_args,
+    entries,
     make_inputs,
     reference_cache,
     run_encode,
@@ -49,15 +51,7 @@ def written(tiny_qwen_image, tmp_path_factory) -> Path:
 @pytest.fixture
 def cache(written: Path, tmp_path: Path) -> Path:
     """A copy of `written` of its own: its entries name the copy's files."""
-    out = tmp_path / "cache"
-    shutil.copytree(written, out)
-    for shard in out.glob("metadata_shard_*.json"):
-        shard.write_text(shard.read_text().replace(str(written), str(out)))
-    return out
-
-
-def entries(cache: Path) -> list[dict]:
-    return json.loads((cache / "metadata_shard_0000.json").read_text())
+    return copy_of(written, tmp_path / "cache")
 
 
 def first_of_bucket(cache: Path) -> Path:

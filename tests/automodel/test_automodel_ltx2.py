@@ -20,7 +20,7 @@ import torch
 from shardcook.config import resolve
 from shardcook.errors import ConfigError
 
-from tests.helpers.automodel import assert_same
+from tests.helpers.automodel import assert_same, copy_of
 from tests.helpers.video import frames
 
 cv2 = pytest.importorskip("cv2")
@@ -231,10 +231,7 @@ def test_cache_validates(encoded: tuple[Path, Path]) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     from shardcook.dataset.check.automodelcache import cache_problems
 
-    broken = out.parent / "broken"
-    subprocess.run(["cp", "-r", str(out), str(broken)], check=True)
-    shard = broken / "metadata_shard_0000.json"
-    shard.write_text(shard.read_text().replace(str(out), str(broken)))
+    broken = copy_of(out, out.parent / "broken")
     first = sorted(broken.glob("*x*/*.meta"))[0]
     data = torch.load(first, weights_only=True)
     del data["audio_latents"]

@@ -8,9 +8,7 @@ cards say why they have no picture; a damaged file is named; the files read are 
 from __future__ import annotations
 
 import html
-import json
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from shardcook.htmlreport import cachepage, make_report
 from shardcook.htmlreport.pictures import image_uri
 
 from tests.automodel.test_automodel_flux import flux_root  # noqa: F401
-from tests.helpers.automodel import SIZES, make_inputs, run_encode
+from tests.helpers.automodel import SIZES, copy_of, entries, make_inputs, run_encode
 from tests.helpers.browser import open_report
 from tests.helpers.dataset import cli, one_error_line
 
@@ -50,18 +48,6 @@ def wan_cache(tiny_wan: Path, tmp_path_factory) -> Path:
     make_videos(root / "in")
     encode_videos(root / "in", root / "out", tiny_wan, "wan", "--max-pixels", "16384")
     return root / "out"
-
-
-def copy_of(written: Path, out: Path) -> Path:
-    """A copy of a cache whose entries name the copy's files."""
-    shutil.copytree(written, out)
-    for shard in out.glob("metadata_shard_*.json"):
-        shard.write_text(shard.read_text().replace(str(written), str(out)))
-    return out
-
-
-def entries(cache: Path) -> list[dict]:
-    return json.loads((cache / "metadata_shard_0000.json").read_text())
 
 
 def counts(page: str) -> dict[str, int]:

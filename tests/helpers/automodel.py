@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -155,3 +156,16 @@ def cache_hashes(out: Path) -> dict[str, str]:
     return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(out.rglob("*"))
             if p.is_file() and ".shardcook" not in p.relative_to(out).parts}
+
+
+def copy_of(cache: Path, out: Path) -> Path:
+    """A copy of `cache` at `out` whose metadata entries name the copy's files."""
+    shutil.copytree(cache, out)
+    for shard in out.glob("metadata_shard_*.json"):
+        shard.write_text(shard.read_text().replace(str(cache), str(out)))
+    return out
+
+
+def entries(cache: Path) -> list[dict]:
+    """The entries of the cache's first metadata shard."""
+    return json.loads((cache / "metadata_shard_0000.json").read_text())

@@ -179,3 +179,18 @@ def test_a_refusal_without_an_error_code_names_both_causes(auth_store):
         f"profile 'wrongkey'; check the access key and secret key in {auth_store.store.config}, "
         "and that they are allowed to list, write and delete objects there (on S3: "
         "s3:ListBucket, s3:PutObject, s3:DeleteObject).")
+
+
+def test_a_write_the_credentials_may_not_make_is_said_as_the_stores_refusal(auth_store):
+    """`Store.failure` of a bucket: the store's refusal, in the sentence the commands say."""
+    from shardcook.storage import remote
+
+    folder = remote("msc://reader/ds", "t")
+    with pytest.raises(Exception) as e:
+        folder.write_bytes(".shardcook/report.html", b"<html>")
+    assert folder.failure("The report page", ".shardcook/report.html", "write", e.value) == (
+        f"The report page 'msc://reader/ds/.shardcook/report.html': {NO_WRITE}; use credentials "
+        "allowed to list, write and delete objects there (on S3: s3:ListBucket, s3:PutObject, "
+        "s3:DeleteObject).")
+    written = auth_store.store.keys("ds/.shardcook/")
+    assert "ds/.shardcook/report.html" not in written

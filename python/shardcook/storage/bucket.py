@@ -14,15 +14,18 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.storage.messages import access_problem, describe_error, profile_problem
 from shardcook.storage.msc import provider_of
+from shardcook.storage.retries import retried
 from shardcook.storage.rustreads import RustReads
 from shardcook.storage.store import Listed, normalized
 from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
+
+T = TypeVar("T")
 
 
 def check_url(value: object, what: str) -> str:
@@ -193,6 +196,32 @@ class Remote:
     def exists(self, name: str) -> bool:
         client, path = self._resolve(name)
         return bool(client.is_file(path))
+
+    def what_is(self, name: str = "") -> Literal["folder", "file"] | None:
+        """The first name of a listing under `name/` (a folder), else a HEAD of the object
+        `name` (for "": of the object in the folder above named as this one)."""
+        norm = normalized(name)
+        try:
+            if next(self.names(f"{norm}/" if norm else ""), None) is not None:
+                return "folder"
+            if norm:
+                return "file" if self.exists(norm) else None
+            above = self.parent()
+            return "file" if above is not None and above.exists(self.name) else None
+        except Exception as e:
+            raise OSError(errno.EIO, f"cannot look at it ({describe_error(e)})",
+                          self.where(name)) from e
+
+    def failure(self, what: str, name: str, doing: Literal["read", "write"],
+                error: BaseException) -> str:
+        url = self.where(name)
+        return access_problem(what, url, doing, error) or (
+            f"cannot {doing} {url} ({describe_error(error)}).")
+
+    def retrying(self, what: str, call: Callable[[], T]) -> T:
+        """`call()` tried again with doubling waits (`retries.retried`): a request can fail
+        once and pass the next time."""
+        return retried(what, call)
 
     def write_bytes(self, name: str, data: bytes | str) -> None:
         """Writes the object in one PUT: it appears whole or not at all."""

@@ -13,14 +13,17 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
+from typing import Literal, TypeVar
 
 from shardcook.errors import ConfigError
 from shardcook.files import create_new, read_regular_file, write_atomic
 from shardcook.storage.store import Listed
 from shardcook.storage.urls import url_scheme
+
+T = TypeVar("T")
 
 #: Linux's limits (NAME_MAX, PATH_MAX): a longer path fails in every file call with ENAMETOOLONG.
 MAX_NAME_BYTES = 255
@@ -136,6 +139,19 @@ class LocalStore:
 
     def exists(self, name: str) -> bool:
         return (self.root / name).is_file()
+
+    def what_is(self, name: str = "") -> Literal["folder", "file"] | None:
+        path = self.root / name
+        return "folder" if path.is_dir() else "file" if path.exists() else None
+
+    def failure(self, what: str, name: str, doing: Literal["read", "write"],
+                error: BaseException) -> str:
+        reason = getattr(error, "strerror", None) or error
+        return f"cannot {doing} {self.child(name)} ({reason})."
+
+    def retrying(self, what: str, call: Callable[[], T]) -> T:
+        """`call()` once: a local disk's error is final."""
+        return call()
 
     def read(self, name: str) -> bytes:
         return read_regular_file(self.root / name)

@@ -10,12 +10,16 @@ import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal, TypeVar
 
+from shardcook.storage.messages import describe_error
 from shardcook.storage.store import Listed, normalized
 
 __all__ = ["MemoryStore"]
+
+T = TypeVar("T")
 
 
 class MemoryStore:
@@ -111,6 +115,21 @@ class MemoryStore:
 
     def exists(self, name: str) -> bool:
         return self._key(name) in self.objects
+
+    def what_is(self, name: str = "") -> Literal["folder", "file"] | None:
+        norm = normalized(name)
+        if self.is_folder(norm):
+            return "folder"
+        there = self.exists(norm) if norm else self.is_file_itself()
+        return "file" if there else None
+
+    def failure(self, what: str, name: str, doing: Literal["read", "write"],
+                error: BaseException) -> str:
+        return f"cannot {doing} {self.where(name)} ({describe_error(error)})."
+
+    def retrying(self, what: str, call: Callable[[], T]) -> T:
+        """`call()` once: this process's memory fails for good or not at all."""
+        return call()
 
     def read(self, name: str) -> bytes:
         return self._get(name)

@@ -7,6 +7,8 @@ messages show one.
 What differs between a local folder and a bucket for a reader of input files is said by the
 store: how many reads at once pay (`readers`), where a name leads (`inside`, `reach`), whose
 refusal a denied read is (`refusal`), and how its files are listed (`contents`, a `Contents`).
+So is what differs for any caller: what a name is there (`what_is`), the sentence for a failed
+call (`failure`), and whether a failed call is tried again (`retrying`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from __future__ import annotations
 import io
 import os
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from shardcook.storage.rustreads import RustReads
 
 __all__ = ["Contents", "Listed", "Store", "normalized"]
+
+T = TypeVar("T")
 
 
 class Listed(NamedTuple):
@@ -125,6 +129,29 @@ class Store(Protocol):
         ...
 
     def exists(self, name: str) -> bool:
+        ...
+
+    def what_is(self, name: str = "") -> Literal["folder", "file"] | None:
+        """What `name` ("": the folder itself) is: "folder" (locally a directory; in a bucket
+        or memory, some object lies under `name/`), "file" (locally anything else that is
+        there; elsewhere the object `name`, for "" an object named as the folder), None when
+        nothing is. In a bucket one or two requests, never a listing of the whole folder.
+        OSError when the store cannot say."""
+        ...
+
+    def failure(self, what: str, name: str, doing: Literal["read", "write"],
+                error: BaseException) -> str:
+        """One sentence saying why `doing` object `name` failed with `error` (`what` names the
+        folder's role): locally `cannot write PATH (the system's reason).`; in a bucket the
+        store's refusal of the credentials or of their permissions
+        (`messages.access_problem`), else `cannot write URL (the client's error).`"""
+        ...
+
+    def retrying(self, what: str, call: Callable[[], T]) -> T:
+        """`call()`, an operation on this folder, under the store's own retry policy: locally
+        and in memory run once (a disk's error is final, and raised as it is); in a bucket
+        tried again with doubling waits (`retries.retried`), the last failure raised as a
+        ShardcookIOError saying that `what` (`reading x in msc://p/d`) failed."""
         ...
 
     def read(self, name: str) -> bytes:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from shardcook.media import MediaError
-from shardcook.media.video import _open, rgb, video_stream
+from shardcook.media.video import open_video, rgb, video_stream
 
 #: `--resize-mode` for video: Bridge's interpolation names.
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "area", "lanczos")
@@ -122,7 +122,7 @@ def decode_frames(data: bytes, span: tuple[int, int] | None = None
     import av
 
     first, last = span if span is not None else (0, None)
-    container = _open(data)
+    container = open_video(data)
     try:
         stream = video_stream(container)
         for n, frame in enumerate(container.decode(stream)):
@@ -142,23 +142,43 @@ def frame_count(data: bytes, span: tuple[int, int] | None = None) -> int:
         return sum(1 for _ in frames)
 
 
-def packet_count(data: bytes, span: tuple[int, int] | None = None) -> int:
-    """How many frames the first video stream's packets say it holds (within `span`), read
-    without decoding: nearly always what decoding gives, which is checked.
+@dataclass(frozen=True)
+class Packets:
+    """What a video's first stream says of itself without decoding."""
+
+    #: The frames its packets hold: nearly always what decoding gives, which is checked.
+    count: int
+    #: Its average frame rate (OpenCV's `CAP_PROP_FPS`), else its guessed one; None for neither.
+    rate: float | None
+
+
+def packets(data: bytes) -> Packets:
+    """The first video stream's packet count and frame rate, from one read of the container.
 
     Raises:
         MediaError: not a readable video.
     """
     import av
 
-    container = _open(data)
+    container = open_video(data)
     try:
         stream = container.streams.video[0]
+        rate = stream.average_rate or stream.guessed_rate
         count = sum(1 for packet in container.demux(stream) if packet.size)
     except av.error.FFmpegError as e:
         raise MediaError("video_decode_error", f"the video cannot be decoded ({e})") from None
     finally:
         container.close()
+    return Packets(count, float(rate) if rate else None)
+
+
+def packet_count(data: bytes, span: tuple[int, int] | None = None) -> int:
+    """How many frames the first video stream's packets say it holds (within `span`).
+
+    Raises:
+        MediaError: not a readable video.
+    """
+    count = packets(data).count
     first, last = span if span is not None else (0, None)
     return max(0, (count if last is None else min(count, last + 1)) - first)
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from shardcook.errors import ConfigError
 from shardcook.media import MediaError
-from shardcook.media.clips import decode_frames, packet_count
-from shardcook.media.video import _open, rgb
+from shardcook.media.clips import decode_frames, packets
+from shardcook.media.video import rgb
 
 #: A target (width, height) for a video of (width, height).
 Target = Callable[[int, int], tuple[int, int]]
@@ -85,18 +85,6 @@ def retimed(total: int, fps: float, wanted: int, rate: float) -> list[int]:
     return [int(i) for i in indices]
 
 
-def frame_rate(data: bytes) -> float | None:
-    """The first video stream's average frame rate (OpenCV's `CAP_PROP_FPS`), else its guessed
-    one; None when it has neither."""
-    container = _open(data)
-    try:
-        stream = container.streams.video[0]
-        rate = stream.average_rate or stream.guessed_rate
-        return float(rate) if rate else None
-    finally:
-        container.close()
-
-
 def cover(frame: np.ndarray, target: tuple[int, int], framing: CoverFraming) -> np.ndarray:
     """One frame resized as the tool's `load_video_frames` does: scaled to cover `target`
     (each side truncated), then its middle cropped; without `center_crop`, stretched."""
@@ -151,13 +139,14 @@ def cover_frames(data: bytes, target_of: Target, framing: CoverFraming) -> Cover
         MediaError: not a readable video, no frames, too short for `framing.rate`, or too
             large.
     """
-    total = packet_count(data)
+    stream = packets(data)
+    total = stream.count
     if framing.rate is None:
         def chosen(count: int) -> list[int]:
             return picks(count, framing.num_frames, framing.repeat)
     else:
         rate = framing.rate
-        fps = frame_rate(data) or rate  # AutoModel takes a video without one as at its rate
+        fps = stream.rate or rate  # AutoModel takes a video without one as at its rate
 
         def chosen(count: int) -> list[int]:
             return retimed(count, fps, framing.num_frames, rate)

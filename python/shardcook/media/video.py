@@ -43,7 +43,8 @@ class Clip:
         return times[-1] - times[0] + step
 
 
-def _open(data: bytes) -> Any:  # an av container (PyAV's types are loose)
+def open_video(data: bytes) -> Any:  # an av container (PyAV's types are loose)
+    """The container of the video in `data` (MediaError when it is none or holds no video)."""
     import av
 
     try:
@@ -89,7 +90,7 @@ def probe(data: bytes) -> Clip:
     """
     import av
 
-    container = _open(data)
+    container = open_video(data)
     try:
         stream = container.streams.video[0]
         pts = sorted(p.pts for p in container.demux(stream) if p.pts is not None and p.size)
@@ -150,7 +151,7 @@ def decode(data: bytes, clip: Clip, indices: list[int]) -> list[np.ndarray]:
 
     wanted = {clip.pts[i]: j for j, i in enumerate(indices)}
     frames: list[np.ndarray | None] = [None] * len(indices)
-    container = _open(data)
+    container = open_video(data)
     try:
         stream = video_stream(container)
         last = max(wanted)

@@ -228,6 +228,25 @@ def test_a_resumed_run_checks_shapes_against_the_earlier_runs_shards(tmp_path):
     assert sorted(p.name for p in (out / "train").glob("*.tar")) == ["train-shard-000000.tar"]
 
 
+def test_a_resumed_run_into_a_bucket_checks_shapes_against_the_shards_there(s3_store, tmp_path):
+    """As in a local folder: the split's first finished shard is read back from the bucket, so
+    the file the rerun converts fails for the shape it does not share with it."""
+    cells, reason = BAD_CELLS["a mean unlike the split's"]
+    folder, url = tmp_path / "in", s3_store.url("out")
+    folder.mkdir()
+    write_arrow(folder / "part-00000.arrow", 0, 3, timesteps=False)
+    (folder / "part-00001.arrow").write_bytes(b"not yet an Arrow file")
+    assert _ingest(str(folder), "--output-dir", url).returncode == 1
+    write_arrow(folder / "part-00001.arrow", 1, 3, timesteps=False, cells=cells)
+    result = _ingest(str(folder), "--output-dir", url)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(s3_store.get("out/.shardcook/report.json"))
+    assert [f["file"] for f in report["failed"]] == ["part-00001.arrow"]
+    assert reason in report["failed"][0]["reason"], report["failed"][0]["reason"]
+    assert [k for k in s3_store.keys("out/train/") if k.endswith(".tar")] == [
+        "out/train/train-shard-000000.tar"]
+
+
 @pytest.mark.parametrize("first_has_timesteps", [True, False])
 def test_a_file_unlike_the_split_in_its_timestep_column_fails_alone(tmp_path,
                                                                    first_has_timesteps):

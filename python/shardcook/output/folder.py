@@ -5,6 +5,7 @@ place where the store is a folder on this machine (`staging.Direct`), else stage
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -14,7 +15,7 @@ from shardcook.output.lock import Holder
 from shardcook.output.overwrite import ObjectPlan, OverwritePlan
 from shardcook.output.runfolder import RunFolder
 from shardcook.output.staged import Staged
-from shardcook.output.staging import Direct
+from shardcook.output.staging import Direct, LocalSpace
 from shardcook.storage.location import Location
 
 
@@ -57,6 +58,11 @@ class OutputFolder(Protocol):
     def plan_overwrite(self) -> OverwritePlan | ObjectPlan:
         """What `--overwrite` would delete; ConfigError when it may not, deleting nothing."""
 
+    def local_file_in(self, paths: Iterable[Path], names: Iterable[str], *,
+                      overwrite: bool = False) -> tuple[Path, Path] | None:
+        """The first of the local files `paths` that lies in one of `names` (or, with
+        `overwrite`, in what `--overwrite` deletes), with where; None when none does."""
+
     def clear(self) -> list[str]: ...
 
     def discard_shard(self, name: str) -> None: ...
@@ -66,6 +72,10 @@ class OutputFolder(Protocol):
     @property
     def shard_dir(self) -> Path:
         """The local folder the native writer writes this process's shards into."""
+
+    def local_space(self, prefix: str) -> LocalSpace:
+        """Where a job keeps its working files on this machine: beside the run's records, or
+        for a folder not on this machine a folder `PREFIX…` of its own under --scratch-dir."""
 
     def finish_unit(self, unit: int, record: dict[str, Any],
                     media: UnitMedia | None = None) -> None:

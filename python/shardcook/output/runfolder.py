@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -41,7 +41,7 @@ from shardcook.output import overwrite, records
 from shardcook.output.lock import Holder, lock_of
 from shardcook.output.place import check_local_place, check_store_place
 from shardcook.output.records import record_json
-from shardcook.output.staging import Staging
+from shardcook.output.staging import LocalSpace, Staging
 from shardcook.output.uploader import retried
 from shardcook.storage.location import Location
 from shardcook.storage.messages import access_problem, credentials_of, describe_error, unreachable
@@ -272,6 +272,23 @@ class RunFolder:
         cache = manifest is not None and manifest.get("encoding") == overwrite.CACHE_ENCODING
         return overwrite.plan_object_deletions(str(self), names, self.recorded_shards(), cache)
 
+    def local_file_in(self, paths: Iterable[Path], names: Iterable[str], *,
+                      overwrite: bool = False) -> tuple[Path, Path] | None:
+        """The first of the local files `paths` that lies in one of `names` (files or folders
+        in this folder; with `overwrite` also what `--overwrite` deletes, `plan_overwrite`),
+        with where it lies, both ends with their links followed; None when none does, as in a
+        store of objects, where no local file lies."""
+        if self._path is None:
+            return None
+        cleared = [*names, *(self.plan_overwrite().remove if overwrite else [])]
+        gone = [(self._path / name).resolve() for name in cleared]
+        for path in paths:
+            real = path.resolve()
+            for where in gone:
+                if real == where or real.is_relative_to(where):
+                    return path, where
+        return None
+
     def clear(self) -> list[str]:
         """Removes what the earlier shardcook run wrote, after checking everything
         (`plan_overwrite`), saying what; returns the entries kept (files shardcook did not
@@ -313,6 +330,10 @@ class RunFolder:
     @property
     def shard_dir(self) -> Path:
         return self.staging.shard_dir
+
+    def local_space(self, prefix: str) -> LocalSpace:
+        """Where a job keeps its working files on this machine (`staging.Staging.local_space`)."""
+        return self.staging.local_space(prefix)
 
     def finish_unit(self, unit: int, record: dict[str, Any],
                     media: mediarecords.UnitMedia | None = None) -> None:

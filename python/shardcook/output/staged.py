@@ -6,10 +6,16 @@ The native writer writes each shard into a staging folder of this process under
 `Uploader` puts shard and index into the store (each object appears whole under its final name,
 or not at all), then writes the unit's marker, then deletes the staged files. So a marker always
 names a shard that is in the store. The staging folder is removed by `close`.
+
+A job's working files (ingest's downloads) go into a folder of the process's own there
+(`Owned`), which records who made it, so a later run on this machine removes what a killed one
+left.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -21,6 +27,8 @@ from shardcook import _native
 from shardcook.dataset.index import shardrows
 from shardcook.dataset.media import records as mediarecords
 from shardcook.errors import ConfigError
+from shardcook.files import process_running
+from shardcook.output.holder import machine_id
 from shardcook.output.uploader import Uploader
 from shardcook.storage.store import Store
 
@@ -49,6 +57,10 @@ class Staged:
         except OSError as e:
             raise ConfigError(f"--scratch-dir {str(self._scratch)!r} cannot be made "
                               f"({e.strerror or e}); choose a folder you can write to.") from None
+
+    def local_space(self, prefix: str) -> Owned:
+        """A folder `PREFIX…` of this process's own under the scratch folder (made now)."""
+        return Owned(self._scratch, prefix)
 
     @property
     def shard_dir(self) -> Path:
@@ -132,3 +144,39 @@ class Staged:
 
     def remove_partial_shards(self) -> None:
         """Nothing: partial shards only ever exist in a process's own staging folder."""
+
+
+#: In an `Owned` folder: who made it (`machine`, `pid`).
+OWNER_JSON = "owner.json"
+
+
+class Owned:
+    """A new folder `PREFIX…` under `scratch` (made now; those killed runs left removed
+    first, `remove_abandoned`), with its owner recorded in it, removed whole at `release`."""
+
+    def __init__(self, scratch: Path, prefix: str) -> None:
+        remove_abandoned(scratch, prefix)
+        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch))
+        owner = {"machine": machine_id(), "pid": os.getpid()}
+        (self.path / OWNER_JSON).write_text(json.dumps(owner), encoding="utf-8")
+
+    def release(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def remove_abandoned(scratch: Path, prefix: str) -> list[str]:
+    """Removes the `PREFIX…` folders under `scratch` that processes killed on this machine
+    left (their owner's pid no longer runs here); another machine's, a running one's and
+    folders without an owner record are kept. Returns the names removed."""
+    here = machine_id()
+    removed = []
+    for folder in sorted(scratch.glob(f"{prefix}*")):
+        try:
+            owner = json.loads((folder / OWNER_JSON).read_text(encoding="utf-8"))
+            mine = here and owner["machine"] == here and not process_running(int(owner["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if mine and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed

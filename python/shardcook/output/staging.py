@@ -17,6 +17,29 @@ from shardcook.dataset.media import records as mediarecords
 from shardcook.layouts.names import OURS_DIR, TMP_DIR
 
 
+class LocalSpace(Protocol):
+    """A folder on this machine a job writes its working files into (ingest's downloads) until
+    `release`: `Kept` where the output folder is on this machine, else `staged.Owned`."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def release(self) -> None:
+        """Gives the folder back: what is the space's own goes."""
+        ...
+
+
+class Kept:
+    """A folder the output folder holds (its `.shardcook/`): it stays, the job removes its own
+    files from it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def release(self) -> None:
+        """Nothing: the folder is the run's."""
+
+
 class Staging(Protocol):
     """Where the writer writes a unit's shard and how it becomes final in the folder."""
 
@@ -33,6 +56,12 @@ class Staging(Protocol):
 
     def check(self) -> None:
         """Raises ConfigError when the local space the shards pass through cannot be made."""
+        ...
+
+    def local_space(self, prefix: str) -> LocalSpace:
+        """Where a job keeps its working files on this machine (ingest's downloads): beside
+        the run's records where the folder is on this machine, else a folder `PREFIX…` of
+        this process's own under --scratch-dir."""
         ...
 
     def finish_unit(self, unit: int, record: dict[str, Any], media: mediarecords.UnitMedia | None,
@@ -76,6 +105,10 @@ class Direct:
 
     def check(self) -> None:
         """Nothing: `RunFolder.check_writable` proves the folder itself writable."""
+
+    def local_space(self, prefix: str) -> Kept:
+        """The folder's `.shardcook/`, beside the run's records."""
+        return Kept(self.root / OURS_DIR)
 
     def finish_unit(self, unit: int, record: dict[str, Any], media: mediarecords.UnitMedia | None,
                     write_marker: Callable[[], None]) -> None:

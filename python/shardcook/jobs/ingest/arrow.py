@@ -29,6 +29,8 @@ from shardcook.layouts.mlperf import (
     TIMESTEP_COLUMN,
     TIMESTEPS,
 )
+from shardcook.sources.tarstream import read_samples
+from shardcook.storage.store import Store
 
 #: Each tensor part's shape, as a split's first row set it, and `timestep` (shape `()`) when
 #: that row carried one: a split's rows all carry a timestep or none do.
@@ -81,18 +83,19 @@ def _check_npy(view: memoryview, part: str, row: int) -> tuple[int, ...]:
     return info.shape
 
 
-def shard_shapes(path: Path) -> Shapes:
-    """The tensor shapes (and timestep) of the first sample of a shard this module wrote (none
-    when empty)."""
-    from shardcook import _native
-
-    for sample in _native.read_shard(str(path)):
-        found = {p: npy_header(bytes(sample.parts[p][:4096])) for p in TENSOR_PARTS}
-        shapes = {p: info.shape for p, info in found.items() if info is not None}
-        if TIMESTEP_COLUMN in json.loads(bytes(sample.parts[JSON_PART])):
-            shapes[TIMESTEP_COLUMN] = ()
-        return shapes
-    return {}
+def shard_shapes(store: Store, name: str) -> Shapes:
+    """The tensor shapes (and timestep) of the first sample of shard `name` in `store` that
+    this module wrote (none when empty): only that sample is read, streamed from the store."""
+    with store.open_stream(name) as stream:
+        first = next(read_samples(stream, store.child(name), 0), None)
+    if first is None:
+        return {}
+    parts = first[1]
+    found = {p: npy_header(parts[p][:4096]) for p in TENSOR_PARTS}
+    shapes = {p: info.shape for p, info in found.items() if info is not None}
+    if TIMESTEP_COLUMN in json.loads(parts[JSON_PART]):
+        shapes[TIMESTEP_COLUMN] = ()
+    return shapes
 
 
 def _check_shapes(found: Shapes, expected: Shapes, row: int) -> None:

@@ -34,7 +34,7 @@ from shardcook.jobs.ingest.download import (
 )
 from shardcook.jobs.ingest.first_ingest import is_first_ingests, recorded_inputs, upgrade_markers
 from shardcook.jobs.ingest.plan import Input, refuse_inputs_inside, this_runs_inputs
-from shardcook.jobs.ingest.prefetch import Prefetch
+from shardcook.jobs.ingest.prefetch import DOWNLOADS_PREFIX, Prefetch
 from shardcook.layouts.mlperf import MLPERF
 from shardcook.layouts.names import FINALIZE_JSON, OURS_DIR
 from shardcook.output.folder import OutputFolder
@@ -44,6 +44,7 @@ from shardcook.pipeline.report import JsonObject
 from shardcook.pipeline.run import Loaded, Outcome, Processor
 from shardcook.runtime.workers import Place
 from shardcook.sources.base import Item
+from shardcook.storage.store import Store
 from shardcook.storage.urls import redact
 
 log = logging.getLogger(__name__)
@@ -168,10 +169,7 @@ class IngestJob:
         self.empty = (fetch_manifest(empty.manifest_url, self.ingest.retry)
                       if empty is not None else None)
         old = None if cfg.output.overwrite else folder.read_manifest()
-        root = folder.location.store.file("")
-        if root is not None:  # only a folder on this machine can hold a local input
-            cleared = folder.plan_overwrite().remove if cfg.output.overwrite else []
-            refuse_inputs_inside(root, cleared, ours, self.ingest)
+        refuse_inputs_inside(folder, cfg.output.overwrite, ours, self.ingest)
         self.inputs = _with_earlier(str(folder), ours, old)
         shard = dict.fromkeys((i.split for i in self.inputs), 0)
         self.units_ = []
@@ -190,29 +188,22 @@ class IngestJob:
         upgrade_markers(folder, units, done)
         finished = folder.read_markers([u.unit for u in self.units_])
         pending = [self.inputs[u.start] for u in units if u.unit not in done]
-        root = folder.location.store.file("")
-        # locally: downloads beside the run's records, and a resumed run's shapes read from
-        # its shards there; a bucket's downloads are scratch, its shards not read back
-        if root is not None:
-            prefetch = Prefetch(pending, self.ingest, root / OURS_DIR)
-            shapes = self._finished_shapes(root, finished)
-        else:
-            prefetch = Prefetch(pending, self.ingest, cfg.output.scratch_dir, temporary=True)
-            shapes = {}
+        prefetch = Prefetch(pending, self.ingest, folder.local_space(DOWNLOADS_PREFIX))
         self.processor_ = IngestProcessor(self.inputs, prefetch)
-        self.processor_.shapes = shapes
+        self.processor_.shapes = self._finished_shapes(folder.location.store, finished)
         return self.processor_
 
-    def _finished_shapes(self, location: Path, finished: dict[int, JsonObject],
+    def _finished_shapes(self, store: Store, finished: dict[int, JsonObject],
                          ) -> dict[str, Shapes]:
-        """Each split's tensor shapes, from its first finished shard in an earlier run: a
-        resumed run's files are checked against the same shapes as the earlier run's."""
+        """Each split's tensor shapes, from its first finished shard in an earlier run (in the
+        output folder's `store`): a resumed run's files are checked against the same shapes as
+        the earlier run's."""
         shapes: dict[str, Shapes] = {}
         for unit in self.units_:
             shard = finished.get(unit.unit, {}).get("shard")
             split = self.inputs[unit.start].split
             if isinstance(shard, str) and split not in shapes:
-                shapes[split] = shard_shapes(location / shard)
+                shapes[split] = shard_shapes(store, shard)
         return {split: found for split, found in shapes.items() if found}
 
     def finalize(self, view: DatasetView, report: JsonObject) -> None:

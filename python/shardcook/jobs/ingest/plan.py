@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import stat
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from shardcook.jobs.ingest.download import (
     parse_md5_manifest,
 )
 from shardcook.layouts.names import OURS_DIR, shard_name, split_shard_prefix
+from shardcook.output.folder import OutputFolder
 from shardcook.storage.urls import redact
 
 log = logging.getLogger(__name__)
@@ -149,24 +149,20 @@ def _arrow_entries(split: str, base: str, listed: list[ManifestEntry],
     return arrow
 
 
-def refuse_inputs_inside(root: Path, overwritten: Iterable[Path | str], inputs: list[Input],
+def refuse_inputs_inside(folder: OutputFolder, overwrite: bool, inputs: list[Input],
                          cfg: IngestConfig) -> None:
-    """Refuses a local input (or manifest) that lies in what a run into the local folder `root`
-    deletes: shardcook's folders, the shards it redoes and, with --overwrite, `overwritten`
-    (everything the earlier run wrote, as `plan_overwrite` names it); before anything is
-    deleted."""
+    """Refuses a local input (or manifest) that lies in what a run into `folder` deletes:
+    shardcook's folders, the shards it redoes and, with `overwrite`, everything the earlier run
+    wrote (as `plan_overwrite` names it); before anything is deleted."""
     splits = {one.split for one in inputs}
-    cleared = [root / OURS_DIR, *(root / s / OURS_DIR for s in splits)]
+    cleared = [OURS_DIR, *(f"{s}/{OURS_DIR}" for s in splits)]
     for one in inputs:
-        shard = root / one.split / shard_name(one.index, split_shard_prefix(one.split))
-        cleared += [shard, shard.with_name(f"{shard.name}.idx")]
-    cleared += [root / path for path in overwritten]
-    given: Iterable[Path] = [*(i.local for i in inputs if i.local is not None),
-                             *(d.manifest for d in cfg.datasets if d.manifest)]
-    gone = [c.resolve() for c in cleared]
-    for path in given:
-        real = path.resolve()
-        for where in gone:
-            if real == where or real.is_relative_to(where):
-                raise ConfigError(f"input {str(path)!r} lies in {str(where)!r}, which ingest "
-                                  "deletes; move it out of the output folder first")
+        shard = f"{one.split}/{shard_name(one.index, split_shard_prefix(one.split))}"
+        cleared += [shard, f"{shard}.idx"]
+    given = [*(i.local for i in inputs if i.local is not None),
+             *(d.manifest for d in cfg.datasets if d.manifest)]
+    found = folder.local_file_in(given, cleared, overwrite=overwrite)
+    if found is not None:
+        path, where = found
+        raise ConfigError(f"input {str(path)!r} lies in {str(where)!r}, which ingest "
+                          "deletes; move it out of the output folder first")

@@ -4,47 +4,35 @@ so that Ctrl-C ends the process at once, even while one waits on a silent server
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import shutil
-import tempfile
 import threading
 from concurrent.futures import Future
 from pathlib import Path
 
 from shardcook.config.ingest import IngestConfig
-from shardcook.files import process_running
 from shardcook.jobs.ingest.download import DownloadError, download, safe_name
 from shardcook.jobs.ingest.plan import Input
-from shardcook.output.lock import machine_id
+from shardcook.output.staging import LocalSpace
 from shardcook.runtime import waits
 
 #: Downloaded Arrow files wait in `SCRATCH/downloads/SPLIT/` until converted (written under a
 #: temporary name there until whole and verified).
 DOWNLOADS_DIR = "downloads"
-#: A bucket run's own folder under --scratch-dir, and in it who made it (`machine`, `pid`), so a
-#: later run on the same machine removes what a killed one left there.
-TEMPORARY_PREFIX = "shardcook-ingest-"
-OWNER_JSON = "owner.json"
+#: The name of a run's own folder for its downloads under --scratch-dir (`Owned`), where the
+#: output folder is not on this machine.
+DOWNLOADS_PREFIX = "shardcook-ingest-"
 
 
 class Prefetch:
-    """Downloads the remote ones of `pending` (in that order) into `scratch`: the output
-    folder's `.shardcook/`, or for a bucket (`temporary`) a folder of its own under
-    --scratch-dir, removed at `close`."""
+    """Downloads the remote ones of `pending` (in that order) into `space`: the output
+    folder's `.shardcook/`, or for a folder not on this machine a folder of the run's own under
+    --scratch-dir (`OutputFolder.local_space`), released at `close`."""
 
-    def __init__(self, pending: list[Input], cfg: IngestConfig, scratch: str | Path | None,
-                 *, temporary: bool = False) -> None:
+    def __init__(self, pending: list[Input], cfg: IngestConfig, space: LocalSpace) -> None:
         self.remote = [one for one in pending if one.url is not None]
-        self.temporary = temporary
-        if temporary:
-            remove_abandoned(Path(scratch or tempfile.gettempdir()))
-            self.scratch = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=scratch))
-            owner = {"machine": machine_id(), "pid": os.getpid()}
-            (self.scratch / OWNER_JSON).write_text(json.dumps(owner), encoding="utf-8")
-        else:
-            self.scratch = Path(scratch or ".")
+        self.space = space
+        self.scratch = space.path
         self.cfg = cfg
         self.slots = threading.Semaphore(cfg.prefetch_depth)
         self.stop = threading.Event()
@@ -126,27 +114,8 @@ class Prefetch:
         for _ in range(self.cfg.max_workers):
             self.jobs.put(None)
         self._remove_downloads()
-        if self.temporary:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+        self.space.release()
 
     def _remove_downloads(self) -> None:
         shutil.rmtree(self.scratch / DOWNLOADS_DIR, ignore_errors=True)
-
-
-def remove_abandoned(scratch: Path) -> list[str]:
-    """Removes the folders under `scratch` that bucket runs killed on this machine left (their
-    owner's pid no longer runs here); another machine's, a running one's and folders without an
-    owner record are kept. Returns the names removed."""
-    here = machine_id()
-    removed = []
-    for folder in sorted(scratch.glob(f"{TEMPORARY_PREFIX}*")):
-        try:
-            owner = json.loads((folder / OWNER_JSON).read_text(encoding="utf-8"))
-            mine = here and owner["machine"] == here and not process_running(int(owner["pid"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if mine and not folder.is_symlink():
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder.name)
-    return removed
 

@@ -73,6 +73,23 @@ def metadataset(path, *entries):
     return path
 
 
+def test_a_metadataset_reached_through_a_link_is_checked_where_energon_reads(tmp_path, evilmod):
+    """Energon folds a metadataset's `..` by name, not following links first: from
+    `link/inner.yaml`, `../bad` is the `bad` beside `link`, not beside the folder it leads to.
+    That is the dataset checked (a check that followed the link passed the harmless one)."""
+    real = tmp_path / "deep" / "real"
+    real.mkdir(parents=True)
+    write_dataset(tmp_path / "deep" / "bad")  # beside the link's target: harmless
+    naming_evilmod(write_dataset(tmp_path / "bad"))  # beside the link: what Energon loads
+    metadataset(real / "inner.yaml", "../bad")
+    (tmp_path / "link").symlink_to(real)
+    outer = metadataset(tmp_path / "outer.yaml", "link/inner.yaml")
+    with pytest.raises(ConfigError, match=REFUSED):
+        write_blend(tmp_path / "mix.yaml", [f"{outer}=1"])
+    assert not evilmod.exists()
+    assert not (tmp_path / "mix.yaml").exists()
+
+
 @pytest.fixture
 def bucket_with_code(s3_store, tmp_path, evilmod):
     """`good/` and `bad/` in a bucket; `bad`'s dataset.yaml names `evilmod` and a sample_loader

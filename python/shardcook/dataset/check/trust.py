@@ -22,10 +22,10 @@ from typing import Any
 import yaml
 
 from shardcook import safeyaml
-from shardcook.dataset import metadata
-from shardcook.errors import DatasetError
 from shardcook.layouts.names import DATASET_YAML, JSONL_SUFFIX, META_DIR
 from shardcook.storage.location import Location, locate
+from shardcook.storage.store import Store
+from shardcook.storage.urls import is_url
 
 #: The packages whose modules a dataset may name (with their submodules).
 TRUSTED_PACKAGES = ("megatron.energon", "megatron.bridge", "shardcook")
@@ -76,21 +76,12 @@ def code_problems(content: Any, label: str, fix: str) -> list[str]:
     return problems
 
 
-#: What a metadataset's name ends with; a URL ending so, or inside a `.nv-meta/` folder (a
-#: dataset.yaml stand-in), is read as a YAML object, any other URL as a dataset folder.
-_YAML_SUFFIXES = (".yaml", ".yml")
-
-
 def _joined(base: Location, path: str) -> Location:
-    """`path` as a metadataset in `base` names it: a URL as it is, else relative to `base` (in
-    a store of objects, `..` and `.` resolved as Energon resolves them)."""
-    location = locate(path, "The blended dataset")
-    if location.store.file("") is None:
-        return location
-    here = base.store.file("")
-    if here is None:
-        return locate(base.store.where(path), "The blended dataset")
-    return Location(str(here / path))
+    """`path` as a metadataset in the folder `base` names it, as Energon resolves it: a URL as
+    it is, else relative to `base` with `..` and `.` folded by name (links are not followed
+    first: `link/../x` is `x` beside `link`, wherever `link` leads)."""
+    joined = path if is_url(path) else base.store.absolute().where(path)
+    return locate(joined, "The blended dataset")
 
 
 def _referenced(content: Any, base: Location) -> Iterator[Location]:
@@ -109,53 +100,40 @@ def _referenced(content: Any, base: Location) -> Iterator[Location]:
             yield from _referenced(value, base)
 
 
-def _local_problems(target: Path, fix: str, todo: list[Location]) -> list[str]:
-    """`code_problems` of a local dataset folder's dataset.yaml or a metadataset file (whose
-    entries go on `todo`); nothing for a place that cannot be read."""
-    if target.is_dir():
-        try:
-            dataset = metadata.read_dataset_yaml(target)
-        except DatasetError:
-            return []
-        if dataset is None:
-            return []
-        return code_problems(dataset.content, str(target / META_DIR / DATASET_YAML), fix)
-    if not target.is_file() or target.name.endswith(JSONL_SUFFIX):  # JSONL names no code
-        return []
-    try:
-        content = safeyaml.load(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return []
-    todo += _referenced(content, Location(str(target.parent)))
-    return code_problems(content, str(target), fix)
-
-
-def _url_problems(place: Location, fix: str, todo: list[Location]) -> list[str]:
-    """`_local_problems` of a place in a store of objects, read through its store: a `.yaml`
-    object (a metadataset, or a dataset.yaml stand-in), else a dataset folder's dataset.yaml. A
-    missing or unparsable file is passed over, as locally; one the store refuses to give is a
-    problem, since its code could not be checked.
-
-    Raises:
-        ConfigError: the URL cannot be opened (see `storage.locate`: a `..` segment ...).
-    """
+def _place_problems(place: Location, fix: str, todo: list[Location]) -> list[str]:
+    """`code_problems` of what Energon may load at `place`, read through its store: the
+    dataset.yaml of a dataset folder there, and the place itself as a YAML file (a metadataset,
+    whose entries go on `todo`, or a dataset.yaml stand-in); a JSONL file names no code. Both
+    are read: in a bucket a file and a folder can have one name."""
+    problems = _yaml_problems(place.store, f"{META_DIR}/{DATASET_YAML}", fix)
     parent, name = place.split()
-    is_file = bool(name) and (name.endswith(_YAML_SUFFIXES)
-                              or META_DIR in place.text.split("/")[:-1])
-    store, name = ((parent.store, name) if is_file else
-                   (place.store, f"{META_DIR}/{DATASET_YAML}"))
+    if name and not name.endswith(JSONL_SUFFIX):
+        problems += _yaml_problems(parent.store, name, fix, (todo, parent))
+    return problems
+
+
+def _yaml_problems(store: Store, name: str, fix: str,
+                   entries: tuple[list[Location], Location] | None = None) -> list[str]:
+    """`code_problems` of the YAML file `name` in `store`; with `entries` (a list and the
+    folder they are relative to), the places it names go on that list. A missing or unparsable
+    file is passed over, as is one a local folder cannot read: Energon can load no code from it
+    either, and its own check names it; one the store refuses to give (a bucket's credentials)
+    is a problem, since its code could not be checked."""
     label = store.child(name)
     try:
         content = safeyaml.load(store.read(name).decode("utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as e:
+        if store.refusal("The blended dataset", name, e) is None:
+            return []
         return [(f"{label} cannot be read ({e.strerror or e}), so the code it may name cannot "
                  f"be checked{fix}")]
     except (UnicodeDecodeError, yaml.YAMLError):
         return []
-    if is_file:
-        todo += _referenced(content, parent)
+    if entries is not None:
+        todo, base = entries
+        todo += _referenced(content, base)
     return code_problems(content, label, fix)
 
 
@@ -173,14 +151,11 @@ def blend_code_problems(path: Path, fix: str) -> list[str]:
     todo: list[Location] = [Location(str(path))]
     while todo:
         place = todo.pop()
-        here = place.store.file("")
-        target = here.resolve() if here is not None else None
-        key = str(target) if target is not None else place.text
+        key = place.store.absolute().where("")
         if key in seen:
             continue
         seen.add(key)
-        problems += (_url_problems(place, fix, todo) if target is None else
-                     _local_problems(target, fix, todo))
+        problems += _place_problems(place, fix, todo)
     return problems
 
 

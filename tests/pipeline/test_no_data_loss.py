@@ -126,6 +126,7 @@ def _blend_cli(*args: str):
     ("own_dataset_yaml", "inside a dataset's .nv-meta or .shardcook folder"),
     ("dataset_file", "already exists inside the dataset"),
     ("own_input", "is one of the blend's own inputs"),
+    ("own_input_by_a_link", "is one of the blend's own inputs"),
     ("existing", "already exists; add --force to replace it"),
     ("split_space", "--split-part 'tr ain' is not a split part name"),
     ("split_empty", "--split-part '' is not a split part name"),
@@ -135,10 +136,12 @@ def test_blend_refuses_and_writes_nothing(tmp_path, dataset, case, message):
     good = tmp_path / "m.yaml"
     write_blend(good, [f"{dataset}=1"])
     (dataset / "notes.yaml").write_text("mine: 1\n")
+    (tmp_path / "link.yaml").symlink_to(good)
     args = {
         "own_dataset_yaml": [str(dataset / ".nv-meta" / "dataset.yaml"), f"{dataset}=1"],
         "dataset_file": [str(dataset / "notes.yaml"), f"{dataset}=1", "--force"],
         "own_input": [str(good), f"{good}=1", "--force"],
+        "own_input_by_a_link": [str(good), f"{tmp_path / 'link.yaml'}=1", "--force"],
         "existing": [str(good), f"{dataset}=2"],
         "split_space": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split-part", "tr ain"],
         "split_empty": [str(tmp_path / "n.yaml"), f"{dataset}=1", "--split-part", ""],

@@ -20,7 +20,7 @@ from shardcook.dataset.location import readable
 from shardcook.errors import ConfigError, DatasetError
 from shardcook.layouts.names import INFO_JSON, META_DIR, OURS_DIR
 from shardcook.storage import is_url
-from shardcook.storage.local import check_local_path
+from shardcook.storage.local import LocalStore, check_local_path
 from shardcook.storage.location import Location, locate
 
 __all__ = [
@@ -271,7 +271,13 @@ def _enclosing_dataset(path: Path) -> Path | None:
     return next((d for d in path.parents if (d / META_DIR).is_dir()), None)
 
 
-def _check_out(out: Path, inputs: Sequence[Path], force: bool) -> None:
+def _is_input(target: Path, at: Location) -> bool:
+    """The local path `target` is the blended dataset `at` itself: each lies in the other,
+    their links followed (`Store.inside`); a folder in a bucket holds no local path."""
+    return at.store.inside(str(target)) and LocalStore(target).inside(at.store.where(""))
+
+
+def _check_out(out: Path, inputs: Sequence[Location], force: bool) -> None:
     """Refuses an output that would replace a dataset's file, an input, or (without `force`)
     any existing file: nothing is written when this raises."""
     if out.suffix != ".yaml":
@@ -279,7 +285,7 @@ def _check_out(out: Path, inputs: Sequence[Path], force: bool) -> None:
     if out.is_dir():
         raise ConfigError(f"{out} is a folder; name the .yaml file to write.")
     target = out.resolve()
-    if any(target == p for p in inputs):
+    if any(_is_input(target, at) for at in inputs):
         raise ConfigError(f"{out} is one of the blend's own inputs; write the blend elsewhere.")
     if any(part in (META_DIR, OURS_DIR) for part in target.parts):
         raise ConfigError(
@@ -350,16 +356,15 @@ def write_blend(
     located = [locate(entry.path, "The blended dataset") for entry in parsed]
     if not parsed:
         raise ConfigError("Give at least one PATH=WEIGHT to blend.")
-    _check_out(out, [root.resolve() for at in located
-                     if (root := at.store.file("")) is not None], force)
+    _check_out(out, located, force)
     base = out.resolve().parent
     aux_references = _aux_references(aux, base)
     blend = []
     for entry, at in zip(parsed, located, strict=True):
-        target = _checked_entry(at, out)
+        _check_entry(at, out)
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             raise ConfigError(f"{entry.path}: the weight must be a positive number.")
-        written = entry.path if target is None else os.path.relpath(target, base)
+        written = _reference(entry.path, base)
         item: dict[str, Any] = {"path": written, "weight": float(entry.weight)}
         # Energon refuses auxiliary sources on a metadataset, whose datasets name their own
         if aux_references and not str(written).endswith(_YAML_SUFFIXES):
@@ -391,9 +396,18 @@ def write_blend(
     return out
 
 
-def _checked_entry(at: Location, out: Path) -> Path | None:
+def _reference(path: str | os.PathLike[str], base: Path) -> str:
+    """How the blend file names the blended dataset `path`: a URL as given, which Energon opens
+    itself; a local path by its path from `base`, the file's folder, which Energon resolves it
+    from (asked of the text, as Energon asks it)."""
+    if is_url(path):
+        return os.fspath(path)
+    return os.path.relpath(Path(path).resolve(), base)
+
+
+def _check_entry(at: Location, out: Path) -> None:
     """Checks that a blended dataset is one Energon can load and that its metadata names only
-    trusted code; returns its resolved path (None for a URL)."""
+    trusted code."""
     what = dataset_kind(at)
     what.refuse_cache("`shardcook blend`")
     dataset = what.records
@@ -403,8 +417,6 @@ def _checked_entry(at: Location, out: Path) -> Path | None:
         with readable(at) as files:
             _check_dataset(files.resolve(), out)
             _refuse_untrusted_code(files.resolve())
-    root = at.store.file("")
-    return root.resolve() if root is not None else None
 
 
 def _refuse_untrusted_code(path: Path) -> None:

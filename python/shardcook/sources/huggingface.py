@@ -16,6 +16,7 @@ from shardcook.sources.base import (
     dotted_get,
 )
 from shardcook.storage.location import Location, locate
+from shardcook.storage.urls import is_url
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -111,18 +112,21 @@ def _check_local(name: str, data_files: Sequence[str | Location] | None) -> list
     if base is not None:  # else a hub dataset: the files are the repository's
         for file in files:
             # in a store, a pattern matching nothing is datasets' error
-            if not glob.has_magic(file.text) and not _exists(file, base):
-                here = file.store.file("") is not None
-                where = f" in {name!r}" if path.is_dir() and here else ""
+            if not glob.has_magic(file.text) and not _exists(_as_read(file, base)):
+                where = f" in {name!r}" if path.is_dir() and not is_url(file.text) else ""
                 raise ConfigError(f"--hf-data-files {file.text!r} does not exist{where}; check "
                                   "the name.")
     return [str(file) for file in files]
 
 
-def _exists(file: Location, base: Path) -> bool:
-    """Data file `file` exists: an object in its store, or a file under `base`."""
-    if file.store.file("") is not None:  # relative to the dataset folder, as `datasets` reads it
-        return (base / file.text).exists()
+def _as_read(file: Location, base: Path) -> Location:
+    """Data file `file` where `datasets` reads it: a URL as it is, a local path from the
+    dataset folder `base` (asked of the text, as `datasets` asks it)."""
+    return file if is_url(file.text) else Location(str(base / file.text))
+
+
+def _exists(file: Location) -> bool:
+    """Data file `file` is a file (`datasets` takes no folder as one) in its folder's store."""
     folder, name = file.split()
     return folder.store.exists(name)
 

@@ -138,6 +138,23 @@ def test_a_dataset_yaml_stand_in_in_a_bucket_is_checked(bucket_with_code, tmp_pa
     assert not evilmod.exists() and not (tmp_path / "mix.yaml").exists()
 
 
+def test_a_bucket_dataset_folder_named_like_a_yaml_file_is_checked(bucket_with_code, tmp_path,
+                                                                   evilmod):
+    """Energon reads a name that is no object as a dataset folder, whatever it ends with: the
+    dataset.yaml of `bad.yaml/` is the code it would import."""
+    from tests.helpers.dataset import cli, one_error_line
+
+    store = bucket_with_code
+    for key in store.keys("bad/"):
+        store.put(f"bad.yaml/{key.removeprefix('bad/')}", store.get(key))
+    inner = metadataset(tmp_path / "inner.yaml", store.url("bad.yaml"))
+    r = cli("blend", tmp_path / "mix.yaml", inner)
+    assert r.code == 2, (r.stdout, r.stderr)
+    assert (f"{store.url('bad.yaml')}/.nv-meta/dataset.yaml names the module 'evilmod'"
+            in one_error_line(r))
+    assert not evilmod.exists() and not (tmp_path / "mix.yaml").exists()
+
+
 def test_a_bucket_metadataset_entry_with_a_dot_dot_segment_is_refused(bucket_with_code,
                                                                       tmp_path, evilmod):
     from tests.helpers.dataset import cli, one_error_line

@@ -9,7 +9,8 @@ import errno
 
 import pytest
 from shardcook.errors import ShardcookIOError
-from shardcook.storage import remote, retries
+from shardcook.storage import bucket as buckets
+from shardcook.storage import remote
 from shardcook.storage.local import LocalStore
 from shardcook.storage.memory import MemoryStore
 
@@ -57,21 +58,21 @@ def test_a_failed_write_is_one_sentence_naming_the_file(s3_store, tmp_path):
 
 def test_a_local_error_is_final_and_a_buckets_call_is_tried_again(s3_store, tmp_path,
                                                                     monkeypatch):
-    monkeypatch.setattr(retries, "FIRST_BACKOFF_SECONDS", 0.01)
+    monkeypatch.setattr(buckets, "FIRST_BACKOFF_SECONDS", 0.01)
     bucket = remote(s3_store.url("top"), "t")
     calls: list[str] = []
 
     def read_after_two_failures(store):
         def read() -> bytes:
             calls.append(str(store))
-            if len(calls) % retries.TRIES:
+            if len(calls) % buckets.TRIES:
                 raise OSError(errno.EIO, "the link dropped")
             return store.read("a.txt")
         return read
 
     bucket.write_bytes("a.txt", b"A")
     assert bucket.retrying("reading a.txt", read_after_two_failures(bucket)) == b"A"
-    assert len(calls) == retries.TRIES
+    assert len(calls) == buckets.TRIES
     for once in (LocalStore(tmp_path), MemoryStore()):
         calls.clear()
         with pytest.raises(OSError) as e:
@@ -80,4 +81,4 @@ def test_a_local_error_is_final_and_a_buckets_call_is_tried_again(s3_store, tmp_
     with pytest.raises(ShardcookIOError) as failed:
         bucket.retrying(f"reading nope in {bucket}", lambda: bucket.read("nope"))
     assert str(failed.value).startswith(
-        f"reading nope in {bucket} failed {retries.TRIES} times (")
+        f"reading nope in {bucket} failed {buckets.TRIES} times (")

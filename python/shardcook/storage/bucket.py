@@ -3,13 +3,15 @@ Megatron-Energon itself opens such datasets with, so the same profiles (`MSC_CON
 `~/.msc_config.yaml`) and credentials serve both. `check_url` refuses a URL that cannot work
 (unknown scheme, missing profile, missing client package) in one sentence before anything is
 read or written; `Remote` is a folder in a bucket with the few operations shardcook needs,
-each one MSC call; `Listing` is its files as a reader sees them, listed once.
+each one MSC call, and `retried` how a call is tried again; `Listing` is its files as a reader
+sees them, listed once.
 """
 
 from __future__ import annotations
 
 import errno
 import io
+import logging
 import os
 import posixpath
 import re
@@ -17,15 +19,48 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
-from shardcook.errors import ConfigError
+from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
+
+from shardcook.errors import ConfigError, ShardcookIOError
 from shardcook.storage.messages import access_problem, describe_error, profile_problem
 from shardcook.storage.msc import provider_of
-from shardcook.storage.retries import retried
 from shardcook.storage.rustreads import RustReads
 from shardcook.storage.store import Listed, normalized
 from shardcook.storage.urls import SCHEMES, as_text, bad_segment, redact, segment_named, url_scheme
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+#: Tries per store call, and the wait before the second (doubled before each later one).
+TRIES = 3
+FIRST_BACKOFF_SECONDS = 0.5
+
+
+def retried(what: str, call: Callable[[], T],
+            failed: Callable[[Exception], str] | None = None) -> T:
+    """`call()`, a call to object storage, tried `TRIES` times with doubling waits between (a
+    request can fail once and pass the next time: a dropped connection, a throttled store);
+    `what` names the call and its store (`uploading 000003.tar to msc://profile/data`).
+
+    Raises:
+        ShardcookIOError: the last try failed, in one sentence: `failed(error)` when given,
+            else one saying the run stopped.
+    """
+    def say(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("%s failed (%s); trying again in %.1f s", what,
+                    describe_error(error) if error else "?", wait)
+
+    try:
+        return Retrying(stop=stop_after_attempt(TRIES), reraise=True, before_sleep=say,
+                        wait=wait_exponential(multiplier=FIRST_BACKOFF_SECONDS))(call)
+    except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
+        raise ShardcookIOError(failed(e) if failed is not None else (
+            f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the "
+            "units recorded so far: rerun the same command to resume.")
+        ) from None
 
 
 def check_url(value: object, what: str) -> str:
@@ -219,8 +254,7 @@ class Remote:
             f"cannot {doing} {url} ({describe_error(error)}).")
 
     def retrying(self, what: str, call: Callable[[], T]) -> T:
-        """`call()` tried again with doubling waits (`retries.retried`): a request can fail
-        once and pass the next time."""
+        """`call()` tried again with doubling waits (`retried`)."""
         return retried(what, call)
 
     def write_bytes(self, name: str, data: bytes | str) -> None:

@@ -150,7 +150,7 @@ class Store(Protocol):
     def retrying(self, what: str, call: Callable[[], T]) -> T:
         """`call()`, an operation on this folder, under the store's own retry policy: locally
         and in memory run once (a disk's error is final, and raised as it is); in a bucket
-        tried again with doubling waits (`retries.retried`), the last failure raised as a
+        tried again with doubling waits (`bucket.retried`), the last failure raised as a
         ShardcookIOError saying that `what` (`reading x in msc://p/d`) failed."""
         ...
 

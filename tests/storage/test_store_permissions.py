@@ -194,3 +194,21 @@ def test_a_write_the_credentials_may_not_make_is_said_as_the_stores_refusal(auth
         "s3:DeleteObject).")
     written = auth_store.store.keys("ds/.shardcook/")
     assert "ds/.shardcook/report.html" not in written
+
+
+def test_a_cache_record_the_store_refuses_is_tried_again_then_stops_the_run(auth_store,
+                                                                            monkeypatch, caplog):
+    """The AutoModel cache's record is read under the store's retry policy: a bucket's refusal
+    is tried `bucket.TRIES` times, then said in one sentence (a folder's unreadable record is
+    damaged: tests/automodel/test_automodel_cache_stores.py)."""
+    from shardcook.errors import ShardcookIOError
+    from shardcook.jobs.encode.automodel_cache import recorded_cache
+    from shardcook.storage import bucket, remote
+
+    monkeypatch.setattr(bucket, "FIRST_BACKOFF_SECONDS", 0.01)
+    with pytest.raises(ShardcookIOError) as e:
+        recorded_cache(remote("msc://nobody/ds", "t"))
+    assert str(e.value).startswith(
+        "reading .shardcook/automodel_cache.json in msc://nobody/ds failed 3 times (")
+    assert "Permission denied" in str(e.value) and "rerun the same command" in str(e.value)
+    assert len([r for r in caplog.records if "trying again" in r.getMessage()]) == 2

@@ -23,6 +23,7 @@ dataset) last; a command that fails before `publish` leaves the store as it was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -586,6 +587,24 @@ class Fetched:
             raise ConfigError(access_problem("The dataset", self.name, "write", e) or
                               f"cannot write to {self.name} ({describe_error(e)}); check the "
                               f"bucket and {credentials_of(self.name)}") from None
+
+    def rewritten(self, shard: str, now: bool) -> None:
+        """Uploads the shard as rewritten under `root` over its object (when `now`), then
+        deletes its `.tar.idx` and recorded rows, here and in the store (each call retried as
+        the store retries), so neither describes the old bytes."""
+        if now:
+            self.store.retrying(f"writing {shard} to {self.store}",
+                                partial(self.store.upload, self.root / shard, shard))
+            self.sizes[shard] = (self.root / shard).stat().st_size
+            self.etags[shard] = None
+        for name in (f"{shard}.idx", shardrows.rows_name(shard)):
+            self.store.retrying(f"deleting {name} in {self.store}", partial(self._drop, name))
+            (self.root / name).unlink(missing_ok=True)
+            self.copied.pop(name, None)
+
+    def _drop(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):  # gone already: what was wanted
+            self.store.delete(name)
 
     def publish(self) -> None:
         """Uploads the small files that changed or appeared under the view and deletes the

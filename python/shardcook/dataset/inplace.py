@@ -57,6 +57,9 @@ class InPlace:
     def check_writable(self) -> None:
         """Nothing: a folder's writes say why they fail themselves, where they happen."""
 
+    def rewritten(self, shard: str, now: bool) -> None:
+        """Nothing: the shard rewritten under `root` is the dataset's already."""
+
     def publish(self) -> None:
         """Nothing: what a command wrote under `root` is the dataset's already."""
 

@@ -38,6 +38,8 @@ class Fetch(Protocol):
 
     def check_writable(self) -> None: ...
 
+    def rewritten(self, shard: str, now: bool) -> None: ...
+
     def publish(self) -> None: ...
 
     @property
@@ -100,6 +102,14 @@ class DatasetView:
         """Raises ConfigError when the dataset cannot be written (a folder's writes say so
         themselves, where they happen)."""
         self.fetch.check_writable()
+
+    def rewritten(self, shard: str, now: bool) -> None:
+        """Makes `shard` as a step rewrote it under `root`, in the window now in hand, the
+        dataset's (`now`: the step rewrote it; else an earlier run did, which may have stopped
+        before this call ended): in a folder it is already; a fetched view uploads it (when
+        `now`), then deletes the shard's `.tar.idx` and recorded rows in the store, which
+        described its bytes before."""
+        self.fetch.rewritten(shard, now)
 
     def publish(self) -> None:
         """Makes what a command wrote under `root` the dataset's."""

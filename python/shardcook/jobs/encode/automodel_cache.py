@@ -18,7 +18,6 @@ shards a killed finalize left whole."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -28,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from shardcook._native import ShardWriter, read_shard
-from shardcook.dataset.index.shardrows import rows_name
 from shardcook.dataset.view import DatasetView
-from shardcook.errors import DatasetError
+from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts.automodel import (
     CACHE_PART,
     CACHE_RECORD,
@@ -39,7 +37,6 @@ from shardcook.layouts.automodel import (
     METADATA_SHARD_SIZE,
     metadata_shard_name,
 )
-from shardcook.output.uploader import retried
 from shardcook.storage.store import Store
 
 
@@ -49,7 +46,7 @@ def _put(store: Store, name: str, data: bytes) -> None:
     retried."""
     path = store.file(name)
     if path is None:
-        retried(f"writing {name} to {store}", partial(store.write_bytes, name, data))
+        store.retrying(f"writing {name} to {store}", partial(store.write_bytes, name, data))
         return
     store.write_bytes(name, data)
     if path.stat().st_size != len(data):
@@ -98,10 +95,15 @@ def write_cache(store: Store, view: DatasetView, shards: Sequence[str],
 
 
 def recorded_cache(store: Store) -> int | None:
-    """The samples of the cache a finalize recorded in `store`, None when none did."""
-    read = partial(_record, store)
-    data = read() if store.file("") is not None else retried(
-        f"reading {CACHE_RECORD} in {store}", read)
+    """The samples of the cache a finalize recorded in `store`, None when none did. The record
+    is read under the store's retry policy: a failure it gives up on says so; any other
+    unreadable record is damaged."""
+    try:
+        data = store.retrying(f"reading {CACHE_RECORD} in {store}", partial(_record, store))
+    except ShardcookError:
+        raise
+    except OSError:
+        raise _damaged(store) from None
     if data is None:
         return None
     try:
@@ -115,10 +117,6 @@ def _record(store: Store) -> bytes | None:
         return store.read(CACHE_RECORD)
     except FileNotFoundError:
         return None
-    except OSError:
-        if store.file("") is None:
-            raise  # a bucket's failed read: retried
-        raise _damaged(store) from None
 
 
 def _damaged(store: Store) -> DatasetError:
@@ -146,23 +144,13 @@ def slim_shard(path: Path) -> bool:
     return True
 
 
-def _slim_shards(store: Store, view: DatasetView, shards: Sequence[str]) -> None:
-    """Every shard slimmed; in a bucket each slimmed copy is uploaded over the shard, and the
-    shard's `.tar.idx` and index rows, which described it whole, are deleted."""
-    here = store.file("") is not None
+def _slim_shards(view: DatasetView, shards: Sequence[str]) -> None:
+    """Every shard slimmed and made the dataset's (`DatasetView.rewritten`: a fetched shard's
+    slimmed copy is uploaded over it, and its `.tar.idx` and index rows, which described it
+    whole, are deleted)."""
     for window in view.windows(shards):
         for shard in window:
-            if slim_shard(view.root / shard) and not here:
-                retried(f"writing {shard} to {store}",
-                        partial(store.upload, view.root / shard, shard))
-            if not here:
-                for name in (f"{shard}.idx", rows_name(shard)):
-                    retried(f"deleting {name} in {store}", partial(_delete, store, name))
-
-
-def _delete(store: Store, name: str) -> None:
-    with contextlib.suppress(FileNotFoundError):  # gone already: what was wanted
-        store.delete(name)
+            view.rewritten(shard, now=slim_shard(view.root / shard))
 
 
 def finish_cache(store: Store, view: DatasetView, shards: Sequence[str],
@@ -178,5 +166,5 @@ def finish_cache(store: Store, view: DatasetView, shards: Sequence[str],
     if recorded is None:
         _put(store, CACHE_RECORD, json.dumps(
             {"total_items": done, "metadata": METADATA_FILE}).encode("utf-8"))
-    _slim_shards(store, view, shards)
+    _slim_shards(view, shards)
     return done, recorded is None

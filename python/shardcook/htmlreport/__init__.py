@@ -33,7 +33,6 @@ from shardcook.htmlreport.page import Content, render
 from shardcook.htmlreport.stats import LatentCheck, Tally, latent_check
 from shardcook.layouts import Layout, by_encoding, registry_function
 from shardcook.layouts.names import OURS_DIR, REPORT_HTML
-from shardcook.storage import access_problem, describe_error
 from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 
@@ -150,23 +149,13 @@ def default_out(dataset: str | os.PathLike[str] | Location) -> str:
 
 def _write_into(dataset: Location, page: bytes) -> str:
     """`page` written as the dataset's `.shardcook/report.html`; returns where."""
-    target = default_out(dataset)
-    rather = "; give --out FILE.html to write the page elsewhere."
-    root = dataset.store.file("")
-    if root is None:
-        try:
-            dataset.store.write_bytes(REPORT_PAGE, page)
-        except Exception as e:  # noqa: BLE001 - the client's errors, as one sentence
-            said = access_problem("The report page", target, "write", e)
-            raise ConfigError((said or f"cannot write {target} ({describe_error(e)})."
-                               ).removesuffix(".") + rather) from None
-        return target
     try:
-        (root / OURS_DIR).mkdir(exist_ok=True)
-        write_atomic(Path(target), page)
-    except OSError as e:
-        raise ConfigError(f"cannot write {target} ({e.strerror or e}){rather}") from None
-    return target
+        dataset.store.write_bytes(REPORT_PAGE, page)
+    except Exception as e:  # noqa: BLE001 - a disk's or a client's error, as one sentence
+        said = dataset.store.failure("The report page", REPORT_PAGE, "write", e)
+        raise ConfigError(said.removesuffix(".") + "; give --out FILE.html to write the page "
+                          "elsewhere.") from None
+    return default_out(dataset)
 
 
 def write_report(dataset: str | os.PathLike[str] | Location,

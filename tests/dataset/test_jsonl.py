@@ -238,6 +238,20 @@ def test_a_jsonl_in_a_bucket_is_indexed_where_it_lies(captioned, s3_store):
     assert s3_store.get("ds/data.jsonl.idx") == (root / "data.jsonl.idx").read_bytes()
 
 
+def test_a_folder_named_like_a_jsonl_is_a_dataset_folder_in_a_bucket_too(s3_store, tmp_path):
+    """Energon's test: a `.jsonl` that is a folder is no JSONL file; in a bucket, a name that
+    objects lie under is a folder."""
+    from tests.helpers.dataset import write_dataset
+
+    folder = write_dataset(tmp_path / "shards.jsonl")
+    s3_store.upload_folder(folder, "shards.jsonl")
+    for where in (folder, s3_store.url("shards.jsonl")):
+        r = cli("validate", where, "--scratch-dir", tmp_path)
+        assert r.code == 0 and "JSONL" not in r.stdout, (r.stdout, r.stderr)
+        r = cli("info", where, "--scratch-dir", tmp_path)
+        assert r.code == 0 and "4 samples" in r.stdout.replace(",", ""), r.stdout
+
+
 def test_a_jsonl_a_metadataset_names_is_not_read_for_code(tmp_path):
     """A JSONL file names no code: blend's check of what a metadataset names passes it over,
     even when a record looks like a dataset.yaml naming a class off the allowlist."""

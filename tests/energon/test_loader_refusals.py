@@ -1,5 +1,6 @@
 """What the loader and the cookers refuse is one sentence saying what they take: a JSONL
-dataset, a path that does not exist, a cooker given no sample."""
+dataset, a path that does not exist (or a URL with nothing under it), a cooker given no
+sample."""
 
 from __future__ import annotations
 
@@ -37,8 +38,11 @@ def test_a_jsonl_dataset_is_refused_saying_what_the_loader_takes(tmp_path):
             "metadataset .yaml such as `shardcook blend` writes.")
 
 
-def test_a_path_that_does_not_exist_is_named_so(tmp_path):
-    missing = tmp_path / "nonexistent"
+@pytest.mark.parametrize("where", ["folder", "bucket"])
+def test_a_path_that_does_not_exist_is_named_so(tmp_path, s3_store, where):
+    """A URL with no object under it is refused as a missing folder is."""
+    s3_store.put("other/x", b"x")  # the bucket is there, the dataset is not
+    missing = tmp_path / "nonexistent" if where == "folder" else s3_store.url("nonexistent")
     for load in _loaders(missing):
         with pytest.raises(DatasetError) as e:
             load()

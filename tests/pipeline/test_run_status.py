@@ -166,13 +166,22 @@ def test_a_damaged_ledger_is_refused_with_advice_that_loses_nothing(done, src, t
     assert "complete." in run_in_process(["status", str(out)]).output
 
 
-def test_status_of_a_file_or_a_missing_folder(tmp_path):
-    """Each in one sentence naming what status takes, not a traceback nor --output-dir."""
+@pytest.mark.parametrize("where", ["folder", "bucket"])
+def test_status_of_a_file_or_a_missing_folder(tmp_path, s3_store, where):
+    """Each in one sentence naming what status takes, not a traceback nor --output-dir; in a
+    bucket, an object named as the folder is a file, and a URL with no object under it is
+    missing."""
     (tmp_path / "file").write_text("x")
-    line = _refused(run_in_process(["status", str(tmp_path / "file")], expect=2))
-    assert "is a file, not a folder" in line
-    line = _refused(run_in_process(["status", str(tmp_path / "none")], expect=2))
-    assert "does not exist" in line and "holds no shardcook run" not in line
+    s3_store.put("file", b"x")
+    s3_store.put("other/x", b"x")  # the bucket is there, the run is not
+    file, none = ((str(tmp_path / "file"), str(tmp_path / "none")) if where == "folder" else
+                  (s3_store.url("file"), s3_store.url("none")))
+    line = _refused(run_in_process(["status", file], expect=2))
+    assert line == (f"error: The run's output folder {file!r} is a file, "
+                    "not a folder; name the folder a run wrote.")
+    line = _refused(run_in_process(["status", none], expect=2))
+    assert line == (f"error: The run's output folder {none!r} does not "
+                    "exist; name the folder a run wrote.")
     for url in ("s3://", "ftp://host/x"):
         line = _refused(run_in_process(["status", url], expect=2))
         assert line.startswith("error: The run's output folder ") and "--output-dir" not in line

@@ -60,12 +60,13 @@ def dataset_encoding(path: str | Path) -> str | None:
 
 def _check_readable(path: str | Path) -> None:
     """Refuses, in one sentence, a `path` the loader cannot read: a JSONL dataset (Energon
-    reads one, but no shardcook task encoder cooks its records), or a local path that does not
-    exist.
+    reads one, but no shardcook task encoder cooks its records), or a path or URL where there
+    is nothing.
 
     Raises:
-        ConfigError: `path` is no path, a URL no client opens, or a JSONL dataset.
-        DatasetError: `path` is local and does not exist.
+        ConfigError: `path` is no path, a URL no client opens or the store cannot be asked,
+            or a JSONL dataset.
+        DatasetError: there is nothing at `path`.
     """
     from shardcook.dataset.kind import JSONL, dataset_kind
     from shardcook.errors import ConfigError, DatasetError
@@ -79,8 +80,11 @@ def _check_readable(path: str | Path) -> None:
             f"{path} is a JSONL dataset, which no shardcook task encoder reads; the loader takes a "
             "dataset folder of tar shards finalized by `shardcook finalize`, or a metadataset "
             ".yaml such as `shardcook blend` writes.")
-    root = where.store.file("")
-    if root is not None and not root.exists():
+    try:
+        there = where.store.what_is()
+    except OSError as e:
+        raise ConfigError(where.store.failure("The dataset", "", "read", e)) from None
+    if there is None:
         raise DatasetError(f"{path} does not exist; give a dataset folder (finalized by "
                            "`shardcook finalize`) or a metadataset .yaml.")
 

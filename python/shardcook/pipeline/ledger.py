@@ -14,10 +14,10 @@ same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any, TypeGuard
 
 from shardcook.config.sections import OutputConfig
@@ -286,9 +286,16 @@ def run_status(output: str) -> Status:
     config = OutputConfig(output_dir=output)
     location = config.located("output_dir", _STATUS_OUTPUT)  # sentences name it as status does
     assert not isinstance(location, list) and location is not None  # one place, given
-    root = location.store.file("")
-    if root is not None:
-        _check_local(root)
+    # nothing there, or a file (in a bucket: no object under it, or one named as the folder);
+    # a store that cannot say is left to the records' reads, which say why
+    with contextlib.suppress(OSError):
+        there = location.store.what_is()
+        if there is None:
+            raise ConfigError(f"{_STATUS_OUTPUT} {str(location.store)!r} does not exist; name "
+                              "the folder a run wrote.")
+        if there == "file":
+            raise ConfigError(f"{_STATUS_OUTPUT} {str(location.store)!r} is a file, not a "
+                              "folder; name the folder a run wrote.")
     folder = run_folder(config, _STATUS_OUTPUT)
     try:
         return _status(folder, output)
@@ -298,15 +305,6 @@ def run_status(output: str) -> Status:
         raise DatasetError(f"{folder}: its records cannot be read ({e.strerror or e}).") from None
     finally:
         folder.close()
-
-
-def _check_local(path: Path) -> None:
-    if not path.exists():
-        raise ConfigError(f"{_STATUS_OUTPUT} {str(path)!r} does not exist; name the folder "
-                          "a run wrote.")
-    if not path.is_dir():
-        raise ConfigError(f"{_STATUS_OUTPUT} {str(path)!r} is a file, not a folder; name the "
-                          "folder a run wrote.")
 
 
 def _status(folder: OutputFolder, output: str) -> Status:

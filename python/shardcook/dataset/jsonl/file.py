@@ -161,7 +161,8 @@ class JsonlFile:
 
 def jsonl_file(value: object) -> JsonlFile | None:
     """The JSONL dataset `value` (a path, URL or `storage.Location`) names: one whose name ends
-    in `.jsonl`, and locally is no folder (Energon's test); None for anything else.
+    in `.jsonl` and is no folder (Energon's test; in a bucket: no object lies under it); None
+    for anything else.
 
     Raises:
         ConfigError: `value` is no path, or a URL no client can open (see `storage.locate`).
@@ -169,9 +170,9 @@ def jsonl_file(value: object) -> JsonlFile | None:
     location = locate(value, "The dataset")
     if not str(location).endswith(JSONL_SUFFIX):
         return None
-    root = location.store.file("")
-    if root is not None and root.is_dir():
-        return None
+    with contextlib.suppress(OSError):  # a store that cannot say: the file's reads say why
+        if location.store.what_is() == "folder":
+            return None
     folder, name = location.split()
     return JsonlFile(location, folder.store, name)
 

@@ -24,12 +24,6 @@ CACHE_SUFFIXES = (IMAGE_SUFFIX, VIDEO_SUFFIX)
 Fetched = Callable[[Path], AbstractContextManager[None]]
 
 
-def is_cache_folder(root: Path) -> bool:
-    """Whether `root` holds an AutoModel cache: its `metadata.json` (an Energon dataset's
-    metadata lives in `.nv-meta/`, a run's in `.shardcook/`)."""
-    return (root / METADATA_FILE).is_file()
-
-
 def family_of_type(model_type: object) -> ModelFamily | None:
     """The family whose AutoModel processor records `model_type` in its files."""
     return next((m for m in MODELS.values()

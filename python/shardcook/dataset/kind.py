@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from shardcook.dataset.cachefolder import is_cache_folder
 from shardcook.dataset.jsonl import file as jsonl
+from shardcook.dataset.location import in_place
 from shardcook.errors import ConfigError
 from shardcook.layouts.automodel import METADATA_FILE
 from shardcook.layouts.names import META_DIR
@@ -65,20 +65,17 @@ def dataset_kind(value: str | os.PathLike[str] | Location) -> DatasetKind:
     records = jsonl.jsonl_file(location)
     if records is not None:
         return DatasetKind(JSONL, location, records)
-    folder = location.store.file("")
-    if folder is None:
-        return DatasetKind(AUTOMODEL_CACHE if _cache_in_store(location.store) else ENERGON,
-                           location)
-    if folder.is_dir() and is_cache_folder(folder) and not (folder / META_DIR).is_dir():
-        return DatasetKind(AUTOMODEL_CACHE, location, cache_root=folder)
+    if _holds_cache(location.store):
+        return DatasetKind(AUTOMODEL_CACHE, location, cache_root=in_place(location))
     return DatasetKind(ENERGON, location)
 
 
-def _cache_in_store(store: Store) -> bool:
-    """Whether the folder in object storage `store` holds an AutoModel cache: its
-    `metadata.json` and nothing in `.nv-meta/`. A store that cannot be read is taken for an
-    Energon dataset, whose view then says why in one sentence."""
+def _holds_cache(store: Store) -> bool:
+    """Whether the folder `store` holds an AutoModel cache: its `metadata.json` (an Energon
+    dataset's metadata lives in `.nv-meta/`, a run's in `.shardcook/`) and no `.nv-meta/`
+    folder. A store that cannot be read is taken for an Energon dataset, whose view then says
+    why in one sentence."""
     try:
-        return store.exists(METADATA_FILE) and next(store.names(f"{META_DIR}/"), None) is None
+        return store.exists(METADATA_FILE) and store.what_is(META_DIR) != "folder"
     except Exception:  # noqa: BLE001 - the view's listing says what is wrong
         return False

@@ -18,7 +18,15 @@ from shardcook.files import file_kind
 from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 
-__all__ = ["dataset_folder", "dataset_view", "readable"]
+__all__ = ["dataset_folder", "dataset_view", "in_place", "readable"]
+
+
+def in_place(location: Location) -> Path | None:
+    """The folder on this machine that `location` is, which a dataset command reads in place
+    (it is its own view); None for a store whose files a view fetches under scratch. The one
+    place that picks how a dataset is seen: `dataset_view`, `readable` and `dataset.kind` (an
+    AutoModel cache read in place, or copied by `dataset.cachecopy`) ask here."""
+    return location.store.file("")
 
 
 def dataset_folder(directory: str | os.PathLike[str]) -> Path:
@@ -53,8 +61,8 @@ def dataset_view(value: str | os.PathLike[str] | Location, *,
         DatasetError: the folder or URL holds no dataset folder.
     """
     location = locate(value, "The dataset folder")
-    here = location.store.file("")
-    if here is not None:  # a folder on this machine is its own view
+    here = in_place(location)
+    if here is not None:
         root = dataset_folder(here)
         yield DatasetView(root, str(root))
         return
@@ -79,7 +87,7 @@ def readable(value: str | os.PathLike[str] | Location, *, first_sample_of: str |
         ConfigError, DatasetError: as `dataset_view`, for a URL.
     """
     location = locate(value, "The dataset folder")
-    here = location.store.file("")
+    here = in_place(location)
     if here is not None:
         yield here
         return

@@ -266,7 +266,7 @@ def test_upload_queue_bounds_the_scratch_space(local_raw, s3_store, s3_server, t
 
 def test_a_store_gone_mid_run_stops_it_in_one_sentence_and_a_resume_completes(
         local_raw, s3_store, s3_server, tmp_path):
-    from shardcook.output.uploader import TRIES
+    from shardcook.storage.bucket import TRIES
 
     from tests.helpers.tcpproxy import TcpProxy
 

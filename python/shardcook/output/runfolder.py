@@ -10,7 +10,7 @@ staged and uploaded. The shards themselves are named and written by the native w
 
 What the store says decides the rest: a folder on this machine (`Store.file`) has a path that
 can be a file or a link, directory entries, undo folders and a plain `OSError` for a failed
-write; any other store has objects, each call retried (`uploader.retried`), and a failure is
+write; any other store has objects, each call retried (`storage.bucket.retried`), and a failure is
 one sentence naming the store and the credentials.
 """
 
@@ -42,7 +42,7 @@ from shardcook.output.lock import Holder, lock_of
 from shardcook.output.place import check_local_place, check_store_place
 from shardcook.output.records import record_json
 from shardcook.output.staging import LocalSpace, Staging
-from shardcook.output.uploader import retried
+from shardcook.storage.bucket import retried
 from shardcook.storage.location import Location
 from shardcook.storage.messages import access_problem, credentials_of, describe_error, unreachable
 from shardcook.storage.store import Store

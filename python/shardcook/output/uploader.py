@@ -3,7 +3,7 @@
 
 The writer hands over each finished unit's staged files (shard and `.tar.idx`) and what to do
 once they are all in the store (write the unit's marker); a few threads upload them while the
-next shards are written, retrying a failed call with backoff (tenacity), then run that step and
+next shards are written, retrying a failed call (`storage.bucket.retried`), then run that step and
 delete the local files. At most `limit` units' files are staged at once: `submit` waits for a
 free slot, so the scratch folder holds at most `limit` staged units plus the shard being
 written. The first failure that outlasts its retries stops every later step, so no marker is
@@ -13,30 +13,19 @@ by `wait`.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
-
-from shardcook.errors import ShardcookError, ShardcookIOError
+from shardcook.errors import ShardcookError
 from shardcook.runtime import waits
-from shardcook.storage import describe_error
+from shardcook.storage.bucket import retried
 from shardcook.storage.store import Store
-
-log = logging.getLogger(__name__)
 
 #: Upload threads at most, however many units may be staged.
 MAX_THREADS = 8
-#: Tries per store call, and the wait before the second (doubled before each later one).
-TRIES = 3
-FIRST_BACKOFF_SECONDS = 0.5
-
-T = TypeVar("T")
 
 
 class Uploader:
@@ -116,28 +105,3 @@ class Uploader:
             with self._lock:
                 self._staged_bytes -= size
             self._slots.release()
-
-
-def retried(what: str, call: Callable[[], T],
-            failed: Callable[[Exception], str] | None = None) -> T:
-    """`call()`, tried `TRIES` times with doubling waits between; `what` names the call and its
-    store (`uploading 000003.tar to msc://profile/data`).
-
-    Raises:
-        ShardcookIOError: the last try failed, in one sentence: `failed(error)` when given,
-            else one saying the run stopped.
-    """
-    def say(state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log.warning("%s failed (%s); trying again in %.1f s", what,
-                    describe_error(error) if error else "?", wait)
-
-    try:
-        return Retrying(stop=stop_after_attempt(TRIES), reraise=True, before_sleep=say,
-                        wait=wait_exponential(multiplier=FIRST_BACKOFF_SECONDS))(call)
-    except Exception as e:  # noqa: BLE001 - one sentence, never the client's traceback
-        raise ShardcookIOError(failed(e) if failed is not None else (
-            f"{what} failed {TRIES} times ({describe_error(e)}); the run stopped, keeping the "
-            "units recorded so far: rerun the same command to resume.")
-        ) from None

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from shardcook.dataset.jsonl import file as jsonl
-from shardcook.dataset.location import in_place
 from shardcook.errors import ConfigError
 from shardcook.layouts.automodel import METADATA_FILE
 from shardcook.layouts.names import META_DIR
@@ -32,14 +30,11 @@ class DatasetKind:
         kind: `ENERGON`, `JSONL` or `AUTOMODEL_CACHE`.
         location: Where it is.
         records: The JSONL file, for `JSONL`.
-        cache_root: The cache's folder, for `AUTOMODEL_CACHE` on this machine (one in object
-            storage is read through `dataset.cachecopy`).
     """
 
     kind: Literal["energon", "jsonl", "automodel_cache"]
     location: Location
     records: jsonl.JsonlFile | None = None
-    cache_root: Path | None = None
 
     def refuse_cache(self, command: str) -> None:
         """Refuses an AutoModel cache, in one sentence, for a `command` that works on Energon
@@ -66,7 +61,7 @@ def dataset_kind(value: str | os.PathLike[str] | Location) -> DatasetKind:
     if records is not None:
         return DatasetKind(JSONL, location, records)
     if _holds_cache(location.store):
-        return DatasetKind(AUTOMODEL_CACHE, location, cache_root=in_place(location))
+        return DatasetKind(AUTOMODEL_CACHE, location)
     return DatasetKind(ENERGON, location)
 
 

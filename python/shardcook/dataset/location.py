@@ -2,15 +2,20 @@
 folder or a URL (`msc://PROFILE/path`, `s3://bucket/path`), or the `storage.Location` a run
 parsed, becomes a `DatasetView`. A local folder is its own view; a dataset in any other store
 is fetched (`dataset.fetched.Fetched`) under a scratch folder, removed when the command ends.
+A NeMo AutoModel cache is seen the same way (`cache_view`): in place, or copied by
+`dataset.cachecopy`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+from shardcook.dataset.cachecopy import cache_copy
+from shardcook.dataset.cachefolder import Fetched as CacheFetched
 from shardcook.dataset.fetched import Fetched
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
@@ -18,14 +23,14 @@ from shardcook.files import file_kind
 from shardcook.storage.local import check_local_path
 from shardcook.storage.location import Location, locate
 
-__all__ = ["dataset_folder", "dataset_view", "in_place", "readable"]
+__all__ = ["CacheSeen", "cache_view", "dataset_folder", "dataset_view", "in_place", "readable"]
 
 
 def in_place(location: Location) -> Path | None:
     """The folder on this machine that `location` is, which a dataset command reads in place
     (it is its own view); None for a store whose files a view fetches under scratch. The one
-    place that picks how a dataset is seen: `dataset_view`, `readable` and `dataset.kind` (an
-    AutoModel cache read in place, or copied by `dataset.cachecopy`) ask here."""
+    place that picks how a dataset is seen: `dataset_view`, `readable` and `cache_view` ask
+    here."""
     return location.store.file("")
 
 
@@ -98,3 +103,39 @@ def readable(value: str | os.PathLike[str] | Location, *, first_sample_of: str |
         first = (split_yaml.parts.get(first_sample_of or "") or [])[:1] if split_yaml else []
         with view.fetched(first, first_sample=True):
             yield view.root
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class CacheSeen:
+    """A NeMo AutoModel cache as the checks, the summary and the report read it: the local
+    folder `root` that stands for it, the name it goes by (`name`: the argument as given, or
+    the URL), a copy's `fetched` (`CacheCopy.fetched`; None when `root` is the cache itself)
+    and `shown`, which names the cache again where a sentence names the copy."""
+
+    root: Path
+    name: str
+    fetched: CacheFetched | None = None
+    shown: Callable[[str], str] = _as_is
+
+
+@contextmanager
+def cache_view(location: Location, scratch_dir: str | os.PathLike[str] | None = None
+               ) -> Iterator[CacheSeen]:
+    """The cache at `location` seen through a local folder: the folder itself on this machine,
+    else `dataset.cachecopy.cache_copy`'s copy under `scratch_dir`, removed when the block
+    ends.
+
+    Raises:
+        ConfigError: the store cannot be listed.
+        DatasetError: an object cannot be downloaded, or scratch cannot be written.
+    """
+    here = in_place(location)
+    if here is not None:
+        yield CacheSeen(here, str(location))
+        return
+    with cache_copy(location.store, scratch_dir) as copy:
+        yield CacheSeen(copy.root, copy.url, copy.fetched, copy.shown)

@@ -11,14 +11,13 @@ from typing import Any
 
 from shardcook import _native
 from shardcook.dataset import metadata
-from shardcook.dataset.cachecopy import cache_copy
 from shardcook.dataset.cachesummary import CacheSummary, cache_summary
 from shardcook.dataset.check import legacy
 from shardcook.dataset.check.npyparts import describe_npy
 from shardcook.dataset.check.tensorinfo import pickled_summary, tensor_info
 from shardcook.dataset.jsonl import file as jsonl
 from shardcook.dataset.kind import AUTOMODEL_CACHE, dataset_kind
-from shardcook.dataset.location import dataset_view
+from shardcook.dataset.location import cache_view, dataset_view
 from shardcook.dataset.view import DatasetView
 from shardcook.errors import DatasetError, ShardcookError
 from shardcook.layouts import by_encoding, registry_function
@@ -201,13 +200,11 @@ def info(directory: str | Path, *, scratch_dir: str | Path | None = None
     what = dataset_kind(directory)
     if what.records is not None:
         return jsonl_summary(what.records)
-    if what.cache_root is not None:
-        return cache_summary(what.cache_root)
     if what.kind == AUTOMODEL_CACHE:
-        with cache_copy(what.location.store, scratch_dir) as copy:
-            summary = cache_summary(copy.root, copy.fetched)
-            summary.directory = copy.url
-            summary.keys = {name: copy.shown(shown) for name, shown in summary.keys.items()}
+        with cache_view(what.location, scratch_dir) as cache:
+            summary = cache_summary(cache.root, cache.fetched)
+            summary.directory = cache.name
+            summary.keys = {name: cache.shown(shown) for name, shown in summary.keys.items()}
             return summary
     with dataset_view(what.location, scratch_dir=scratch_dir) as view:
         counts, splits, dataset = read_metadata(view.root)

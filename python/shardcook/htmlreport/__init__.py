@@ -14,11 +14,10 @@ from typing import Any, TypeVar
 
 from shardcook.dataset import metadata
 from shardcook.dataset.arguments import DEFAULT_REPORT_SAMPLES, ReportOptions
-from shardcook.dataset.cachecopy import cache_copy
 from shardcook.dataset.cachefolder import CacheFolder
 from shardcook.dataset.check.validate import validate_view
 from shardcook.dataset.kind import AUTOMODEL_CACHE, JSONL, dataset_kind
-from shardcook.dataset.location import dataset_view
+from shardcook.dataset.location import cache_view, dataset_view
 from shardcook.dataset.summary import read_metadata, summarize
 from shardcook.dataset.view import DatasetView
 from shardcook.encoders.models import MODELS
@@ -132,11 +131,9 @@ def make_report(dataset: str | os.PathLike[str] | Location, *, samples: int = DE
         if split is not None:
             raise ConfigError(f"{dataset} is a NeMo AutoModel cache, which has no splits; "
                               "leave out --split-part.")
-        if what.cache_root is not None:
-            return cache_report(CacheFolder.read(what.cache_root), str(dataset), samples, SEED)
-        with cache_copy(dataset.store, scratch_dir) as copy:
-            return cache_report(CacheFolder.read(copy.root, copy.fetched), copy.url, samples,
-                                SEED, copy.shown)
+        with cache_view(dataset, scratch_dir) as cache:
+            return cache_report(CacheFolder.read(cache.root, cache.fetched), cache.name, samples,
+                                SEED, cache.shown)
     with dataset_view(dataset, scratch_dir=scratch_dir) as view:
         return render(_content(IndexedView(view), samples, split))
 

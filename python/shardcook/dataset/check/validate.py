@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shardcook.dataset import metadata, undo
-from shardcook.dataset.cachecopy import cache_copy
 from shardcook.dataset.check import legacy, trust
 from shardcook.dataset.check import scans as checks
 from shardcook.dataset.check.automodelcache import cache_problems
@@ -32,7 +31,7 @@ from shardcook.dataset.index.build import (
 )
 from shardcook.dataset.jsonl import file as jsonl
 from shardcook.dataset.kind import AUTOMODEL_CACHE, dataset_kind
-from shardcook.dataset.location import dataset_view
+from shardcook.dataset.location import cache_view, dataset_view
 from shardcook.dataset.summary import (
     NO_SAMPLE_TABLES,
     DatasetSummary,
@@ -205,12 +204,10 @@ def validate(
         if encoding is not None:
             raise ConfigError(f"{location} is a NeMo AutoModel cache, whose metadata.json names "
                               "its model_type, so --encoding does not apply; leave it out.")
-        if what.cache_root is not None:
-            return ValidationReport(str(directory), cache_problems(what.cache_root, deep))
         try:
-            with cache_copy(location.store, scratch_dir) as copy:
-                problems = cache_problems(copy.root, deep, copy.fetched)
-                return ValidationReport(str(directory), [copy.shown(p) for p in problems])
+            with cache_view(location, scratch_dir) as cache:
+                problems = cache_problems(cache.root, deep, cache.fetched)
+                return ValidationReport(str(directory), [cache.shown(p) for p in problems])
         except DatasetError as e:
             return ValidationReport(str(directory), [str(e)])
     # bad usage: raise before reading anything

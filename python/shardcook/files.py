@@ -108,12 +108,18 @@ def create_new(path: Path, data: bytes | str) -> bool:
 
 
 def _write_new(tmp: Path, payload: bytes, fsync: bool) -> None:
-    """Writes the temporary file `tmp` whole, flushed to the disk when `fsync`."""
+    """Writes the temporary file `tmp` whole, flushed to the disk when `fsync`; OSError when
+    the file system holds another size than was written (a file that replaces another must
+    not come out short)."""
     with open(tmp, "wb") as f:
         f.write(payload)
+        f.flush()
         if fsync:
-            f.flush()
             os.fsync(f.fileno())
+        size = os.fstat(f.fileno()).st_size
+    if size != len(payload):
+        raise OSError(errno.EIO, f"{tmp} holds {size} bytes after writing {len(payload)}; "
+                      "check the disk")
 
 
 #: The temporary name `write_atomic` gives a file (`.NAME.tmpPID`).

@@ -41,23 +41,14 @@ from shardcook.storage.store import Store
 
 
 def _put(store: Store, name: str, data: bytes) -> None:
-    """`name` written whole: in a folder, its size then checked (a shard loses its cache files
-    once the cache is recorded: a short file must stop that here); in a bucket, one PUT,
-    retried."""
-    path = store.file(name)
-    if path is None:
-        store.retrying(f"writing {name} to {store}", partial(store.write_bytes, name, data))
-        return
-    store.write_bytes(name, data)
-    if path.stat().st_size != len(data):
-        raise DatasetError(f"{path} holds {path.stat().st_size} bytes after writing "
-                           f"{len(data)}; check the disk and rerun the same command.")
+    """`name` written whole under the store's retry policy (a shard loses its cache files once
+    the cache is recorded: a file written short raises, `Store.write_bytes`)."""
+    store.retrying(f"writing {name} to {store}", partial(store.write_bytes, name, data))
 
 
 def _where(store: Store, name: str) -> str:
     """An entry's `cache_file`: the file's absolute path, or its URL."""
-    path = store.file(name)
-    return str(path.absolute()) if path is not None else store.child(name)
+    return store.absolute().child(name)
 
 
 def _entry(store: Store, parts: Mapping[str, bytes], shard: str) -> dict[str, Any]:

@@ -63,6 +63,25 @@ def test_write_atomic_replaces_whole_and_flushes_to_disk(tmp_path: Path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
+def test_write_atomic_keeps_the_old_file_when_the_disk_holds_the_new_one_short(
+        tmp_path: Path, monkeypatch):
+    """A file system that takes fewer bytes than written (a full quota some network file
+    systems report late) fails the write before the rename: the old file stays whole."""
+    target = tmp_path / "metadata.json"
+    target.write_text("old, whole")
+    real_fstat = os.fstat
+
+    def short(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        return os.stat_result((*st[:6], st.st_size - 1, *st[7:]))
+
+    monkeypatch.setattr(os, "fstat", short)
+    with pytest.raises(OSError, match="holds 8 bytes after writing 9"):
+        write_atomic(target, b"new whole")
+    assert target.read_text() == "old, whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metadata.json"]
+
+
 def test_write_atomic_leaves_nothing_behind_when_the_rename_fails(tmp_path: Path):
     folder = tmp_path / "taken"
     (folder / "inside").mkdir(parents=True)

@@ -233,21 +233,20 @@ def test_variable_sizes_broken_images_and_groups_of_one_shape(tiny_flux, tmp_pat
     assert shapes == {(4, 6, 8), (4, 8, 6)}
 
 
-def test_cpu_cores_are_split_between_torch_and_the_image_threads(monkeypatch):
+def test_the_encoders_take_the_cpu_cores_and_the_image_threads_half(monkeypatch):
     from shardcook.jobs.encode.job import cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 16)
-    assert cpu_threads(None, 1) == (8, 8)
-    assert cpu_threads(12, 1) == (4, 12)
+    assert cpu_threads(None, 1) == (16, 8)
+    assert cpu_threads(12, 1) == (4, 12)  # --workers splits the cores
     assert cpu_threads(20, 1) == (1, 20)  # --workers is the user's; torch keeps one thread
-    assert cpu_threads(None, 4) == (2, 2)  # torchrun: four processes share the cores
+    assert cpu_threads(None, 4) == (4, 2)  # torchrun: four processes share the cores
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert cpu_threads(None, 4) == (1, 1)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's torch threads are kept
     monkeypatch.setattr("os.cpu_count", lambda: 16)
-    threads = torch.get_num_threads()
-    assert cpu_threads(None, 1) == (threads, max(1, 16 - threads))
+    assert cpu_threads(None, 1) == (torch.get_num_threads(), 8)
 
 
 def test_a_worker_takes_its_share_of_the_cores_from_the_place_the_engine_hands_it(
@@ -266,7 +265,7 @@ def test_a_worker_takes_its_share_of_the_cores_from_the_place_the_engine_hands_i
     job = EncodeJob(resolve(v, set(v), encode=True))
     callers = torch.get_num_threads()
     with job.running(Place("torchrun", 1, 4, local_rank=1, local_count=4, collective=True)):
-        assert (torch.get_num_threads(), job.workers, job.device) == (2, 2, "cpu")
+        assert (torch.get_num_threads(), job.workers, job.device) == (4, 2, "cpu")
     assert torch.get_num_threads() == callers
 
 

@@ -105,10 +105,6 @@ def readable(value: str | os.PathLike[str] | Location, *, first_sample_of: str |
             yield view.root
 
 
-def _as_is(text: str) -> str:
-    return text
-
-
 @dataclass(frozen=True)
 class CacheSeen:
     """A NeMo AutoModel cache as the checks, the summary and the report read it: the local
@@ -119,7 +115,7 @@ class CacheSeen:
     root: Path
     name: str
     fetched: CacheFetched | None = None
-    shown: Callable[[str], str] = _as_is
+    shown: Callable[[str], str] = str
 
 
 @contextmanager

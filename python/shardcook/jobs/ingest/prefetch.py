@@ -32,7 +32,6 @@ class Prefetch:
     def __init__(self, pending: list[Input], cfg: IngestConfig, space: LocalSpace) -> None:
         self.remote = [one for one in pending if one.url is not None]
         self.space = space
-        self.scratch = space.path
         self.cfg = cfg
         self.slots = threading.Semaphore(cfg.prefetch_depth)
         self.stop = threading.Event()
@@ -57,7 +56,7 @@ class Prefetch:
 
     def _fetch(self, one: Input) -> Path:
         assert one.url is not None
-        dest = self.scratch / DOWNLOADS_DIR / one.split / safe_name(one.name)
+        dest = self.space.path / DOWNLOADS_DIR / one.split / safe_name(one.name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with self.lock:
             self.on_disk += 1
@@ -117,5 +116,5 @@ class Prefetch:
         self.space.release()
 
     def _remove_downloads(self) -> None:
-        shutil.rmtree(self.scratch / DOWNLOADS_DIR, ignore_errors=True)
+        shutil.rmtree(self.space.path / DOWNLOADS_DIR, ignore_errors=True)
 

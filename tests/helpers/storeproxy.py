@@ -7,7 +7,9 @@ counts what passes: requests by method, ranged GETs, connections, and the bytes 
 
     python -m tests.helpers.storeproxy UPSTREAM_PORT [--latency S] [--connect S] [--bandwidth B]
 
-prints its port and its control port on its first line; a line `stats` sent to the control
+prints its port and its control port on its first line; with `--log FILE` it writes each
+request line there as it passes (and its Range), after the time.monotonic() it passed at (the
+same clock in every process on the machine); a line `stats` sent to the control
 port answers with the counts as one JSON line (and the proxy's own CPU seconds), `reset` sets
 them to zero. `StoreProxy` starts one and reads it.
 
@@ -155,8 +157,10 @@ class _Link:
 
 
 class Proxy:
-    def __init__(self, upstream: int, latency: float, connect: float, bandwidth: float) -> None:
+    def __init__(self, upstream: int, latency: float, connect: float, bandwidth: float,
+                 log: str | None = None) -> None:
         self.upstream = upstream
+        self.log = open(log, "a", buffering=1) if log else None  # noqa: SIM115 - open for life
         self.latency = latency
         self.connect = connect
         self.bandwidth = bandwidth
@@ -191,6 +195,9 @@ class Proxy:
             if method == "GET" and "range" in fields:
                 self.counts.ranged_gets += 1
             methods.append(method)
+            if self.log:
+                ranged = f" {fields['range']}" if "range" in fields else ""
+                self.log.write(f"{time.monotonic():.3f} {line}{ranged}\n")
             return _sized(fields) or ("length", 0)
 
         while data := await reader.read(1 << 16):
@@ -233,7 +240,7 @@ class Proxy:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    proxy = Proxy(args.upstream, args.latency, args.connect, args.bandwidth)
+    proxy = Proxy(args.upstream, args.latency, args.connect, args.bandwidth, args.log)
     server = await asyncio.start_server(proxy.serve, "127.0.0.1", 0, limit=1 << 20)
     control = await asyncio.start_server(proxy.control, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -293,5 +300,6 @@ if __name__ == "__main__":
     parser.add_argument("--connect", type=float, default=0.0, help="seconds per new connection")
     parser.add_argument("--bandwidth", type=float, default=0.0,
                         help="bytes a second per connection each way (0: unlimited)")
+    parser.add_argument("--log", help="a file to write each request line to")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_main(parser.parse_args()))

@@ -5,9 +5,11 @@ writes in a local folder."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 from shardcook import ShardWriter, finalize, validate
+from shardcook.dataset.index import tarindex
 from shardcook.storage.location import Location
 from shardcook.storage.memory import MemoryStore
 
@@ -52,3 +54,33 @@ def test_finalize_in_memory_writes_what_it_writes_in_a_folder(tmp_path):
     assert report.directory == "memory://bench/raw"
     on_disk = validate(tmp_path / "raw").summary
     assert report.summary == dataclasses.replace(on_disk, directory="memory://bench/raw")
+
+
+class _ReadsCounted(MemoryStore):
+    """A memory store that keeps each ranged read it answers: (name, offset, size)."""
+
+    def __init__(self) -> None:
+        super().__init__("memory://counted")
+        self.ranges: list[tuple[str, int, int]] = []
+
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        self.ranges.append((name, offset, size))
+        return super().read_range(name, offset, size)
+
+
+def test_finalize_reads_each_first_sample_from_the_store_once(tmp_path):
+    # finalize checks the encoding on the first sample, its validation reads the first sample of
+    # each split twice more (the summary, the sample checks): a store far away pays each read
+    counted = _ReadsCounted()
+    _unfinalized(tmp_path / "raw", counted)
+    finalize(Location("memory://counted", counted), encoding="raw", split=SPLIT,
+             scratch_dir=tmp_path)
+
+    splits = (tmp_path / "raw").glob("*.tar")  # one shard a split: each a split's first
+    first_samples = {}
+    for shard in sorted(p.name for p in splits):
+        offsets = tarindex.idx_offsets(counted.objects[f"{shard}.idx"])
+        first_samples[shard] = (shard, 0, offsets[1])
+    assert len(first_samples) == 3
+    reads = Counter(r for r in counted.ranges if r in first_samples.values())
+    assert reads == Counter(first_samples.values()), counted.ranges

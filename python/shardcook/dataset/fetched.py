@@ -144,6 +144,10 @@ class Fetched:
         self.copied: dict[str, str] = {}
         #: Shards whose whole bytes are under `root` now.
         self._present: set[str] = set()
+        #: The first samples read so far, kept beside the view (outside `root`, where only
+        #: whole shards or placeholders lie): finalize, its validation and the summary each
+        #: ask for the first sample of the same shard, and a store 20 ms away answers slowly.
+        self._first_samples = root.parent / "first-samples"
         #: Reads begun before indexing (the first shard's, to read its first sample and measure
         #: the store), continued by indexing.
         self._walks: dict[str, TarRead] = {}
@@ -237,9 +241,17 @@ class Fetched:
                                f"({describe_error(e)})") from None
 
     def _download(self, name: str, first_sample: bool) -> None:
+        if not first_sample:
+            self._fetch(name, self._local(name))
+            return
         # the first sample and the end blocks: a tar that readers stop in after sample 0
-        first_bytes = self._first_sample_end(name) if first_sample else None
-        self._fetch(name, self._local(name), first_bytes)
+        kept = self._first_samples / name
+        if not kept.is_file():
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            part = kept.with_name(f"{kept.name}.part")  # whole, or not kept at all
+            self._fetch(name, part, self._first_sample_end(name))
+            part.replace(kept)
+        shutil.copyfile(kept, self._local(name))
 
     @contextmanager
     def fetched(self, shards: Sequence[str], *, first_sample: bool = False) -> Iterator[None]:
@@ -597,6 +609,7 @@ class Fetched:
                                 partial(self.store.upload, self.root / shard, shard))
             self.sizes[shard] = (self.root / shard).stat().st_size
             self.etags[shard] = None
+            (self._first_samples / shard).unlink(missing_ok=True)
         for name in (f"{shard}.idx", shardrows.rows_name(shard)):
             self.store.retrying(f"deleting {name} in {self.store}", partial(self._drop, name))
             (self.root / name).unlink(missing_ok=True)

@@ -7,6 +7,7 @@ here, in the panels and order `shardcook --help` lists them: as a user meets the
 
 from __future__ import annotations
 
+import gc
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -75,4 +76,10 @@ app.add_typer(data, rich_help_panel="Primus's names")
 
 def main() -> None:
     """The console script `shardcook` and `python -m shardcook`."""
-    app()
+    try:
+        app()
+    finally:
+        # The command is over, its files closed: the collection Python runs over every object
+        # at exit took 0.3 s after a finalize of 200 tars in a bucket, to find garbage the
+        # process drops anyway. Objects outside cycles are still released, stdout flushed.
+        gc.freeze()

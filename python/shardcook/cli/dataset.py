@@ -40,7 +40,6 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
     validate it."""
     from shardcook.dataset import finalize as run
     from shardcook.dataset.index.splits import parse_split_parts
-    from shardcook.dataset.kind import JSONL, dataset_kind
     from shardcook.dataset.sampletype import parse_field_map
 
     split_parts, field_map = options.pop("split_parts"), options.pop("field_map")
@@ -61,8 +60,7 @@ def finalize(directory: DatasetArg, **options: Any) -> None:
         fail(e)
     index = result.index
     seconds = index.seconds
-    where = (f"of {directory}" if dataset_kind(directory).kind == JSONL
-             else f"in {len(index.shard_counts):,} shards")
+    where = f"of {directory}" if result.jsonl else f"in {len(index.shard_counts):,} shards"
     typer.echo(
         f"indexed {index.num_samples:,} samples {where} "
         f"in {seconds:.2f} s ({index.num_samples / max(seconds, 1e-9):,.0f} samples/s)"

@@ -37,11 +37,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class FinalizeResult:
-    """What `finalize` wrote, and the validation of the result (None when skipped)."""
+    """What `finalize` wrote, the validation of the result (None when skipped), and whether the
+    dataset was a JSONL file (its index beside it) rather than a folder of shards."""
 
     index: IndexResult
     dataset_yaml: dict[str, Any]
     validation: ValidationReport | None
+    jsonl: bool = False
 
 
 def _current_dataset_yaml(root: Path, force: bool, name: str) -> dict[str, Any]:
@@ -364,7 +366,7 @@ def _finalize_jsonl(dataset: jsonl.JsonlFile, validate: bool) -> FinalizeResult:
                         seconds=time.perf_counter() - start)
     report = (ValidationReport(str(dataset), summary=jsonl_summary(dataset)) if validate
               else None)
-    return FinalizeResult(index, {}, report)
+    return FinalizeResult(index, {}, report, jsonl=True)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from shardcook.storage import remote
 from shardcook.storage.local import LocalStore
 from shardcook.storage.memory import MemoryStore
 
+from tests.helpers.s3server import add_profile
+from tests.helpers.storeproxy import StoreProxy
+
 FILES = {"a.txt": b"A", "d/b.txt": b"B", "d/e/c.txt": b"C"}
 
 
@@ -40,6 +43,30 @@ def test_what_a_name_is_is_answered_alike(s3_store, tmp_path):
                          at("top/a").what_is()]  # a name that only starts one ("a.txt")
     assert answers["local"] == answers["bucket"] == answers["memory"] == [
         "folder", "file", "folder", "folder", "file", None, None, "file", "folder", None, None]
+
+
+def test_whether_a_file_exists_is_answered_alike_and_in_one_request(s3_store, s3_server,
+                                                                      tmp_path):
+    answers = {}
+    for kind, at in _stores(s3_store, tmp_path):
+        top = at("top")
+        answers[kind] = [top.exists(n) for n in ("a.txt", "d/e/c.txt", "d", "d/", "nope", "d/x")]
+    assert answers["local"] == answers["bucket"] == answers["memory"] == [
+        True, True, False, False, False, False]
+
+    # a command asks first of all whether the folder holds an AutoModel cache's metadata.json:
+    # mostly it does not, and each round trip to a store far away is paid before any work
+    proxy = StoreProxy(s3_server.port)
+    try:
+        url = add_profile(s3_store, "counted", endpoint_url=proxy.endpoint)
+        top = remote(f"{url}/top", "t")
+        top.exists("a.txt")  # the client's first request
+        proxy.reset()
+        assert not top.exists("metadata.json")
+        assert top.exists("a.txt")
+        assert proxy.stats()["by_method"] == {"HEAD": 2}
+    finally:
+        proxy.stop()
 
 
 def test_a_failed_write_is_one_sentence_naming_the_file(s3_store, tmp_path):

@@ -229,8 +229,13 @@ class Remote:
         return client, re.sub(r"/+", "/", f"{root}/{name}" if root else name).lstrip("/")
 
     def exists(self, name: str) -> bool:
+        """Whether object `name` exists: one HEAD. (MSC's `is_file` lists `name/` as well
+        when there is no object, a second round trip that a file's answer does not need.)"""
         client, path = self._resolve(name)
-        return bool(client.is_file(path))
+        try:
+            return bool(client.info(path, strict=False).type == "file")
+        except FileNotFoundError:
+            return False
 
     def what_is(self, name: str = "") -> Literal["folder", "file"] | None:
         """The first name of a listing under `name/` (a folder), else a HEAD of the object

@@ -622,7 +622,7 @@ def serve_store_model(store, work: Path, shards: int, per_shard: dict[str, int],
                       ms: int) -> None:
     """`--serve SIZE MS`: part 5's tars of one size, in two copies (`ours`, `theirs`), behind the
     store model at MS ms, until interrupted; prints the two commands to time side by side (with
-    farm-bench or any timer) and the environment they need, in work/serve.env."""
+    /usr/bin/time or any timer) and the environment they need, in work/serve.env."""
     from tests.helpers.s3server import add_profile
     from tests.helpers.storeproxy import StoreProxy
 

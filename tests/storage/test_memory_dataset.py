@@ -8,6 +8,7 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from shardcook import ShardWriter, finalize, validate
 from shardcook.dataset.index import tarindex
 from shardcook.storage.location import Location
@@ -84,3 +85,14 @@ def test_finalize_reads_each_first_sample_from_the_store_once(tmp_path):
     assert len(first_samples) == 3
     reads = Counter(r for r in counted.ranges if r in first_samples.values())
     assert reads == Counter(first_samples.values()), counted.ranges
+
+
+@pytest.mark.parametrize("folder", ["first-samples", "work", "view"])
+def test_a_dataset_named_as_the_views_own_files_finalizes(tmp_path, folder):
+    # the view keeps files of its own (first samples, index parts) beside the dataset's
+    memory = MemoryStore("memory://bench")
+    _unfinalized(tmp_path / "raw", memory.folder(folder))
+    there = Location(f"memory://bench/{folder}", memory.folder(folder))
+    result = finalize(there, encoding="raw", split=SPLIT, scratch_dir=tmp_path)
+    assert result.validation is not None and result.validation.ok
+    assert result.index.num_samples == 9

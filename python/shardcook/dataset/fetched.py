@@ -131,8 +131,12 @@ class Fetched:
     """A dataset folder in `store`, seen through the local folder `root` (see the module);
     `name` is how messages name it: the store's URL."""
 
-    def __init__(self, store: Store, root: Path, sizes: dict[str, int], window: int) -> None:
+    def __init__(self, store: Store, root: Path, sizes: dict[str, int], window: int,
+                 work: Path) -> None:
         self.root = root
+        #: The view's own files (index parts, first samples), in a folder beside `root`'s, so
+        #: that no dataset's name can stand for one of them.
+        self.work = work
         self.name = str(store)
         self.store = store
         self.window = window
@@ -144,10 +148,10 @@ class Fetched:
         self.copied: dict[str, str] = {}
         #: Shards whose whole bytes are under `root` now.
         self._present: set[str] = set()
-        #: The first samples read so far, kept beside the view (outside `root`, where only
-        #: whole shards or placeholders lie): finalize, its validation and the summary each
-        #: ask for the first sample of the same shard, and a store 20 ms away answers slowly.
-        self._first_samples = root.parent / "first-samples"
+        #: The first samples read so far, kept outside `root` (where only whole shards or
+        #: placeholders lie): finalize, its validation and the summary each ask for the first
+        #: sample of the same shard, and a store 20 ms away answers slowly.
+        self._first_samples = work / "first-samples"
         #: Reads begun before indexing (the first shard's, to read its first sample and measure
         #: the store), continued by indexing.
         self._walks: dict[str, TarRead] = {}
@@ -178,7 +182,7 @@ class Fetched:
             raise DatasetError(f"cannot make a scratch folder in {where} ({e.strerror or e}); "
                                "give --scratch-dir a folder with room") from None
         try:
-            view = cls(store, scratch / _view_name(store), {}, window)
+            view = cls(store, scratch / "view" / _view_name(store), {}, window, scratch / "work")
             view._materialise()
             yield view
         finally:
@@ -196,7 +200,8 @@ class Fetched:
         return [Listed(_safe_name(self.name, obj.name), obj.size, obj.etag) for obj in found]
 
     def _materialise(self) -> None:
-        self.root.mkdir()
+        self.root.mkdir(parents=True)
+        self.work.mkdir()
         small = []
         for name, size, etag in self._listing():
             if _is_small_file(name):
@@ -310,9 +315,9 @@ class Fetched:
         whose UNIQUE key column finds a key in two shards: the rows a run recorded when it
         wrote the shard (`shardrows`) while they still describe the object, else those of the
         shard's header walk; no shard is downloaded."""
-        target = sqlite_path or self.root.parent / "keys.sqlite"
+        target = sqlite_path or self.work / "keys.sqlite"
         building = target.with_name(target.name + ".tmp")
-        walked_part = self.root.parent / "walked.sqlite"
+        walked_part = self.work / "walked.sqlite"
         counts: list[tuple[str, int]] = []
         names: dict[str, None] = {}
         try:
